@@ -1,0 +1,30 @@
+# The two commands of the README: `make reproduce` and `make test`.
+# Both create .venv if it is missing and install the exact versions in constraints.txt.
+SHELL := /bin/bash
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+FULL ?=
+PYTEST_ARGS ?=
+
+.PHONY: install reproduce test test-fast clean
+
+install: $(STAMP)
+
+$(STAMP): pyproject.toml constraints.txt
+	@test -x $(BIN)/python || $(PY) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --disable-pip-version-check -c constraints.txt -e '.[dev]' 2> >(grep -v "is ignored: it is neither a file nor a directory" >&2)
+	@touch $(STAMP)
+
+reproduce: install
+	$(BIN)/python -m stanza_core.reproduce $(if $(FULL),--full,)
+
+test: install
+	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+test-fast: install
+	$(BIN)/python -m pytest -m "not slow" $(PYTEST_ARGS)
+
+clean:
+	rm -rf reproductions/out .pytest_cache

@@ -1,0 +1,194 @@
+"""Layer anatomy: parameters, forward FLOPs and output size of every layer, CONV vs FC totals.
+
+FLOPs are counted by torch.utils.flop_counter.FlopCounterMode (a multiply-add is 2 FLOPs; only
+matmul/conv/attention-class ops are counted, so ReLU, pooling and additions count 0).
+"""
+from __future__ import annotations
+
+import dataclasses
+import statistics
+import time as _time
+from typing import Any
+
+import torch
+import torch.nn as nn
+from torch.utils.flop_counter import FlopCounterMode
+
+from .split import split_model
+
+DTYPE_BYTES = 4  # fp32 activations and parameters
+LABEL_BYTES = 8  # int64 class labels sent with the activations
+
+
+@dataclasses.dataclass
+class LayerRow:
+    name: str  # qualified module name, e.g. "features.0"
+    kind: str  # module class, e.g. "Conv2d"
+    part: str  # "conv" or "fc"
+    params: int
+    flops: float  # forward FLOPs per sample
+    out_values: int  # output values per sample
+    out_bytes: int  # output bytes per sample (fp32)
+
+
+@dataclasses.dataclass
+class PartTotals:
+    params: int
+    flops: float  # forward FLOPs per sample
+    fwd_s: float | None = None  # measured forward seconds per sample (time=True)
+    bwd_s: float | None = None  # measured backward seconds per sample (time=True)
+
+
+@dataclasses.dataclass
+class Profile:
+    model: str
+    input_shape: tuple[int, int, int]
+    batch_size: int
+    boundary: str  # first FC-side module
+    boundary_values: int  # values per sample crossing the cut
+    conv: PartTotals
+    fc: PartTotals
+    layers: list[LayerRow]
+    timed_on: str | None = None  # device the times were measured on
+
+    @property
+    def boundary_bytes(self) -> int:
+        return self.boundary_values * DTYPE_BYTES
+
+    @property
+    def params(self) -> int:
+        return self.conv.params + self.fc.params
+
+    def fc_param_share(self) -> float:
+        return self.fc.params / self.params
+
+    def fc_flop_share(self) -> float:
+        return self.fc.flops / (self.conv.flops + self.fc.flops)
+
+    def to_dict(self) -> dict[str, Any]:
+        d = dataclasses.asdict(self)
+        d["boundary_bytes"] = self.boundary_bytes
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "Profile":
+        d = {k: v for k, v in d.items() if k != "boundary_bytes"}
+        d["input_shape"] = tuple(d["input_shape"])
+        d["conv"], d["fc"] = PartTotals(**d["conv"]), PartTotals(**d["fc"])
+        d["layers"] = [LayerRow(**r) for r in d["layers"]]
+        return cls(**d)
+
+
+def _leaf_modules(model: nn.Module) -> list[tuple[str, nn.Module]]:
+    return [(n, m) for n, m in model.named_modules() if n and not list(m.children())]
+
+
+def _flops(module: nn.Module, x: torch.Tensor) -> tuple[float, dict[str, float], torch.Tensor]:
+    with torch.no_grad(), FlopCounterMode(display=False) as counter:
+        y = module(x)
+    root = type(module).__name__ + "."
+    per_module = {k[len(root):]: float(sum(v.values())) for k, v in counter.get_flop_counts().items()
+                  if k.startswith(root)}
+    return float(counter.get_total_flops()), per_module, y
+
+
+def _median_time(fn, reps: int) -> float:
+    fn()  # warm-up: allocator, kernels, lazy init
+    times = []
+    for _ in range(reps):
+        t0 = _time.perf_counter()
+        fn()
+        times.append(_time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def _time_parts(split, x: torch.Tensor, reps: int) -> tuple[float, float, float, float]:
+    """Median forward and backward seconds of the CONV and FC parts on batch x (train mode)."""
+    device = x.device
+    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+    with torch.no_grad():
+        a = split.conv(x)
+
+    def conv_fwd():
+        with torch.no_grad():
+            split.conv(x)
+        sync()
+
+    def conv_fwd_bwd():
+        out = split.conv(x)
+        out.backward(torch.ones_like(out))
+        sync()
+
+    def fc_fwd():
+        with torch.no_grad():
+            split.fc(a)
+        sync()
+
+    def fc_fwd_bwd():
+        inp = a.detach().requires_grad_(True)
+        out = split.fc(inp)
+        out.sum().backward()
+        sync()
+
+    cf, cfb = _median_time(conv_fwd, reps), _median_time(conv_fwd_bwd, reps)
+    ff, ffb = _median_time(fc_fwd, reps), _median_time(fc_fwd_bwd, reps)
+    return cf, max(cfb - cf, 0.0), ff, max(ffb - ff, 0.0)
+
+
+def profile_model(model: nn.Module, input_shape=(3, 224, 224), batch_size: int = 32, time: bool = False,
+                  *, name: str | None = None, boundary: str | None = None, device: str = "cpu",
+                  reps: int = 5) -> Profile:
+    """Per-layer rows and CONV/FC totals of `model` at `input_shape` (C, H, W).
+
+    With time=True, also the median forward and backward seconds per sample of each part,
+    measured in train mode on `device` over `reps` repetitions at `batch_size`."""
+    input_shape = tuple(int(v) for v in input_shape)
+    if len(input_shape) != 3 or min(input_shape) < 1:
+        raise ValueError(f"input_shape must be (C, H, W) with positive sizes, got {input_shape}")
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+    split = split_model(model, boundary, input_shape=input_shape, batch_size=batch_size)
+    conv_names = {n for n, _ in split.conv.named_parameters()}
+    was_training = model.training
+    model.eval()
+    x = torch.zeros((1, *input_shape))
+    outputs: dict[str, int] = {}
+    hooks = [m.register_forward_hook(lambda mod, i, o, n=n: outputs.__setitem__(n, o[0].numel()))
+             for n, m in _leaf_modules(model)]
+    try:
+        _, per_module, _ = _flops(model, x)
+    finally:
+        for h in hooks:
+            h.remove()
+    rows = []
+    for n, m in _leaf_modules(model):
+        if n not in outputs:  # defined but unused by forward
+            continue
+        own = [f"{n}.{p}" for p, _ in m.named_parameters()]
+        part = "conv" if own and all(p in conv_names for p in own) else ("fc" if own else None)
+        rows.append(LayerRow(n, type(m).__name__, part or "", sum(p.numel() for p in m.parameters()),
+                             per_module.get(n, 0.0), outputs[n], outputs[n] * DTYPE_BYTES))
+    # Parameterless layers take the part of the layer before them (ReLU after a conv is CONV).
+    fc_started = False
+    for r in rows:
+        fc_started = fc_started or r.part == "fc" or r.name == split.boundary or r.name.startswith(split.boundary + ".")
+        r.part = "fc" if fc_started else "conv"
+    with torch.no_grad():
+        conv_flops, _, a = _flops(split.conv, x)
+        fc_flops, _, _ = _flops(split.fc, a)
+    conv = PartTotals(sum(p.numel() for p in split.conv.parameters()), conv_flops)
+    fc = PartTotals(sum(p.numel() for p in split.fc.parameters()), fc_flops)
+    timed_on = None
+    if time:
+        model.train()
+        model.to(device)
+        xb = torch.randn((batch_size, *input_shape), device=device)
+        cf, cb, ff, fb = _time_parts(split, xb, reps)
+        model.zero_grad(set_to_none=True)
+        model.to("cpu")
+        conv.fwd_s, conv.bwd_s = cf / batch_size, cb / batch_size
+        fc.fwd_s, fc.bwd_s = ff / batch_size, fb / batch_size
+        timed_on = torch.cuda.get_device_name(0) if device.startswith("cuda") else "cpu"
+    model.train(was_training)
+    return Profile(name or type(model).__name__.lower(), input_shape, batch_size, split.boundary,
+                   a.numel(), conv, fc, rows, timed_on)

@@ -1,0 +1,205 @@
+"""Split a CNN into a CONV body and an FC head at a single-tensor cut.
+
+`split_model(model)` returns `SplitModel(conv, fc, boundary)` with `fc(conv(x)) == model(x)`
+exactly: both parts run the model's own modules (shared objects, not copies) in the model's
+own order, so every parameter and buffer lives in exactly one part, under its original name.
+
+An nn.Sequential is cut between two children. Any other model is traced with torch.fx; a cut
+after node i of the graph is valid when exactly one value computed up to node i is used after
+it (a single tensor crosses) and no module or attribute is used on both sides.
+
+Automatic boundary (boundary=None). Among the valid cuts whose FC side holds parameters and no
+convolution, pick the one that minimises the bytes a CONV worker moves per step under layer
+separation at `batch_size` samples:
+
+    bytes(cut) = 2 * batch_size * A(cut) * 4  +  2 * P_conv(cut) * 4
+
+(A: boundary values per sample, sent forward as activations and back as their gradients;
+P_conv: parameters on the CONV side, allreduced each step, which a bandwidth-optimal ring
+moves about twice). Ties go to the earliest cut. For AlexNet/VGG this is the cut between
+`features` and the rest (boundary `avgpool`), for ResNet the cut after global pooling
+(boundary `flatten`, FC side `fc`).
+"""
+from __future__ import annotations
+
+import dataclasses
+
+import torch
+import torch.fx as fx
+import torch.nn as nn
+
+from .models import SampleDropout
+
+_CONV_TYPES = (nn.Conv1d, nn.Conv2d, nn.Conv3d, nn.ConvTranspose1d, nn.ConvTranspose2d, nn.ConvTranspose3d)
+
+
+class SplitError(ValueError):
+    """The model has no valid CONV|FC cut (message: one line naming the model and the reason)."""
+
+
+@dataclasses.dataclass
+class SplitModel:
+    conv: nn.Module  # input images (B, C, H, W) -> boundary activations
+    fc: nn.Module  # boundary activations -> logits (B, num_classes)
+    boundary: str  # name of the first FC-side module (or graph node)
+
+    def conv_param_names(self) -> list[str]:
+        return [n for n, _ in self.conv.named_parameters()]
+
+    def fc_param_names(self) -> list[str]:
+        return [n for n, _ in self.fc.named_parameters()]
+
+
+@dataclasses.dataclass
+class _Cut:
+    index: int  # cut after this many units (children or graph nodes)
+    boundary: str
+    conv_params: int
+    fc_params: int
+    fc_has_conv: bool
+
+
+class _Tracer(fx.Tracer):
+    def is_leaf_module(self, m: nn.Module, qualname: str) -> bool:
+        return isinstance(m, SampleDropout) or super().is_leaf_module(m, qualname)
+
+
+def _nparams(modules) -> int:
+    seen, n = set(), 0
+    for m in modules:
+        for p in m.parameters():
+            if id(p) not in seen:
+                seen.add(id(p))
+                n += p.numel()
+    return n
+
+
+def _has_conv(modules) -> bool:
+    return any(isinstance(s, _CONV_TYPES) for m in modules for s in m.modules())
+
+
+def _boundary_values(model: nn.Module, cuts: list[_Cut], run_prefix, input_shape) -> list[int]:
+    """Boundary size per sample of each cut, from one forward pass on a 1-sample input."""
+    x = torch.zeros((1, *input_shape))
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.no_grad():
+            return [run_prefix(c.index, x).numel() for c in cuts]
+    finally:
+        model.train(was_training)
+
+
+def _choose(model_name: str, cuts: list[_Cut], boundary: str | None, sizes_fn, batch_size: int) -> _Cut:
+    if boundary is not None:
+        for c in cuts:
+            if c.boundary == boundary:
+                if c.fc_params == 0:
+                    raise SplitError(f"{model_name}: boundary {boundary!r} leaves no parameters on the FC side")
+                return c
+        names = ", ".join(c.boundary for c in cuts if c.fc_params > 0) or "none"
+        raise SplitError(f"{model_name}: {boundary!r} is not a single-tensor cut; valid boundaries: {names}")
+    candidates = [c for c in cuts if c.fc_params > 0 and c.conv_params > 0 and not c.fc_has_conv]
+    if not candidates:
+        raise SplitError(
+            f"{model_name}: no single-tensor cut has parameters on both sides and no convolution after it"
+        )
+    sizes = sizes_fn(candidates)
+    cost = [2 * batch_size * a * 4 + 2 * c.conv_params * 4 for c, a in zip(candidates, sizes)]
+    return candidates[cost.index(min(cost))]
+
+
+def _split_sequential(model: nn.Sequential, boundary, input_shape, batch_size) -> SplitModel:
+    names = [n for n, _ in model.named_children()]
+    mods = list(model.children())
+    cuts = [
+        _Cut(i, names[i], _nparams(mods[:i]), _nparams(mods[i:]), _has_conv(mods[i:]))
+        for i in range(1, len(mods))
+    ]
+    cut = _choose(type(model).__name__, cuts, boundary,
+                  lambda cs: _boundary_values(model, cs, lambda i, x: model[:i](x), input_shape), batch_size)
+    return SplitModel(conv=model[: cut.index], fc=model[cut.index:], boundary=cut.boundary)
+
+
+def _node_targets(node: fx.Node) -> set[str]:
+    return {node.target} if node.op in ("call_module", "get_attr") else set()
+
+
+def _graph_part(gm: fx.GraphModule, nodes: list[fx.Node], inputs: list[fx.Node], output: fx.Node) -> fx.GraphModule:
+    """A GraphModule running `nodes` (in order) from `inputs` (placeholders) to `output`."""
+    g = fx.Graph()
+    env: dict[fx.Node, fx.Node] = {}
+    for n in inputs:
+        env[n] = g.placeholder(n.name)
+    for n in nodes:
+        env[n] = g.node_copy(n, lambda a: env[a])
+    g.output(env[output])
+    return fx.GraphModule(gm, g)
+
+
+def _split_traced(model: nn.Module, boundary, input_shape, batch_size) -> SplitModel:
+    name = type(model).__name__
+    try:
+        gm = fx.GraphModule(model, _Tracer().trace(model))
+    except Exception as e:  # fx raises many types for untraceable code
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise SplitError(f"{name}: cannot be traced by torch.fx ({first})") from None
+    nodes = list(gm.graph.nodes)
+    placeholders = [n for n in nodes if n.op == "placeholder"]
+    body = [n for n in nodes if n.op not in ("placeholder", "output")]
+    out_node = next(n for n in nodes if n.op == "output")
+    if len(placeholders) != 1:
+        raise SplitError(f"{name}: forward takes {len(placeholders)} inputs, expected one image tensor")
+    owner = {n: _node_targets(n) for n in body}
+    cuts: list[_Cut] = []
+    for i in range(1, len(body)):
+        before, after = body[:i], set(body[i:]) | {out_node}
+        crossing = [n for n in [placeholders[0], *before] if any(u in after for u in n.users)]
+        if len(crossing) != 1 or crossing[0].op == "placeholder":
+            continue
+        t_before = set().union(*(owner[n] for n in before))
+        t_after = set().union(*(owner[n] for n in body[i:]))
+        # A module used on both sides (or a parent/child of one) would put a parameter in both parts.
+        if any(a == b or a.startswith(b + ".") or b.startswith(a + ".") for a in t_before for b in t_after):
+            continue
+        mods_b = [gm.get_submodule(t) for t in t_before if isinstance(_safe_get(gm, t), nn.Module)]
+        mods_a = [gm.get_submodule(t) for t in t_after if isinstance(_safe_get(gm, t), nn.Module)]
+        attr_b = sum(_safe_get(gm, t).numel() for t in t_before if isinstance(_safe_get(gm, t), nn.Parameter))
+        attr_a = sum(_safe_get(gm, t).numel() for t in t_after if isinstance(_safe_get(gm, t), nn.Parameter))
+        first = body[i]
+        label = first.target if first.op == "call_module" else first.name
+        cuts.append(_Cut(i, str(label), _nparams(mods_b) + attr_b, _nparams(mods_a) + attr_a, _has_conv(mods_a)))
+
+    def prefix(i, x):
+        return _graph_part(gm, body[:i], placeholders, _crossing(body, placeholders, out_node, i))(x)
+
+    cut = _choose(name, cuts, boundary, lambda cs: _boundary_values(gm, cs, prefix, input_shape), batch_size)
+    cross = _crossing(body, placeholders, out_node, cut.index)
+    conv = _graph_part(gm, body[: cut.index], placeholders, cross)
+    fc = _graph_part(gm, body[cut.index:], [cross], out_node.args[0])
+    conv.train(model.training)
+    fc.train(model.training)
+    return SplitModel(conv=conv, fc=fc, boundary=cut.boundary)
+
+
+def _safe_get(gm: fx.GraphModule, target: str):
+    obj = gm
+    for part in target.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+def _crossing(body, placeholders, out_node, i) -> fx.Node:
+    after = set(body[i:]) | {out_node}
+    return next(n for n in [placeholders[0], *body[:i]] if any(u in after for u in n.users))
+
+
+def split_model(model: nn.Module, boundary: str | None = None, *, input_shape=(3, 224, 224),
+                batch_size: int = 32) -> SplitModel:
+    """Split `model` into CONV body and FC head; see the module docstring for the rule.
+
+    `boundary` forces the cut before the named module (or fx node); `input_shape` (C, H, W)
+    and `batch_size` only matter for the automatic choice."""
+    if isinstance(model, nn.Sequential):
+        return _split_sequential(model, boundary, input_shape, batch_size)
+    return _split_traced(model, boundary, input_shape, batch_size)
