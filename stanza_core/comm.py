@@ -1,0 +1,228 @@
+"""The only module that calls torch.distributed: process groups, P2P, allreduce, byte counters.
+
+Byte accounting (docs/architecture.md is the contract the performance model also follows):
+  * a point-to-point send/recv counts the tensor's payload bytes on sender and receiver;
+  * an allreduce of S bytes among n ranks counts 2(n-1)S/n sent and received per member, the
+    bandwidth-optimal ring (reduce-scatter + all-gather) that gloo and NCCL run. Kept as exact
+    fractions and rounded only when reported, so bucketing does not change the figure.
+Only traffic inside `counting()` is a step's; warm-up and the final gather are counted apart.
+"""
+from __future__ import annotations
+
+import contextlib
+import datetime
+import os
+import queue
+import threading
+from collections import defaultdict
+from fractions import Fraction
+from typing import Iterable, Iterator
+
+import torch
+import torch.distributed as dist
+
+CATEGORIES = ("activations", "labels", "activation_grads", "conv_grads", "fc_grads", "grads", "params")
+
+
+class PeerError(RuntimeError):
+    """A peer died or did not answer within the timeout."""
+
+
+class ByteCounter:
+    def __init__(self):
+        self.sent: dict[str, Fraction] = defaultdict(Fraction)
+        self.recv: dict[str, Fraction] = defaultdict(Fraction)
+
+    def add(self, category: str, sent: Fraction | int, recv: Fraction | int):
+        if sent:
+            self.sent[category] += sent
+        if recv:
+            self.recv[category] += recv
+
+    def snapshot(self) -> tuple[dict[str, Fraction], dict[str, Fraction]]:
+        return dict(self.sent), dict(self.recv)
+
+
+def _nbytes(t: torch.Tensor) -> int:
+    return t.numel() * t.element_size()
+
+
+class Comm:
+    """Process-group handle of one rank; `None` groups and world size 1 make every call local."""
+
+    def __init__(self, rank: int = 0, world_size: int = 1, timeout_s: float = 120.0, backend: str | None = None):
+        self.rank, self.world_size, self.backend = rank, world_size, backend
+        self.timeout = datetime.timedelta(seconds=timeout_s)
+        self.step_bytes = ByteCounter()  # traffic of training steps
+        self.other_bytes = ByteCounter()  # warm-up, gathers: not a step's
+        self._counting = False
+        self.groups: dict[str, object] = {}
+        self.group_ranks: dict[str, list[int]] = {}
+
+    # -- life cycle ---------------------------------------------------------------------------
+    @classmethod
+    def from_env(cls, timeout_s: float, device: torch.device) -> "Comm":
+        """Join the process group torchrun describes in RANK / WORLD_SIZE / MASTER_ADDR."""
+        rank, world = int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
+        if world == 1 and "MASTER_ADDR" not in os.environ:
+            return cls(0, 1, timeout_s)
+        backend = "nccl" if device.type == "cuda" else "gloo"
+        kwargs = {"device_id": device} if device.type == "cuda" else {}
+        dist.init_process_group(backend, rank=rank, world_size=world,
+                                timeout=datetime.timedelta(seconds=timeout_s), **kwargs)
+        return cls(dist.get_rank(), dist.get_world_size(), timeout_s, backend)
+
+    def new_groups(self, groups: dict[str, list[int]], device: torch.device):
+        """Create every group in the same order on every rank, then warm each up (uncounted)."""
+        for name, ranks in groups.items():
+            self.groups[name] = dist.new_group(ranks, timeout=self.timeout) if self.world_size > 1 else None
+            self.group_ranks[name] = list(ranks)
+        for name, ranks in groups.items():
+            if self.rank in ranks and len(ranks) > 1:
+                self.allreduce(torch.zeros(1, device=device), name, "warmup")
+        self.barrier()
+
+    def barrier(self):
+        if self.world_size > 1:
+            dist.barrier()
+
+    def close(self):
+        if self.world_size > 1 and dist.is_initialized():
+            dist.destroy_process_group()
+
+    # -- counting -----------------------------------------------------------------------------
+    @contextlib.contextmanager
+    def counting(self):
+        """Traffic inside this block is a training step's."""
+        self._counting = True
+        try:
+            yield
+        finally:
+            self._counting = False
+
+    def _count(self, category: str, sent, recv):
+        (self.step_bytes if self._counting else self.other_bytes).add(category, sent, recv)
+
+    # -- point to point -----------------------------------------------------------------------
+    def p2p(self, ops: Iterable[tuple[str, torch.Tensor, int, str]]) -> list:
+        """Post ("send"|"recv", tensor, peer, category) ops, sorted by peer; return their works.
+
+        Sorting by peer gives every pair of ranks the same order of posting, which keeps
+        NCCL's batched P2P deadlock-free; an empty list posts nothing."""
+        ops = sorted(ops, key=lambda o: (o[2], o[0]))
+        p2p_ops = []
+        for kind, tensor, peer, category in ops:
+            if peer == self.rank:
+                raise ValueError(f"rank {self.rank} cannot {kind} to itself")
+            if kind not in ("send", "recv"):
+                raise ValueError(f"unknown P2P op {kind!r}")
+            n = _nbytes(tensor)
+            self._count(category, n if kind == "send" else 0, n if kind == "recv" else 0)
+            p2p_ops.append(dist.P2POp(dist.isend if kind == "send" else dist.irecv, tensor, peer))
+        if not p2p_ops:
+            return []
+        if self.backend == "nccl":  # one NCCL group call: sends and recvs to a peer cannot deadlock
+            return dist.batch_isend_irecv(p2p_ops)
+        return [op.op(op.tensor, op.peer) for op in p2p_ops]
+
+    def wait(self, works: Iterable, what: str = "point-to-point transfer"):
+        for w in works:
+            self._wait_one(w, what)
+
+    def _wait_one(self, work, what: str):
+        try:
+            work.wait(self.timeout)
+        except RuntimeError as e:
+            raise PeerError(f"rank {self.rank}: {what} failed: {_first_line(e)}") from None
+
+    def as_completed(self, groups: list[list], what: str = "receive") -> Iterator[int]:
+        """Indices of `groups` (lists of works) in the order their works all complete.
+
+        Gloo's Work.is_completed() does not progress a pending receive, so each group is
+        waited on by a helper thread (wait() releases the GIL) and the first to finish is
+        handed back first. Errors and timeouts surface as PeerError."""
+        if len(groups) <= 1:
+            for i, works in enumerate(groups):
+                self.wait(works, what)
+                yield i
+            return
+        done: queue.Queue = queue.Queue()
+
+        def waiter(i, works):
+            try:
+                for w in works:
+                    w.wait(self.timeout)
+                done.put((i, None))
+            except Exception as e:  # handed to the main thread
+                done.put((i, e))
+
+        for i, works in enumerate(groups):
+            threading.Thread(target=waiter, args=(i, works), daemon=True).start()
+        for _ in groups:
+            try:
+                i, err = done.get(timeout=self.timeout.total_seconds() + 5)
+            except queue.Empty:
+                raise PeerError(f"rank {self.rank}: {what} timed out after {self.timeout.total_seconds():.0f} s") from None
+            if err is not None:
+                raise PeerError(f"rank {self.rank}: {what} failed: {_first_line(err)}")
+            yield i
+
+    # -- collectives ----------------------------------------------------------------------------
+    def allreduce(self, tensor: torch.Tensor, group: str | None, category: str, async_op: bool = False):
+        """Sum `tensor` in place over `group` (None: WORLD); count the ring's bytes."""
+        ranks = self.group_ranks[group] if group else list(range(self.world_size))
+        n = len(ranks)
+        if n == 1:
+            return None
+        ring = Fraction(2 * (n - 1) * _nbytes(tensor), n)
+        self._count(category, ring, ring)
+        work = dist.all_reduce(tensor, group=self.groups.get(group) if group else None, async_op=True)
+        if async_op:
+            return work
+        self._wait_one(work, f"allreduce of {category}")
+        return None
+
+    def ddp_hook(self):
+        """A DistributedDataParallel comm hook: counts each bucket as `grads`, then performs
+        the same averaging allreduce as DDP's default hook."""
+        def hook(_state, bucket):
+            buf = bucket.buffer()
+            ring = Fraction(2 * (self.world_size - 1) * _nbytes(buf), self.world_size)
+            self._count("grads", ring, ring)
+            fut = dist.all_reduce(buf, async_op=True).get_future()
+            return fut.then(lambda f: f.value()[0].div_(self.world_size))
+        return hook
+
+    def wrap_ddp(self, model: torch.nn.Module, device: torch.device, bucket_mb: float):
+        from torch.nn.parallel import DistributedDataParallel as DDP
+        # broadcast_buffers=False: per-forward buffer broadcasts would be uncounted traffic.
+        ddp = DDP(model, device_ids=[device.index] if device.type == "cuda" else None,
+                  bucket_cap_mb=bucket_mb, broadcast_buffers=False)
+        ddp.register_comm_hook(None, self.ddp_hook())
+        return ddp
+
+    def all_gather_object(self, obj) -> list:
+        """Every rank's `obj` (pickled over the world; used once at the end, uncounted)."""
+        if self.world_size == 1:
+            return [obj]
+        out = [None] * self.world_size
+        dist.all_gather_object(out, obj)
+        return out
+
+    def send_tensors(self, tensors: list[torch.Tensor], dst: int):
+        self.wait(self.p2p([("send", t.contiguous(), dst, "gather") for t in tensors]), "gather")
+
+    def recv_tensors(self, tensors: list[torch.Tensor], src: int):
+        self.wait(self.p2p([("recv", t, src, "gather") for t in tensors]), "gather")
+
+
+def _first_line(e: BaseException) -> str:
+    text = str(e).strip()
+    line = text.splitlines()[0] if text else type(e).__name__
+    # gloo prefixes its source location: keep the message a user can act on
+    return line.split("] ", 1)[-1] if line.startswith("[") else line
+
+
+def report(counter_value: dict[str, Fraction], steps: int) -> dict[str, int]:
+    """Per-step whole bytes by category from a counter accumulated over `steps` steps."""
+    return {k: round(v / steps) for k, v in sorted(counter_value.items()) if v}

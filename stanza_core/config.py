@@ -1,0 +1,77 @@
+"""The run configuration: one typed, validated dataclass written into every metrics JSON."""
+from __future__ import annotations
+
+import dataclasses
+import os
+from typing import Any
+
+STRATEGIES = ("local", "ddp", "ps", "stanza")
+DEVICES = ("auto", "cpu", "cuda")
+
+
+class ConfigError(ValueError):
+    """Bad user input; the message is one line saying what was wrong and what was expected."""
+
+
+@dataclasses.dataclass(kw_only=True)
+class TrainConfig:
+    strategy: str = "stanza"  # local | ddp | ps | stanza
+    model: str = "tiny_cnn"  # a name from stanza_core.models.MODEL_NAMES
+    num_classes: int = 10  # classes of the classifier head
+    image_size: int = 32  # square input side in pixels
+    global_batch: int = 32  # samples per step over the whole cluster
+    steps: int = 10  # optimizer steps (the total, also when resuming)
+    warmup: int = 1  # first steps left out of the throughput
+    lr: float = 0.01  # SGD learning rate
+    momentum: float = 0.9  # SGD momentum
+    weight_decay: float = 0.0  # SGD L2 weight decay
+    seed: int = 0  # model init, data order, dropout masks
+    fc_workers: int = 1  # k: ranks training the FC head (stanza)
+    ps_shards: int = 0  # parameter-server shards S (0: one per rank)
+    dataset: str = "synthetic"  # synthetic | digits | cifar10:PATH | imagefolder:PATH
+    device: str = "auto"  # auto | cpu | cuda
+    boundary: str | None = None  # force the CONV|FC cut before this module (None: automatic)
+    save: str | None = None  # write the final full-model state_dict here (rank 0)
+    metrics: str | None = None  # write the metrics JSON here (rank 0)
+    checkpoint_dir: str | None = None  # per-rank checkpoints (atomic) go here
+    checkpoint_every: int = 0  # checkpoint every K steps (0: only at the end, if a dir is given)
+    resume: bool = False  # continue from the checkpoints in checkpoint_dir
+    timeout_s: float = 120.0  # collective / point-to-point timeout: a dead peer fails this fast
+    bucket_mb: float = 25.0  # gradient bucket size for overlapped allreduce (stanza, ddp)
+    overwrite: bool = False  # allow --save/--metrics to replace existing files
+    quiet: bool = False  # no progress bar
+
+    def __post_init__(self):
+        if self.strategy not in STRATEGIES:
+            raise ConfigError(f"unknown strategy {self.strategy!r}; expected one of {', '.join(STRATEGIES)}")
+        if self.device not in DEVICES:
+            raise ConfigError(f"unknown device {self.device!r}; expected one of {', '.join(DEVICES)}")
+        for name in ("num_classes", "image_size", "global_batch", "steps"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(self, name)}")
+        for name in ("warmup", "checkpoint_every", "ps_shards"):
+            if getattr(self, name) < 0:
+                raise ConfigError(f"--{name.replace('_', '-')} must be >= 0, got {getattr(self, name)}")
+        if self.lr <= 0:
+            raise ConfigError(f"--lr must be > 0, got {self.lr}")
+        if not 0 <= self.momentum < 1:
+            raise ConfigError(f"--momentum must be in [0, 1), got {self.momentum}")
+        if self.weight_decay < 0:
+            raise ConfigError(f"--weight-decay must be >= 0, got {self.weight_decay}")
+        if self.timeout_s <= 0:
+            raise ConfigError(f"--timeout-s must be > 0, got {self.timeout_s}")
+        if self.bucket_mb <= 0:
+            raise ConfigError(f"--bucket-mb must be > 0, got {self.bucket_mb}")
+        if self.resume and not self.checkpoint_dir:
+            raise ConfigError("--resume needs --checkpoint-dir (where the checkpoints are)")
+        if self.checkpoint_every and not self.checkpoint_dir:
+            raise ConfigError("--checkpoint-every needs --checkpoint-dir")
+        if self.strategy == "stanza" and self.fc_workers < 1:
+            raise ConfigError(f"--fc-workers must be >= 1 with stanza, got {self.fc_workers}")
+        for name in ("save", "metrics"):
+            path = getattr(self, name)
+            if path and os.path.exists(path) and not self.overwrite and not self.resume:
+                raise ConfigError(f"--{name} {path} already exists; pass --overwrite to replace it")
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)

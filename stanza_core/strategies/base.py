@@ -1,0 +1,63 @@
+"""The interface every training strategy implements, and what they share.
+
+A strategy is built on every rank from the full model (same seed, so the same initial
+parameters everywhere), the config, the topology and the rank's Comm. `step(t, batch)` runs one
+BSP step on global batch t; `batch(positions)` loads the samples at those positions of the
+global batch. The loss is the sum of per-sample losses divided by the global batch G, so the
+gradients the ranks add up are exactly the single-process gradient of the mean loss.
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from ..comm import Comm
+from ..config import TrainConfig
+from ..models import sample_keys
+from ..topology import Topology
+
+Batch = Callable[[slice], tuple[torch.Tensor, torch.Tensor]]
+
+
+def make_sgd(params, cfg: TrainConfig) -> torch.optim.SGD:
+    return torch.optim.SGD(params, lr=cfg.lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay)
+
+
+def positions_of(s: slice) -> torch.Tensor:
+    return torch.arange(s.start, s.stop)
+
+
+def loss_sum_over_g(logits: torch.Tensor, y: torch.Tensor, global_batch: int) -> torch.Tensor:
+    """This slice's share of the global mean loss: sum of its per-sample losses / G."""
+    return F.cross_entropy(logits, y, reduction="sum") / global_batch
+
+
+class Strategy:
+    name = "base"
+
+    def __init__(self, model: nn.Module, cfg: TrainConfig, topo: Topology, comm: Comm, device: torch.device):
+        self.model, self.cfg, self.topo, self.comm, self.device = model, cfg, topo, comm, device
+        self.rank = comm.rank
+        self.role = topo.role(comm.rank)
+
+    def step(self, t: int, batch: Batch) -> float | None:
+        """One BSP step; returns this rank's share of the global mean loss (None if it has none)."""
+        raise NotImplementedError
+
+    def forward_loss(self, module: nn.Module, x: torch.Tensor, y: torch.Tensor, t: int, pos: slice) -> torch.Tensor:
+        with sample_keys(self.cfg.seed, t, positions_of(pos)):
+            return loss_sum_over_g(module(x), y, self.cfg.global_batch)
+
+    def full_state_dict(self) -> dict[str, torch.Tensor] | None:
+        """The unsplit model's state_dict on rank 0 (collective: every rank must call it)."""
+        return {k: v.detach().cpu().clone() for k, v in self.model.state_dict().items()} if self.rank == 0 else None
+
+    def checkpoint_state(self) -> dict:
+        return {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict()}
+
+    def load_checkpoint_state(self, state: dict):
+        self.model.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])

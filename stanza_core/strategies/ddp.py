@@ -1,0 +1,27 @@
+"""`ddp`: torch's own DistributedDataParallel, as users run it (bucketed ring allreduce of the
+whole model's gradients, overlapped with backward). A comm hook counts each bucket's bytes and
+performs the same averaging allreduce as DDP's default."""
+from __future__ import annotations
+
+from .base import Strategy, make_sgd
+
+
+class DDP(Strategy):
+    name = "ddp"
+
+    def __init__(self, *args):
+        super().__init__(*args)
+        self.ddp = self.comm.wrap_ddp(self.model, self.device, self.cfg.bucket_mb)
+        self.optimizer = make_sgd(self.model.parameters(), self.cfg)
+        self.n = self.topo.world_size
+
+    def step(self, t, batch):
+        pos = self.topo.batch_slice(self.rank, self.cfg.global_batch)
+        x, y = batch(pos)
+        self.optimizer.zero_grad(set_to_none=True)
+        share = self.forward_loss(self.ddp, x, y, t, pos)
+        # DDP averages gradients over the N ranks; N * (sum/G) = the local mean, so the
+        # averaged gradient is the gradient of the global mean loss.
+        (share * self.n).backward()
+        self.optimizer.step()
+        return float(share.detach())

@@ -1,0 +1,21 @@
+"""`local`: one process steps on the whole global batch. The oracle every strategy must equal."""
+from __future__ import annotations
+
+from .base import Strategy, make_sgd
+
+
+class Local(Strategy):
+    name = "local"
+
+    def __init__(self, *args):
+        super().__init__(*args)
+        self.optimizer = make_sgd(self.model.parameters(), self.cfg)
+
+    def step(self, t, batch):
+        pos = slice(0, self.cfg.global_batch)
+        x, y = batch(pos)
+        self.optimizer.zero_grad(set_to_none=True)
+        loss = self.forward_loss(self.model, x, y, t, pos)
+        loss.backward()
+        self.optimizer.step()
+        return float(loss.detach())

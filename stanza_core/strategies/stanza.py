@@ -1,0 +1,148 @@
+"""`stanza`: layer separation. N - k CONV workers train the CONV body data-parallel; k FC
+workers train the FC head on the boundary activations. FC parameters never cross the network.
+
+One step (b = G / (N - k) samples per CONV worker, A = boundary shape):
+  CONV worker i   a_i = conv(x_i)                 (b, *A)
+                  send a_i, y_i -> FC worker i % k; receive dL/da_i back
+                  a_i.backward(dL/da_i); CONV grads are allreduced among the CONV workers in
+                  buckets launched as backward fills them (overlapped); SGD step
+  FC worker j     for each served CONV worker, in the order their activations arrive:
+                  loss_i = sum CE(fc(a_i), y_i) / G; backward; send dL/da_i at once (pipelined)
+                  FC grads (accumulated over its CONV workers) allreduced among the k FC
+                  workers; SGD step
+The two groups' allreduces run at the same time on disjoint ranks.
+"""
+from __future__ import annotations
+
+import torch
+
+from ..split import split_model
+from ..topology import CONV_WORKER
+from .base import Strategy, make_sgd
+
+
+class GradBuckets:
+    """Allreduce of a module's gradients in ~bucket_mb buckets, each launched as soon as the
+    backward pass has produced all of its gradients (reverse parameter order)."""
+
+    def __init__(self, params, comm, group: str, category: str, bucket_mb: float, device):
+        self.comm, self.group, self.category = comm, group, category
+        cap = int(bucket_mb * 2**20)
+        self.buckets: list[list[torch.nn.Parameter]] = [[]]
+        size = 0
+        for p in reversed(list(params)):
+            if self.buckets[-1] and size + p.numel() * p.element_size() > cap:
+                self.buckets.append([])
+                size = 0
+            self.buckets[-1].append(p)
+            size += p.numel() * p.element_size()
+        self.bucket_of = {id(p): i for i, b in enumerate(self.buckets) for p in b}
+        self.flat = [torch.empty(sum(p.numel() for p in b), device=device) for b in self.buckets]
+        self.works, self.pending = [], []
+        for p in params:
+            p.register_post_accumulate_grad_hook(self._ready)
+
+    def start(self, backwards: int = 1):
+        """Arm the buckets for a step in which `backwards` backward passes accumulate gradients
+        (an FC worker runs one per CONV worker it serves): a bucket launches after the last."""
+        self.pending = [len(b) * backwards for b in self.buckets]
+        self.works = [None] * len(self.buckets)
+
+    def _ready(self, p):
+        i = self.bucket_of[id(p)]
+        self.pending[i] -= 1
+        if self.pending[i] == 0:  # every gradient of bucket i is final: launch its allreduce
+            torch.cat([q.grad.reshape(-1) for q in self.buckets[i]], out=self.flat[i])
+            self.works[i] = self.comm.allreduce(self.flat[i], self.group, self.category, async_op=True)
+
+    def finish(self):
+        for i, bucket in enumerate(self.buckets):
+            if self.pending[i] != 0:
+                raise RuntimeError(f"bucket {i}: {self.pending[i]} gradients never arrived")
+            if self.works[i] is not None:
+                self.comm.wait([self.works[i]], f"allreduce of {self.category}")
+            offset = 0
+            for q in bucket:
+                q.grad.copy_(self.flat[i][offset:offset + q.numel()].view_as(q))
+                offset += q.numel()
+
+
+class Stanza(Strategy):
+    name = "stanza"
+
+    def __init__(self, *args):
+        super().__init__(*args)
+        cfg, topo = self.cfg, self.topo
+        self.b = cfg.global_batch // topo.data_workers
+        shape = (3, cfg.image_size, cfg.image_size)
+        self.split = split_model(self.model, cfg.boundary, input_shape=shape, batch_size=self.b)
+        with torch.no_grad():  # boundary shape per sample, from one sample on this device
+            self.boundary_shape = tuple(self.split.conv(torch.zeros((1, *shape), device=self.device)).shape[1:])
+        if self.role == CONV_WORKER:
+            self.part = self.split.conv
+            self.fc_rank = topo.fc_worker_of(self.rank)
+            group, category = "conv", "conv_grads"
+        else:
+            self.part = self.split.fc
+            self.served = topo.served_by(self.rank)
+            group, category = "fc", "fc_grads"
+        params = list(self.part.parameters())
+        self.optimizer = make_sgd(params, cfg)
+        self.buckets = GradBuckets(params, self.comm, group, category, cfg.bucket_mb, self.device)
+
+    def step(self, t, batch):
+        self.optimizer.zero_grad(set_to_none=True)
+        self.buckets.start(1 if self.role == CONV_WORKER else len(self.served))
+        share = self._conv_step(t, batch) if self.role == CONV_WORKER else self._fc_step(t)
+        self.buckets.finish()
+        self.optimizer.step()
+        return share
+
+    def _conv_step(self, t, batch):
+        pos = self.topo.batch_slice(self.rank, self.cfg.global_batch)
+        x, y = batch(pos)
+        a = self.part(x)  # (b, *A)
+        grad = torch.empty_like(a)
+        sent = self.comm.p2p([("send", a.detach(), self.fc_rank, "activations"),
+                              ("send", y, self.fc_rank, "labels")])
+        back = self.comm.p2p([("recv", grad, self.fc_rank, "activation_grads")])
+        self.comm.wait(back, f"activation gradients from FC worker {self.fc_rank}")
+        a.backward(grad)  # CONV grad buckets launch their allreduce from inside this call
+        self.comm.wait(sent, "send of activations")
+        return None
+
+    def _fc_step(self, t):
+        b, device = self.b, self.device
+        acts = [torch.empty((b, *self.boundary_shape), device=device) for _ in self.served]
+        labels = [torch.empty(b, dtype=torch.int64, device=device) for _ in self.served]
+        # One receive of activations+labels per CONV worker, posted separately so each can
+        # complete on its own and be processed while the others are still on the wire.
+        works = [self.comm.p2p([("recv", acts[j], src, "activations"), ("recv", labels[j], src, "labels")])
+                 for j, src in enumerate(self.served)]
+        share, sends = 0.0, []
+        for j in self.comm.as_completed(works, "receive of activations"):
+            src = self.served[j]
+            a = acts[j].requires_grad_(True)
+            loss = self.forward_loss(self.part, a, labels[j], t, self.topo.batch_slice(src, self.cfg.global_batch))
+            loss.backward()  # FC grads accumulate over the served CONV workers
+            share += float(loss.detach())
+            sends += self.comm.p2p([("send", a.grad, src, "activation_grads")])  # at once: pipelined
+        self.comm.wait(sends, "send of activation gradients")
+        return share
+
+    def full_state_dict(self):
+        """FC worker N-k (the first) sends the FC head's state to rank 0, which holds the CONV body."""
+        first_fc = self.topo.fc_ranks[0]
+        fc_state = list(self.split.fc.state_dict().values())
+        if self.rank == first_fc:
+            self.comm.send_tensors(fc_state, 0)
+        elif self.rank == 0:
+            self.comm.recv_tensors(fc_state, first_fc)
+        return super().full_state_dict()
+
+    def checkpoint_state(self):
+        return {"model": self.part.state_dict(), "optimizer": self.optimizer.state_dict()}
+
+    def load_checkpoint_state(self, state):
+        self.part.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])

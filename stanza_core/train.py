@@ -1,0 +1,220 @@
+"""Training entry point: `torchrun --nproc-per-node N -m stanza_core.train --strategy stanza ...`
+(or plain `python -m stanza_core.train --strategy local ...`).
+
+Order of work: parse and validate everything a user can get wrong (config, layout, device,
+dataset, model, split, checkpoint) before any process group forms, so bad input is one line
+and a non-zero exit; then join the group, train, gather every rank's counters and timings to
+rank 0, which writes the metrics JSON and the full model's state_dict.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import statistics
+import sys
+import time
+
+import torch
+
+from . import checkpoint
+from .comm import Comm, PeerError, report
+from .config import ConfigError, TrainConfig
+from .data import batch_indices, open_dataset
+from .models import MIN_IMAGE_SIZE, get_model
+from .split import SplitError, split_model
+from .strategies import STRATEGY_CLASSES
+from .topology import make_topology
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m stanza_core.train", description=__doc__.splitlines()[0],
+                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    for f in dataclasses.fields(TrainConfig):
+        flag = "--" + f.name.replace("_", "-")
+        if f.type in ("bool", bool):
+            p.add_argument(flag, action="store_true", help=_help(f.name))
+        else:
+            kind = {"int": int, "float": float}.get(str(f.type), str)
+            p.add_argument(flag, type=kind, default=f.default, help=_help(f.name))
+    return p
+
+
+def _help(name: str) -> str:
+    import inspect
+
+    for line in inspect.getsource(TrainConfig).splitlines():
+        if line.strip().startswith(name + ":") and "#" in line:
+            return line.split("#", 1)[1].strip()
+    return ""
+
+
+class _ArgError(Exception):
+    pass
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):  # one line, exit 2, no usage dump
+        raise _ArgError(message)
+
+
+def parse_config(argv: list[str] | None) -> TrainConfig:
+    parser = build_parser()
+    parser.__class__ = _Parser
+    ns = parser.parse_args(argv)
+    return TrainConfig(**vars(ns))
+
+
+def resolve_device(cfg: TrainConfig, local_rank: int) -> torch.device:
+    if cfg.device == "cuda" or (cfg.device == "auto" and torch.cuda.is_available()):
+        if not torch.cuda.is_available():
+            raise ConfigError("--device cuda: no CUDA GPU is visible to this process (use --device cpu)")
+        if local_rank >= torch.cuda.device_count():
+            raise ConfigError(f"--device cuda: local rank {local_rank} has no GPU "
+                              f"({torch.cuda.device_count()} visible; one GPU per rank)")
+        torch.cuda.set_device(local_rank)
+        return torch.device("cuda", local_rank)
+    return torch.device("cpu")
+
+
+def prepare(cfg: TrainConfig):
+    """Everything that can fail on bad input, before any process group forms."""
+    rank, world = int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
+    topo = make_topology(cfg.strategy, world, cfg.global_batch, cfg.fc_workers, cfg.ps_shards)
+    device = resolve_device(cfg, int(os.environ.get("LOCAL_RANK", 0)))
+    if cfg.image_size < MIN_IMAGE_SIZE.get(cfg.model, 1):
+        raise ConfigError(f"--image-size {cfg.image_size} is too small for {cfg.model}; "
+                          f"expected >= {MIN_IMAGE_SIZE[cfg.model]}")
+    dataset = open_dataset(cfg.dataset, cfg.image_size, cfg.num_classes, cfg.seed)
+    torch.manual_seed(cfg.seed)  # the same initial parameters on every rank and strategy
+    try:
+        model = get_model(cfg.model, cfg.num_classes)
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
+    if cfg.strategy == "stanza":  # fail here, not after the group forms (the strategy splits again)
+        split_model(model, cfg.boundary, input_shape=(3, cfg.image_size, cfg.image_size),
+                    batch_size=cfg.global_batch // topo.data_workers)
+    resumed = None
+    if cfg.resume:
+        resumed = checkpoint.load(cfg.checkpoint_dir, rank, world, dataclasses.asdict(cfg))
+    return topo, device, dataset, model.to(device), resumed
+
+
+def run(cfg: TrainConfig) -> dict | None:
+    topo, device, dataset, model, resumed = prepare(cfg)
+    comm = Comm.from_env(cfg.timeout_s, device)
+    try:
+        return _train(cfg, topo, device, dataset, model, resumed, comm)
+    finally:
+        comm.close()
+
+
+def _train(cfg, topo, device, dataset, model, resumed, comm) -> dict | None:
+    comm.new_groups(topo.groups(), device)
+    strategy = STRATEGY_CLASSES[cfg.strategy](model, cfg, topo, comm, device)
+    start = 0
+    if resumed is not None:
+        start, state = resumed
+        strategy.load_checkpoint_state(state)
+    model.train()
+
+    def batch_for(t):
+        def batch(pos: slice):
+            x, y = dataset.get(batch_indices(dataset, t, cfg.global_batch, cfg.seed, pos))
+            return x.to(device, non_blocking=True), y.to(device, non_blocking=True)
+        return batch
+
+    steps = range(start, cfg.steps)
+    if comm.rank == 0 and not cfg.quiet:
+        from tqdm import tqdm
+        steps = tqdm(steps, desc=f"{cfg.strategy} x{topo.world_size}", unit="step", initial=start, total=cfg.steps)
+    losses, times = [], []
+    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+    for t in steps:
+        sync()
+        t0 = time.perf_counter()
+        try:
+            with comm.counting():
+                share = strategy.step(t, batch_for(t))
+        except PeerError as e:
+            raise PeerError(f"{e} (step {t})") from None
+        sync()
+        times.append(time.perf_counter() - t0)
+        losses.append(share)
+        if cfg.checkpoint_dir and cfg.checkpoint_every and (t + 1) % cfg.checkpoint_every == 0 and t + 1 < cfg.steps:
+            checkpoint.save(cfg.checkpoint_dir, comm.rank, topo.world_size, t + 1, cfg.to_dict(), strategy.checkpoint_state())
+    if cfg.checkpoint_dir:
+        checkpoint.save(cfg.checkpoint_dir, comm.rank, topo.world_size, cfg.steps, cfg.to_dict(), strategy.checkpoint_state())
+    state = strategy.full_state_dict()
+    mine = {"rank": comm.rank, "role": strategy.role, "losses": losses, "times": times,
+            "step_bytes": comm.step_bytes.snapshot(), "other_bytes": comm.other_bytes.snapshot()}
+    everyone = comm.all_gather_object(mine)
+    if comm.rank != 0:
+        return None
+    metrics = build_metrics(cfg, topo, device, start, everyone)
+    if cfg.save:
+        _atomic_torch_save(state, cfg.save)
+    if cfg.metrics:
+        _atomic_write(cfg.metrics, json.dumps(metrics, indent=1))
+    return metrics
+
+
+def build_metrics(cfg, topo, device, start, everyone) -> dict:
+    n_steps = len(everyone[0]["times"])
+    steps = []
+    for i in range(n_steps):
+        shares = [r["losses"][i] for r in everyone if r["losses"][i] is not None]
+        steps.append({"step": start + i, "loss": sum(shares), "time_s": max(r["times"][i] for r in everyone)})
+    timed = [s["time_s"] for s in steps[cfg.warmup:]] or [s["time_s"] for s in steps]
+    ranks = []
+    for r in everyone:
+        sent, recv = (report(c, max(n_steps, 1)) for c in r["step_bytes"])
+        other_sent, other_recv = (report(c, 1) for c in r["other_bytes"])
+        ranks.append({"rank": r["rank"], "role": r["role"], "bytes_sent": sum(sent.values()),
+                      "bytes_recv": sum(recv.values()), "sent": sent, "recv": recv,
+                      "setup_bytes_sent": sum(other_sent.values()), "setup_bytes_recv": sum(other_recv.values())})
+    return {
+        "config": {**cfg.to_dict(), "world_size": topo.world_size, "data_workers": topo.data_workers,
+                   "fc_workers_effective": topo.fc_workers, "ps_shards_effective": topo.ps_shards,
+                   "device_type": device.type, "torch": torch.__version__},
+        "steps": steps,
+        "throughput": cfg.global_batch * len(timed) / sum(timed) if timed and sum(timed) > 0 else None,
+        "step_time_median_s": statistics.median(timed) if timed else None,
+        "ranks": ranks,
+        "bytes_per_step": sum(r["bytes_sent"] for r in ranks),
+    }
+
+
+def _atomic_write(path: str, text: str):
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    tmp = path + ".tmp"
+    with open(tmp, "w") as fh:
+        fh.write(text)
+    os.replace(tmp, path)
+
+
+def _atomic_torch_save(obj, path: str):
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    tmp = path + ".tmp"
+    torch.save(obj, tmp)
+    os.replace(tmp, path)
+
+
+def main(argv: list[str] | None = None) -> int:
+    rank = int(os.environ.get("RANK", 0))
+    try:
+        cfg = parse_config(argv)
+        run(cfg)
+    except (ConfigError, SplitError, _ArgError) as e:
+        if rank == 0:
+            print(f"error: {e}", file=sys.stderr)
+        return 2
+    except PeerError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
