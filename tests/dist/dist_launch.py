@@ -1,0 +1,41 @@
+"""Helpers for multi-process tests: real torchrun launches on gloo, one CPU thread per rank."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def rank_env() -> dict[str, str]:
+    env = dict(os.environ)
+    env.update(OMP_NUM_THREADS="1", PYTHONPATH=ROOT, CUDA_VISIBLE_DEVICES="", PYTHONWARNINGS="ignore")
+    return env
+
+
+def train(tmp_path, name: str, nproc: int, *args: str, timeout: float = 240, check: bool = True):
+    """Run one training job; return (metrics dict, saved state_dict, completed process)."""
+    metrics, save = tmp_path / f"{name}.json", tmp_path / f"{name}.pt"
+    cli = ["--metrics", str(metrics), "--save", str(save), "--quiet", "--device", "cpu", *args]
+    if nproc == 1 and "local" in args:
+        cmd = [sys.executable, "-m", "stanza_core.train", *cli]
+    else:
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}",
+               "-m", "stanza_core.train", *cli]
+    proc = subprocess.run(cmd, cwd=ROOT, env=rank_env(), capture_output=True, text=True, timeout=timeout)
+    if check and proc.returncode != 0:
+        pytest.fail(f"{name} exited {proc.returncode}:\n{proc.stderr[-3000:]}")
+    if proc.returncode != 0:
+        return None, None, proc
+    return json.loads(metrics.read_text()), torch.load(save, weights_only=True), proc
+
+
+def assert_same_params(got: dict, ref: dict, rtol=1e-5, atol=1e-6):
+    assert got.keys() == ref.keys()
+    for k in ref:
+        torch.testing.assert_close(got[k], ref[k], rtol=rtol, atol=atol, msg=lambda m, k=k: f"{k}: {m}")

@@ -1,0 +1,33 @@
+"""A run stopped and resumed from its checkpoints ends bit for bit where an uninterrupted run does."""
+import pytest
+import torch
+
+from dist_launch import train
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
+
+COMMON = ["--model", "tiny_cnn", "--image-size", "32", "--global-batch", "12", "--lr", "0.05"]
+
+
+@pytest.mark.parametrize("strategy,n,extra", [("stanza", 4, ["--fc-workers", "2"]), ("ps", 3, []), ("ddp", 2, [])])
+def test_stop_and_resume_equals_uninterrupted(tmp_path, strategy, n, extra):
+    args = ["--strategy", strategy, *extra, *COMMON]
+    _, whole, _ = train(tmp_path, "whole", n, *args, "--steps", "6")
+    ckpt = tmp_path / "ckpt"
+    first, _, _ = train(tmp_path, "first", n, *args, "--steps", "3", "--checkpoint-dir", str(ckpt),
+                        "--checkpoint-every", "2")
+    assert sorted(p.name for p in ckpt.iterdir()) == [f"rank{r:04d}-of-{n:04d}.pt" for r in range(n)]
+    second, resumed, _ = train(tmp_path, "second", n, *args, "--steps", "6", "--checkpoint-dir", str(ckpt), "--resume")
+    assert [s["step"] for s in second["steps"]] == [3, 4, 5]
+    assert whole.keys() == resumed.keys()
+    for k in whole:
+        assert torch.equal(whole[k], resumed[k]), k
+
+
+def test_resume_with_other_layout_is_refused(tmp_path):
+    ckpt = tmp_path / "ckpt"
+    train(tmp_path, "first", 2, "--strategy", "ddp", *COMMON, "--steps", "2", "--checkpoint-dir", str(ckpt))
+    _, _, proc = train(tmp_path, "again", 2, "--strategy", "ddp", *COMMON[:-2], "--lr", "0.1", "--steps", "4",
+                       "--checkpoint-dir", str(ckpt), "--resume", check=False)
+    assert proc.returncode != 0
+    assert "error: --resume: checkpoint was made with lr=0.05, this run has 0.1" in proc.stderr

@@ -1,0 +1,54 @@
+"""Rank layout, without process groups."""
+import pytest
+
+from stanza_core.config import ConfigError
+from stanza_core.topology import CONV_WORKER, FC_WORKER, LOCAL, WORKER, make_topology
+
+
+def test_stanza_roles_and_service_are_balanced():
+    t = make_topology("stanza", 7, 40, fc_workers=2)
+    assert [t.role(r) for r in range(7)] == [CONV_WORKER] * 5 + [FC_WORKER] * 2
+    assert t.served_by(5) == [0, 2, 4] and t.served_by(6) == [1, 3]
+    assert [t.fc_worker_of(i) for i in range(5)] == [5, 6, 5, 6, 5]
+    assert t.groups() == {"conv": [0, 1, 2, 3, 4], "fc": [5, 6]}
+    assert [t.batch_slice(r, 40) for r in range(5)] == [slice(8 * i, 8 * i + 8) for i in range(5)]
+    assert t.data_workers == 5
+
+
+@pytest.mark.parametrize("n,k", [(2, 1), (5, 1), (9, 4), (16, 3)])
+def test_every_conv_worker_served_once(n, k):
+    t = make_topology("stanza", n, (n - k) * 2, fc_workers=k)
+    served = sorted(i for f in t.fc_ranks for i in t.served_by(f))
+    assert served == t.conv_ranks
+    loads = [len(t.served_by(f)) for f in t.fc_ranks]
+    assert max(loads) - min(loads) <= 1
+
+
+def test_ddp_ps_local_layouts():
+    d = make_topology("ddp", 4, 8)
+    assert [d.role(r) for r in range(4)] == [WORKER] * 4 and d.groups() == {} and d.data_workers == 4
+    p = make_topology("ps", 4, 8)
+    assert p.ps_shards == 4 and [p.shard_owner(s) for s in range(4)] == [0, 1, 2, 3]
+    assert make_topology("ps", 4, 8, ps_shards=2).ps_shards == 2
+    assert make_topology("local", 1, 8).role(0) == LOCAL
+
+
+@pytest.mark.parametrize("args,msg", [
+    (("stanza", 3, 12, 3), "leaves no CONV worker"),
+    (("stanza", 3, 12, 5), "leaves no CONV worker"),
+    (("stanza", 3, 12, 0), "must be >= 1"),
+    (("stanza", 1, 12, 1), "at least 2 ranks"),
+    (("stanza", 4, 10, 1), "not divisible by the 3 data workers"),
+    (("ddp", 4, 10), "not divisible by the 4 data workers"),
+    (("local", 2, 8), "runs in one process"),
+    (("nccl", 2, 8), "unknown strategy"),
+])
+def test_bad_layouts_are_one_line_errors(args, msg):
+    with pytest.raises(ConfigError, match=msg) as e:
+        make_topology(*args)
+    assert "\n" not in str(e.value)
+
+
+def test_ps_shards_bounded():
+    with pytest.raises(ConfigError, match="exceeds the 3 ranks"):
+        make_topology("ps", 3, 9, ps_shards=4)
