@@ -1,0 +1,22 @@
+"""Analytic performance model of ps, ddp and stanza; node-assignment optimiser; sweeps.
+
+  Cluster, emulated_bandwidth   the nodes, their links, and the CPU-emulation bandwidth mapping
+  DeviceProfile, DEVICE_TABLE   per-sample compute times, measured or derived from FLOPs
+  expected_bytes                per-rank, per-category bytes per step (equal to the engine's counters)
+  predict -> Prediction         step time, breakdown, throughput and traffic of one configuration
+  best_assignment               the fastest of ddp, ps and stanza k = 1..N-1, with the ranking
+  sweep                         best_assignment over bandwidths x cluster sizes
+
+The equations and assumptions are written out in docs/performance-model.md.
+"""
+from .cluster import DEFAULT_LATENCY_S, Cluster, emulated_bandwidth
+from .devices import DEVICE_TABLE, DeviceProfile, DeviceSpec, measure_update_s_per_param
+from .model import Prediction, predict
+from .optimize import Assignment, best_assignment
+from .profiles import load_profile, named_profile
+from .sweep import sweep
+from .traffic import ModelCounts, expected_bytes, ps_shard_sizes, totals
+
+__all__ = ["Cluster", "emulated_bandwidth", "DEFAULT_LATENCY_S", "DeviceProfile", "DeviceSpec", "DEVICE_TABLE",
+           "measure_update_s_per_param", "predict", "Prediction", "best_assignment", "Assignment",
+           "named_profile", "load_profile", "sweep", "expected_bytes", "ModelCounts", "ps_shard_sizes", "totals"]

@@ -1,0 +1,151 @@
+"""`python -m stanza_core.perf`: what to run on a cluster, and how fast it will be.
+
+  python -m stanza_core.perf --model vgg16 --nodes 16 --gbps 10 --device v100
+  python -m stanza_core.perf --model alexnet --sweep --out sweep.json
+  python -m stanza_core.perf --profile measured.json --device measured --nodes 4 --gbps 0.08
+
+Bad arguments print one line and exit with status 2.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from .cluster import DEFAULT_LATENCY_S, Cluster
+from .devices import DEVICE_TABLE, DeviceProfile
+from .model import DEFAULT_BATCH_PER_WORKER, DEFAULT_BUCKET_MB
+from .optimize import best_assignment
+from .profiles import load_profile, named_profile
+from .sweep import DEFAULT_BANDWIDTHS_GBPS, DEFAULT_SIZES, fmt_table, sweep
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):  # one line, no usage block
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+def _floats(text: str) -> list[float]:
+    try:
+        vals = [float(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated numbers, got {text!r}") from None
+    if not vals or any(not v > 0 for v in vals):
+        raise argparse.ArgumentTypeError(f"expected positive numbers, got {text!r}")
+    return vals
+
+
+def _ints(text: str) -> list[int]:
+    try:
+        vals = [int(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
+    if not vals or any(v < 1 for v in vals):
+        raise argparse.ArgumentTypeError(f"expected positive integers, got {text!r}")
+    return vals
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="python -m stanza_core.perf",
+                description="Rank ps, ddp and stanza (every k) for a model on a cluster, by the performance model.")
+    src = p.add_mutually_exclusive_group()
+    src.add_argument("--model", default="vgg16", help="zoo model name (default vgg16)")
+    src.add_argument("--profile", help="Profile JSON (Profile.to_dict), e.g. measured with time=True")
+    p.add_argument("--image-size", type=int, default=224, help="square input size for --model (default 224)")
+    p.add_argument("--num-classes", type=int, default=1000, help="classes for --model (default 1000)")
+    p.add_argument("--nodes", type=int, default=16, help="cluster size N (default 16)")
+    p.add_argument("--gbps", type=float, default=10.0, help="per-node link bandwidth, Gb/s each way (default 10)")
+    p.add_argument("--latency-us", type=float, default=DEFAULT_LATENCY_S * 1e6,
+                   help=f"per-message latency in microseconds (default {DEFAULT_LATENCY_S * 1e6:g})")
+    p.add_argument("--device", default="v100",
+                   help=f"{', '.join(DEVICE_TABLE)} (table) or 'measured' (times of --profile)")
+    batch = p.add_mutually_exclusive_group()
+    batch.add_argument("--global-batch", type=int, help="global batch, split over the data workers")
+    batch.add_argument("--batch-per-worker", type=int,
+                       help=f"samples per data worker (default {DEFAULT_BATCH_PER_WORKER})")
+    p.add_argument("--ps-shards", type=int, help="parameter-server shards (default: one per node)")
+    p.add_argument("--bucket-mb", type=float, default=DEFAULT_BUCKET_MB,
+                   help=f"gradient bucket cap in MiB, as the engine's --bucket-mb (default {DEFAULT_BUCKET_MB:g})")
+    p.add_argument("--top", type=int, default=12, help="rows of the ranking to print (default 12)")
+    p.add_argument("--json", action="store_true", help="print the full result as JSON instead of a table")
+    p.add_argument("--sweep", action="store_true", help="sweep bandwidths and cluster sizes, write --out")
+    p.add_argument("--bandwidths", type=_floats, default=list(DEFAULT_BANDWIDTHS_GBPS),
+                   help="sweep bandwidths in Gb/s, comma-separated (default 1..400)")
+    p.add_argument("--sizes", type=_ints, default=list(DEFAULT_SIZES),
+                   help="sweep cluster sizes, comma-separated (default 2,4,..,1024)")
+    p.add_argument("--out", help="where --sweep writes its JSON")
+    return p
+
+
+def _device(args, profile):
+    if args.device == "measured":
+        return DeviceProfile.from_profile(profile)
+    if args.device.lower() not in DEVICE_TABLE:
+        raise ValueError(f"unknown device {args.device!r}; expected one of: {', '.join(DEVICE_TABLE)}, measured")
+    return args.device.lower()
+
+
+def _row(p, a) -> str:
+    k = "-" if p.fc_workers is None else str(p.fc_workers)
+    return (f"{p.strategy:<7}{k:>5}{p.iteration_s * 1e3:>12.2f}{p.throughput:>12.1f}"
+            f"{p.throughput / a.ps.throughput:>8.2f}x{p.throughput / a.ddp.throughput:>8.2f}x"
+            f"{p.max_node_sent / 1e6:>11.1f}{p.max_node_recv / 1e6:>11.1f}{p.bytes_per_step / 1e6:>12.1f}")
+
+
+def _print_ranking(profile, cluster, a, top: int) -> None:
+    print(f"{profile.model} {profile.input_shape}: CONV {profile.conv.params / 1e6:.2f} M params, "
+          f"FC {profile.fc.params / 1e6:.2f} M params, boundary {profile.boundary_values} values/sample")
+    print(f"cluster: {cluster.nodes} nodes, {cluster.bandwidth_gbps:g} Gb/s, {cluster.latency_s * 1e6:g} us/message, "
+          f"device {a.best.device}")
+    print(f"best: {a.best.strategy}" + (f" k={a.best.fc_workers}" if a.best.fc_workers else "")
+          + f"  {a.best.throughput:.1f} samples/s  ({a.speedup_vs_ps:.2f}x ps, {a.speedup_vs_ddp:.2f}x ddp)")
+    print(f"{'strategy':<7}{'k':>5}{'iter ms':>12}{'samples/s':>12}{'vs ps':>9}{'vs ddp':>9}"
+          f"{'MB sent':>11}{'MB recv':>11}{'MB/step':>12}")
+    shown = a.ranking[:top]
+    shown += [p for p in (a.ddp, a.ps) if p not in shown]  # baselines always shown
+    for p in shown:
+        print(_row(p, a))
+    print("(MB sent/recv: busiest node per step; MB/step: whole cluster, sum of bytes sent)")
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        for name in ("nodes", "image_size", "num_classes", "top", "global_batch", "batch_per_worker", "ps_shards"):
+            v = getattr(args, name)
+            if v is not None and v < 1:
+                raise ValueError(f"--{name.replace('_', '-')} must be >= 1, got {v}")
+        if not args.gbps > 0 or not args.latency_us >= 0 or not args.bucket_mb > 0:
+            raise ValueError("--gbps and --bucket-mb must be > 0, --latency-us >= 0")
+        if args.sweep and not args.out:
+            raise ValueError("--sweep needs --out PATH for its JSON")
+        if args.profile:
+            profile = load_profile(args.profile)
+        else:
+            profile = named_profile(args.model, args.image_size, args.num_classes,
+                                    args.batch_per_worker or DEFAULT_BATCH_PER_WORKER)
+        device = _device(args, profile)
+        batch = {"global_batch": args.global_batch, "batch_per_worker": args.batch_per_worker,
+                 "ps_shards": args.ps_shards, "bucket_mb": args.bucket_mb}
+        if args.sweep:
+            result = sweep(profile, device, args.bandwidths, args.sizes, latency_s=args.latency_us * 1e-6, **batch)
+            Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+            Path(args.out).write_text(json.dumps(result, indent=1))
+            print(fmt_table(result))
+            print(f"wrote {args.out} ({len(result['rows'])} points)")
+            return 0
+        cluster = Cluster(args.nodes, args.gbps, args.latency_us * 1e-6, device)
+        a = best_assignment(profile, cluster, **batch)
+    except (ValueError, OSError) as e:
+        print(f"python -m stanza_core.perf: error: {e}", file=sys.stderr)
+        return 2
+    if args.json:
+        print(json.dumps(a.to_dict(), indent=1))
+    else:
+        _print_ranking(profile, cluster, a, args.top)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

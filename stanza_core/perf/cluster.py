@@ -1,0 +1,85 @@
+"""The cluster the performance model runs on, and the two primitive communication costs.
+
+Network model (alpha-beta, full duplex): every node has one link of B bytes/s to a
+non-blocking switch, usable at B in each direction at once. A message of m bytes occupies the
+link it crosses for `latency_s + m / B`; a link carries its messages one after another, so n
+messages of m bytes on one link take `n * (latency_s + m / B)`. The switch itself never
+congests; only the nodes' own links (ingress or egress) are bottlenecks.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import TYPE_CHECKING, Union
+
+if TYPE_CHECKING:
+    from .devices import DeviceProfile
+
+DEFAULT_LATENCY_S = 50e-6  # assumption: one-way per-message cost over TCP on 10-100 GbE, software included
+
+
+def _positive_finite(name: str, value, *, allow_zero: bool = False) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise ValueError(f"{name} must be a finite number, got {value!r}")
+    if value < 0 or (value == 0 and not allow_zero):
+        raise ValueError(f"{name} must be {'>= 0' if allow_zero else '> 0'}, got {value!r}")
+    return float(value)
+
+
+@dataclasses.dataclass(frozen=True)
+class Cluster:
+    """N identical nodes (one accelerator each) behind one switch.
+
+    `device` is either a `DeviceProfile` (measured or hand-made) or the name of a row of the
+    device table (`devices.DEVICE_TABLE`, e.g. "v100"), turned into per-sample times from the
+    model's FLOPs when `predict` sees the profile."""
+
+    nodes: int  # N, all ranks: data workers, FC workers and PS shards live on them
+    bandwidth_gbps: float  # B per direction per node, in gigabits per second (1 Gb = 1e9 bits)
+    latency_s: float = DEFAULT_LATENCY_S  # per-message cost (alpha), seconds
+    device: Union[str, "DeviceProfile"] = "v100"
+
+    def __post_init__(self):
+        if isinstance(self.nodes, bool) or not isinstance(self.nodes, int) or self.nodes < 1:
+            raise ValueError(f"nodes must be a positive integer, got {self.nodes!r}")
+        _positive_finite("bandwidth_gbps", self.bandwidth_gbps)
+        _positive_finite("latency_s", self.latency_s, allow_zero=True)
+        from .devices import DEVICE_TABLE, DeviceProfile  # late: devices imports nothing from here
+
+        if isinstance(self.device, str):
+            if self.device.lower() not in DEVICE_TABLE:
+                raise ValueError(f"unknown device {self.device!r}; expected one of: {', '.join(DEVICE_TABLE)} "
+                                 "or a DeviceProfile")
+            object.__setattr__(self, "device", self.device.lower())
+        elif not isinstance(self.device, DeviceProfile):
+            raise ValueError(f"device must be a device-table name or a DeviceProfile, got {type(self.device).__name__}")
+
+    @property
+    def bytes_per_s(self) -> float:
+        """B in bytes per second, per direction."""
+        return self.bandwidth_gbps * 1e9 / 8
+
+    def transfer_s(self, nbytes: float, messages: int = 1) -> float:
+        """Time one link needs to carry `messages` messages totalling `nbytes`."""
+        return messages * self.latency_s + nbytes / self.bytes_per_s
+
+    def ring_allreduce_s(self, nbytes: float, n: int) -> float:
+        """Bandwidth-optimal ring allreduce of `nbytes` among n ranks.
+
+        Reduce-scatter then all-gather: 2(n-1) steps, each moving nbytes/n over every link in
+        both directions at once, so `2(n-1)/n * S / B + 2(n-1) * latency`. Zero for n == 1."""
+        if n <= 1 or nbytes <= 0:
+            return 0.0
+        return 2 * (n - 1) / n * nbytes / self.bytes_per_s + 2 * (n - 1) * self.latency_s
+
+
+def emulated_bandwidth(target_gbps: float, t_compute_target: float, t_compute_here: float) -> float:
+    """The link rate that gives a slow machine the communication/compute ratio of a fast one.
+
+    A step computes in t_compute_target on the target accelerator and in t_compute_here on
+    this machine; shaping links to `target_gbps * t_compute_target / t_compute_here` makes
+    every transfer take the same fraction of a step here as at target_gbps there."""
+    _positive_finite("target_gbps", target_gbps)
+    _positive_finite("t_compute_target", t_compute_target)
+    _positive_finite("t_compute_here", t_compute_here)
+    return target_gbps * (t_compute_target / t_compute_here)

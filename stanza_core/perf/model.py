@@ -1,0 +1,248 @@
+"""Iteration time of one BSP training step under ps, ddp or stanza: `predict(profile, cluster, ...)`.
+
+Every step starts on all nodes at t = 0 and ends when the last node has applied its optimizer
+step (no overlap across steps). Compute of a part on b samples takes
+`DeviceProfile.time_s(part, phase, b)`; links follow cluster.py (alpha-beta, full duplex, one
+message at a time per link direction). Per strategy (b: the largest per-worker batch):
+
+ddp     forward, then backward with gradient buckets (reverse parameter order, 25 MiB cap);
+        each bucket is ring-allreduced among N as soon as the backward has produced it and
+        the previous bucket's allreduce is done. Step = fwd + max(bwd, end of the last
+        allreduce) + optimizer step over P.
+ps      fwd + bwd, then push (every rank sends each shard's gradient slice to its owner),
+        the owners' optimizer step, then pull (the mirror image). A phase lasts as long as
+        the busiest link: shard r's owner takes in (N-1) shard-sized messages; a rank sends
+        one message per shard it does not hold. No overlap with compute.
+stanza  CONV workers forward b samples, send activations and labels (2 messages) to FC worker
+        i % k. The FC worker serving m = ceil(Nc/k) CONV workers takes them in one after
+        another on its ingress link, runs FC forward+backward per chunk, and returns each
+        activation gradient on its egress link: a 3-stage pipeline of m identical jobs,
+        span x_in + c + x_out + (m-1) max(x_in, c, x_out). The CONV workers then run their
+        backward with bucketed CONV allreduce among Nc (as ddp); meanwhile, on their own
+        links, the FC workers ring-allreduce the FC gradients among k (in buckets, after the
+        last activation gradient has left) and step. Step = the later of the two sides.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any
+
+from ..anatomy import DTYPE_BYTES, LABEL_BYTES, Profile
+from .cluster import Cluster
+from .devices import DeviceProfile, resolve_device
+from .traffic import (ModelCounts, check_config, data_workers, ps_shard_sizes, rank_bytes, split_batch,
+                      summary_bytes)
+
+DEFAULT_BUCKET_MB = 25.0  # the engine's --bucket-mb (and torch DDP's default cap), MiB
+DEFAULT_BATCH_PER_WORKER = 32
+
+OVERLAP = {
+    "ddp": "bucketed gradient allreduce overlaps the backward pass",
+    "ps": "none: compute, push, shard update, pull run one after another",
+    "stanza": "activation exchange pipelined with FC compute; CONV backward+allreduce overlaps FC allreduce",
+    "local": "no communication",
+}
+
+
+@dataclasses.dataclass
+class Prediction:
+    strategy: str
+    nodes: int
+    fc_workers: int | None
+    ps_shards: int | None
+    global_batch: int
+    batch_per_worker: int  # the largest per-data-worker batch (it sets the BSP step)
+    bandwidth_gbps: float
+    latency_s: float
+    device: str
+    iteration_s: float
+    throughput: float  # samples per second: global_batch / iteration_s
+    breakdown: dict[str, float]  # seconds each activity takes on its busiest node (activities overlap)
+    exposed_comm_s: float  # what communication adds: iteration_s minus the step with free communication
+    overlap: str  # what the model lets overlap, in words
+    bytes_per_step: int  # sum over ranks of bytes sent per step (the metrics JSON's bytes_per_step)
+    max_node_sent: int
+    max_node_recv: int
+    bytes_per_node: dict[str, dict]  # role -> {"sent": {cat: int}, "recv": {...}} of its busiest rank
+    ranks: list[dict] | None = None  # every rank's figures (expected_bytes rows), when asked for
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def _layer_units(profile: Profile, part: str) -> list[tuple[int, float]]:
+    """(params, share of the part's backward time) per parameterised layer, in forward order.
+
+    A layer's share is its forward FLOPs over the part's (an even split when no FLOPs are
+    known); without layer rows the whole part is one unit."""
+    rows = [r for r in profile.layers if r.part == part and (r.params or r.flops)]
+    totals = getattr(profile, part)
+    if not rows:
+        return [(totals.params, 1.0)]
+    flops = sum(r.flops for r in rows)
+    return [(r.params, (r.flops / flops) if flops else 1.0 / len(rows)) for r in rows]
+
+
+def bucketed_backward(units: list[tuple[int, float]], cluster: Cluster, n: int, cap_bytes: int,
+                      close_at_cap: bool) -> tuple[float, float, float, int]:
+    """Backward over `units` (params, seconds), given in the order backward visits them, with
+    gradients allreduced among n ranks in buckets; a bucket's allreduce starts once its last
+    gradient exists and the previous bucket's allreduce is done (one link, one at a time).
+
+    Bucketing rule: torch DDP closes a bucket once it holds >= cap (close_at_cap=True); the
+    engine's GradBuckets (stanza) starts a new bucket before one would exceed cap.
+    Returns (backward end, allreduce end, total allreduce time, buckets), from the backward's start."""
+    t, size, buckets = 0.0, 0, []
+    for params, dt in units:
+        nbytes = DTYPE_BYTES * params
+        if not close_at_cap and size and size + nbytes > cap_bytes:
+            buckets.append((t, size))  # ready when the previous unit finished
+            size = 0
+        t += dt
+        size += nbytes
+        if close_at_cap and size >= cap_bytes:
+            buckets.append((t, size))
+            size = 0
+    if size:
+        buckets.append((t, size))
+    if n <= 1:
+        return t, 0.0, 0.0, 0
+    link_free, busy = 0.0, 0.0
+    for ready, nbytes in buckets:
+        dur = cluster.ring_allreduce_s(nbytes, n)
+        link_free = max(ready, link_free) + dur
+        busy += dur
+    return t, link_free, busy, len(buckets)
+
+
+def _backward_units(profile: Profile, dev: DeviceProfile, parts: tuple[str, ...], b: int):
+    """(params, seconds) per layer in backward order (last layer first) over `parts` (forward order)."""
+    units = []
+    for part in parts:
+        total = dev.time_s(part, "bwd", b)
+        units += [(p, share * total) for p, share in _layer_units(profile, part)]
+    return units[::-1]
+
+
+def _resolve_batch(n: int, global_batch: int | None, batch_per_worker: int | None) -> int:
+    if global_batch is not None and batch_per_worker is not None:
+        raise ValueError("give global_batch or batch_per_worker, not both")
+    if global_batch is None:
+        b = DEFAULT_BATCH_PER_WORKER if batch_per_worker is None else batch_per_worker
+        if isinstance(b, bool) or not isinstance(b, int) or b < 1:
+            raise ValueError(f"batch_per_worker must be a positive integer, got {b!r}")
+        return b * n
+    if isinstance(global_batch, bool) or not isinstance(global_batch, int) or global_batch < n:
+        raise ValueError(f"global_batch must be an integer >= {n} (the data workers), got {global_batch!r}")
+    return global_batch
+
+
+def _ddp(profile, dev, cluster, b, cap):
+    N, L = cluster.nodes, cluster.latency_s
+    fwd = dev.step_overhead_s + dev.time_s("conv", "fwd", b) + dev.time_s("fc", "fwd", b)
+    # The engine passes bucket_cap_mb explicitly, so DDP's first bucket has the same cap (torch
+    # only shrinks it to 1 MiB when the argument is left at None).
+    bwd, comm_end, busy, nb = bucketed_backward(_backward_units(profile, dev, ("conv", "fc"), b), cluster, N,
+                                                cap, close_at_cap=True)
+    update = profile.params * dev.update_s_per_param
+    total = fwd + max(bwd, comm_end) + update
+    terms = {"grads_allreduce_s": busy, "latency_s": nb * 2 * (N - 1) * L,
+             "allreduce_buckets": nb, "update_s": update}
+    return total, fwd + bwd + update, terms
+
+
+def _ps(profile, dev, cluster, b, shards):
+    N, P = cluster.nodes, profile.params
+    compute = dev.step_overhead_s + sum(dev.time_s(p, ph, b) for p in ("conv", "fc") for ph in ("fwd", "bwd"))
+    sizes = [DTYPE_BYTES * v for v in ps_shard_sizes(P, shards)]
+    phase, lat = 0.0, 0.0
+    if N > 1:
+        for r in range(N):
+            own = sizes[r] if r < shards else 0
+            out_msgs = shards - (1 if r < shards else 0)
+            link_out = cluster.transfer_s(DTYPE_BYTES * P - own, out_msgs)
+            link_in = cluster.transfer_s((N - 1) * own, N - 1) if own else 0.0
+            if max(link_out, link_in) > phase:
+                phase = max(link_out, link_in)
+                lat = (out_msgs if link_out >= link_in else N - 1) * cluster.latency_s
+    update = max(sizes) // DTYPE_BYTES * dev.update_s_per_param  # the largest shard's owner
+    total = compute + phase + update + phase
+    return total, compute + update, {"ps_push_s": phase, "ps_pull_s": phase, "latency_s": 2 * lat,
+                                     "update_s": update}
+
+
+def _stanza(profile, dev, cluster, b, k, cap):
+    N, L = cluster.nodes, cluster.latency_s
+    nc = N - k
+    m = math.ceil(nc / k)  # CONV workers served by the busiest FC worker (FC worker 0)
+    A = profile.boundary_values
+    fwd = dev.step_overhead_s + dev.time_s("conv", "fwd", b)
+    x_in = cluster.transfer_s(DTYPE_BYTES * b * A + LABEL_BYTES * b, 2)  # activations + labels
+    c = dev.time_s("fc", "fwd", b) + dev.time_s("fc", "bwd", b)
+    x_out = cluster.transfer_s(DTYPE_BYTES * b * A, 1)  # activation gradients
+    exchange = x_in + c + x_out + (m - 1) * max(x_in, c, x_out)
+    grads_back = fwd + exchange  # the last CONV worker has its activation gradient
+    bwd, comm_end, conv_ar, nb = bucketed_backward(_backward_units(profile, dev, ("conv",), b), cluster, nc,
+                                                   cap, close_at_cap=False)
+    conv_update = profile.conv.params * dev.update_s_per_param
+    conv_end = grads_back + max(bwd, comm_end) + conv_update
+    # FC gradients are final after the last chunk's backward; their buckets (engine rule) go out
+    # after the last activation gradient on the FC worker's link (one transfer at a time).
+    fc_units = [(p, 0.0) for p, _ in reversed(_layer_units(profile, "fc"))]
+    _, fc_ar, _, fc_nb = bucketed_backward(fc_units, cluster, k, cap, close_at_cap=False)
+    fc_update = profile.fc.params * dev.update_s_per_param
+    fc_end = grads_back + fc_ar + fc_update
+    total = max(conv_end, fc_end)
+    # the same step with free communication (infinite bandwidth, no latency)
+    crit_compute = fwd + m * c + max(bwd + conv_update, fc_update)
+    latency = m * 3 * L + nb * 2 * (nc - 1) * L + fc_nb * 2 * (k - 1) * L
+    terms = {"activation_ingress_s": m * x_in, "activation_egress_s": m * x_out, "exchange_span_s": exchange,
+             "conv_allreduce_s": conv_ar, "fc_allreduce_s": fc_ar, "latency_s": latency,
+             "fc_worker_compute_s": m * c, "conv_side_end_s": conv_end, "fc_side_end_s": fc_end,
+             "allreduce_buckets": nb, "fc_allreduce_buckets": fc_nb,
+             "update_s": conv_update if conv_end >= fc_end else fc_update}
+    return total, crit_compute, terms
+
+
+def predict(profile: Profile, cluster: Cluster, strategy: str, fc_workers: int | None = None,
+            global_batch: int | None = None, *, batch_per_worker: int | None = None,
+            ps_shards: int | None = None, bucket_mb: float = DEFAULT_BUCKET_MB,
+            with_ranks: bool = True) -> Prediction:
+    """Predicted step time, throughput, traffic and breakdown of `strategy` on `cluster`.
+
+    The batch is `global_batch` split over the data workers (N, or N - k for stanza; an uneven
+    split is modelled by its largest share) or `batch_per_worker` per data worker (default 32).
+    `cluster.device` may be a DeviceProfile (e.g. measured here) or a device-table name;
+    bucket_mb is the gradient bucket cap of ddp and of stanza's CONV allreduce (--bucket-mb)."""
+    if not isinstance(cluster, Cluster):
+        raise ValueError(f"cluster must be a Cluster, got {type(cluster).__name__}")
+    fc_workers, ps_shards = check_config(strategy, cluster.nodes, fc_workers, ps_shards)
+    n = data_workers(strategy, cluster.nodes, fc_workers)
+    G = _resolve_batch(n, global_batch, batch_per_worker)
+    if isinstance(bucket_mb, bool) or not isinstance(bucket_mb, (int, float)) or not bucket_mb > 0:
+        raise ValueError(f"bucket_mb must be > 0, got {bucket_mb!r}")
+    cap = int(bucket_mb * 2**20)
+    batches = split_batch(G, n)
+    b = batches[0]
+    dev = resolve_device(cluster.device, profile)
+    if strategy in ("ddp", "local"):
+        total, crit, terms = _ddp(profile, dev, cluster, b, cap)
+    elif strategy == "ps":
+        total, crit, terms = _ps(profile, dev, cluster, b, ps_shards)
+    else:
+        total, crit, terms = _stanza(profile, dev, cluster, b, fc_workers, cap)
+    breakdown = {"conv_compute_s": dev.time_s("conv", "fwd", b) + dev.time_s("conv", "bwd", b),
+                 "fc_compute_s": dev.time_s("fc", "fwd", b) + dev.time_s("fc", "bwd", b),
+                 "step_overhead_s": dev.step_overhead_s, **terms}
+    counts = ModelCounts.of(profile)
+    summary = summary_bytes(counts, strategy, cluster.nodes, fc_workers, batches, ps_shards)
+    reps = [0, n] if strategy == "stanza" else [0]  # busiest rank of each role
+    per_role = {r["role"]: {"sent": r["sent"], "recv": r["recv"]}
+                for r in rank_bytes(counts, strategy, cluster.nodes, fc_workers, batches, ps_shards, ranks=reps)}
+    ranks = rank_bytes(counts, strategy, cluster.nodes, fc_workers, batches, ps_shards) if with_ranks else None
+    return Prediction(strategy=strategy, nodes=cluster.nodes, fc_workers=fc_workers, ps_shards=ps_shards,
+                      global_batch=G, batch_per_worker=b, bandwidth_gbps=cluster.bandwidth_gbps,
+                      latency_s=cluster.latency_s, device=dev.name, iteration_s=total, throughput=G / total,
+                      breakdown=breakdown, exposed_comm_s=max(total - crit, 0.0), overlap=OVERLAP[strategy],
+                      **summary, bytes_per_node=per_role, ranks=ranks)

@@ -1,0 +1,191 @@
+"""Bytes each rank sends and receives per step, by category: the formulas of the traffic table
+in docs/architecture.md, which the engine's measured counters must equal.
+
+Roles (same words as the metrics JSON): "worker" (ddp, ps: every rank computes the whole
+model; under ps, ranks 0..S-1 also hold one parameter shard each), "conv_worker" and
+"fc_worker" (stanza: ranks 0..Nc-1 and Nc..N-1), "local" (one process, no traffic).
+A category with zero bytes is left out of a rank's `sent`/`recv` (nothing crossed a link).
+"""
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from fractions import Fraction
+
+from ..anatomy import DTYPE_BYTES, LABEL_BYTES, Profile
+
+STRATEGIES = ("local", "ddp", "ps", "stanza")
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelCounts:
+    """The three numbers traffic depends on."""
+
+    conv_params: int  # Pc
+    fc_params: int  # Pf
+    boundary_values: int  # A, values per sample crossing the CONV|FC cut
+
+    @property
+    def params(self) -> int:
+        return self.conv_params + self.fc_params
+
+    @classmethod
+    def of(cls, obj) -> "ModelCounts":
+        """From a Profile, a ModelCounts, or a mapping with the three field names."""
+        if isinstance(obj, ModelCounts):
+            return obj
+        if isinstance(obj, Profile):
+            return cls(obj.conv.params, obj.fc.params, obj.boundary_values)
+        if isinstance(obj, Mapping):
+            missing = [f for f in ("conv_params", "fc_params", "boundary_values") if f not in obj]
+            if missing:
+                raise ValueError(f"model counts need {', '.join(missing)}")
+            return cls(int(obj["conv_params"]), int(obj["fc_params"]), int(obj["boundary_values"]))
+        raise ValueError(f"expected a Profile, ModelCounts or mapping, got {type(obj).__name__}")
+
+
+def ring_share(nbytes: int, n: int) -> Fraction:
+    """Bytes one member of an n-rank ring allreduce of nbytes sends (and receives): 2(n-1)/n * S."""
+    return Fraction(2 * (n - 1) * nbytes, n) if n > 1 else Fraction(0)
+
+
+def report(x: Fraction | int) -> int:
+    """Exact byte fractions become whole bytes only when reported (Python's round: half to even)."""
+    return int(round(Fraction(x)))
+
+
+def ps_shard_sizes(params: int, shards: int) -> list[int]:
+    """Even flat split: shard s holds P//S values, plus one for the first P % S shards."""
+    return [params // shards + (1 if s < params % shards else 0) for s in range(shards)]
+
+
+def fc_worker_of(conv_rank: int, fc_workers: int) -> int:
+    """Index j (0..k-1) of the FC worker serving CONV worker i: i % k."""
+    return conv_rank % fc_workers
+
+
+def data_workers(strategy: str, nodes: int, fc_workers: int | None) -> int:
+    """How many ranks split the global batch: N, or N - k for stanza."""
+    return nodes - fc_workers if strategy == "stanza" else nodes
+
+
+def split_batch(global_batch: int, workers: int) -> list[int]:
+    """Per-worker batches (the first G % n workers take one more sample)."""
+    return [global_batch // workers + (1 if i < global_batch % workers else 0) for i in range(workers)]
+
+
+def check_config(strategy: str, nodes: int, fc_workers: int | None, ps_shards: int | None) -> tuple[int | None, int | None]:
+    """Validate a configuration; return (k, S) resolved (S defaults to N: a shard on every rank)."""
+    if strategy not in STRATEGIES:
+        raise ValueError(f"unknown strategy {strategy!r}; expected one of: {', '.join(STRATEGIES)}")
+    if isinstance(nodes, bool) or not isinstance(nodes, int) or nodes < 1:
+        raise ValueError(f"nodes must be a positive integer, got {nodes!r}")
+    if strategy == "local" and nodes != 1:
+        raise ValueError(f"strategy local runs on 1 node, got {nodes}")
+    if strategy == "stanza":
+        if nodes < 2:
+            raise ValueError("stanza needs at least 2 nodes (one CONV worker and one FC worker)")
+        if isinstance(fc_workers, bool) or not isinstance(fc_workers, int) or not 1 <= fc_workers <= nodes - 1:
+            raise ValueError(f"fc_workers must be an integer in 1..{nodes - 1} for {nodes} nodes, got {fc_workers!r}")
+    elif fc_workers is not None:
+        raise ValueError(f"fc_workers applies to stanza only, not {strategy}")
+    if strategy == "ps":
+        ps_shards = nodes if ps_shards is None else ps_shards
+        if isinstance(ps_shards, bool) or not isinstance(ps_shards, int) or not 1 <= ps_shards <= nodes:
+            raise ValueError(f"ps_shards must be an integer in 1..{nodes} (one shard per rank at most), got {ps_shards!r}")
+    elif ps_shards is not None:
+        raise ValueError(f"ps_shards applies to ps only, not {strategy}")
+    return fc_workers, ps_shards
+
+
+def _clean(d: dict[str, Fraction | int]) -> dict[str, int]:
+    return {c: report(v) for c, v in d.items() if v}
+
+
+def rank_bytes(counts: ModelCounts, strategy: str, nodes: int, fc_workers: int | None,
+               batches: list[int], ps_shards: int | None, ranks=None) -> list[dict]:
+    """Per-rank figures for given per-data-worker batches (the engine splits evenly: see
+    expected_bytes); `ranks` limits the rows computed (default: all N)."""
+    N, P, A = nodes, counts.params, counts.boundary_values
+    k = fc_workers
+    nc = N - k if strategy == "stanza" else N
+    if strategy == "ps":
+        sizes = [DTYPE_BYTES * s for s in ps_shard_sizes(P, ps_shards)]
+    conv_ar = ring_share(DTYPE_BYTES * counts.conv_params, nc)
+    fc_ar = ring_share(DTYPE_BYTES * counts.fc_params, k or 1)
+
+    def row(r: int) -> dict:
+        if strategy == "local":
+            return {"rank": r, "role": "local", "sent": {}, "recv": {}}
+        if strategy == "ddp":
+            g = ring_share(DTYPE_BYTES * P, N)
+            return {"rank": r, "role": "worker", "sent": _clean({"grads": g}), "recv": _clean({"grads": g})}
+        if strategy == "ps":
+            own = sizes[r] if r < ps_shards else 0
+            others = DTYPE_BYTES * P - own  # pushed to / pulled from the other ranks' shards
+            served = (N - 1) * own  # what this rank's shard takes in (grads) and gives out (params)
+            return {"rank": r, "role": "worker", "sent": _clean({"grads": others, "params": served}),
+                    "recv": _clean({"grads": served, "params": others})}
+        if r < nc:
+            b = batches[r]
+            return {"rank": r, "role": "conv_worker",
+                    "sent": _clean({"activations": DTYPE_BYTES * b * A, "labels": LABEL_BYTES * b,
+                                    "conv_grads": conv_ar}),
+                    "recv": _clean({"activation_grads": DTYPE_BYTES * b * A, "conv_grads": conv_ar})}
+        served = sum(batches[i] for i in range(r - nc, nc, k))  # samples of CONV workers i, i % k == r - nc
+        return {"rank": r, "role": "fc_worker",
+                "sent": _clean({"activation_grads": DTYPE_BYTES * served * A, "fc_grads": fc_ar}),
+                "recv": _clean({"activations": DTYPE_BYTES * served * A, "labels": LABEL_BYTES * served,
+                                "fc_grads": fc_ar})}
+
+    return [row(r) for r in (range(N) if ranks is None else ranks)]
+
+
+def summary_bytes(counts: ModelCounts, strategy: str, nodes: int, fc_workers: int | None,
+                  batches: list[int], ps_shards: int | None) -> dict[str, int]:
+    """`totals(rank_bytes(...))` in O(1) rows: the cluster's bytes per step and the busiest
+    node's sent/received bytes (what sweeps over 1,000 nodes need, without 1,000 rows)."""
+    N, P, A = nodes, counts.params, counts.boundary_values
+    if strategy == "local" or N == 1:
+        return {"bytes_per_step": 0, "max_node_sent": 0, "max_node_recv": 0}
+    if strategy == "ddp":
+        g = report(ring_share(DTYPE_BYTES * P, N))
+        return {"bytes_per_step": N * g, "max_node_sent": g, "max_node_recv": g}
+    if strategy == "ps":
+        # rank r < S moves 4P - own + (N-1) own each way; rank 0 holds the largest shard
+        busiest = DTYPE_BYTES * P + (N - 2) * DTYPE_BYTES * ps_shard_sizes(P, ps_shards)[0]
+        return {"bytes_per_step": 2 * (N - 1) * DTYPE_BYTES * P, "max_node_sent": busiest, "max_node_recv": busiest}
+    k = fc_workers
+    nc = N - k
+    G = sum(batches)
+    conv_ar = report(ring_share(DTYPE_BYTES * counts.conv_params, nc))
+    fc_ar = report(ring_share(DTYPE_BYTES * counts.fc_params, k))
+    b0, s0 = batches[0], sum(batches[i] for i in range(0, nc, k))  # rank 0 and FC worker 0 carry the most
+    act = DTYPE_BYTES * A
+    return {"bytes_per_step": 2 * act * G + LABEL_BYTES * G + nc * conv_ar + k * fc_ar,
+            "max_node_sent": max(act * b0 + LABEL_BYTES * b0 + conv_ar, act * s0 + fc_ar),
+            "max_node_recv": max(act * b0 + conv_ar, act * s0 + LABEL_BYTES * s0 + fc_ar)}
+
+
+def expected_bytes(profile_or_counts, strategy: str, nodes: int, fc_workers: int | None = None,
+                   global_batch: int = 32, ps_shards: int | None = None) -> list[dict]:
+    """What every rank sends and receives per step: [{rank, role, sent: {cat: int}, recv: {cat: int}}].
+
+    The global batch must split evenly over the data workers (N, or N - k for stanza), as in
+    the engine. ps_shards defaults to N."""
+    counts = ModelCounts.of(profile_or_counts)
+    fc_workers, ps_shards = check_config(strategy, nodes, fc_workers, ps_shards)
+    n = data_workers(strategy, nodes, fc_workers)
+    if isinstance(global_batch, bool) or not isinstance(global_batch, int) or global_batch < n:
+        raise ValueError(f"global_batch must be an integer >= {n} (the data workers), got {global_batch!r}")
+    if global_batch % n:
+        raise ValueError(f"global_batch {global_batch} does not split evenly over {n} data workers")
+    return rank_bytes(counts, strategy, nodes, fc_workers, split_batch(global_batch, n), ps_shards)
+
+
+def totals(rank_rows: list[dict]) -> dict[str, int]:
+    """Cluster-wide sums: bytes_per_step (sum of bytes sent, the metrics JSON's figure) and the
+    busiest node's sent and received bytes."""
+    sent = [sum(r["sent"].values()) for r in rank_rows]
+    recv = [sum(r["recv"].values()) for r in rank_rows]
+    return {"bytes_per_step": sum(sent), "max_node_sent": max(sent), "max_node_recv": max(recv)}
