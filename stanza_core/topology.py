@@ -105,7 +105,10 @@ def make_topology(strategy: str, world_size: int, global_batch: int, fc_workers:
             raise ConfigError(f"--fc-workers must be >= 1 with stanza, got {fc_workers}")
         if fc_workers >= world_size:
             raise ConfigError(f"--fc-workers {fc_workers} leaves no CONV worker with {world_size} ranks; "
-                              f"expected 1 <= k <= {world_size - 1}")
+                              f"expected 1 <= k <= {world_size // 2}")
+        if fc_workers > world_size - fc_workers:
+            raise ConfigError(f"--fc-workers {fc_workers} on {world_size} ranks leaves an FC worker with no CONV "
+                              f"worker to serve; expected k <= N - k, i.e. k <= {world_size // 2}")
     else:
         fc_workers = 0
     if strategy == "ps":

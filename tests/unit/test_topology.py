@@ -15,7 +15,7 @@ def test_stanza_roles_and_service_are_balanced():
     assert t.data_workers == 5
 
 
-@pytest.mark.parametrize("n,k", [(2, 1), (5, 1), (9, 4), (16, 3)])
+@pytest.mark.parametrize("n,k", [(2, 1), (5, 1), (9, 4), (16, 3), (8, 4)])
 def test_every_conv_worker_served_once(n, k):
     t = make_topology("stanza", n, (n - k) * 2, fc_workers=k)
     served = sorted(i for f in t.fc_ranks for i in t.served_by(f))
@@ -37,6 +37,7 @@ def test_ddp_ps_local_layouts():
     (("stanza", 3, 12, 3), "leaves no CONV worker"),
     (("stanza", 3, 12, 5), "leaves no CONV worker"),
     (("stanza", 3, 12, 0), "must be >= 1"),
+    (("stanza", 3, 12, 2), "leaves an FC worker with no CONV worker"),
     (("stanza", 1, 12, 1), "at least 2 ranks"),
     (("stanza", 4, 10, 1), "not divisible by the 3 data workers"),
     (("ddp", 4, 10), "not divisible by the 4 data workers"),
