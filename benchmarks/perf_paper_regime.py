@@ -38,7 +38,7 @@ def rows(models, sizes, bandwidths, batches, latency_s):
                                 "vs_psN": st.throughput / a.ps.throughput, "vs_ps1": st.throughput / ps1.throughput,
                                 "vs_ddp": st.throughput / a.ddp.throughput,
                                 "bytes_ratio_psN": a.ps.max_node_sent / st.max_node_sent,
-                                "best": a.best.strategy})
+                                "best": a.best.strategy if a.best.strategy != "stanza" else f"k={a.best.fc_workers}"})
     return out
 
 
@@ -55,13 +55,14 @@ def main(argv=None) -> int:
               file=sys.stderr)
         return 2
     res = rows(["alexnet", "vgg16"], [4, 8, 16], [10.0, 100.0], batches, args.latency_us * 1e-6)
-    print(f"V100 table device, {args.latency_us:g} us/message; speedup = stanza(best k) samples/s / baseline samples/s")
+    print(f"V100 table device, {args.latency_us:g} us/message; speedup = stanza(best k) samples/s / baseline samples/s;")
+    print("bytes/node ps:st = busiest node's bytes sent per step, ps(S=N) over stanza; best = best_assignment's pick")
     print(f"{'model':<8}{'Gb/s':>5}{'b':>4}{'N':>4}{'k':>3}{'stanza ms':>10}{'ddp ms':>9}{'ps(S=N)':>9}"
-          f"{'ps(S=1)':>9}{'vs ps(S=N)':>11}{'vs ps(S=1)':>11}{'vs ddp':>8}{'bytes/node ps:st':>17}")
+          f"{'ps(S=1)':>9}{'vs ps(S=N)':>11}{'vs ps(S=1)':>11}{'vs ddp':>8}{'bytes/node ps:st':>17}{'best':>6}")
     for r in res:
         print(f"{r['model']:<8}{r['gbps']:>5g}{r['b']:>4}{r['nodes']:>4}{r['k']:>3}{r['stanza_ms']:>10.1f}"
               f"{r['ddp_ms']:>9.1f}{r['psN_ms']:>9.1f}{r['ps1_ms']:>9.1f}{r['vs_psN']:>10.2f}x{r['vs_ps1']:>10.2f}x"
-              f"{r['vs_ddp']:>7.2f}x{r['bytes_ratio_psN']:>16.1f}x")
+              f"{r['vs_ddp']:>7.2f}x{r['bytes_ratio_psN']:>16.1f}x{r['best']:>6}")
     for gbps, claim in PAPER.items():
         print(f"paper at {gbps:g} Gb/s: {claim}")
     if args.json:

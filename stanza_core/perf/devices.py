@@ -45,12 +45,16 @@ class DeviceSpec:
 # the datasheet's 989 is with sparsity), 3350 GB/s. PyTorch runs fp32 convolutions in TF32 on
 # Ampere and later by default (torch.backends.cudnn.allow_tf32 = True) and fp32 matmuls in
 # full FP32 (torch.backends.cuda.matmul.allow_tf32 = False since 1.12): hence the two peaks.
+# Efficiencies are assumptions (docs/performance-model.md): fp32 CUDA-core convs sustain a
+# large share of their peak; TF32 tensor-core peaks are far from reached by CNN training that
+# keeps fp32 activations in memory (BN/ReLU/pooling traffic is not in the FLOP count), so
+# their share is set lower.
 DEVICE_TABLE: dict[str, DeviceSpec] = {
     "v100": DeviceSpec("v100", 15.7e12, 15.7e12, 900e9, 0.70, 0.70, 0.80,
                        "V100 SXM2 (EC2 p3): FP32 CUDA cores for convs and matmuls"),
-    "a100": DeviceSpec("a100", 156e12, 19.5e12, 2039e9, 0.35, 0.70, 0.80,
+    "a100": DeviceSpec("a100", 156e12, 19.5e12, 2039e9, 0.25, 0.70, 0.80,
                        "A100 SXM4 80 GB: convs on TF32 tensor cores, matmuls FP32"),
-    "h100": DeviceSpec("h100", 494.7e12, 67e12, 3350e9, 0.30, 0.60, 0.80,
+    "h100": DeviceSpec("h100", 494.7e12, 67e12, 3350e9, 0.20, 0.60, 0.80,
                        "H100 SXM5: convs on TF32 tensor cores, matmuls FP32"),
 }
 SGD_MOMENTUM_BYTES_PER_PARAM = 20  # read weight, grad, momentum; write weight, momentum (fp32)
