@@ -232,6 +232,8 @@ def predict(profile: Profile, cluster: Cluster, strategy: str, fc_workers: int |
         total, crit, terms = _ps(profile, dev, cluster, b, ps_shards)
     else:
         total, crit, terms = _stanza(profile, dev, cluster, b, fc_workers, cap)
+    if not total > 0:
+        raise ValueError(f"predicted step time is {total} s: the device profile {dev.name!r} has no compute time")
     breakdown = {"conv_compute_s": dev.time_s("conv", "fwd", b) + dev.time_s("conv", "bwd", b),
                  "fc_compute_s": dev.time_s("fc", "fwd", b) + dev.time_s("fc", "bwd", b),
                  "step_overhead_s": dev.step_overhead_s, **terms}
