@@ -4,7 +4,7 @@
   DeviceProfile, DEVICE_TABLE   per-sample compute times, measured or derived from FLOPs
   expected_bytes                per-rank, per-category bytes per step (equal to the engine's counters)
   predict -> Prediction         step time, breakdown, throughput and traffic of one configuration
-  best_assignment               the fastest of ddp, ps and stanza k = 1..N-1, with the ranking
+  best_assignment               the fastest of ddp, ps and stanza k = 1..N//2, with the ranking
   sweep                         best_assignment over bandwidths x cluster sizes
 
 The equations and assumptions are written out in docs/performance-model.md.

@@ -1,7 +1,8 @@
 """Node assignment: which strategy, and how many FC workers k, trains fastest on a cluster.
 
-The paper's offline optimisation, solved exhaustively (N-1 stanza splits plus two baselines
-are cheap to evaluate in closed form): rank every candidate by predicted throughput in
+The paper's offline optimisation, solved exhaustively (the stanza splits k = 1..N//2, every
+one the engine can run, since each FC worker must serve a CONV worker, plus two baselines,
+all cheap to evaluate in closed form): rank every candidate by predicted throughput in
 samples/s. ddp is always a candidate, so the winner is never predicted slower than ddp; on
 a tie the simpler candidate wins (ddp, then ps, then stanza with the smaller k).
 """
@@ -48,12 +49,12 @@ def _key(p: Prediction):
 def best_assignment(profile: Profile, cluster: Cluster, global_batch: int | None = None, *,
                     batch_per_worker: int | None = None, ps_shards: int | None = None,
                     fc_workers: range | list[int] | None = None, bucket_mb: float = DEFAULT_BUCKET_MB) -> Assignment:
-    """Evaluate ddp, ps (ps_shards, default N) and stanza k = 1..N-1 (or the given k values)
+    """Evaluate ddp, ps (ps_shards, default N) and stanza k = 1..N//2 (or the given k values)
     with the same batch rule, and return the fastest with the full ranking."""
     batch = {"global_batch": global_batch, "batch_per_worker": batch_per_worker, "bucket_mb": bucket_mb}
     ddp = predict(profile, cluster, "ddp", **batch, with_ranks=False)
     ps = predict(profile, cluster, "ps", **batch, ps_shards=ps_shards, with_ranks=False)
-    ks = range(1, cluster.nodes) if fc_workers is None else fc_workers
+    ks = range(1, cluster.nodes // 2 + 1) if fc_workers is None else fc_workers
     cands = [ddp, ps]
     for k in ks:
         if global_batch is not None and global_batch < cluster.nodes - k:

@@ -18,7 +18,7 @@ def sweep(profile: Profile, device="v100", bandwidths_gbps=DEFAULT_BANDWIDTHS_GB
           batch_per_worker: int | None = None, ps_shards: int | None = None,
           bucket_mb: float = DEFAULT_BUCKET_MB) -> dict[str, Any]:
     """best_assignment at every (bandwidth, size). One row per point with the winner, the
-    baselines, the best stanza k, and stanza's throughput for every k (index k-1).
+    baselines, the best stanza k, and stanza's throughput for every k = 1..N//2 (index k-1).
 
     With a fixed global_batch, sizes with more data workers than samples are skipped."""
     if not bandwidths_gbps or not sizes:

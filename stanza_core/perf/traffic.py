@@ -85,8 +85,10 @@ def check_config(strategy: str, nodes: int, fc_workers: int | None, ps_shards: i
     if strategy == "stanza":
         if nodes < 2:
             raise ValueError("stanza needs at least 2 nodes (one CONV worker and one FC worker)")
-        if isinstance(fc_workers, bool) or not isinstance(fc_workers, int) or not 1 <= fc_workers <= nodes - 1:
-            raise ValueError(f"fc_workers must be an integer in 1..{nodes - 1} for {nodes} nodes, got {fc_workers!r}")
+        # as the engine's topology: every FC worker serves at least one CONV worker (k <= N - k)
+        if isinstance(fc_workers, bool) or not isinstance(fc_workers, int) or not 1 <= fc_workers <= nodes // 2:
+            raise ValueError(f"fc_workers must be an integer in 1..{nodes // 2} for {nodes} nodes "
+                             f"(k <= N - k), got {fc_workers!r}")
     elif fc_workers is not None:
         raise ValueError(f"fc_workers applies to stanza only, not {strategy}")
     if strategy == "ps":

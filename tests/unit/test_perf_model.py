@@ -178,7 +178,7 @@ def test_measured_profile_drives_the_model():
     ({"global_batch": 8, "batch_per_worker": 2}, "not both"),
     ({"batch_per_worker": 0}, "batch_per_worker must be a positive integer"),
     ({"bucket_mb": 0}, "bucket_mb must be > 0"),
-    ({"fc_workers": 4}, "fc_workers must be an integer in 1..3"),
+    ({"fc_workers": 3}, "fc_workers must be an integer in 1..2"),
 ])
 def test_predict_rejects_bad_arguments(kw, fragment):
     kw = {"fc_workers": 1, **kw}

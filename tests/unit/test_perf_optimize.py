@@ -24,7 +24,7 @@ def test_best_is_never_slower_than_ddp_and_ranking_is_complete(model, n, gbps, l
     tp = [p.throughput for p in a.ranking]
     assert tp == sorted(tp, reverse=True) and a.best.throughput == tp[0]
     ks = sorted(p.fc_workers for p in a.ranking if p.strategy == "stanza")
-    assert ks == list(range(1, n))
+    assert ks == list(range(1, n // 2 + 1))  # every split the engine can run
     assert {p.strategy for p in a.ranking} == {"ddp", "ps", "stanza"}
     assert a.best.ranks is not None and len(a.best.ranks) == n
 
@@ -57,7 +57,7 @@ def test_single_node_has_only_the_baselines():
 
 def test_global_batch_skips_splits_with_fewer_samples_than_conv_workers():
     a = best_assignment(MODELS["fc_heavy"], Cluster(8, 10.0), global_batch=8)
-    assert sorted(p.fc_workers for p in a.ranking if p.strategy == "stanza") == list(range(1, 8))
+    assert sorted(p.fc_workers for p in a.ranking if p.strategy == "stanza") == [1, 2, 3, 4]
     with pytest.raises(ValueError, match="global_batch must be an integer >= 8"):
         best_assignment(MODELS["fc_heavy"], Cluster(8, 10.0), global_batch=6)
 
@@ -94,7 +94,7 @@ def test_sweep_rows_and_skips():
     assert res["skipped"] == [{"nodes": 8, "reason": "global batch 4 < 8 data workers"}]
     for r in res["rows"]:
         assert r["speedup_vs_ddp"] >= 1.0
-        assert len(r["stanza_throughput_by_k"]) == r["nodes"] - 1
+        assert len(r["stanza_throughput_by_k"]) == r["nodes"] // 2
         assert max(r["stanza_throughput_by_k"]) == pytest.approx(r["stanza_best"]["throughput"])
     with pytest.raises(ValueError, match="at least one bandwidth"):
         sweep(MODELS["fc_heavy"], "v100", [], [2])
@@ -103,4 +103,4 @@ def test_sweep_rows_and_skips():
 def test_sweep_reaches_1024_nodes():
     res = sweep(MODELS["fc_heavy"], "v100", [10.0], [1024])
     (row,) = res["rows"]
-    assert len(row["stanza_throughput_by_k"]) == 1023 and row["speedup_vs_ddp"] >= 1.0
+    assert len(row["stanza_throughput_by_k"]) == 512 and row["speedup_vs_ddp"] >= 1.0

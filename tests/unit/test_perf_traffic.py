@@ -73,14 +73,14 @@ def test_stanza_k1_has_no_fc_allreduce_and_one_conv_worker_no_conv_allreduce():
     assert rows[0]["sent"] == {"activations": 4 * 4 * 7, "labels": 32}
 
 
-@pytest.mark.parametrize("n, k", [(2, 1), (4, 1), (4, 3), (7, 2), (9, 4), (16, 5)])
+@pytest.mark.parametrize("n, k", [(2, 1), (4, 1), (4, 2), (7, 2), (9, 4), (16, 5), (16, 8)])
 @pytest.mark.parametrize("pc, pf, a", [(3, 5, 1), (1000, 70_001, 33)])
 def test_stanza_formulas_over_n_and_k(n, k, pc, pf, a):
     nc, b = n - k, 3
     rows = expected_bytes(counts(pc, pf, a), "stanza", n, fc_workers=k, global_batch=nc * b)
     conv_ar, fc_ar = round(Fraction(2 * (nc - 1), nc) * 4 * pc), round(Fraction(2 * (k - 1), k) * 4 * pf)
     for j in range(k):
-        m = len(range(j, nc, k))  # CONV workers i with i % k == j (0 when k > Nc: FC replica idle)
+        m = len(range(j, nc, k))  # CONV workers i with i % k == j
         r = rows[nc + j]
         assert r["recv"].get("activations", 0) == m * 4 * b * a and r["recv"].get("labels", 0) == m * 8 * b
         assert r["sent"].get("activation_grads", 0) == m * 4 * b * a
@@ -94,7 +94,8 @@ def test_stanza_formulas_over_n_and_k(n, k, pc, pf, a):
 @pytest.mark.parametrize("strategy, n, k, s", [("ddp", 1, None, None), ("ddp", 5, None, None),
                                                ("ps", 1, None, None), ("ps", 6, None, 1), ("ps", 6, None, 4),
                                                ("ps", 6, None, None), ("stanza", 2, 1, None),
-                                               ("stanza", 9, 2, None), ("stanza", 33, 7, None)])
+                                               ("stanza", 9, 2, None), ("stanza", 33, 7, None),
+                                               ("stanza", 8, 4, None)])
 @pytest.mark.parametrize("g_per", [1, 3])
 def test_summary_equals_the_sum_of_rows(strategy, n, k, s, g_per):
     c = ModelCounts(1001, 70_003, 37)
@@ -115,6 +116,7 @@ def test_expected_bytes_from_a_real_profile():
 @pytest.mark.parametrize("call, fragment", [
     (lambda: expected_bytes(counts(1, 1, 1), "ddp", 4, global_batch=6), "does not split evenly over 4"),
     (lambda: expected_bytes(counts(1, 1, 1), "stanza", 4, fc_workers=4, global_batch=8), "fc_workers must be"),
+    (lambda: expected_bytes(counts(1, 1, 1), "stanza", 5, fc_workers=3, global_batch=8), r"1\.\.2 for 5 nodes"),
     (lambda: expected_bytes(counts(1, 1, 1), "stanza", 1, fc_workers=1, global_batch=8), "at least 2 nodes"),
     (lambda: expected_bytes(counts(1, 1, 1), "ps", 4, global_batch=8, ps_shards=5), "ps_shards must be"),
     (lambda: expected_bytes(counts(1, 1, 1), "ddp", 4, fc_workers=1, global_batch=8), "stanza only"),
