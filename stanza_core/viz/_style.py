@@ -1,0 +1,35 @@
+"""Colours, number formats and layout defaults shared by every figure builder."""
+from __future__ import annotations
+
+import plotly.graph_objects as go
+
+# One colour per thing, the same in every figure of the project.
+PART_COLORS = {"conv": "#1f77b4", "fc": "#d62728"}  # CONV body blue, FC head red
+PART_LABELS = {"conv": "CONV", "fc": "FC"}
+STRATEGY_COLORS = {"local": "#7f7f7f", "ddp": "#2ca02c", "ps": "#ff7f0e", "stanza": "#9467bd"}
+TEMPLATE = "plotly_white"
+
+
+def si(value: float, unit: str = "") -> str:
+    """Human-readable number with an SI prefix: si(58_631_144) -> '58.63 M'."""
+    for factor, prefix in ((1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if abs(value) >= factor:
+            return f"{value / factor:.2f} {prefix}{unit}"
+    return f"{value:g} {unit}".rstrip()
+
+
+def finish(fig: go.Figure, title: str, height: int) -> go.Figure:
+    """Apply the project's layout defaults (template, title, size, legend on top)."""
+    fig.update_layout(template=TEMPLATE, title=dict(text=title, x=0.01), height=height,
+                      margin=dict(l=60, r=20, t=110, b=60),
+                      legend=dict(orientation="h", yanchor="bottom", y=1.06, x=0.99, xanchor="right"))
+    return fig
+
+
+def note_figure(text: str, title: str, height: int = 200) -> go.Figure:
+    """An empty figure that says why there is nothing to plot (keeps notebooks free of ifs)."""
+    fig = go.Figure()
+    fig.add_annotation(text=text, showarrow=False, x=0.5, y=0.5, xref="paper", yref="paper")
+    fig.update_xaxes(visible=False)
+    fig.update_yaxes(visible=False)
+    return finish(fig, title, height)
