@@ -1,0 +1,45 @@
+"""Run every paper experiment's notebook with papermill and build one report.
+
+    python -m stanza_core.reproduce [--full] [--only NAME[,NAME]] [--out DIR] [--specs DIR]
+
+Each experiment is one YAML file in `reproductions/` (its stem is the experiment's name and the
+folder `<out>/<name>/` its notebook writes into). Schema, every key checked on load:
+
+    title: Layer anatomy            # one line for the report
+    notebook: notebooks/01_x.ipynb  # path from the repository root (the specs folder's parent)
+    paper: Motivation, CONV vs FC   # which paper figure / table / section the experiment backs
+    requires: [root, tc]            # optional; unmet -> skipped, not failed. Known: linux, root,
+                                    #   tc (`ip` and `tc` on PATH), cuda (torch sees a GPU)
+    timeout_s: 1800                 # optional; per-cell papermill timeout (default: none)
+    quick: {models: [alexnet]}      # parameters of `make reproduce`: CPU, seconds to minutes
+    full: {models: [alexnet, vgg16]}  # parameters of `make reproduce FULL=1`: the paper's run
+    tiny: {models: [tiny_cnn]}      # optional; what tests/notebooks run (default: quick)
+    claims:                         # one row each in the report's table
+      - claim: FC share of AlexNet parameters    # in words
+        paper: "96.0 %"                          # the paper's number or text, as it states it
+        ours: models.alexnet.fc_param_share      # dotted key into results.json (list items: 0, 1..)
+        format: "{:.1%}"                         # optional str.format template (default "{}")
+        scale: 1.0e-6                            # optional factor applied before format/expect
+        expect: 0.96                             # optional: a number or [low, high]
+        tolerance: 0.0005                        # optional absolute tolerance of a number expect
+        deviation: why ours may differ           # optional
+        modes: [full]                            # optional: runs that must produce the key
+                                                 #   (default: quick and full)
+
+Parameter sets may name only parameters of the notebook's `parameters` cell; `out_dir` is
+always injected (absolute) and must not appear. Every notebook writes `<out_dir>/results.json`.
+A claim whose key is missing from a run listed in its `modes` fails the experiment; a value
+outside `expect` is reported as "differs" (a finding, not a crash).
+
+Writes `<out>/<name>/` (executed notebook, its HTML export, figures, results.json, status.json),
+`<out>/index.html` and `<out>/index.json`. `<out>` is marked as ours by a `.stanza-reproduce`
+file; an existing non-empty folder without that mark is refused, never overwritten. The exit
+status is 0 when no experiment failed, 1 otherwise, 2 for bad input.
+"""
+from __future__ import annotations
+
+from .run import VenvKernelManager, execute, main, prepare_out, run_experiment
+from .spec import MARKER, REPO_ROOT, Spec, SpecError, evaluate_claims, load_spec, load_specs, lookup
+
+__all__ = ["Spec", "SpecError", "load_spec", "load_specs", "lookup", "evaluate_claims", "execute",
+           "run_experiment", "prepare_out", "main", "VenvKernelManager", "MARKER", "REPO_ROOT"]

@@ -1,0 +1,119 @@
+"""The report: `<out>/index.html` (one page, every experiment) and `<out>/index.json` (the same data).
+
+Built from each experiment's `<out>/<name>/status.json`, so a run with `--only` refreshes its
+experiments and keeps the others' last results. Figures are embedded from the
+`<figure>.plotly.json` files the notebooks write (interactive, one shared plotly.min.js beside
+the page, works offline); an experiment without them shows its PNGs, else links its HTML figures.
+"""
+from __future__ import annotations
+
+import html
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import plotly.io as pio
+from plotly.offline import get_plotlyjs
+
+from .spec import Spec
+
+FIGURE_SUFFIX = ".plotly.json"  # as written by stanza_core.nbtools.save_figures
+FIGURES_FILE = "figures.json"  # the figures' order, ditto
+_CSS = """
+body { font-family: system-ui, sans-serif; max-width: 1250px; margin: 2em auto; padding: 0 1em; color: #222; }
+table { border-collapse: collapse; margin: 0.8em 0; font-size: 0.92em; }
+th, td { border: 1px solid #ccc; padding: 0.3em 0.6em; text-align: left; vertical-align: top; }
+th { background: #f0f0f0; }
+.ok, .agrees { color: #1a7f37; font-weight: 600; } .failed, .differs, .missing { color: #c62828; font-weight: 600; }
+.skipped, .reported, .not-run { color: #8a6d00; }
+section { border-top: 2px solid #ddd; margin-top: 2em; padding-top: 0.5em; }
+code { background: #f6f6f6; padding: 0 0.2em; } img { max-width: 100%; }
+"""
+
+
+def _status(out_root: Path, spec: Spec) -> dict[str, Any]:
+    path = out_root / spec.name / "status.json"
+    if path.is_file():
+        return json.loads(path.read_text())
+    return {"name": spec.name, "title": spec.title, "paper": spec.paper, "status": "not run", "claims": [],
+            "error": None, "mode": None, "duration_s": None, "executed": None, "html": None, "parameters": {}}
+
+
+def _cls(status: str) -> str:
+    return html.escape(status.split(" ")[0] if status.startswith("not in") else status.replace(" ", "-"))
+
+
+def _claims_table(claims: list[dict[str, Any]]) -> str:
+    if not claims:
+        return "<p>No claims evaluated.</p>"
+    rows = "".join(
+        f"<tr><td>{html.escape(c['claim'])}</td><td>{html.escape(c['paper'])}</td>"
+        f"<td>{html.escape(str(c['ours']))}</td><td class='{_cls(c['status'])}'>{html.escape(c['status'])}</td>"
+        f"<td>{html.escape(c.get('deviation') or '')}</td></tr>" for c in claims)
+    return ("<table><tr><th>claim</th><th>paper</th><th>ours</th><th>check</th><th>deviation</th></tr>"
+            f"{rows}</table>")
+
+
+def _figures(folder: Path, name: str, skip: set[str]) -> str:
+    parts = []
+    specs = sorted(folder.glob(f"*{FIGURE_SUFFIX}"))
+    if (folder / FIGURES_FILE).is_file():
+        order = json.loads((folder / FIGURES_FILE).read_text())["figures"]
+        rank = {k: i for i, k in enumerate(order)}
+        specs.sort(key=lambda p: rank.get(p.name[: -len(FIGURE_SUFFIX)], len(rank)))
+    for path in specs:
+        fig = pio.from_json(path.read_text())
+        parts.append(fig.to_html(full_html=False, include_plotlyjs=False, default_width="100%"))
+    if not specs:
+        parts += [f"<img src='{html.escape(name)}/{html.escape(p.name)}' alt='{html.escape(p.stem)}'>"
+                  for p in sorted(folder.glob("*.png"))]
+    if not parts:
+        links = [p for p in sorted(folder.glob("*.html")) if p.name not in skip]
+        parts += [f"<p><a href='{html.escape(name)}/{html.escape(p.name)}'>{html.escape(p.stem)}</a></p>"
+                  for p in links]
+    return "\n".join(parts) or "<p>No figures.</p>"
+
+
+def _section(out_root: Path, st: dict[str, Any]) -> str:
+    name = st["name"]
+    links = [f"<a href='{html.escape(name)}/{html.escape(st[k])}'>{label}</a>"
+             for k, label in (("executed", "executed notebook"), ("html", "as HTML")) if st.get(k)]
+    params = ", ".join(f"<code>{html.escape(k)}={html.escape(json.dumps(v))}</code>"
+                       for k, v in (st.get("parameters") or {}).items())
+    error = f"<p class='failed'>{html.escape(st['error'])}</p>" if st.get("error") else ""
+    return (f"<section id='{html.escape(name)}'><h2>{html.escape(st['title'])}</h2>"
+            f"<p>Paper: {html.escape(st['paper'])}</p>"
+            f"<p>Status: <span class='{_cls(st['status'])}'>{html.escape(st['status'])}</span>"
+            + (f" ({html.escape(st['mode'])} run, {st['duration_s']} s, {html.escape(st.get('started', ''))})"
+               if st.get("mode") else "") + "</p>" + error
+            + (f"<p>{' · '.join(links)}</p>" if links else "")
+            + (f"<p>Parameters: {params}</p>" if params else "")
+            + _claims_table(st["claims"])
+            + _figures(out_root / name, name, {st.get("html") or ""}) + "</section>")
+
+
+def write_index(out_root: Path, specs: list[Spec]) -> Path:
+    """Write index.html, index.json and plotly.min.js into `out_root`; return index.html's path."""
+    statuses = [_status(out_root, s) for s in specs]
+    (out_root / "plotly.min.js").write_text(get_plotlyjs())  # shared by every embedded figure
+    summary = "".join(
+        f"<tr><td><a href='#{html.escape(s['name'])}'>{html.escape(s['name'])}</a></td>"
+        f"<td>{html.escape(s['title'])}</td><td>{html.escape(s.get('mode') or '')}</td>"
+        f"<td class='{_cls(s['status'])}'>{html.escape(s['status'])}</td>"
+        f"<td>{sum(c['status'] == 'agrees' for c in s['claims'])} / {len(s['claims'])}</td></tr>"
+        for s in statuses)
+    generated = time.strftime("%Y-%m-%d %H:%M:%S")
+    page = (
+        "<!DOCTYPE html><html><head><meta charset='utf-8'><title>Stanza workbench: reproductions</title>"
+        f"<style>{_CSS}</style><script src='plotly.min.js'></script></head><body>"
+        "<h1>Stanza workbench: reproductions</h1>"
+        "<p>Wu et al., <i>Stanza: Layer Separation for Distributed Training in Deep Learning</i>, "
+        f"arXiv 1812.10624. Generated {generated}.</p>"
+        "<table><tr><th>experiment</th><th>title</th><th>run</th><th>status</th><th>claims agreeing</th></tr>"
+        f"{summary}</table>" + "".join(_section(out_root, s) for s in statuses) + "</body></html>\n")
+    index = out_root / "index.html"
+    index.write_text(page)
+    (out_root / "index.json").write_text(json.dumps({"generated": generated, "experiments": statuses},
+                                                    indent=1, default=str) + "\n")
+    return index

@@ -1,0 +1,160 @@
+"""Run the experiments' notebooks with papermill (the venv's kernel) and record their status."""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from jupyter_client.kernelspec import KernelSpec
+from jupyter_client.manager import AsyncKernelManager
+
+from .report import write_index
+from .spec import MARKER, REPO_ROOT, Spec, SpecError, evaluate_claims, load_specs
+
+
+
+class VenvKernelManager(AsyncKernelManager):
+    """The kernel is this interpreter (the project's venv), whatever kernelspecs the user has,
+    and it imports this checkout of stanza_core even without `pip install -e .`."""
+
+    @property
+    def kernel_spec(self) -> KernelSpec:
+        path = os.pathsep.join(p for p in (str(REPO_ROOT), os.environ.get("PYTHONPATH", "")) if p)
+        return KernelSpec(argv=[sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+                          display_name="stanza venv", language="python", env={"PYTHONPATH": path})
+
+
+def execute(notebook: Path, output: Path, parameters: dict[str, Any], *, timeout_s: int | None = None,
+            progress_bar: bool = True) -> None:
+    """papermill-execute `notebook` into `output` with the venv kernel, cwd = the notebook's
+    folder (as in Jupyter). Raises papermill's PapermillExecutionError when a cell fails."""
+    import papermill as pm
+
+    pm.execute_notebook(str(notebook), str(output), parameters=parameters, kernel_name="python3",
+                        cwd=str(notebook.parent), progress_bar=progress_bar, execution_timeout=timeout_s,
+                        kernel_manager_class=VenvKernelManager)
+
+
+def unmet_requirements(requires: list[str]) -> list[str]:
+    checks = {
+        "linux": lambda: sys.platform.startswith("linux"),
+        "root": lambda: hasattr(os, "geteuid") and os.geteuid() == 0,
+        "tc": lambda: bool(shutil.which("tc") and shutil.which("ip")),
+        "cuda": lambda: __import__("torch").cuda.is_available(),
+    }
+    return [r for r in requires if not checks[r]()]
+
+
+def _one_line(e: BaseException) -> str:
+    ename, evalue = getattr(e, "ename", None), getattr(e, "evalue", None)
+    if ename:  # papermill: the notebook's own exception, and the cell it came from
+        return f"{ename}: {str(evalue).strip().splitlines()[0] if evalue else ''} (cell [{e.exec_count}])"
+    text = str(e).strip()
+    return f"{type(e).__name__}: {text.splitlines()[0] if text else ''}"
+
+
+def _export_html(ipynb: Path) -> Path | None:
+    try:
+        from nbconvert import HTMLExporter
+
+        body, _ = HTMLExporter().from_filename(str(ipynb))
+    except Exception as e:  # the executed notebook is what matters; its HTML is a convenience
+        print(f"  HTML export of {ipynb.name} skipped: {_one_line(e)}")
+        return None
+    out = ipynb.with_suffix(".html")
+    out.write_text(body)
+    return out
+
+
+def run_experiment(spec: Spec, mode: str, out_root: Path, *, html: bool = True) -> dict[str, Any]:
+    """Run one experiment into `<out_root>/<name>/` (replaced); return and store its status."""
+    out = out_root / spec.name
+    if out.exists():
+        shutil.rmtree(out)
+    out.mkdir(parents=True)
+    status: dict[str, Any] = {"name": spec.name, "title": spec.title, "paper": spec.paper, "mode": mode,
+                              "notebook": str(spec.notebook.relative_to(REPO_ROOT)) if spec.notebook.is_relative_to(REPO_ROOT) else str(spec.notebook),
+                              "parameters": spec.params[mode], "started": time.strftime("%Y-%m-%d %H:%M:%S"),
+                              "status": "ok", "error": None, "executed": None, "html": None, "claims": []}
+    t0 = time.perf_counter()
+    if unmet := unmet_requirements(spec.requires):
+        status.update(status="skipped", error=f"needs {', '.join(unmet)}")
+    else:
+        executed = out / spec.notebook.name
+        try:
+            execute(spec.notebook, executed, {**spec.params[mode], "out_dir": str(out.resolve())},
+                    timeout_s=spec.timeout_s)
+        except Exception as e:  # any failure of one notebook is reported; the others still run
+            status.update(status="failed", error=_one_line(e))
+        if executed.exists():
+            status["executed"] = executed.name
+            if html and (h := _export_html(executed)):
+                status["html"] = h.name
+        results = None
+        if (out / "results.json").is_file():
+            results = json.loads((out / "results.json").read_text())
+        elif status["status"] == "ok":
+            status.update(status="failed", error="the notebook wrote no results.json")
+        status["claims"], missing = evaluate_claims(spec, results, mode)
+        if missing and status["status"] == "ok":
+            status.update(status="failed", error=f"results.json lacks claim keys {missing}")
+    status["duration_s"] = round(time.perf_counter() - t0, 1)
+    (out / "status.json").write_text(json.dumps(status, indent=1, default=str) + "\n")
+    return status
+
+
+def prepare_out(out_root: Path) -> None:
+    """Create `out_root` as ours, or accept it if ours already; refuse anyone else's files."""
+    if out_root.exists() and not out_root.is_dir():
+        raise SpecError(f"--out {out_root} exists and is not a folder")
+    if out_root.is_dir() and any(out_root.iterdir()) and not (out_root / MARKER).exists():
+        raise SpecError(f"refusing to write into {out_root}: it is not empty and was not made by "
+                        f"stanza_core.reproduce (no {MARKER}); choose a new or empty folder")
+    out_root.mkdir(parents=True, exist_ok=True)
+    (out_root / MARKER).write_text("This folder is rewritten by `python -m stanza_core.reproduce`.\n")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m stanza_core.reproduce",
+                                 description="Run every reproductions/*.yaml notebook and write <out>/index.html.")
+    ap.add_argument("--full", action="store_true", help="the paper-scale parameters (default: quick)")
+    ap.add_argument("--only", default=None, help="comma-separated experiment names (YAML stems)")
+    ap.add_argument("--specs", type=Path, default=REPO_ROOT / "reproductions", help="folder of YAML files")
+    ap.add_argument("--out", type=Path, default=None, help="output folder (default: <specs>/out)")
+    ap.add_argument("--no-html", action="store_true", help="skip the nbconvert HTML export")
+    args = ap.parse_args(argv)
+    mode = "full" if args.full else "quick"
+    out_root = args.out if args.out is not None else args.specs / "out"
+    try:
+        specs = load_specs(args.specs)
+        if args.only:
+            wanted = [n.strip() for n in args.only.split(",") if n.strip()]
+            if unknown := [n for n in wanted if n not in {s.name for s in specs}]:
+                raise SpecError(f"--only: unknown experiments {unknown}; known: {[s.name for s in specs]}")
+            specs = [s for s in specs if s.name in wanted]
+        prepare_out(out_root)
+    except SpecError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    statuses = []
+    for i, spec in enumerate(specs, start=1):
+        print(f"[{i}/{len(specs)}] {spec.name} ({mode}): {spec.notebook.name}", flush=True)
+        st = run_experiment(spec, mode, out_root, html=not args.no_html)
+        print(f"[{i}/{len(specs)}] {spec.name}: {st['status']} in {st['duration_s']} s"
+              + (f" - {st['error']}" if st["error"] else ""), flush=True)
+        statuses.append(st)
+    index = write_index(out_root, load_specs(args.specs))
+    failed = [s for s in statuses if s["status"] == "failed"]
+    differs = [(s["name"], c["claim"]) for s in statuses for c in s["claims"] if c["status"] == "differs"]
+    print(f"report: {index}")
+    for name, claim in differs:
+        print(f"differs from the paper: {name}: {claim}")
+    if failed:
+        print("failed: " + "; ".join(f"{s['name']} ({s['error']})" for s in failed), file=sys.stderr)
+        return 1
+    return 0

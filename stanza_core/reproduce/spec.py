@@ -1,0 +1,157 @@
+"""Reproduction specs: load and check the YAML files, evaluate their claims against results.json.
+
+The schema is documented in `stanza_core.reproduce`.
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+MARKER = ".stanza-reproduce"
+MODES = ("quick", "full", "tiny")
+REQUIREMENTS = ("linux", "root", "tc", "cuda")
+_TOP_KEYS = {"title", "notebook", "paper", "requires", "timeout_s", "quick", "full", "tiny", "claims"}
+_CLAIM_KEYS = {"claim", "paper", "ours", "format", "scale", "expect", "tolerance", "deviation", "modes"}
+
+
+class SpecError(ValueError):
+    """A reproduction YAML is malformed (one line: file and problem)."""
+
+
+@dataclasses.dataclass(kw_only=True)
+class Spec:
+    name: str  # file stem; also the output folder's name
+    path: Path  # the YAML file
+    title: str
+    notebook: Path  # absolute
+    paper: str
+    params: dict[str, dict[str, Any]]  # mode -> parameters ("tiny" defaults to "quick")
+    claims: list[dict[str, Any]]
+    requires: list[str] = dataclasses.field(default_factory=list)
+    timeout_s: int | None = None
+
+
+def load_spec(path: str | os.PathLike, root: Path | None = None) -> Spec:
+    """Read and check one reproduction YAML; `root` (default: the YAML folder's parent) anchors
+    the notebook path."""
+    path = Path(path)
+    root = path.resolve().parent.parent if root is None else root
+
+    def bad(msg: str):
+        raise SpecError(f"{path}: {msg}")
+
+    try:
+        d = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as e:
+        bad(f"not valid YAML ({str(e).splitlines()[0]})")
+    if not isinstance(d, dict):
+        bad("expected a mapping at the top level")
+    if unknown := sorted(set(d) - _TOP_KEYS):
+        bad(f"unknown keys {unknown}; allowed: {sorted(_TOP_KEYS)}")
+    for key in ("title", "notebook", "paper", "quick", "full", "claims"):
+        if key not in d:
+            bad(f"missing key {key!r}")
+    notebook = (root / d["notebook"]).resolve()
+    if not notebook.is_file():
+        bad(f"notebook {d['notebook']!r} does not exist under {root}")
+    import papermill as pm  # slow import: only once a spec is worth checking
+
+    declared = set(pm.inspect_notebook(str(notebook)))
+    if "out_dir" not in declared:
+        bad(f"{d['notebook']} has no out_dir parameter")
+    params = {}
+    for mode in MODES:
+        p = d.get(mode, d.get("quick"))
+        if not isinstance(p, dict):
+            bad(f"{mode} must be a mapping of notebook parameters")
+        if undeclared := sorted(set(p) - declared):
+            bad(f"{mode} sets {undeclared}, not parameters of {d['notebook']} ({sorted(declared)})")
+        if "out_dir" in p:
+            bad(f"{mode} sets out_dir: it is chosen by the runner")
+        params[mode] = dict(p)
+    requires = d.get("requires", [])
+    if not isinstance(requires, list) or (unk := sorted(set(requires) - set(REQUIREMENTS))):
+        bad(f"requires must be a list drawn from {list(REQUIREMENTS)}")
+    claims = d["claims"]
+    if not isinstance(claims, list) or not claims:
+        bad("claims must be a non-empty list")
+    for i, c in enumerate(claims):
+        if not isinstance(c, dict) or not {"claim", "paper", "ours"} <= set(c):
+            bad(f"claim {i} needs claim, paper and ours")
+        if unknown := sorted(set(c) - _CLAIM_KEYS):
+            bad(f"claim {i} has unknown keys {unknown}; allowed: {sorted(_CLAIM_KEYS)}")
+        e = c.get("expect")
+        if e is not None and not (_is_number(e) or (isinstance(e, list) and len(e) == 2 and all(map(_is_number, e)))):
+            bad(f"claim {i}: expect must be a number or [low, high], got {e!r}")
+        if not set(c.get("modes", ["quick", "full"])) <= {"quick", "full", "tiny"}:
+            bad(f"claim {i}: modes must be drawn from quick, full, tiny")
+        try:
+            c.get("format", "{}").format(1.0)
+        except (ValueError, IndexError, KeyError) as err:
+            bad(f"claim {i}: bad format {c.get('format')!r} ({err})")
+    timeout = d.get("timeout_s")
+    if timeout is not None and (not isinstance(timeout, int) or timeout < 1):
+        bad(f"timeout_s must be a positive integer, got {timeout!r}")
+    return Spec(name=path.stem, path=path, title=str(d["title"]), notebook=notebook, paper=str(d["paper"]),
+                params=params, claims=claims, requires=requires, timeout_s=timeout)
+
+
+def load_specs(specs_dir: Path) -> list[Spec]:
+    paths = sorted(Path(specs_dir).glob("*.yaml"))
+    if not paths:
+        raise SpecError(f"{specs_dir}: no reproduction YAML files")
+    return [load_spec(p) for p in paths]
+
+
+def _is_number(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+# ---------------------------------------------------------------------------------------------
+# Claims
+
+
+def lookup(results: Any, key: str) -> Any:
+    """results['a']['b'][0] for key 'a.b.0'; KeyError naming the first missing part."""
+    obj = results
+    for part in key.split("."):
+        if isinstance(obj, dict) and part in obj:
+            obj = obj[part]
+        elif isinstance(obj, list) and part.lstrip("-").isdigit() and -len(obj) <= int(part) < len(obj):
+            obj = obj[int(part)]
+        else:
+            raise KeyError(f"{key!r}: no {part!r}")
+    return obj
+
+
+def evaluate_claims(spec: Spec, results: dict | None, mode: str) -> tuple[list[dict[str, Any]], list[str]]:
+    """Report rows (claim, paper, ours, value, status, deviation) and the keys that are missing."""
+    rows, missing = [], []
+    for c in spec.claims:
+        row = {"claim": c["claim"], "paper": str(c["paper"]), "key": c["ours"],
+               "deviation": c.get("deviation", ""), "ours": "not measured", "value": None, "status": "missing"}
+        try:
+            value = lookup(results if results is not None else {}, c["ours"])
+        except KeyError:
+            if mode in c.get("modes", ["quick", "full"]):
+                missing.append(c["ours"])
+            else:
+                row["status"] = f"not in {mode} run"
+            rows.append(row)
+            continue
+        if _is_number(value):
+            value = value * c.get("scale", 1)
+        row["value"], row["ours"] = value, c.get("format", "{}").format(value)
+        e = c.get("expect")
+        if e is None or not _is_number(value):
+            row["status"] = "reported"
+        else:
+            lo, hi = (e - c.get("tolerance", 0), e + c.get("tolerance", 0)) if _is_number(e) else e
+            row["status"] = "agrees" if lo <= value <= hi else "differs"
+        rows.append(row)
+    return rows, missing

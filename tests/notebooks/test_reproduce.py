@@ -1,0 +1,125 @@
+"""stanza_core.reproduce on a tiny fixture project (two YAML files, two notebooks) in tmp_path:
+the report, the claim table, failures, --only, and never writing into someone else's folder."""
+import json
+
+import nbformat
+import pytest
+import yaml
+
+from stanza_core.reproduce import MARKER, SpecError, evaluate_claims, load_spec, lookup, main
+
+GOOD_CODE = """\
+import plotly.graph_objects as go
+import stanza_core.nbtools as nbt
+nbt.write_results({"value": 2 * scale, "nested": {"items": [1, 2, 3]}}, out_dir)
+nbt.save_figures({"bars": go.Figure(go.Bar(x=["a", "b"], y=[1, scale]))}, out_dir, png=False)
+"""
+
+
+def _notebook(path, code):
+    nb = nbformat.v4.new_notebook()
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    params = nbformat.v4.new_code_cell('scale: float = 1.0  # a number\nout_dir: str = "out"  # output folder')
+    params.metadata["tags"] = ["parameters"]
+    nb.cells = [nbformat.v4.new_markdown_cell("# fixture"), params, nbformat.v4.new_code_cell(code)]
+    nbformat.write(nb, path)
+
+
+def _spec(notebook, claims, **extra):
+    return {"title": f"fixture {notebook}", "notebook": f"notebooks/{notebook}", "paper": "Table 0",
+            "quick": {"scale": 1.5}, "full": {"scale": 10.0}, "claims": claims, **extra}
+
+
+CLAIMS = [
+    {"claim": "twice the scale", "paper": "3", "ours": "value", "format": "{:.2f}", "expect": 3.0},
+    {"claim": "last item", "paper": "about 3", "ours": "nested.items.-1", "expect": [2.5, 3.5],
+     "deviation": "fixture"},
+    {"claim": "scaled", "paper": "3000", "ours": "value", "scale": 1000, "expect": 2000, "tolerance": 1},
+    {"claim": "only in full runs", "paper": "n/a", "ours": "full_only", "modes": ["full"]},
+]
+
+
+@pytest.fixture
+def project(tmp_path):
+    (tmp_path / "notebooks").mkdir()
+    specs = tmp_path / "reproductions"
+    specs.mkdir()
+    _notebook(tmp_path / "notebooks" / "good.ipynb", GOOD_CODE)
+    _notebook(tmp_path / "notebooks" / "broken.ipynb", 'raise ValueError("broken on purpose")')
+    (specs / "good.yaml").write_text(yaml.safe_dump(_spec("good.ipynb", CLAIMS)))
+    (specs / "broken.yaml").write_text(yaml.safe_dump(_spec("broken.ipynb", CLAIMS[:1])))
+    return tmp_path
+
+
+@pytest.mark.slow  # two kernels and an nbconvert export: ~20 s
+def test_runs_everything_reports_and_fails_at_the_end(project, capsys):
+    out = project / "out"
+    assert main(["--specs", str(project / "reproductions"), "--out", str(out)]) == 1
+    err = capsys.readouterr().err
+    assert "failed: broken (ValueError: broken on purpose (cell [3]))" in err
+    index = json.loads((out / "index.json").read_text())
+    status = {e["name"]: e for e in index["experiments"]}
+    assert status["broken"]["status"] == "failed" and status["good"]["status"] == "ok"  # ran past the failure
+    claims = status["good"]["claims"]
+    assert [c["status"] for c in claims] == ["agrees", "agrees", "differs", "not in quick run"]
+    assert [c["ours"] for c in claims[:3]] == ["3.00", "3", "3000.0"]
+    good = out / "good"
+    assert json.loads((good / "results.json").read_text())["value"] == 3.0  # quick parameters injected
+    assert (good / "good.ipynb").is_file() and (good / "good.html").stat().st_size > 10_000
+    page = (out / "index.html").read_text()
+    for text in ("<th>claim</th><th>paper</th><th>ours</th>", "twice the scale", "3.00", "differs",
+                 "broken on purpose", "href='good/good.ipynb'", "href='good/good.html'", "plotly-graph-div"):
+        assert text in page, text
+    assert (out / "plotly.min.js").is_file() and (out / MARKER).is_file()
+
+    # --only reruns one experiment (full parameters here) and keeps the other's last status.
+    assert main(["--specs", str(project / "reproductions"), "--out", str(out), "--only", "good", "--full",
+                 "--no-html"]) == 1  # good's full run lacks the full-only claim key
+    status = {e["name"]: e for e in json.loads((out / "index.json").read_text())["experiments"]}
+    assert status["broken"]["status"] == "failed" and status["broken"]["mode"] == "quick"
+    assert status["good"]["mode"] == "full" and "lacks claim keys ['full_only']" in status["good"]["error"]
+    assert json.loads((good / "results.json").read_text())["value"] == 20.0
+    assert not (good / "good.html").exists()  # the experiment's folder is replaced, not patched
+
+
+def test_refuses_a_folder_it_did_not_make(project, capsys):
+    mine = project / "my-results"
+    mine.mkdir()
+    (mine / "thesis.tex").write_text("precious")
+    assert main(["--specs", str(project / "reproductions"), "--out", str(mine), "--only", "good"]) == 2
+    assert "refusing to write into" in capsys.readouterr().err
+    assert [p.name for p in mine.iterdir()] == ["thesis.tex"]
+
+
+def test_unknown_only_name_is_bad_input(project, capsys):
+    assert main(["--specs", str(project / "reproductions"), "--only", "nope"]) == 2
+    assert "unknown experiments ['nope']" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"colour": "red"}, "unknown keys ['colour']"),
+    ({"quick": {"scael": 2}}, "quick sets ['scael'], not parameters of notebooks/good.ipynb"),
+    ({"tiny": {"out_dir": "/tmp"}}, "tiny sets out_dir: it is chosen by the runner"),
+    ({"notebook": "notebooks/missing.ipynb"}, "does not exist"),
+    ({"claims": [{"claim": "x", "paper": "y"}]}, "claim 0 needs claim, paper and ours"),
+    ({"claims": [{"claim": "x", "paper": "y", "ours": "v", "expect": "big"}]}, "expect must be a number"),
+    ({"requires": ["gpu"]}, "requires must be a list drawn from"),
+])
+def test_bad_spec_is_one_line(project, change, message):
+    path = project / "reproductions" / "good.yaml"
+    path.write_text(yaml.safe_dump({**_spec("good.ipynb", CLAIMS), **change}))
+    with pytest.raises(SpecError) as e:
+        load_spec(path)
+    assert message in str(e.value) and "\n" not in str(e.value) and str(path) in str(e.value)
+
+
+def test_tiny_defaults_to_quick_and_claims_evaluate(project):
+    spec = load_spec(project / "reproductions" / "good.yaml")
+    assert spec.params["tiny"] == spec.params["quick"] == {"scale": 1.5}
+    results = {"value": 3.0, "nested": {"items": [1, 2, 3]}}
+    rows, missing = evaluate_claims(spec, results, "full")
+    assert missing == ["full_only"] and rows[3]["ours"] == "not measured"
+    assert evaluate_claims(spec, {}, "quick")[1] == ["value", "nested.items.-1", "value"]
+    assert lookup(results, "nested.items.0") == 1
+    with pytest.raises(KeyError, match="no '3'"):
+        lookup(results, "nested.items.3")
