@@ -147,8 +147,9 @@ _SMALL: dict[str, Callable[[int], nn.Module]] = {
     "tiny_cnn": TinyCNN, "cifar_alexnet": CifarAlexNet, "tiny_sequential": tiny_sequential,
 }
 MODEL_NAMES: tuple[str, ...] = tuple(_TORCHVISION) + tuple(_SMALL)
-# Smallest square input each model accepts (AlexNet's stride-4 stem and three max-pools need 63).
-MIN_IMAGE_SIZE = {"alexnet": 63}
+# Smallest square input each model accepts (AlexNet's stride-4 stem and three max-pools need 63,
+# VGG's five 2x2 max-pools need 32).
+MIN_IMAGE_SIZE = {"alexnet": 63, **{n: 32 for n in _TORCHVISION if n.startswith("vgg")}}
 
 
 def get_model(name: str, num_classes: int = 1000) -> nn.Module:

