@@ -197,7 +197,7 @@ class Comm:
         from torch.nn.parallel import DistributedDataParallel as DDP
         # broadcast_buffers=False: per-forward buffer broadcasts would be uncounted traffic.
         ddp = DDP(model, device_ids=[device.index] if device.type == "cuda" else None,
-                  bucket_cap_mb=bucket_mb, broadcast_buffers=False)
+                  bucket_cap_mb=bucket_mb, broadcast_buffers=False, gradient_as_bucket_view=True)
         ddp.register_comm_hook(None, self.ddp_hook())
         return ddp
 

@@ -29,7 +29,15 @@ class ParameterServer(Strategy):
         sizes = shard_sizes(total, self.topo.ps_shards)
         starts = [sum(sizes[:s]) for s in range(len(sizes))]
         self.ranges = [slice(a, a + n) for a, n in zip(starts, sizes)]
+        # Parameters and gradients live as views of two flat buffers: a pull writes straight
+        # into the model and a push sends slices of the gradients, with no copies of the model.
         self.flat = torch.cat([p.detach().reshape(-1) for p in self.params]).to(self.device)
+        self.flat_grad = torch.zeros_like(self.flat)
+        offset = 0
+        for p in self.params:
+            p.data = self.flat[offset:offset + p.numel()].view_as(p)
+            p.grad = self.flat_grad[offset:offset + p.numel()].view_as(p)
+            offset += p.numel()
         self.owned = self.rank if self.rank < self.topo.ps_shards else None
         if self.owned is not None:  # the server's copy of its shard, with its own optimizer state
             self.shard = torch.nn.Parameter(self.flat[self.ranges[self.owned]].clone())
@@ -40,10 +48,10 @@ class ParameterServer(Strategy):
     def step(self, t, batch):
         pos = self.topo.batch_slice(self.rank, self.cfg.global_batch)
         x, y = batch(pos)
-        self.model.zero_grad(set_to_none=True)
+        self.flat_grad.zero_()
         share = self.forward_loss(self.model, x, y, t, pos)
-        share.backward()
-        grad = torch.cat([p.grad.reshape(-1) for p in self.params])
+        share.backward()  # accumulates in place into the views of flat_grad
+        grad = self.flat_grad
         n, me = self.topo.world_size, self.rank
         ops, inbox = [], {}
         for s, r in enumerate(self.ranges):
@@ -72,23 +80,17 @@ class ParameterServer(Strategy):
                 ops += [("send", self.shard.detach(), w, "params") for w in range(n) if w != me]
             else:
                 ops.append(("recv", self.flat[r], owner, "params"))
-        self.comm.wait(self.comm.p2p(ops), "parameter-server pull")
-        offset = 0
-        with torch.no_grad():
-            for p in self.params:
-                p.copy_(self.flat[offset:offset + p.numel()].view_as(p))
-                offset += p.numel()
+        self.comm.wait(self.comm.p2p(ops), "parameter-server pull")  # lands in the model's parameters
         return float(share.detach())
 
     def checkpoint_state(self):
-        state = {"model": self.model.state_dict(), "flat": self.flat}
+        state = {"model": self.model.state_dict()}  # parameters are views of self.flat
         if self.owned is not None:
             state["shard"], state["optimizer"] = self.shard.detach(), self.optimizer.state_dict()
         return state
 
     def load_checkpoint_state(self, state):
-        self.model.load_state_dict(state["model"])
-        self.flat.copy_(state["flat"])
+        self.model.load_state_dict(state["model"])  # copies in place, into self.flat
         if self.owned is not None:
             with torch.no_grad():
                 self.shard.copy_(state["shard"])
