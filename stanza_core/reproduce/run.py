@@ -77,9 +77,10 @@ def run_experiment(spec: Spec, mode: str, out_root: Path, *, html: bool = True) 
     if out.exists():
         shutil.rmtree(out)
     out.mkdir(parents=True)
+    nb = spec.notebook.relative_to(REPO_ROOT) if spec.notebook.is_relative_to(REPO_ROOT) else spec.notebook
     status: dict[str, Any] = {"name": spec.name, "title": spec.title, "paper": spec.paper, "mode": mode,
-                              "notebook": str(spec.notebook.relative_to(REPO_ROOT)) if spec.notebook.is_relative_to(REPO_ROOT) else str(spec.notebook),
-                              "parameters": spec.params[mode], "started": time.strftime("%Y-%m-%d %H:%M:%S"),
+                              "notebook": str(nb), "parameters": spec.params[mode],
+                              "started": time.strftime("%Y-%m-%d %H:%M:%S"),
                               "status": "ok", "error": None, "executed": None, "html": None, "claims": []}
     t0 = time.perf_counter()
     if unmet := unmet_requirements(spec.requires):

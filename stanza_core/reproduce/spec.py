@@ -75,7 +75,7 @@ def load_spec(path: str | os.PathLike, root: Path | None = None) -> Spec:
             bad(f"{mode} sets out_dir: it is chosen by the runner")
         params[mode] = dict(p)
     requires = d.get("requires", [])
-    if not isinstance(requires, list) or (unk := sorted(set(requires) - set(REQUIREMENTS))):
+    if not isinstance(requires, list) or set(requires) - set(REQUIREMENTS):
         bad(f"requires must be a list drawn from {list(REQUIREMENTS)}")
     claims = d["claims"]
     if not isinstance(claims, list) or not claims:
