@@ -92,47 +92,50 @@ def _flops(module: nn.Module, x: torch.Tensor) -> tuple[float, dict[str, float],
     return float(counter.get_total_flops()), per_module, y
 
 
-def _median_time(fn, reps: int) -> float:
-    fn()  # warm-up: allocator, kernels, lazy init
+def _median_time(fn, reps: int, setup=None) -> float:
+    """Median seconds of fn(state) over reps calls; setup() (untimed) makes each call's state."""
+    fn(setup() if setup else None)  # warm-up: allocator, kernels, lazy init
     times = []
     for _ in range(reps):
+        state = setup() if setup else None
         t0 = _time.perf_counter()
-        fn()
+        fn(state)
         times.append(_time.perf_counter() - t0)
     return statistics.median(times)
 
 
 def _time_parts(split, x: torch.Tensor, reps: int) -> tuple[float, float, float, float]:
-    """Median forward and backward seconds of the CONV and FC parts on batch x (train mode)."""
-    device = x.device
-    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+    """Median forward and backward seconds of the CONV and FC parts on batch x (train mode).
+
+    A backward is timed on its own, after an untimed forward that built its graph."""
+    sync = torch.cuda.synchronize if x.device.type == "cuda" else (lambda: None)
     with torch.no_grad():
         a = split.conv(x)
 
-    def conv_fwd():
-        with torch.no_grad():
-            split.conv(x)
-        sync()
+    def forward(part, inp):
+        def run(_):
+            with torch.no_grad():
+                part(inp)
+            sync()
+        return run
 
-    def conv_fwd_bwd():
-        out = split.conv(x)
+    def graph(part, inp, leaf):
+        def build():
+            i = inp.detach().requires_grad_(True) if leaf else inp
+            out = part(i)
+            sync()
+            return out
+        return build
+
+    def backward(out):
         out.backward(torch.ones_like(out))
         sync()
 
-    def fc_fwd():
-        with torch.no_grad():
-            split.fc(a)
-        sync()
-
-    def fc_fwd_bwd():
-        inp = a.detach().requires_grad_(True)
-        out = split.fc(inp)
-        out.sum().backward()
-        sync()
-
-    cf, cfb = _median_time(conv_fwd, reps), _median_time(conv_fwd_bwd, reps)
-    ff, ffb = _median_time(fc_fwd, reps), _median_time(fc_fwd_bwd, reps)
-    return cf, max(cfb - cf, 0.0), ff, max(ffb - ff, 0.0)
+    cf = _median_time(forward(split.conv, x), reps)
+    cb = _median_time(backward, reps, graph(split.conv, x, False))
+    ff = _median_time(forward(split.fc, a), reps)
+    fb = _median_time(backward, reps, graph(split.fc, a, True))
+    return cf, cb, ff, fb
 
 
 def profile_model(model: nn.Module, input_shape=(3, 224, 224), batch_size: int = 32, time: bool = False,
