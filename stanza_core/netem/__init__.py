@@ -1,0 +1,24 @@
+"""Emulated cluster: one Linux network namespace per node, a bridge as the switch, and every
+node's link shaped with tc in both directions, so strategies can be compared on a real network
+stack at a chosen bandwidth on one machine. Needs Linux and root.
+
+Words used here:
+  node        one namespace, standing for one machine of the cluster (one torchrun agent)
+  link        a node's full-duplex connection to the switch: upload (node -> switch) and
+              download (switch -> node) each shaped to ``rate_mbit``
+  prefix      ``stz<6 hex>``, unique per cluster; every namespace and interface name carries it
+  wire bytes  the kernel's interface counters: whole Ethernet frames, headers included
+
+API: ``EmulatedCluster`` (context manager), ``run_training`` (torchrun the training CLI on it,
+metrics plus kernel counters back), ``check_link`` (measured throughput against the set rate),
+``cleanup`` (remove leftovers). Shell: ``python -m stanza_core.netem --help``.
+"""
+from .check import check_link, measure_flows
+from .cluster import EmulatedCluster, Node, burst_bytes
+from .host import (NetemError, NetemUnavailable, check_host, cleanup, list_namespaces,
+                   missing_requirements)
+from .launch import NodeFailure, launch, run_training
+
+__all__ = ["EmulatedCluster", "Node", "burst_bytes", "NetemError", "NetemUnavailable", "NodeFailure",
+           "check_host", "missing_requirements", "cleanup", "list_namespaces", "launch",
+           "run_training", "check_link", "measure_flows"]

@@ -1,0 +1,210 @@
+"""Multi-node torchrun on the emulated cluster: one torchrun agent per node namespace.
+
+Each node i runs ``torchrun --nnodes N --node-rank i --nproc-per-node 1`` with static
+rendezvous on node 0's address, the path a real multi-node job takes: the TCP store, gloo's
+connections and every tensor cross the shaped links. GLOO_SOCKET_IFNAME (and NCCL's and
+TensorPipe's counterparts) name the node's interface, so no library picks another address.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from .cluster import EmulatedCluster
+from .host import NetemError
+
+MASTER_PORT = 29500          # free in node 0's fresh namespace whatever the host runs
+PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])
+_ERROR_LINE = re.compile(r"^(\[rank\d+\]:\s*)?([\w.]+(Error|Exception|Interrupt)|error):\s*\S")
+
+
+class NodeFailure(NetemError):
+    """A node's torchrun exited non-zero (or the run timed out). ``tail``: its last stderr lines."""
+
+    def __init__(self, message: str, *, node: int | None, returncode: int | None, tail: str,
+                 prefix: str):
+        super().__init__(message)
+        self.node, self.returncode, self.tail, self.prefix = node, returncode, tail, prefix
+
+
+_AGENT_FAILED = re.compile(r"elastic/multiprocessing/api\.py:\d+\] failed \(exitcode")
+
+
+def _stderr_parts(path: Path) -> tuple[list[str], list[str]]:
+    """A node's stderr split into what its rank wrote and torchrun's own failure report (the
+    agent's traceback and summary, which only say that a child failed)."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(max(0, f.seek(0, 2) - 512 * 1024))
+            lines = f.read().decode(errors="replace").splitlines()
+    except OSError:
+        return [], []
+    cut = next((k for k, ln in enumerate(lines) if _AGENT_FAILED.search(ln)), len(lines))
+    return lines[:cut], lines[cut:]
+
+
+def _tail(path: Path, lines: int = 20) -> str:
+    """The rank's last stderr lines, then the exit code / signal lines of torchrun's summary."""
+    rank, agent = _stderr_parts(path)
+    summary = [ln for ln in agent if re.match(r"\s*(rank|exitcode|traceback)\s*:", ln)]
+    return "\n".join(rank[-lines:] + summary)
+
+
+def _reason(path: Path) -> tuple[int, str]:
+    """(rank, line): the one line a user needs, ranked for choosing among failed nodes.
+
+    0: the signal that killed the rank (a killed rank is the cause; its peers then fail with
+    connection errors), 1: the last error the rank printed (train's one-line errors, exception
+    messages), 2: just the last line there is (a rank that exited without saying why).
+    """
+    rank, agent = _stderr_parts(path)
+    rank = [ln.strip() for ln in rank if ln.strip()]
+    signals = [f"rank killed by {m.group(0)}" for ln in agent
+               if (m := re.search(r"Signal \d+ \(SIG\w+\) received by PID \d+", ln))]
+    errors = [ln for ln in rank if _ERROR_LINE.match(ln)]
+    last = [ln.strip() for ln in rank + agent if ln.strip()] or ["(no stderr output)"]
+    for k, found in enumerate((signals, errors, last)):
+        if found:
+            return k, found[-1][:300]
+    raise AssertionError("unreachable")
+
+
+def _failure(cl: EmulatedCluster, procs: list, log_dir: Path, grace_s: float) -> NodeFailure:
+    """After the first node fails, give the others ``grace_s`` to fail on their own (a config
+    error is printed by rank 0 only; a killed rank takes its peers down), then blame the node
+    with the most telling reason, earliest failure first on ties."""
+    order, deadline = [], time.monotonic() + grace_s
+    while True:
+        order += [i for i, p in enumerate(procs) if p.poll() not in (None, 0) and i not in order]
+        if time.monotonic() > deadline or all(p.poll() is not None for p in procs):
+            break
+        time.sleep(0.05)
+    reasons = {i: _reason(log_dir / f"node{i}.err") for i in order}
+    i = min(order, key=lambda j: (reasons[j][0], order.index(j)))
+    others = [j for j in order if j != i]
+    also = f" (also failed: nodes {others})" if others else ""
+    return NodeFailure(f"node {i} ({cl.nodes[i].netns}) failed with exit code "
+                       f"{procs[i].returncode}: {reasons[i][1]}{also}", node=i,
+                       returncode=procs[i].returncode, tail=_tail(log_dir / f"node{i}.err"),
+                       prefix=cl.prefix)
+
+
+def node_env(cl: EmulatedCluster, i: int, extra: dict | None = None) -> dict:
+    env = dict(os.environ)
+    iface = cl.nodes[i].iface
+    env.update(GLOO_SOCKET_IFNAME=iface, NCCL_SOCKET_IFNAME=iface, TP_SOCKET_IFNAME=iface,
+               PYTHONUNBUFFERED="1",
+               PYTHONPATH=os.pathsep.join(p for p in (PACKAGE_ROOT, env.get("PYTHONPATH")) if p))
+    # All nodes share this host's cores: without a cap each rank would start one thread per
+    # core and the ranks would fight over them.
+    env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // len(cl.nodes))))
+    env.update(extra or {})
+    return env
+
+
+def launch(cl: EmulatedCluster, entry: list[str], *, timeout_s: float = 600.0,
+           log_dir: str | Path, env: dict | None = None, master_port: int = MASTER_PORT,
+           poll_s: float = 0.1) -> float:
+    """Run ``torchrun ... <entry>`` on every node; returns the wall time once all exit 0.
+
+    ``entry`` is what follows torchrun's own options: ``["-m", "stanza_core.train", ...]`` or
+    ``["script.py", ...]``. The first node to fail (or the timeout) stops every other node and
+    raises NodeFailure naming it; stdout/stderr of node i are in ``log_dir/node<i>.{out,err}``.
+    """
+    log_dir = Path(log_dir)
+    log_dir.mkdir(parents=True, exist_ok=True)
+    n, master = len(cl.nodes), cl.nodes[0].address
+    procs, files = [], []
+    start = time.monotonic()
+    try:
+        for i in range(n):
+            argv = [sys.executable, "-m", "torch.distributed.run", "--nnodes", str(n),
+                    "--node-rank", str(i), "--nproc-per-node", "1", "--master-addr", master,
+                    "--master-port", str(master_port), *entry]
+            out = open(log_dir / f"node{i}.out", "w")
+            err = open(log_dir / f"node{i}.err", "w")
+            files += [out, err]
+            # Own session: a Ctrl-C in the terminal reaches only this launcher, which then
+            # stops the nodes and removes the cluster in order.
+            procs.append(cl.exec(i, argv, stdout=out, stderr=err, env=node_env(cl, i, env),
+                                 start_new_session=True))
+        while True:
+            codes = [p.poll() for p in procs]
+            if any(c not in (None, 0) for c in codes):
+                raise _failure(cl, procs, log_dir, grace_s=2.0)
+            if all(c == 0 for c in codes):
+                return time.monotonic() - start
+            if time.monotonic() - start > timeout_s:
+                waiting = [i for i, c in enumerate(codes) if c is None]
+                raise NodeFailure(f"timed out after {timeout_s:g} s waiting for nodes {waiting}",
+                                  node=None, returncode=None, prefix=cl.prefix,
+                                  tail=_tail(log_dir / f"node{waiting[0]}.err"))
+            time.sleep(poll_s)
+    finally:
+        if any(p.poll() is None for p in procs):
+            cl.kill_all()
+        for p in procs:
+            try:
+                p.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+        for f in files:
+            f.close()
+
+
+def _metrics_path(train_args: list[str]) -> str | None:
+    for k, a in enumerate(train_args):
+        if a == "--metrics" and k + 1 < len(train_args):
+            return train_args[k + 1]
+        if a.startswith("--metrics="):
+            return a.split("=", 1)[1]
+    return None
+
+
+def run_training(nodes: int, rate_mbit: float, train_args: list[str], *, delay_ms: float = 0.0,
+                 mtu: int = 1500, timeout_s: float = 900.0, log_dir: str | Path | None = None,
+                 env: dict | None = None, quiet: bool = False) -> dict:
+    """``torchrun -m stanza_core.train <train_args>`` on an emulated cluster of ``nodes``.
+
+    Returns rank 0's metrics JSON with a ``netem`` entry added: the cluster (prefix, rate,
+    delay, addresses), the wall time, and per node the kernel interface bytes of the whole run
+    (``tx_bytes`` sent, ``rx_bytes`` received; rendezvous, setup and the final gather
+    included, Ethernet/IP/TCP headers included). On failure raises NodeFailure (after printing
+    the failing node's last stderr lines unless ``quiet``); the cluster is removed either way.
+    """
+    train_args = [str(a) for a in train_args]
+    with tempfile.TemporaryDirectory(prefix="stanza-netem-") as tmp:
+        log_dir = Path(log_dir or tmp)
+        metrics = _metrics_path(train_args)
+        if metrics is None:
+            metrics = str(Path(tmp) / "metrics.json")
+            train_args += ["--metrics", metrics]
+        metrics = os.path.abspath(metrics)
+        with EmulatedCluster(nodes, rate_mbit, delay_ms, mtu=mtu) as cl:
+            before = cl.counters()
+            try:
+                wall = launch(cl, ["-m", "stanza_core.train", *train_args], timeout_s=timeout_s,
+                              log_dir=log_dir, env=env)
+            except NodeFailure as e:
+                if not quiet and e.tail:
+                    print(f"--- last stderr lines of node {e.node} ---\n{e.tail}",
+                          file=sys.stderr)
+                raise
+            after = cl.counters()
+            desc = cl.describe()
+        try:
+            result = json.loads(Path(metrics).read_text())
+        except (OSError, ValueError) as e:
+            raise NetemError(f"rank 0 wrote no readable metrics at {metrics}: {e}") from None
+    kernel = [{"node": a["node"], "tx_bytes": a["tx_bytes"] - b["tx_bytes"],
+               "rx_bytes": a["rx_bytes"] - b["rx_bytes"]} for a, b in zip(after, before)]
+    result["netem"] = {**desc, "wall_s": wall, "kernel": kernel,
+                       "kernel_tx_bytes_total": sum(k["tx_bytes"] for k in kernel)}
+    return result
