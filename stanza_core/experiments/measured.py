@@ -2,7 +2,7 @@
 
 `MeasureSpec` (validated on creation) -> `measure(spec, cache_dir)`, which returns
 a bench results dict (`stanza_core.bench`: "config", "calibration", "runs", "summary") plus the
-timing rounds the performance model needs to predict those runs (`validation.timing_rounds`).
+timing rounds the performance model needs to predict those runs (`timing.timing_rounds`).
 Target bandwidths map to emulated link rates as in the bench: rate = target x t_step_target /
 t_step_here, t_step_here being one data worker's compute step with all N nodes computing at
 once (the timing round at level N). Targets whose rate exceeds what the emulator can shape
@@ -24,13 +24,11 @@ from typing import Any
 
 from .. import bench
 from ..models import MIN_IMAGE_SIZE, MODEL_NAMES
-from . import validation
+from . import timing
 
 PACKAGE = Path(__file__).resolve().parents[1]
 # What a measured run depends on: everything but the figures, the report and the notebook glue.
-_NOT_MEASURING = ("viz", "reproduce", "nbtools.py", "widgets.py", "experiments/assignment.py",
-                  "experiments/sweep.py", "experiments/throughput.py", "experiments/validation.py", "experiments/traffic.py",
-                "experiments/convergence.py")
+_NOT_MEASURING = ("viz", "reproduce", "nbtools.py", "widgets.py", "experiments/")
 # Per-frame work caps the rate one emulated link holds on 2 cores: about 300 Mbit/s at MTU 1500
 # (netem/cluster.py), about 1 Gbit/s with jumbo frames (bench --mtu).
 EMULATOR_MAX_MBIT = {1500: 300.0, 9000: 1000.0}
@@ -120,11 +118,9 @@ class MeasureSpec:
 
 
 def code_fingerprint() -> str:
-    """sha256 over the package's measuring code (engine, netem, bench, perf, this module and the
-    timing worker; not the prediction code, which changes nothing measured)."""
-    import inspect
-
-    h = hashlib.sha256((inspect.getsource(validation._worker) + inspect.getsource(validation.timing_rounds)).encode())
+    """sha256 over the package's measuring code: engine, netem, bench, perf, this module and the
+    timing rounds (not the notebooks' glue or the prediction code, which change nothing measured)."""
+    h = hashlib.sha256(Path(__file__).read_bytes() + Path(timing.__file__).read_bytes())
     for path in sorted(PACKAGE.rglob("*.py")):
         rel = path.relative_to(PACKAGE).as_posix()
         if not rel.startswith(_NOT_MEASURING):
@@ -205,13 +201,13 @@ def measure(spec: MeasureSpec, cache_dir: str | None = None, progress: bool = Tr
         return out
     cache = Cache(cache_dir)
     base = {"model": spec.model, "image_size": spec.image_size, "num_classes": spec.num_classes}
-    rounds = validation.rounds_needed(spec.configs(), spec.nodes, spec.global_batch)
+    rounds = timing.rounds_needed(spec.configs(), spec.nodes, spec.global_batch)
     calib_round = (spec.nodes, spec.global_batch // spec.nodes)
     rounds = sorted(set(rounds) | {calib_round}, key=lambda r: (-r[0], r[1]))
     keys = {r: {**base, "level": r[0], "batch": r[1], "reps": spec.timing_reps} for r in rounds}
     have = {r: cache.get("round", keys[r]) for r in rounds}
     missing = [r for r in rounds if have[r] is None]
-    for r, got in zip(missing, validation.timing_rounds(spec.model, spec.image_size, spec.num_classes, missing,
+    for r, got in zip(missing, timing.timing_rounds(spec.model, spec.image_size, spec.num_classes, missing,
                                                         reps=spec.timing_reps)):
         cache.put("round", keys[r], got)
         have[r] = got

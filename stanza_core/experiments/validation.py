@@ -1,182 +1,19 @@
-"""The performance model against measured runs: a device profile of THIS machine under the
-contention the runs see, predictions for every run of a bench results dict, and their errors.
+"""The performance model against measured runs: predictions for every run of a bench results
+dict (with timing rounds: `timing`), their errors, which model term misses, and notebook 07.
 
-Why contention matters: on the emulated cluster every node is one process with one thread and
-all of them share this machine's cores. A step's compute is slower than a lone process's when
-more processes compute at once than there are cores, and how many compute at once depends on
-the strategy and the phase: ddp and ps compute on all N nodes together; stanza's CONV phase on
-its N - k CONV workers while the FC workers wait, and its FC phase on the k FC workers while
-the CONV workers wait. So per-part times are measured in *rounds*: `level` worker processes
-(one thread each, as the nodes) time the same step at the same moment (`timing_rounds`), and
-each configuration's DeviceProfile takes every part from the round with that part's level
-(`device_for`). The per-step overhead (loss, dropout masks, zero_grad, optimizer glue) is what
-a whole measured step takes beyond its timed parts, in the same rounds.
-
-Glossary: level = processes computing at once; round = one timing at one (level, batch).
+Prediction inputs are all measured independently of the runs being predicted: per-part compute
+times from the timing rounds (each phase at its contention), the optimizer step, the emulated
+link rate in payload bytes, 50 us per message plus the links' added delay, no step overhead.
+`calibrated` additionally adds a per-strategy fixed step overhead fitted on the *other*
+bandwidths' runs (leave-one-bandwidth-out), so its errors stay out-of-sample.
 """
 from __future__ import annotations
 
-import json
-import os
 import statistics
-import subprocess
-import sys
-import time
 from typing import Any
 
-from ..perf import DEFAULT_LATENCY_S, Cluster, DeviceProfile, named_profile, predict
-
-
-
-def payload_per_wire_byte(mtu: int) -> float:
-    """TCP/IPv4 payload per byte htb paces: a full frame carries mtu - 20 (IP) - 32 (TCP with
-    timestamps) payload bytes in mtu + 14 bytes (Ethernet header, no FCS). The model's
-    bandwidth is in payload bytes, the emulated rate in wire bytes (1500: 0.956, 9000: 0.993)."""
-    return (mtu - 52) / (mtu + 14)
-PARTS = ("conv_fwd", "conv_bwd", "fc_fwd", "fc_bwd")
-
-
-# ---------------------------------------------------------------------------------------------
-# Timing worker: one process, one thread, the engine's step pieces on a batch
-
-
-def _worker(model_name: str, image_size: int, num_classes: int) -> None:
-    """Serve timing requests on stdin (one JSON line {"batch", "reps"} each; "quit" ends)."""
-    import torch
-    import torch.nn.functional as F
-
-    from ..models import get_model, sample_keys
-    from ..split import split_model
-
-    torch.set_num_threads(1)
-    torch.manual_seed(0)
-    model = get_model(model_name, num_classes)
-    model.train()
-    shape = (3, image_size, image_size)
-    split = split_model(model, None, input_shape=shape)
-    conv_p, fc_p = list(split.conv.parameters()), list(split.fc.parameters())
-    opt = torch.optim.SGD(conv_p + fc_p, lr=0.01, momentum=0.9)
-    print("ready", flush=True)
-    for line in sys.stdin:
-        if line.strip() == "quit":
-            return
-        req = json.loads(line)
-        b, reps = int(req["batch"]), int(req["reps"])
-        x, y = torch.randn((b, *shape)), torch.randint(0, num_classes, (b,))
-        rows = []
-        for rep in range(reps + 1):  # the first repetition warms the allocator up
-            t = [time.perf_counter()]
-            opt.zero_grad(set_to_none=True)
-            a = split.conv(x)  # the CONV worker's forward, graph kept for its backward
-            t.append(time.perf_counter())
-            inp = a.detach().requires_grad_(True)
-            with sample_keys(0, rep, torch.arange(b)):  # per-sample dropout masks, as the engine
-                loss = F.cross_entropy(split.fc(inp), y, reduction="sum") / b
-            t.append(time.perf_counter())
-            loss.backward()
-            t.append(time.perf_counter())
-            a.backward(inp.grad)
-            t.append(time.perf_counter())
-            opt.step()
-            t.append(time.perf_counter())
-            d = [t[i + 1] - t[i] for i in range(5)]
-            rows.append({"conv_fwd": d[0], "fc_fwd": d[1], "fc_bwd": d[2], "conv_bwd": d[3],
-                         "update": d[4], "step": t[5] - t[0]})
-        rows = rows[1:]
-        print(json.dumps({k: statistics.median(r[k] for r in rows) for k in rows[0]}), flush=True)
-
-
-def timing_rounds(model: str, image_size: int, num_classes: int, rounds: list[tuple[int, int]], *,
-                  reps: int = 5, timeout_s: float = 300) -> list[dict[str, Any]]:
-    """Time the step pieces at each (level, batch) of `rounds`: `level` processes at once.
-
-    Returns one dict per round: level, batch, and per piece (conv_fwd, conv_bwd, fc_fwd, fc_bwd,
-    update, step: seconds per call) the median over the round's processes of their medians."""
-    if not rounds:
-        return []
-    if any(lv < 1 or b < 1 for lv, b in rounds):
-        raise ValueError(f"rounds need level >= 1 and batch >= 1, got {rounds}")
-    from ..launch import job_env
-
-    n = max(lv for lv, _ in rounds)
-    cmd = [sys.executable, "-m", "stanza_core.experiments.validation", "worker", model, str(image_size),
-           str(num_classes)]
-    procs = [subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                              text=True, env=job_env(1)) for _ in range(n)]
-    deadline = time.monotonic() + timeout_s
-    try:
-        for p in procs:  # wait until every worker has imported torch and built the model
-            if p.stdout.readline().strip() != "ready":
-                raise RuntimeError(f"timing worker failed: {p.stderr.read().strip().splitlines()[-1:]}")
-        out = []
-        for level, batch in rounds:
-            req = json.dumps({"batch": batch, "reps": reps}) + "\n"
-            for p in procs[:level]:  # started back to back: the processes time at the same moment
-                p.stdin.write(req)
-                p.stdin.flush()
-            got = [json.loads(p.stdout.readline()) for p in procs[:level]]
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"timing rounds took longer than {timeout_s:g} s")
-            out.append({"level": level, "batch": batch,
-                        **{k: statistics.median(g[k] for g in got) for k in got[0]}})
-        return out
-    finally:
-        for p in procs:
-            try:
-                p.stdin.write("quit\n")
-                p.stdin.close()
-            except (BrokenPipeError, ValueError):
-                pass
-        for p in procs:
-            try:
-                p.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait()
-            p.stdout.close()
-            p.stderr.close()
-
-
-# ---------------------------------------------------------------------------------------------
-# Which rounds a configuration needs, and its DeviceProfile
-
-
-def config_rounds(strategy: str, nodes: int, fc_workers: int, global_batch: int) -> dict[str, tuple[int, int]]:
-    """(level, batch) of each piece of `strategy`'s step on `nodes` (see the module docstring)."""
-    if strategy == "stanza":
-        b = global_batch // (nodes - fc_workers)
-        conv, fc = (nodes - fc_workers, b), (fc_workers, b)
-        return {"conv_fwd": conv, "conv_bwd": conv, "fc_fwd": fc, "fc_bwd": fc, "update": conv, "step": conv}
-    every = (nodes, global_batch // nodes)
-    return {k: every for k in (*PARTS, "update", "step")}
-
-
-def rounds_needed(configs: list[tuple[str, int]], nodes: int, global_batch: int) -> list[tuple[int, int]]:
-    need = {r for s, k in configs for r in config_rounds(s, nodes, k, global_batch).values()}
-    return sorted(need, key=lambda r: (-r[0], r[1]))
-
-
-def device_for(strategy: str, nodes: int, fc_workers: int, global_batch: int, rounds: list[dict],
-               params: int, step_overhead_s: float = 0.0) -> DeviceProfile:
-    """The DeviceProfile of one configuration: each piece from the round of its level.
-
-    Per-sample times are per-call times over the batch (floors 0); `update_s_per_param` is the
-    optimizer step over all `params`; `step_overhead_s` is passed through (the engine's glue
-    around these pieces is not in the rounds: see `fit_overhead`)."""
-    at = {(r["level"], r["batch"]): r for r in rounds}
-    need = config_rounds(strategy, nodes, fc_workers, global_batch)
-    missing = sorted({v for v in need.values() if v not in at})
-    if missing:
-        raise ValueError(f"no timing round at (level, batch) {missing} for {strategy} on {nodes} nodes")
-    per_sample = {p: at[need[p]][p] / need[p][1] for p in PARTS}
-    return DeviceProfile(name=f"this machine, {strategy} pieces at levels "
-                              f"{sorted({v[0] for v in need.values()})}",
-                         conv_fwd_s=per_sample["conv_fwd"], conv_bwd_s=per_sample["conv_bwd"],
-                         fc_fwd_s=per_sample["fc_fwd"], fc_bwd_s=per_sample["fc_bwd"],
-                         step_overhead_s=step_overhead_s,
-                         update_s_per_param=at[need["update"]]["update"] / params)
-
-
+from ..perf import DEFAULT_LATENCY_S, Cluster, named_profile, predict
+from .timing import device_for, payload_per_wire_byte, rounds_needed, timing_rounds
 # ---------------------------------------------------------------------------------------------
 # Predicted against measured
 
@@ -261,5 +98,114 @@ def measure_rounds_for(result: dict[str, Any], reps: int = 5) -> dict[str, Any]:
             "timing_rounds_note": "measured at validation time, not beside the runs"}
 
 
-if __name__ == "__main__" and sys.argv[1:2] == ["worker"]:
-    _worker(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]))
+
+def calibrated(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Rows with a per-strategy fixed step overhead fitted out of sample: for each row, the median
+    of (measured - predicted step) over the same strategy's rows at *other* link rates (same
+    bench); None where a strategy was measured at one rate only."""
+    out = []
+    for r in rows:
+        train = [x["measured_step_s"] - x["predicted_step_s"] for x in rows
+                 if x["strategy"] == r["strategy"] and x["link_mbit"] != r["link_mbit"]]
+        if not train:
+            out.append({**r, "overhead_s": None, "calibrated_step_s": None, "calibrated_error": None})
+            continue
+        o = max(statistics.median(train), 0.0)
+        step = r["predicted_step_s"] + o
+        G = r["predicted_throughput"] * r["predicted_step_s"]
+        out.append({**r, "overhead_s": o, "calibrated_step_s": step,
+                    "calibrated_error": (G / step) / r["measured_throughput"] - 1})
+    return out
+
+
+def term_fit(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """Per strategy, least squares of measured step = a + c x (predicted exposed communication) +
+    predicted compute over its link rates: c is how much the model's communication term is off
+    (1 = right), a the fixed time per step the model lacks. Needs two rates or more."""
+    out = {}
+    for s in sorted({r["strategy"] for r in rows}):
+        pts = [(r["predicted_exposed_comm_s"], r["measured_step_s"] - r["predicted_compute_s"])
+               for r in rows if r["strategy"] == s]
+        xs = [x for x, _ in pts]
+        if len(set(xs)) < 2:
+            out[s] = None
+            continue
+        mx, my = statistics.fmean(xs), statistics.fmean(y for _, y in pts)
+        c = sum((x - mx) * (y - my) for x, y in pts) / sum((x - mx) ** 2 for x in xs)
+        out[s] = {"comm_scale": c, "fixed_s": my - c * mx, "points": len(pts)}
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Notebook 07: predicted against measured, over several benches
+
+
+def plan(*, model: str, image_size: int, num_classes: int, nodes, strategies, fc_workers, global_batch: int,
+         steps: int, warmup: int, target_gbps, target_device: str = "v100", repeats: int = 1,
+         bench_json=()) -> dict[str, Any]:
+    """One MeasureSpec per cluster size (stanza at the k of `fc_workers` that fit N), and the
+    extra bench results files to validate; every check (one-line ValueError) first."""
+    from pathlib import Path
+
+    from .measured import MeasureSpec
+    from .throughput import _floats, _ints
+
+    sizes = _ints(nodes, "nodes", 2) if nodes else []
+    ks = [fc_workers] if isinstance(fc_workers, int) else list(fc_workers)
+    specs = []
+    for n in sizes:
+        fit = [k for k in ks if isinstance(k, int) and 1 <= k <= n // 2]
+        if "stanza" in strategies and not fit:
+            raise ValueError(f"fc_workers {ks} leave no k in 1..{n // 2} for {n} nodes")
+        specs.append(MeasureSpec(model=model, image_size=image_size, num_classes=num_classes, nodes=n,
+                                 strategies=strategies, fc_workers=fit or [1], global_batch=global_batch, steps=steps,
+                                 warmup=warmup, target_gbps=_floats(target_gbps, "target_gbps"),
+                                 target_device=target_device, repeats=repeats))
+    files = [bench_json] if isinstance(bench_json, str) else list(bench_json)
+    for f in files:
+        if not Path(f).is_file():
+            raise ValueError(f"bench_json {f}: no such file")
+    return {"specs": specs, "bench_json": files}
+
+
+def run_measured(p: dict[str, Any], cache_dir: str | None = None) -> list[dict[str, Any]]:
+    from .measured import measure
+
+    return [measure(s, cache_dir) for s in p["specs"]]
+
+
+def load_benches(p: dict[str, Any]) -> list[dict[str, Any]]:
+    """The bench_json files, with timing rounds measured now where a file has none."""
+    import json
+    from pathlib import Path
+
+    out = []
+    for f in p["bench_json"]:
+        b = json.loads(Path(f).read_text())
+        b = b if b.get("timing_rounds") else measure_rounds_for(b)
+        out.append({**b, "source": str(f)})
+    return out
+
+
+def validate(benches: list[dict[str, Any]], latency_s: float = DEFAULT_LATENCY_S) -> dict[str, Any]:
+    """Rows (predicted against measured, with the out-of-sample calibrated variant) of every
+    bench with runs; the error summary, calibrated error summary and term fit per bench."""
+    rows, per_bench = [], []
+    for i, b in enumerate(benches):
+        if b.get("unavailable") or not b.get("runs"):
+            continue
+        cfg = b["config"]
+        got = calibrated(predict_runs(b, latency_s=latency_s))
+        name = f"{cfg['model']} N={cfg['nodes']} G={cfg['global_batch']}"
+        for r in got:
+            r.update(bench=i, bench_name=name, nodes=cfg["nodes"])
+        rows += got
+        per_bench.append({"bench": i, "name": name, "source": b.get("source", "measured here"),
+                          "summary": error_summary(got), "term_fit": term_fit(got),
+                          "timing_rounds": b["timing_rounds"], "calibration": b.get("calibration"),
+                          "timing_rounds_note": b.get("timing_rounds_note")})
+    cal = [{**r, "error": r["calibrated_error"]} for r in rows if r["calibrated_error"] is not None]
+    unavailable = next((b["unavailable"] for b in benches if b.get("unavailable")), None)
+    return {"experiment": "model_validation", "unavailable": unavailable, "latency_s": latency_s,
+            "summary": error_summary(rows), "calibrated_summary": error_summary(cal), "benches": per_bench,
+            "rows": rows}

@@ -5,14 +5,22 @@ Nothing here runs models, reads files or writes files: notebooks and the report 
 One module per experiment family; shared colours and layout helpers live in `_style`:
 
   anatomy   per-layer parameters/FLOPs, CONV vs FC shares, part timings (notebook 01)
-  throughput  measured and modelled samples/s against cluster size, speedups (notebook 03)
+  throughput  samples/s against cluster size and speedups (03); against k (04)
+  sweep     samples/s and speedups against bandwidth, best assignment over a grid (05)
+  validation  the performance model's predictions against measured runs (07)
 
 A new family (traffic, throughput, node assignment, bandwidth, convergence, ...) goes in its own
 module here, uses `_style.PART_COLORS` / `_style.STRATEGY_COLORS` so that one colour means one
 thing in every figure, and is re-exported below.
 """
 from .anatomy import anatomy_figures, anatomy_table, layer_profile, part_shares, part_times
-from .throughput import measured_throughput, modelled_throughput, stanza_speedups, throughput_figures
+from .throughput import (assignment_figures, assignment_measured, assignment_paper_scale, measured_throughput,
+                         modelled_throughput, stanza_speedups, throughput_figures)
+from .sweep import emulated_bandwidth, paper_scale_speedups, sweep_figures, sweep_heatmaps
+from .validation import error_bars, predicted_vs_measured, term_table, validation_figures
 
 __all__ = ["anatomy_figures", "anatomy_table", "layer_profile", "part_shares", "part_times"]
-__all__ += ["measured_throughput", "modelled_throughput", "stanza_speedups", "throughput_figures"]
+__all__ += ["measured_throughput", "modelled_throughput", "stanza_speedups", "throughput_figures",
+            "assignment_figures", "assignment_measured", "assignment_paper_scale"]
+__all__ += ["emulated_bandwidth", "paper_scale_speedups", "sweep_figures", "sweep_heatmaps"]
+__all__ += ["error_bars", "predicted_vs_measured", "term_table", "validation_figures"]

@@ -1,0 +1,103 @@
+# ---
+# jupyter:
+#   jupytext:
+#     formats: ipynb,py:percent
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#       format_version: '1.3'
+#       jupytext_version: 1.19.6
+#   kernelspec:
+#     display_name: Python 3 (ipykernel)
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # 07 · Performance-model validation: predicted against measured throughput
+#
+# **What it shows.** For every measured configuration (strategy, k, cluster size, link rate) on
+# the emulated cluster: the throughput the performance model predicts and the measured one,
+# with the error (median and worst over the configurations, and per strategy). Inputs of the
+# prediction are measured independently of the runs: per-part compute times of this machine
+# with as many processes computing at once as the configuration runs (timing rounds), the
+# optimizer step, and the emulated link rate; a second variant adds a fixed per-step overhead
+# fitted on the same strategy's runs at the *other* link rates (out of sample). A last table
+# fits, per strategy, how far the model's communication term is off and what fixed time per
+# step it lacks: the term that is wrong where the prediction misses.
+#
+# **Paper claim it backs.** Wu et al., *Stanza* (arXiv 1812.10624): node assignment relies on
+# a performance model that predicts the throughput of each split of the cluster. The paper's
+# own validation figures are not available; `reproductions/model_validation.yaml` records our
+# errors against the project's goal (median within 10 %, worst within 20 %).
+#
+# **Deviations from the paper**
+# - The validation runs on CPU processes of one shared machine with shaped virtual links, not
+#   on GPUs: contention for the cores, kernel packet processing and scheduling delays are part
+#   of what is measured and are not in the model (they show up as the missing fixed time).
+# - Quick runs are single 2-3 step measurements: on a shared 2-core machine repeated timings of
+#   the same step differ by tens of percent, which bounds the agreement that can be shown.
+# - `bench_json` adds bench results measured elsewhere (e.g. `benchmarks/results/*.json`); their
+#   timing rounds, when missing, are measured now, not beside those runs.
+
+# %% tags=["parameters"]
+model: str = "cifar_alexnet"  # zoo model run on the emulated cluster
+image_size: int = 32  # square input of the measured runs (pixels)
+num_classes: int = 10  # outputs of the measured model
+nodes: list[int] = [3]  # emulated cluster sizes (empty: only bench_json)
+strategies: list[str] = ["ps", "ddp", "stanza"]  # strategies measured
+fc_workers: list[int] = [1]  # FC workers k of stanza (those from 1 to N/2 run at each N)
+global_batch: int = 12  # samples per step, divisible by the data workers of every configuration
+steps: int = 3  # steps per measured run, warmup included
+warmup: int = 1  # steps left out of the measured throughput
+target_gbps: list[float] = [10.0, 100.0]  # target bandwidths, mapped to emulated link rates
+target_device: str = "v100"  # accelerator the targets belong to (perf device table)
+repeats: int = 1  # measured runs per configuration and target (interleaved)
+latency_us: float = 50.0  # per-message latency the model assumes (plus the links added delay)
+bench_json: list[str] = []  # bench results files (python -m stanza_core.bench --out) validated as well
+cache_dir: str = "auto"  # measured runs cache: auto (beside out_dir, shared by notebooks), "" (none) or a folder
+png: bool = True  # also export PNG figures (needs a Chromium)
+out_dir: str = "../reproductions/out/model_validation"  # where results.json and the figures go
+
+# %%
+import stanza_core.nbtools as nbt
+from stanza_core import viz
+from stanza_core.experiments import measured, validation
+
+plan = validation.plan(model=model, image_size=image_size, num_classes=num_classes, nodes=nodes,
+                       strategies=strategies, fc_workers=fc_workers, global_batch=global_batch, steps=steps,
+                       warmup=warmup, target_gbps=target_gbps, target_device=target_device, repeats=repeats,
+                       bench_json=bench_json)
+
+# %%
+benches = validation.run_measured(plan, measured.cache_dir_for(cache_dir, out_dir)) + validation.load_benches(plan)
+
+# %%
+results = validation.validate(benches, latency_s=latency_us * 1e-6)
+nbt.write_results(results, out_dir)
+figs = viz.validation_figures(results)
+nbt.save_figures(figs, out_dir, png=png)
+results["summary"]
+
+# %% [markdown]
+# Predicted against measured samples/s. Filled markers: independent inputs only; open markers:
+# with the per-step overhead fitted at the other link rates. Dotted and dashed lines: +-10 % and
+# +-20 %.
+
+# %%
+figs["scatter"]
+
+# %% [markdown]
+# The error of every configuration. Positive errors mean the model is optimistic.
+
+# %%
+figs["errors"]
+
+# %% [markdown]
+# Which term is wrong: a communication scale near 1 with a positive fixed time says the
+# model's link and collective costs are right and a fixed per-step cost is missing (engine
+# glue, waking processes on shared cores); a scale well above 1 says the strategy moves its
+# bytes slower than the links allow.
+
+# %%
+figs["terms"]

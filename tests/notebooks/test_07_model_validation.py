@@ -1,0 +1,64 @@
+"""notebooks/07_model_validation.ipynb with reproductions/model_validation.yaml's tiny parameters:
+the 3-node runs of the notebook 03 test (shared through the session's cache) predicted by the
+model with this machine's timing rounds; the rows are recomputed here from the results' own
+inputs with perf.predict."""
+import json
+
+import pytest
+from papermill.exceptions import PapermillExecutionError
+
+from stanza_core.experiments.timing import device_for, payload_per_wire_byte
+from stanza_core.netem import missing_requirements
+from stanza_core.perf import Cluster, named_profile, predict
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def spec(spec_of):
+    s = spec_of("model_validation")
+    assert s.notebook.name == "07_model_validation.ipynb"
+    return s
+
+
+@pytest.fixture(scope="session")
+def bench_cache(tmp_path_factory):
+    """Measured runs shared by the notebook tests of one session (same parameters, same code)."""
+    return str(tmp_path_factory.getbasetemp() / "bench-cache")
+
+
+@pytest.mark.netem
+@pytest.mark.skipif(bool(missing_requirements()), reason="the emulated cluster needs root and iproute2")
+def test_tiny_run_predicts_every_measured_configuration(spec, run_notebook, bench_cache, tmp_path):
+    results, out, _ = run_notebook(spec, cache_dir=bench_cache)
+    rows = results["rows"]
+    assert results["unavailable"] is None and sorted(r["label"] for r in rows) == ["ddp", "ps", "stanza k=1"]
+    s = results["summary"]
+    errs = sorted(abs(r["error"]) for r in rows)
+    assert s["median_abs_error"] == pytest.approx(errs[1], abs=1e-12) and s["worst_abs_error"] == errs[-1]
+    assert s["bytes_match"] is True
+    # One rate per strategy: no out-of-sample overhead can be fitted, and none is claimed.
+    assert all(r["calibrated_error"] is None for r in rows) and results["calibrated_summary"]["configurations"] == 0
+    # Oracle: each prediction is perf.predict on the row's own device profile and link rate.
+    prof = named_profile("cifar_alexnet", 32, 10)
+    rounds = results["benches"][0]["timing_rounds"]
+    assert {(x["level"], x["batch"]) for x in rounds} == {(3, 2), (2, 3), (1, 3)}  # ddp/ps; CONV; FC phase
+    for r in rows:
+        dev = device_for(r["strategy"], 3, r["fc_workers"], 6, rounds, prof.params)
+        c = Cluster(3, r["link_mbit"] * payload_per_wire_byte(9000) / 1000, 50e-6, dev)
+        p = predict(prof, c, r["strategy"], r["fc_workers"] or None, global_batch=6)
+        assert r["predicted_throughput"] == pytest.approx(p.throughput, rel=1e-12)
+        assert r["error"] == pytest.approx(p.throughput / r["measured_throughput"] - 1, rel=1e-9)
+        # Throughput is samples per second of the timed steps: G over about one step time.
+        assert r["measured_throughput"] == pytest.approx(6 / r["measured_step_s"], rel=0.35)
+    # Bad agreement would be a finding, not a failure, but an error beyond 3x means a broken input.
+    assert s["worst_abs_error"] < 2.0
+    assert (out / "scatter.html").is_file() and (out / "terms.html").is_file()
+    json.dumps(results)  # strict JSON (no NaN) was written
+
+
+def test_missing_bench_json_fails_at_the_first_code_cell_with_one_line(spec, run_notebook, tmp_path):
+    with pytest.raises(PapermillExecutionError) as e:
+        run_notebook(spec, bench_json=[str(tmp_path / "nope.json")])
+    assert e.value.ename == "ValueError" and e.value.evalue == f"bench_json {tmp_path / 'nope.json'}: no such file"
+    assert "validation.plan(" in e.value.source
