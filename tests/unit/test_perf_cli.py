@@ -49,7 +49,7 @@ def test_measured_profile_file(tmp_path, capsys):
     (TINY + ["--gbps", "-1"], "--gbps and --bucket-mb must be > 0"),
     (TINY + ["--device", "tpu"], "unknown device 'tpu'"),
     (["--model", "nope"], "unknown model 'nope'"),
-    (["--model", "vgg16", "--image-size", "16"], "vgg16 cannot take 16x16 images"),
+    (["--model", "vgg16", "--image-size", "16"], "image_size for vgg16 must be an integer >= 32, got 16"),
     (TINY + ["--sweep"], "--sweep needs --out PATH"),
     (TINY + ["--global-batch", "8", "--batch-per-worker", "2"], "not allowed with argument"),
     (TINY + ["--nodes", "4", "--ps-shards", "5"], "ps_shards must be an integer in 1..4"),
