@@ -15,7 +15,7 @@ import dataclasses
 from typing import Any
 
 from ..models import MIN_IMAGE_SIZE
-from ..perf import DEFAULT_LATENCY_S, DEVICE_TABLE, Cluster, best_assignment, named_profile, predict
+from ..perf import DEFAULT_LATENCY_S, DEVICE_TABLE, Cluster, best_assignment, named_profile
 from . import timing, validation
 from .measured import MeasureSpec, measure
 from .throughput import _floats, _names

@@ -229,8 +229,8 @@ def measure(spec: MeasureSpec, cache_dir: str | None = None, progress: bool = Tr
         bar = tqdm(total=len(todo), desc="measured runs", unit="run")
     for g, mbit, rep, s, k in todo:
         key = {**base, "nodes": spec.nodes, "strategy": s, "fc_workers": k, "global_batch": spec.global_batch,
-               "steps": spec.steps, "warmup": spec.warmup, "link_mbit": round(mbit, 6), "delay_ms": spec.delay_ms, "mtu": spec.mtu,
-               "repeat": rep}
+               "steps": spec.steps, "warmup": spec.warmup, "link_mbit": round(mbit, 6), "delay_ms": spec.delay_ms,
+               "mtu": spec.mtu, "repeat": rep}
         run = cache.get("run", key)
         if run is None:
             res = bench.run_bench(**base, nodes=spec.nodes, strategies=[s], fc_workers=[k or 1],
@@ -266,7 +266,8 @@ def bench_from_metrics(paths: list[str], *, link_mbit: float, mtu: int = 1500,
     for path in paths:
         m = json.loads(Path(path).read_text())
         c = m["config"]
-        same = {k: c[k] for k in ("model", "image_size", "num_classes", "world_size", "global_batch", "steps", "warmup")}
+        same = {k: c[k] for k in ("model", "image_size", "num_classes", "world_size", "global_batch", "steps",
+                                  "warmup")}
         if first is None:
             first = same
         elif same != first:

@@ -16,7 +16,6 @@ Glossary: level = processes computing at once; round = one timing at one (level,
 from __future__ import annotations
 
 import json
-import os
 import statistics
 import subprocess
 import sys

@@ -120,8 +120,9 @@ def calibrated(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def term_fit(rows: list[dict[str, Any]]) -> dict[str, Any]:
     """Per strategy, least squares of measured step = a + c x (predicted exposed communication) +
-    predicted compute over its link rates: c is how much the model's communication term is off
-    (1 = right), a the fixed time per step the model lacks. Needs two rates or more."""
+    predicted compute over its configurations (link rates, k): c is how much the model's
+    communication term is off (1 = right), a the fixed time per step the model lacks. Needs two
+    distinct communication times or more (with two the fit is exact, so noise goes into it)."""
     out = {}
     for s in sorted({r["strategy"] for r in rows}):
         pts = [(r["predicted_exposed_comm_s"], r["measured_step_s"] - r["predicted_compute_s"])

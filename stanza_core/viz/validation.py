@@ -80,14 +80,14 @@ def error_bars(results: dict[str, Any]) -> go.Figure:
 
 def term_table(results: dict[str, Any]) -> go.Figure:
     """Per bench and strategy: how much the model's communication term is off (scale) and the
-    fixed time per step it lacks, fitted over the link rates."""
-    head = ["bench", "strategy", "comm term x", "missing fixed ms/step", "rates", "median |error|"]
+    fixed time per step it lacks, fitted over its configurations (link rates, k)."""
+    head = ["bench", "strategy", "comm term x", "missing fixed ms/step", "points", "median |error|"]
     cells = [[] for _ in head]
     for b in results["benches"]:
         for s, fit in b["term_fit"].items():
             by = b["summary"]["by_strategy"].get(s, {})
             vals = [b["name"], s, f"{fit['comm_scale']:.2f}" if fit else "-",
-                    f"{fit['fixed_s'] * 1e3:.0f}" if fit else "-", str(fit["points"]) if fit else "1",
+                    f"{fit['fixed_s'] * 1e3:.0f}" if fit else "-", str(fit["points"]) if fit else "<2",
                     f"{by.get('median_abs_error', 0):.1%}"]
             for c, v in zip(cells, vals):
                 c.append(v)
