@@ -24,3 +24,8 @@ __all__ += ["measured_throughput", "modelled_throughput", "stanza_speedups", "th
             "assignment_figures", "assignment_measured", "assignment_paper_scale"]
 __all__ += ["emulated_bandwidth", "paper_scale_speedups", "sweep_figures", "sweep_heatmaps"]
 __all__ += ["error_bars", "predicted_vs_measured", "term_table", "validation_figures"]
+from .convergence import accuracy_curves, convergence_figures, convergence_table, loss_curves, loss_difference
+from .traffic import node_bytes, ratio_figure, traffic_bytes, traffic_figures, traffic_table
+
+__all__ += ["accuracy_curves", "convergence_figures", "convergence_table", "loss_curves", "loss_difference",
+            "node_bytes", "ratio_figure", "traffic_bytes", "traffic_figures", "traffic_table"]
