@@ -1,0 +1,153 @@
+"""Convergence (notebook 06): loss and accuracy against steps and wall time on scikit-learn's
+digits, the same global batches under local, ps, ddp and stanza.
+
+Each strategy trains as real jobs (`stanza_core.launch.run_job`: torchrun, gloo over loopback)
+in segments of `eval_every` steps: a segment resumes from the previous one's checkpoints (the
+engine's resume is exact) and saves the full model, whose accuracy is then measured here. So
+accuracy is known every `eval_every` steps without changing the training engine.
+
+Held-out samples: the engine's stream walks a seeded permutation of all 1797 digits, so the
+samples of steps 0..T-1 are known in advance (`stanza_core.data.batch_indices`). Those never
+drawn in the whole run are held out; with G x T >= 1797 there are none, and only the accuracy
+on all digits (the training distribution) is reported.
+
+Wall time is training time: the sum of the steps' times (slowest rank each step); job start-up,
+checkpoints and evaluation are left out.
+"""
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+from tqdm import tqdm
+
+from ..data import batch_indices, open_dataset
+from ..launch import run_job
+from ..models import get_model
+from ..nbtools import check_models, resolve_device
+
+STRATEGIES = ("local", "ps", "ddp", "stanza")
+DATASET = "digits"
+EVAL_BATCH = 512
+
+
+def plan(*, model: str = "tiny_cnn", nodes: int = 3, fc_workers: int = 1, global_batch: int = 24, steps: int = 60,
+         eval_every: int = 0, image_size: int = 32, lr: float = 0.05, momentum: float = 0.5, seed: int = 0,
+         strategies: Sequence[str] = STRATEGIES, device: str = "cpu") -> dict[str, Any]:
+    """The run, every parameter checked (one-line ValueError). eval_every 0: only at the end."""
+    check_models([model], image_size)
+    for name, v, low in (("nodes", nodes, 2), ("fc_workers", fc_workers, 1), ("global_batch", global_batch, 1),
+                         ("steps", steps, 1), ("eval_every", eval_every, 0), ("image_size", image_size, 1)):
+        if isinstance(v, bool) or not isinstance(v, int) or v < low:
+            raise ValueError(f"{name} must be an integer >= {low}, got {v!r}")
+    if fc_workers > nodes - fc_workers:
+        raise ValueError(f"fc_workers {fc_workers} needs nodes >= {2 * fc_workers} (every FC worker serves at "
+                         f"least one CONV worker), got nodes {nodes}")
+    names = [s.strip() for s in strategies.split(",")] if isinstance(strategies, str) else list(strategies)
+    bad = [s for s in names if s not in STRATEGIES]
+    if bad or not names or len(set(names)) != len(names):
+        raise ValueError(f"strategies must be distinct names from {', '.join(STRATEGIES)}, got {strategies!r}")
+    if "local" not in names:
+        raise ValueError("strategies must include local: it is the reference the others are compared with")
+    for s in names:
+        workers = {"local": 1, "stanza": nodes - fc_workers}.get(s, nodes)
+        if global_batch % workers:
+            raise ValueError(f"global_batch {global_batch} does not split evenly over the {workers} data workers "
+                             f"of {s} (N = {nodes}, k = {fc_workers})")
+    if not (isinstance(lr, (int, float)) and lr > 0) or not (isinstance(momentum, (int, float)) and 0 <= momentum < 1):
+        raise ValueError(f"lr must be > 0 and momentum in [0, 1), got lr={lr!r}, momentum={momentum!r}")
+    every = eval_every or steps
+    ends = list(range(every, steps, every)) + [steps]
+    return {"model": model, "nodes": nodes, "fc_workers": fc_workers, "global_batch": global_batch, "steps": steps,
+            "eval_steps": ends, "image_size": image_size, "num_classes": 10, "lr": float(lr),
+            "momentum": float(momentum), "seed": seed, "strategies": names, "device": resolve_device(device),
+            "dataset": DATASET}
+
+
+def heldout_indices(p: dict[str, Any]) -> tuple[list[int], int]:
+    """(indices of the digits never drawn in steps 0..T-1, dataset size)."""
+    ds = open_dataset(DATASET, p["image_size"], p["num_classes"], p["seed"])
+    seen = {i for t in range(p["steps"]) for i in batch_indices(ds, t, p["global_batch"], p["seed"],
+                                                               slice(0, p["global_batch"]))}
+    return [i for i in range(ds.size) if i not in seen], ds.size
+
+
+def accuracy(model_name: str, state_path: str, image_size: int, num_classes: int = 10,
+             indices: Sequence[int] | None = None, seed: int = 0) -> float:
+    """Top-1 accuracy (eval mode: dropout off) of a saved full-model state_dict on digits
+    (all samples, or `indices`), with the training stream's preprocessing."""
+    ds = open_dataset(DATASET, image_size, num_classes, seed)
+    idx = list(range(ds.size)) if indices is None else list(indices)
+    if not idx:
+        raise ValueError("accuracy needs at least one sample")
+    net = get_model(model_name, num_classes)
+    net.load_state_dict(torch.load(state_path, map_location="cpu", weights_only=True))
+    net.eval()
+    correct = 0
+    with torch.no_grad():
+        for s in range(0, len(idx), EVAL_BATCH):
+            x, y = ds.get(idx[s:s + EVAL_BATCH])
+            correct += int((net(x).argmax(1) == y).sum())
+    return correct / len(idx)
+
+
+def _train_one(p: dict[str, Any], strategy: str, work: str, heldout: list[int]) -> dict[str, Any]:
+    nodes = 1 if strategy == "local" else p["nodes"]
+    ckpt = os.path.join(work, strategy, "ckpt")
+    steps, evals, start = [], [], 0
+    for end in p["eval_steps"]:
+        save = os.path.join(work, strategy, f"model-{end}.pt")
+        m = run_job(nodes, os.path.join(work, strategy), strategy=strategy, model=p["model"],
+                    num_classes=p["num_classes"], image_size=p["image_size"], global_batch=p["global_batch"],
+                    steps=end, lr=p["lr"], momentum=p["momentum"], seed=p["seed"], dataset=DATASET,
+                    fc_workers=p["fc_workers"] if strategy == "stanza" else None, device=p["device"],
+                    checkpoint_dir=ckpt, resume=start > 0, save=save,
+                    metrics=os.path.join(work, strategy, f"metrics-{end}.json"))
+        if [s["step"] for s in m["steps"]] != list(range(start, end)):
+            raise RuntimeError(f"{strategy}: segment {start}..{end} reported steps {[s['step'] for s in m['steps']]}")
+        steps += [{"step": s["step"], "loss": s["loss"], "time_s": s["time_s"]} for s in m["steps"]]
+        evals.append({"step": end, "wall_s": sum(s["time_s"] for s in steps),
+                      "accuracy_all": accuracy(p["model"], save, p["image_size"], p["num_classes"], seed=p["seed"]),
+                      "accuracy_heldout": accuracy(p["model"], save, p["image_size"], p["num_classes"], heldout,
+                                                   p["seed"]) if heldout else None})
+        start = end
+        os.remove(save)  # VGG-sized models would fill the disk over many segments
+    wall = 0.0
+    for s in steps:
+        wall += s["time_s"]
+        s["wall_s"] = wall
+    return {"strategy": strategy, "nodes": nodes, "fc_workers": p["fc_workers"] if strategy == "stanza" else None,
+            "steps": steps, "evals": evals, "final_loss": steps[-1]["loss"], "final_accuracy": evals[-1]["accuracy_all"],
+            "final_accuracy_heldout": evals[-1]["accuracy_heldout"], "train_time_s": wall,
+            "step_time_median_s": m["step_time_median_s"]}
+
+
+def train_all(p: dict[str, Any], workdir: str | None = None) -> dict[str, dict]:
+    """Every strategy of the plan, each in its own folder (local first: the reference)."""
+    heldout, _ = heldout_indices(p)
+    out = {}
+    with tempfile.TemporaryDirectory(prefix="stanza-convergence-") as tmp:
+        for s in tqdm(p["strategies"], desc="strategies", unit="run"):
+            out[s] = _train_one(p, s, workdir or tmp, heldout)
+    return out
+
+
+def results(p: dict[str, Any], runs: dict[str, dict]) -> dict[str, Any]:
+    """results.json of notebook 06: per strategy the curves, final loss/accuracy and the largest
+    |loss - local loss| over all steps (`strategies.<name>.max_loss_diff_vs_local`)."""
+    heldout, size = heldout_indices(p)
+    ref = [s["loss"] for s in runs["local"]["steps"]]
+    out = {}
+    for name, r in runs.items():
+        diff = max(abs(s["loss"] - l) for s, l in zip(r["steps"], ref))
+        acc_diff = max(abs(e["accuracy_all"] - l["accuracy_all"]) for e, l in zip(r["evals"], runs["local"]["evals"]))
+        out[name] = {**r, "max_loss_diff_vs_local": diff, "max_accuracy_diff_vs_local": acc_diff}
+    others = [v for k, v in out.items() if k != "local"]
+    return {"experiment": "convergence", "params": p, "dataset_size": size, "heldout_size": len(heldout),
+            "chance_accuracy": 1 / p["num_classes"], "strategies": out,
+            "max_loss_diff_vs_local": max((v["max_loss_diff_vs_local"] for v in others), default=0.0),
+            "initial_loss": ref[0], "final_loss_local": ref[-1],
+            "final_accuracy_local": runs["local"]["final_accuracy"]}

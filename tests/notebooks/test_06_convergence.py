@@ -1,0 +1,55 @@
+"""notebooks/06_convergence.ipynb, executed by papermill with reproductions/convergence.yaml's
+tiny parameters: tiny_cnn on digits, 60 steps of 24 samples, local + ps/ddp/stanza on 3 ranks."""
+import nbformat
+import pytest
+from papermill.exceptions import PapermillExecutionError
+
+from stanza_core.reproduce import evaluate_claims
+
+pytestmark = pytest.mark.slow  # a kernel plus one single-process and three 3-process jobs
+
+
+@pytest.fixture(scope="module")
+def spec(spec_of):
+    s = spec_of("convergence")
+    assert s.notebook.name == "06_convergence.ipynb"
+    return s
+
+
+def test_tiny_run_converges_identically(spec, run_notebook):
+    results, out, executed = run_notebook(spec)
+    s = results["strategies"]
+    assert list(s) == ["local", "ps", "ddp", "stanza"]
+    assert (s["stanza"]["nodes"], s["stanza"]["fc_workers"], s["local"]["nodes"]) == (3, 1, 1)
+    for name, r in s.items():
+        assert [x["step"] for x in r["steps"]] == list(range(60))
+        # BSP on the same global batches: the same loss at every step up to float32 summation
+        # order (measured: 2e-6 at most with momentum 0.5); 1e-4 is a relative 5e-5 of a loss
+        # near 2 and leaves room for the amplification of that noise over 60 steps.
+        assert r["max_loss_diff_vs_local"] <= 1e-4, name
+        assert r["max_accuracy_diff_vs_local"] <= 0.003, name  # at most 5 of 1797 digits flip
+        assert r["final_accuracy"] > 0.3, name  # chance is 0.1; measured 0.57 after 60 steps
+        assert r["evals"][-1]["step"] == 60 and r["train_time_s"] > 0
+    assert results["final_loss_local"] < results["initial_loss"] - 0.3  # it learned
+    # 60 x 24 = 1440 distinct digits drawn (the first pass of a permutation): 357 held out.
+    assert (results["dataset_size"], results["heldout_size"]) == (1797, 357)
+    assert s["stanza"]["final_accuracy_heldout"] > 0.3
+    for key in ("table", "loss", "accuracy", "loss_difference"):
+        assert (out / f"{key}.html").is_file()
+    nb = nbformat.read(executed, as_version=4)
+    assert not [o for c in nb.cells for o in c.get("outputs", []) if o.get("output_type") == "error"]
+    rows = {r["key"]: r["status"] for r in evaluate_claims(spec, results, "tiny")[0]}
+    assert rows["strategies.stanza.max_loss_diff_vs_local"] == "agrees"
+    assert rows["final_accuracy_local"] == "agrees"
+
+
+def test_batch_that_does_not_split_fails_at_the_first_code_cell(spec, run_notebook, tmp_path):
+    with pytest.raises(PapermillExecutionError) as e:
+        run_notebook(spec, global_batch=25)
+    assert e.value.ename == "ValueError" and "\n" not in e.value.evalue
+    assert e.value.evalue.startswith("global_batch 25 does not split evenly over the 3 data workers of ps")
+    nb = nbformat.read(tmp_path / spec.notebook.name, as_version=4)
+    code = [c for c in nb.cells if c.cell_type == "code"]
+    injected = next(i for i, c in enumerate(code) if "injected-parameters" in c.metadata.get("tags", []))
+    assert code[injected + 1].outputs[-1].output_type == "error"
+    assert all(c.execution_count is None for c in code[injected + 2:])
