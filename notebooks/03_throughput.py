@@ -91,7 +91,8 @@ nbt.save_figures(figs, out_dir, png=png)
 # %% [markdown]
 # Measured samples/s on the emulated cluster. With the links at the target's
 # communication-to-compute ratio, ddp and ps spend most of each step moving the FC head's
-# gradients and parameters; stanza moves one boundary activation per sample instead.
+# gradients and parameters; stanza moves the CONV gradients and one boundary activation per
+# sample instead.
 
 # %%
 figs["measured"]

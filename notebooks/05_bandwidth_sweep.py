@@ -88,7 +88,8 @@ nbt.save_figures(figs, out_dir, png=png)
 # %% [markdown]
 # The emulated cluster: measured samples/s (markers) and the model with this machine's profile
 # (dashed) against the target bandwidth. ddp and ps grow almost in proportion to the bandwidth
-# (they are bound by moving the FC gradients); stanza is close to compute-bound already at 10 Gb/s.
+# (they are bound by moving the FC head's gradients and parameters); stanza moves only the CONV
+# gradients and the boundary activations, so it leads at every target, by less as bandwidth grows.
 
 # %%
 figs["emulated"]
