@@ -8,6 +8,9 @@ t_step_here, t_step_here being one data worker's compute step with all N nodes c
 once (the timing round at level N). Targets whose rate exceeds what the emulator can shape
 (`max_link_mbit`) are listed as modelled only.
 
+Each run also carries the timing rounds of its own configuration, taken right before and after
+it, so its prediction sees the load of its moment (this machine is shared).
+
 Cache: every timing round and every run is stored as one JSON file under `cache_dir`, keyed by
 every parameter that determines it and by a fingerprint of the code that measures it, so
 notebooks asking for the same run share it and a changed parameter or engine never reuses an
@@ -15,6 +18,7 @@ old one. What was reused is printed and recorded in the results (`cache`).
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import json
@@ -187,6 +191,34 @@ def netem_unavailable() -> str | None:
     return ("the emulated cluster needs Linux, root and iproute2; missing: " + ", ".join(missing)) if missing else None
 
 
+class _LazyPool:
+    """The timing pool, started the first time something needs timing (a fully cached bench
+    starts no process)."""
+
+    def __init__(self, stack: contextlib.ExitStack, spec: MeasureSpec):
+        self.stack, self.spec, self.pool = stack, spec, None
+
+    def __call__(self) -> timing.TimingPool:
+        if self.pool is None:
+            s = self.spec
+            self.pool = self.stack.enter_context(timing.TimingPool(s.model, s.image_size, s.num_classes, s.nodes,
+                                                                   reps=s.timing_reps))
+        return self.pool
+
+
+def _run_with_rounds(pool: timing.TimingPool, spec: MeasureSpec, strategy: str, k: int, mbit: float) -> dict:
+    """One run on the emulated cluster, with its configuration's timing rounds taken just before
+    and just after it (their mean): the compute the model is given saw the load the run saw."""
+    need = sorted(set(timing.config_rounds(strategy, spec.nodes, k, spec.global_batch).values()),
+                  key=lambda r: (-r[0], r[1]))
+    before = pool.time(need)
+    res = bench.run_bench(model=spec.model, image_size=spec.image_size, num_classes=spec.num_classes,
+                          nodes=spec.nodes, strategies=[strategy], fc_workers=[k or 1],
+                          global_batch=spec.global_batch, steps=spec.steps, warmup=spec.warmup, link_mbit=[mbit],
+                          delay_ms=spec.delay_ms, mtu=spec.mtu, progress=False)
+    return {**res["runs"][0], "timing_rounds": timing.mean_rounds(before, pool.time(need))}
+
+
 def measure(spec: MeasureSpec, cache_dir: str | None = None, progress: bool = True) -> dict[str, Any]:
     """Timing rounds, bandwidth mapping and every run of `spec` (cached); a bench results dict.
 
@@ -201,49 +233,50 @@ def measure(spec: MeasureSpec, cache_dir: str | None = None, progress: bool = Tr
         return out
     cache = Cache(cache_dir)
     base = {"model": spec.model, "image_size": spec.image_size, "num_classes": spec.num_classes}
-    rounds = timing.rounds_needed(spec.configs(), spec.nodes, spec.global_batch)
-    calib_round = (spec.nodes, spec.global_batch // spec.nodes)
-    rounds = sorted(set(rounds) | {calib_round}, key=lambda r: (-r[0], r[1]))
-    keys = {r: {**base, "level": r[0], "batch": r[1], "reps": spec.timing_reps} for r in rounds}
-    have = {r: cache.get("round", keys[r]) for r in rounds}
-    missing = [r for r in rounds if have[r] is None]
-    for r, got in zip(missing, timing.timing_rounds(spec.model, spec.image_size, spec.num_classes, missing,
-                                                        reps=spec.timing_reps)):
-        cache.put("round", keys[r], got)
-        have[r] = got
-    out["timing_rounds"] = [have[r] for r in rounds]
-    if spec.target_gbps is not None:
-        here = have[calib_round]["step"]
-        there = bench.target_step_s(spec.model, spec.image_size, spec.num_classes, calib_round[1], spec.target_device)
-        out["calibration"] = {"batch_per_worker": calib_round[1], "t_step_here_s": here, "t_step_target_s": there,
-                              "target_device": spec.target_device, "ratio": there / here}
-        points = [(g, g * 1000 * there / here) for g in spec.target_gbps]
-        out["modelled_only_gbps"] = [g for g, m in points if m > spec.max_link_mbit]
-        points = [(g, m) for g, m in points if m <= spec.max_link_mbit]
-    else:
-        points = [(None, m) for m in spec.link_mbit]
-    todo = [(g, m, rep, s, k) for g, m in points for rep in range(spec.repeats) for s, k in spec.configs()]
-    bar = None
-    if progress:
-        from tqdm import tqdm
-        bar = tqdm(total=len(todo), desc="measured runs", unit="run")
-    for g, mbit, rep, s, k in todo:
-        key = {**base, "nodes": spec.nodes, "strategy": s, "fc_workers": k, "global_batch": spec.global_batch,
-               "steps": spec.steps, "warmup": spec.warmup, "link_mbit": round(mbit, 6), "delay_ms": spec.delay_ms,
-               "mtu": spec.mtu, "repeat": rep}
-        run = cache.get("run", key)
-        if run is None:
-            res = bench.run_bench(**base, nodes=spec.nodes, strategies=[s], fc_workers=[k or 1],
-                                  global_batch=spec.global_batch, steps=spec.steps, warmup=spec.warmup,
-                                  link_mbit=[mbit], delay_ms=spec.delay_ms, mtu=spec.mtu, progress=False)
-            run = res["runs"][0]
-            cache.put("run", key, run)
-        out["runs"].append({**run, "target_gbps": g, "repeat": rep})
+    with contextlib.ExitStack() as stack:
+        pool = _LazyPool(stack, spec)
+        # The rounds of every configuration and the one that maps targets to link rates, once.
+        calib_round = (spec.nodes, spec.global_batch // spec.nodes)
+        rounds = sorted(set(timing.rounds_needed(spec.configs(), spec.nodes, spec.global_batch)) | {calib_round},
+                        key=lambda r: (-r[0], r[1]))
+        keys = {r: {**base, "level": r[0], "batch": r[1], "reps": spec.timing_reps} for r in rounds}
+        have = {r: cache.get("round", keys[r]) for r in rounds}
+        missing = [r for r in rounds if have[r] is None]
+        for r, got in zip(missing, pool().time(missing) if missing else []):
+            cache.put("round", keys[r], got)
+            have[r] = got
+        out["timing_rounds"] = [have[r] for r in rounds]
+        if spec.target_gbps is not None:
+            here = have[calib_round]["step"]
+            there = bench.target_step_s(spec.model, spec.image_size, spec.num_classes, calib_round[1],
+                                        spec.target_device)
+            out["calibration"] = {"batch_per_worker": calib_round[1], "t_step_here_s": here,
+                                  "t_step_target_s": there, "target_device": spec.target_device,
+                                  "ratio": there / here}
+            points = [(g, g * 1000 * there / here) for g in spec.target_gbps]
+            out["modelled_only_gbps"] = [g for g, m in points if m > spec.max_link_mbit]
+            points = [(g, m) for g, m in points if m <= spec.max_link_mbit]
+        else:
+            points = [(None, m) for m in spec.link_mbit]
+        todo = [(g, m, rep, s, k) for g, m in points for rep in range(spec.repeats) for s, k in spec.configs()]
+        bar = None
+        if progress:
+            from tqdm import tqdm
+            bar = tqdm(total=len(todo), desc="measured runs", unit="run")
+        for g, mbit, rep, s, k in todo:
+            key = {**base, "nodes": spec.nodes, "strategy": s, "fc_workers": k, "global_batch": spec.global_batch,
+                   "steps": spec.steps, "warmup": spec.warmup, "link_mbit": round(mbit, 6),
+                   "delay_ms": spec.delay_ms, "mtu": spec.mtu, "repeat": rep, "reps": spec.timing_reps}
+            run = cache.get("run", key)
+            if run is None:
+                run = _run_with_rounds(pool(), spec, s, k, mbit)
+                cache.put("run", key, run)
+            out["runs"].append({**run, "target_gbps": g, "repeat": rep})
+            if bar:
+                bar.set_postfix_str(f"{s}{f' k={k}' if k else ''} @ {mbit:.1f} Mbit/s")
+                bar.update(1)
         if bar:
-            bar.set_postfix_str(f"{s}{f' k={k}' if k else ''} @ {mbit:.1f} Mbit/s")
-            bar.update(1)
-    if bar:
-        bar.close()
+            bar.close()
     out["summary"] = bench.summarize(out["runs"]) if out["runs"] else []
     out["cache"] = cache.report()
     if cache.reused:

@@ -84,48 +84,63 @@ def _worker(model_name: str, image_size: int, num_classes: int) -> None:
         print(json.dumps({k: statistics.median(r[k] for r in rows) for k in rows[0]}), flush=True)
 
 
-def timing_rounds(model: str, image_size: int, num_classes: int, rounds: list[tuple[int, int]], *,
-                  reps: int = 5, timeout_s: float = 300) -> list[dict[str, Any]]:
-    """Time the step pieces at each (level, batch) of `rounds`: `level` processes at once.
+class TimingPool:
+    """`size` timing workers (one thread each) kept alive between rounds, so rounds can be timed
+    right before and after each measured run, under the load the run saw, at ~1 s per round.
 
-    Returns one dict per round: level, batch, and per piece (conv_fwd, conv_bwd, fc_fwd, fc_bwd,
-    update, step: seconds per call) the median over the round's processes of their medians."""
-    if not rounds:
-        return []
-    if any(lv < 1 or b < 1 for lv, b in rounds):
-        raise ValueError(f"rounds need level >= 1 and batch >= 1, got {rounds}")
-    from ..launch import job_env
+        with TimingPool("cifar_alexnet", 32, 10, size=3) as pool:
+            pool.time([(3, 4), (1, 6)])
+    """
 
-    n = max(lv for lv, _ in rounds)
-    cmd = [sys.executable, "-m", "stanza_core.experiments.timing", "worker", model, str(image_size),
-           str(num_classes)]
-    procs = [subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                              text=True, env=job_env(1)) for _ in range(n)]
-    deadline = time.monotonic() + timeout_s
-    try:
-        for p in procs:  # wait until every worker has imported torch and built the model
-            if p.stdout.readline().strip() != "ready":
-                raise RuntimeError(f"timing worker failed: {p.stderr.read().strip().splitlines()[-1:]}")
+    def __init__(self, model: str, image_size: int, num_classes: int, size: int, *, reps: int = 5):
+        self.cmd = [sys.executable, "-m", "stanza_core.experiments.timing", "worker", model, str(image_size),
+                    str(num_classes)]
+        self.size, self.reps, self.procs = size, reps, []
+
+    def __enter__(self) -> "TimingPool":
+        from ..launch import job_env
+
+        self.procs = [subprocess.Popen(self.cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                       stderr=subprocess.PIPE, text=True, env=job_env(1)) for _ in range(self.size)]
+        try:
+            for p in self.procs:  # wait until every worker has imported torch and built the model
+                if p.stdout.readline().strip() != "ready":
+                    raise RuntimeError(f"timing worker failed: {p.stderr.read().strip().splitlines()[-1:]}")
+        except BaseException:
+            self.__exit__()
+            raise
+        return self
+
+    def time(self, rounds: list[tuple[int, int]]) -> list[dict[str, Any]]:
+        """One dict per (level, batch): the median over the round's processes of their medians."""
+        if any(lv < 1 or b < 1 or lv > self.size for lv, b in rounds):
+            raise ValueError(f"rounds need 1 <= level <= {self.size} and batch >= 1, got {rounds}")
         out = []
         for level, batch in rounds:
-            req = json.dumps({"batch": batch, "reps": reps}) + "\n"
-            for p in procs[:level]:  # started back to back: the processes time at the same moment
+            req = json.dumps({"batch": batch, "reps": self.reps}) + "\n"
+            for p in self.procs[:level]:  # started back to back: the processes time at the same moment
                 p.stdin.write(req)
                 p.stdin.flush()
-            got = [json.loads(p.stdout.readline()) for p in procs[:level]]
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"timing rounds took longer than {timeout_s:g} s")
-            out.append({"level": level, "batch": batch,
-                        **{k: statistics.median(g[k] for g in got) for k in got[0]}})
+            got = [self._answer(p) for p in self.procs[:level]]
+            out.append({"level": level, "batch": batch, **{k: statistics.median(g[k] for g in got) for k in got[0]}})
         return out
-    finally:
-        for p in procs:
+
+    @staticmethod
+    def _answer(p: subprocess.Popen) -> dict:
+        line = p.stdout.readline()
+        if not line:  # the worker died: its own last error line is the useful one
+            err = [ln for ln in p.stderr.read().strip().splitlines() if ln.strip()] or ["no error output"]
+            raise RuntimeError(f"timing worker exited: {err[-1]}")
+        return json.loads(line)
+
+    def __exit__(self, *exc) -> None:
+        for p in self.procs:
             try:
                 p.stdin.write("quit\n")
                 p.stdin.close()
-            except (BrokenPipeError, ValueError):
+            except (BrokenPipeError, ValueError, OSError):
                 pass
-        for p in procs:
+        for p in self.procs:
             try:
                 p.wait(timeout=10)
             except subprocess.TimeoutExpired:
@@ -133,6 +148,30 @@ def timing_rounds(model: str, image_size: int, num_classes: int, rounds: list[tu
                 p.wait()
             p.stdout.close()
             p.stderr.close()
+        self.procs = []
+
+
+def timing_rounds(model: str, image_size: int, num_classes: int, rounds: list[tuple[int, int]], *,
+                  reps: int = 5) -> list[dict[str, Any]]:
+    """Time the step pieces at each (level, batch) of `rounds`: `level` processes at once (one
+    pool for all of them). Per round: level, batch and, per piece (conv_fwd, conv_bwd, fc_fwd,
+    fc_bwd, update, step), seconds per call."""
+    if not rounds:
+        return []
+    if any(lv < 1 or b < 1 for lv, b in rounds):
+        raise ValueError(f"rounds need level >= 1 and batch >= 1, got {rounds}")
+    with TimingPool(model, image_size, num_classes, max(lv for lv, _ in rounds), reps=reps) as pool:
+        return pool.time(rounds)
+
+
+def mean_rounds(*sets: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Round by round, the mean of several timings of the same rounds (e.g. before and after a run)."""
+    out = []
+    for group in zip(*sets):
+        keys = [k for k in group[0] if k not in ("level", "batch")]
+        out.append({"level": group[0]["level"], "batch": group[0]["batch"],
+                    **{k: statistics.fmean(g[k] for g in group) for k in keys}})
+    return out
 
 
 # ---------------------------------------------------------------------------------------------

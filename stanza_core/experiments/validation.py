@@ -13,7 +13,7 @@ import statistics
 from typing import Any
 
 from ..perf import DEFAULT_LATENCY_S, Cluster, named_profile, predict
-from .timing import device_for, payload_per_wire_byte, rounds_needed, timing_rounds
+from .timing import device_for, mean_rounds, payload_per_wire_byte, rounds_needed, timing_rounds
 # ---------------------------------------------------------------------------------------------
 # Predicted against measured
 
@@ -26,7 +26,8 @@ def predict_runs(result: dict[str, Any], *, latency_s: float = DEFAULT_LATENCY_S
                  overhead_s: dict[str, float] | None = None) -> list[dict[str, Any]]:
     """One row per measured configuration (strategy, k, link rate) of a bench results dict with
     timing rounds: medians over repeats of the measured figures, the model's prediction with
-    this machine's DeviceProfile for that configuration, and the errors.
+    this machine's DeviceProfile for that configuration (from the runs' own rounds where they
+    carry them, else the bench's), and the errors.
 
     error = predicted throughput / measured throughput - 1. The diagnostics say which term would
     have to change to match: `compute_factor` scales the model's compute (its step with free
@@ -44,7 +45,10 @@ def predict_runs(result: dict[str, Any], *, latency_s: float = DEFAULT_LATENCY_S
         groups.setdefault((r["strategy"], r["fc_workers"], r["link_mbit"]), []).append(r)
     rows = []
     for (s, k, mbit), runs in sorted(groups.items(), key=lambda g: (g[0][2], g[0][0], g[0][1])):
-        dev = device_for(s, n, k, G, rounds, profile.params, (overhead_s or {}).get(s, 0.0))
+        own = [r["timing_rounds"] for r in runs if r.get("timing_rounds")]
+        # later rounds win in device_for: the runs' own rounds over the bench's
+        used = rounds + mean_rounds(*own) if own else rounds
+        dev = device_for(s, n, k, G, used, profile.params, (overhead_s or {}).get(s, 0.0))
         cluster = Cluster(n, mbit * payload_per_wire_byte(mtu) / 1000, latency_s + delay_s, dev)
         p = predict(profile, cluster, s, k or None, global_batch=G, with_ranks=False)
         meas_tp = _median([r["throughput"] for r in runs])
@@ -64,6 +68,7 @@ def predict_runs(result: dict[str, Any], *, latency_s: float = DEFAULT_LATENCY_S
             "comm_factor": (meas_step - compute) / comm if comm > 0 else None,
             "measured_bytes_per_step": runs[0]["bytes_per_step"], "predicted_bytes_per_step": p.bytes_per_step,
             "device": dev.to_dict(), "breakdown": p.breakdown,
+            "rounds_source": "run" if own else "bench", "timing_rounds": used,
         })
     return rows
 

@@ -44,7 +44,9 @@ def test_tiny_run_predicts_every_measured_configuration(spec, run_notebook, benc
     rounds = results["benches"][0]["timing_rounds"]
     assert {(x["level"], x["batch"]) for x in rounds} == {(3, 2), (2, 3), (1, 3)}  # ddp/ps; CONV; FC phase
     for r in rows:
-        dev = device_for(r["strategy"], 3, r["fc_workers"], 6, rounds, prof.params)
+        # Each run carries the rounds of its configuration, timed right before and after it.
+        assert r["rounds_source"] == "run"
+        dev = device_for(r["strategy"], 3, r["fc_workers"], 6, r["timing_rounds"], prof.params)
         c = Cluster(3, r["link_mbit"] * payload_per_wire_byte(9000) / 1000, 50e-6, dev)
         p = predict(prof, c, r["strategy"], r["fc_workers"] or None, global_batch=6)
         assert r["predicted_throughput"] == pytest.approx(p.throughput, rel=1e-12)
