@@ -52,8 +52,12 @@ def predicted_vs_measured(results: dict[str, Any]) -> go.Figure:
     fig.update_xaxes(type="log", title_text="measured samples/s")
     fig.update_yaxes(type="log", title_text="predicted samples/s")
     s = results["summary"]
-    return finish(fig, f"{_TITLE}: median error {s['median_abs_error']:.1%}, worst {s['worst_abs_error']:.1%} "
-                       f"({s['configurations']} configurations)", 560)
+    fig.add_annotation(text=f"median |error| {s['median_abs_error']:.1%}, worst {s['worst_abs_error']:.1%} "
+                            f"({s['configurations']} configurations, independent inputs)",
+                       xref="paper", yref="paper", x=0.01, y=0.99, showarrow=False, xanchor="left")
+    fig = finish(fig, _TITLE, 600)
+    fig.update_layout(margin_t=150)
+    return fig
 
 
 def error_bars(results: dict[str, Any]) -> go.Figure:
