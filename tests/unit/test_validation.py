@@ -156,3 +156,30 @@ def test_without_root_the_measured_part_says_so_in_one_line():
     assert lines[0] == ("measured part skipped: the emulated cluster needs Linux, root and iproute2; missing: "
                         "root (running as uid 65534)")
     assert json.loads(lines[1]) == [lines[0][len("measured part skipped: "):], []]
+
+
+def test_bench_from_metrics_reads_runs_made_elsewhere(tmp_path):
+    from stanza_core.experiments.measured import bench_from_metrics
+
+    def metrics(strategy, k, tp, name):
+        m = {"config": {"strategy": strategy, "model": "alexnet", "image_size": 224, "num_classes": 1000,
+                        "world_size": 4, "global_batch": 128, "steps": 10, "warmup": 2,
+                        "fc_workers_effective": k, "device_type": "cuda"},
+             "throughput": tp, "step_time_median_s": 128 / tp, "bytes_per_step": 1000, "ranks": []}
+        (tmp_path / name).write_text(json.dumps(m))
+        return str(tmp_path / name)
+
+    paths = [metrics("ddp", None, 500.0, "a.json"), metrics("stanza", 1, 1500.0, "b.json"),
+             metrics("stanza", 1, 1400.0, "c.json")]
+    b = bench_from_metrics(paths, link_mbit=10000, target_gbps=10.0)
+    assert b["config"]["nodes"] == 4 and b["config"]["fc_workers"] == [1]
+    assert [(r["strategy"], r["fc_workers"], r["repeat"]) for r in b["runs"]] == [("ddp", 0, 0), ("stanza", 1, 0),
+                                                                                 ("stanza", 1, 1)]
+    st = next(r for r in b["summary"] if r["strategy"] == "stanza")
+    assert st["throughput"] == 1450.0 and st["speedup_vs_ddp"] == pytest.approx(2.9, rel=1e-12)
+    bad = metrics("ps", None, 400.0, "d.json")
+    m = json.loads((tmp_path / "d.json").read_text())
+    m["config"]["world_size"] = 8
+    (tmp_path / "d.json").write_text(json.dumps(m))
+    with pytest.raises(ValueError, match="differs from the first run's"):
+        bench_from_metrics(paths + [bad], link_mbit=10000)
