@@ -1,0 +1,213 @@
+"""Interactive node-assignment explorer: ipywidgets controls driving the performance model.
+
+    from stanza_core.widgets import Explorer
+    Explorer(model="vgg16", nodes=8, bandwidth_gbps=10)   # the last line of a cell shows it
+
+Controls: model, nodes N, link bandwidth (Gb/s per direction), per-message latency (us),
+global batch, device profile (a row of the device table), k FC workers and the strategy whose
+communication the diagram draws. Every change re-runs `perf.best_assignment` and `perf.predict`
+(closed form, milliseconds) and redraws five views: throughput against k, the time breakdown of
+one step, bytes per node by category, the optimiser's recommendation, and who sends what to
+whom. Figures are plain plotly figures (`viz.assignment`) written into `ipywidgets.Output`s in
+plotly's mimetype, so the explorer needs nothing beyond ipywidgets and plotly (JupyterLab,
+Notebook 7 and VS Code render that mimetype; plotly's FigureWidget would also need anywidget).
+
+k runs over 1..N//2: the training engine refuses an FC worker that would serve no CONV worker,
+so these are the assignments that can actually be run.
+"""
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+import ipywidgets as W
+import plotly.graph_objects as go
+from IPython.display import display
+
+from .models import MODEL_NAMES
+from .perf import DEVICE_TABLE, Cluster, best_assignment, named_profile, predict
+from .viz import assignment as va
+
+DEFAULT_MODELS = ("alexnet", "vgg16", "vgg19", "resnet50")
+STRATEGIES = ("stanza", "ddp", "ps")
+FIGURES = ("throughput", "breakdown", "bytes", "diagram")
+
+
+def _check(models: Sequence[str], model: str, nodes: int, max_nodes: int, bandwidth_gbps: float, latency_us: float,
+           global_batch: int, device: str, fc_workers: int, strategy: str, image_size: int) -> None:
+    """One-line ValueError for the first bad argument (before any widget exists)."""
+    for m in models:
+        if m not in MODEL_NAMES:
+            raise ValueError(f"unknown model {m!r}; expected one of: {', '.join(MODEL_NAMES)}")
+    if model not in models:
+        raise ValueError(f"model {model!r} is not among models {list(models)}")
+    if isinstance(max_nodes, bool) or not isinstance(max_nodes, int) or max_nodes < 2:
+        raise ValueError(f"max_nodes must be an integer >= 2, got {max_nodes!r}")
+    if isinstance(nodes, bool) or not isinstance(nodes, int) or not 2 <= nodes <= max_nodes:
+        raise ValueError(f"nodes must be an integer in 2..{max_nodes}, got {nodes!r}")
+    for name, v in (("bandwidth_gbps", bandwidth_gbps), ("latency_us", latency_us)):
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0:
+            raise ValueError(f"{name} must be a number > 0, got {v!r}")
+    if isinstance(global_batch, bool) or not isinstance(global_batch, int) or global_batch < nodes:
+        raise ValueError(f"global_batch must be an integer >= nodes ({nodes}), got {global_batch!r}")
+    if device not in DEVICE_TABLE:
+        raise ValueError(f"unknown device {device!r}; expected one of: {', '.join(DEVICE_TABLE)}")
+    if isinstance(fc_workers, bool) or not isinstance(fc_workers, int) or not 0 <= fc_workers <= nodes // 2:
+        raise ValueError(f"fc_workers must be 0 (the optimiser's k) or in 1..{nodes // 2} for {nodes} nodes "
+                         f"(every FC worker serves a CONV worker), got {fc_workers!r}")
+    if strategy not in STRATEGIES:
+        raise ValueError(f"unknown strategy {strategy!r}; expected one of: {', '.join(STRATEGIES)}")
+    if isinstance(image_size, bool) or not isinstance(image_size, int) or image_size < 32:
+        raise ValueError(f"image_size must be an integer >= 32, got {image_size!r}")
+
+
+PLOTLY_MIME = "application/vnd.plotly.v1+json"
+
+
+def figure_output(fig: go.Figure) -> dict[str, Any]:
+    """A figure as one display_data output in plotly's own mimetype, set straight into an
+    Output widget's `outputs`. Unlike `with out: display(fig)`, this needs no output capture
+    (which headless executors such as nbclient follow only unreliably) and carries no copy of
+    plotly.js, so every redraw sends just the figure's JSON."""
+    title = fig.layout.title.text or "figure"
+    return {"output_type": "display_data", "metadata": {},
+            "data": {PLOTLY_MIME: {**json.loads(fig.to_json()), "config": {"displaylogo": False}},
+                     "text/plain": f"<plotly figure: {title}>"}}
+
+
+class Explorer:
+    """Controls in `controls`, current figures in `figures`, the model's answers in
+    `assignment` (best_assignment) and `chosen` (the prediction of the selected strategy/k)."""
+
+    def __init__(self, *, models: Sequence[str] = DEFAULT_MODELS, model: str = "vgg16", nodes: int = 8,
+                 bandwidth_gbps: float = 10.0, latency_us: float = 50.0, global_batch: int = 256,
+                 device: str = "v100", fc_workers: int = 0, strategy: str = "stanza", image_size: int = 224,
+                 max_nodes: int = 64):
+        models = list(models)
+        _check(models, model, nodes, max_nodes, bandwidth_gbps, latency_us, global_batch, device, fc_workers,
+               strategy, image_size)
+        self.image_size = image_size
+        style = {"description_width": "150px"}
+        layout = W.Layout(width="460px")
+        self.controls: dict[str, W.ValueWidget] = {
+            "model": W.Dropdown(options=models, value=model, description="model", style=style, layout=layout),
+            "nodes": W.IntSlider(value=nodes, min=2, max=max_nodes, description="nodes N", style=style,
+                                 layout=layout, continuous_update=False),
+            "bandwidth_gbps": W.FloatLogSlider(value=bandwidth_gbps, base=10, min=-1, max=3, step=0.05,
+                                               description="bandwidth (Gb/s)", readout_format=".3g", style=style,
+                                               layout=layout, continuous_update=False),
+            "latency_us": W.FloatLogSlider(value=latency_us, base=10, min=0, max=4, step=0.05,
+                                           description="latency (us)", readout_format=".3g", style=style,
+                                           layout=layout, continuous_update=False),
+            "global_batch": W.BoundedIntText(value=global_batch, min=2, max=1 << 20, description="global batch",
+                                             style=style, layout=layout),
+            "device": W.Dropdown(options=list(DEVICE_TABLE), value=device, description="device profile",
+                                 style=style, layout=layout),
+            "fc_workers": W.IntSlider(value=max(fc_workers, 1), min=1, max=nodes // 2, description="k FC workers",
+                                      style=style, layout=layout, continuous_update=False),
+            "strategy": W.ToggleButtons(options=list(STRATEGIES), value=strategy, description="diagram of",
+                                        style=style),
+        }
+        self.status = W.HTML()
+        self.outputs = {key: W.Output() for key in FIGURES}
+        self.figures: dict[str, go.Figure] = {}
+        self.assignment = None
+        self.chosen = None
+        self.updates = 0  # how many times the views were recomputed (tests, debugging)
+        self._follow_k = fc_workers == 0  # k follows the optimiser until someone moves it
+        self._busy = False
+        for name, w in self.controls.items():
+            w.observe(self._on_change, names="value")
+        self.update()
+        if self._follow_k:
+            self._set_k(self.assignment.best_stanza().fc_workers)
+
+    # -----------------------------------------------------------------------------------------
+
+    def values(self) -> dict[str, Any]:
+        return {name: w.value for name, w in self.controls.items()}
+
+    def _set_k(self, k: int) -> None:
+        self._busy = True
+        try:
+            self.controls["fc_workers"].value = k
+        finally:
+            self._busy = False
+        self.update()
+
+    def _on_change(self, change) -> None:
+        if self._busy:
+            return
+        w = change["owner"]
+        if w is self.controls["fc_workers"]:
+            self._follow_k = False
+        if w is self.controls["nodes"]:
+            k = self.controls["fc_workers"]
+            self._busy = True
+            try:  # the slider's range follows N; its value is clamped into it
+                k.max = max(1, change["new"] // 2)
+            finally:
+                self._busy = False
+        self.update()
+        if self._follow_k and self.assignment is not None and self.assignment.best_stanza() is not None:
+            best_k = self.assignment.best_stanza().fc_workers
+            if best_k != self.controls["fc_workers"].value:
+                self._set_k(best_k)
+
+    def compute(self) -> tuple[Any, list, Any]:
+        """(best_assignment, [ps, ddp, stanza k] predictions, the diagram's prediction) for the
+        controls' values; ValueError for a combination the model refuses."""
+        v = self.values()
+        profile = named_profile(v["model"], self.image_size, 1000)
+        cluster = Cluster(v["nodes"], float(v["bandwidth_gbps"]), float(v["latency_us"]) * 1e-6, v["device"])
+        g, n, k = v["global_batch"], v["nodes"], v["fc_workers"]
+        if g < n:
+            raise ValueError(f"global batch {g} is smaller than the {n} nodes: every data worker needs a sample")
+        a = best_assignment(profile, cluster, g, fc_workers=range(1, n // 2 + 1))
+        stanza = predict(profile, cluster, "stanza", k, g)
+        preds = [predict(profile, cluster, s, None, g) for s in ("ps", "ddp")] + [stanza]
+        chosen = {"stanza": stanza, "ps": preds[0], "ddp": preds[1]}[v["strategy"]]
+        return a, preds, chosen
+
+    def update(self) -> None:
+        """Recompute everything and redraw; a refused combination is shown, not raised (a widget
+        callback's exception would only reach the browser's log)."""
+        try:
+            a, preds, chosen = self.compute()
+        except ValueError as e:
+            self.status.value = f"<span style='color:#b00'>Cannot predict this configuration: {e}</span>"
+            return
+        self.assignment, self.chosen, self.predictions = a, chosen, preds
+        self.figures = {
+            "throughput": va.throughput_vs_k(a, chosen_k=self.controls["fc_workers"].value),
+            "breakdown": va.step_breakdown(preds),
+            "bytes": va.bytes_per_node(preds),
+            "diagram": va.assignment_diagram(chosen),
+        }
+        self.status.value = va.recommendation_html(a, preds[-1])
+        for key, out in self.outputs.items():
+            out.outputs = (figure_output(self.figures[key]),)
+        self.updates += 1
+
+    def results(self) -> dict[str, Any]:
+        """The current settings and the model's answers (for results.json)."""
+        a = self.assignment
+        return {"experiment": "explorer", "settings": self.values(), "image_size": self.image_size,
+                "best": {"strategy": a.best.strategy, "fc_workers": a.best.fc_workers,
+                         "throughput": a.best.throughput, "iteration_s": a.best.iteration_s},
+                "speedup_vs_ddp": a.speedup_vs_ddp, "speedup_vs_ps": a.speedup_vs_ps,
+                "throughput": {va.describe(p): p.throughput for p in a.ranking},
+                "chosen": {k: v for k, v in self.chosen.to_dict().items() if k != "ranks"},
+                "predictions": [{k: v for k, v in p.to_dict().items() if k != "ranks"} for p in self.predictions]}
+
+    @property
+    def ui(self) -> W.Widget:
+        c = self.controls
+        left = W.VBox([c["model"], c["device"], c["nodes"], c["fc_workers"]])
+        right = W.VBox([c["bandwidth_gbps"], c["latency_us"], c["global_batch"], c["strategy"]])
+        o = self.outputs
+        return W.VBox([W.HBox([left, right]), self.status, o["throughput"], o["diagram"], o["bytes"], o["breakdown"]])
+
+    def _ipython_display_(self) -> None:
+        display(self.ui)
