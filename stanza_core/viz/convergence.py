@@ -95,10 +95,13 @@ def convergence_table(results: Mapping[str, Any]) -> go.Figure:
     rows = []
     for name, r in results["strategies"].items():
         held = r["final_accuracy_heldout"]
+        gap = r.get("first_step_loss_gap_above")
         rows.append([_name(name, r), f"{r['final_loss']:.4f}", f"{r['max_loss_diff_vs_local']:.1e}",
+                     "never" if gap is None else str(gap),
                      f"{r['final_accuracy']:.1%}", "-" if held is None else f"{held:.1%}",
                      f"{r['train_time_s']:.2f}", f"{r['step_time_median_s']:.4f}"])
-    head = ["strategy", "final loss", "max |loss - local|", f"accuracy (all {results['dataset_size']})",
+    head = ["strategy", "final loss", "max |loss - local|", f"first step > {results.get('loss_gap', 1e-4):g}",
+            f"accuracy (all {results['dataset_size']})",
             f"accuracy (held out: {results['heldout_size']})", "training time s", "median step s"]
     fig = go.Figure(go.Table(header=dict(values=head, fill_color="#eeeeee", align="left"),
                              cells=dict(values=list(zip(*rows)), align="left")))

@@ -25,6 +25,7 @@ def test_results_and_figures():
     r = _results()
     assert r["strategies"]["stanza"]["max_loss_diff_vs_local"] == pytest.approx(3e-7)
     assert r["max_loss_diff_vs_local"] == pytest.approx(3e-7)
+    assert r["strategies"]["stanza"]["first_step_loss_gap_above"] is None  # every gap below 1e-4
     assert (r["dataset_size"], r["heldout_size"]) == (1797, 1797 - 4 * 24)
     figs = viz.convergence_figures(r)
     loss = figs["loss"]
