@@ -7,6 +7,9 @@ One module per experiment family; shared colours and layout helpers live in `_st
   anatomy   per-layer parameters/FLOPs, CONV vs FC shares, part timings (notebook 01)
   throughput  samples/s against cluster size and speedups (03); against k (04)
   sweep     samples/s and speedups against bandwidth, best assignment over a grid (05)
+  traffic   bytes per step per node by category and role, PS/Stanza ratio (02)
+  convergence  loss and accuracy against steps and time, distance from local (06)
+  assignment  the node-assignment explorer's views (08, stanza_core.widgets)
   validation  the performance model's predictions against measured runs (07)
 
 A new family (traffic, throughput, node assignment, bandwidth, convergence, ...) goes in its own
