@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
-# Install a headless Chromium so plotly/kaleido can export PNG figures offline.
+# Install a headless Chromium (and its WebDriver) so plotly/kaleido can export PNG figures
+# offline and the browser test can drive the explorer.
 # Idempotent: does nothing when a Chrome/Chromium is already found. Debian/Ubuntu (apt) only;
 # elsewhere it says so and exits 0, since PNG export is optional (figures are always HTML).
 # Debian 12: 25 packages, ~113 MB download, ~414 MB on disk, about 10 s from a nearby mirror.
 set -euo pipefail
 
 for exe in chromium chromium-browser google-chrome google-chrome-stable chrome; do
-    if path=$(command -v "$exe"); then
-        echo "chromium: found $path"
+    if path=$(command -v "$exe") && command -v chromedriver >/dev/null; then
+        echo "chromium: found $path and $(command -v chromedriver)"
         exit 0
     fi
 done
@@ -31,6 +32,6 @@ fi
 export DEBIAN_FRONTEND=noninteractive
 $SUDO apt-get update -q
 # Debian names the package `chromium`; Ubuntu's `chromium-browser` is a snap shim, hence the fallback.
-$SUDO apt-get install -y -q --no-install-recommends chromium \
-    || $SUDO apt-get install -y -q --no-install-recommends chromium-browser
+$SUDO apt-get install -y -q --no-install-recommends chromium chromium-driver \
+    || $SUDO apt-get install -y -q --no-install-recommends chromium-browser chromium-chromedriver
 echo "chromium: installed $(command -v chromium || command -v chromium-browser)"
