@@ -43,7 +43,14 @@ def loss_curves(results: Mapping[str, Any]) -> go.Figure:
     fig.update_xaxes(title_text="training time (s, sum of step times on this machine)", row=1, col=2)
     fig.update_yaxes(title_text="training loss (cross-entropy)", row=1, col=1)
     p = results["params"]
-    return finish(fig, f"Loss on {p['dataset']}: {p['model']}, global batch {p['global_batch']}, lr {p['lr']}", 450)
+    return _bottom_legend(finish(fig, f"Loss on {p['dataset']}: {p['model']}, global batch {p['global_batch']}, "
+                                      f"lr {p['lr']}, momentum {p['momentum']}", 480))
+
+
+def _bottom_legend(fig: go.Figure) -> go.Figure:
+    """Legends of one entry per strategy and curve go under the plots, clear of the titles."""
+    return fig.update_layout(legend=dict(orientation="h", x=0, xanchor="left", y=-0.18, yanchor="top"),
+                             margin=dict(t=80, b=130))
 
 
 def accuracy_curves(results: Mapping[str, Any]) -> go.Figure:
@@ -67,12 +74,12 @@ def accuracy_curves(results: Mapping[str, Any]) -> go.Figure:
                                 hovertemplate=f"{name}, held out<br>%{{x}}<br>%{{y:.1%}}<extra></extra>")
     for col in (1, 2):
         fig.add_hline(y=results["chance_accuracy"], line_dash="dash", line_color="#aaaaaa", row=1, col=col,
-                      annotation_text="chance" if col == 1 else None)
+                      **({"annotation_text": "chance"} if col == 1 else {}))
     fig.update_xaxes(title_text="step", row=1, col=1)
     fig.update_xaxes(title_text="training time (s)", row=1, col=2)
     fig.update_yaxes(title_text="top-1 accuracy", tickformat=".0%", range=[0, 1.02], row=1, col=1)
     fig.update_yaxes(tickformat=".0%", range=[0, 1.02], row=1, col=2)
-    return finish(fig, "Accuracy of the model after each evaluation segment", 450)
+    return _bottom_legend(finish(fig, "Accuracy of the model after each evaluation segment", 520))
 
 
 def loss_difference(results: Mapping[str, Any]) -> go.Figure:
@@ -104,8 +111,9 @@ def convergence_table(results: Mapping[str, Any]) -> go.Figure:
             f"accuracy (all {results['dataset_size']})",
             f"accuracy (held out: {results['heldout_size']})", "training time s", "median step s"]
     fig = go.Figure(go.Table(header=dict(values=head, fill_color="#eeeeee", align="left"),
-                             cells=dict(values=list(zip(*rows)), align="left")))
-    return finish(fig, "Convergence: the same model whichever strategy trains it", 120 + 28 * len(rows))
+                             cells=dict(values=list(zip(*rows)), align="left", height=26)))
+    fig = finish(fig, "Convergence: the same model whichever strategy trains it", 190 + 26 * len(rows))
+    return fig.update_layout(margin=dict(t=60, b=20))
 
 
 def convergence_figures(results: Mapping[str, Any]) -> dict[str, go.Figure]:
