@@ -143,13 +143,23 @@ def _drive(lab, browser):
 
     browser.get(lab)
     _wait("the notebook", lambda: browser.find_elements(By.CSS_SELECTOR, ".jp-Notebook .jp-Cell"), 40)
+
+    def no_kernel_dialog() -> bool:
+        # JupyterLab asks for a kernel when its kernel list was not loaded in time: take the default
+        buttons = browser.find_elements(By.CSS_SELECTOR, ".jp-Dialog .jp-mod-accept")
+        for button in buttons:
+            button.click()
+        return not buttons
+
+    _wait("an idle kernel", lambda: no_kernel_dialog() and "| Idle" in browser.find_element(
+        By.CSS_SELECTOR, ".jp-StatusBar-Widget, .jp-StatusBar").text, 40)
     run_menu = _wait("the Run menu", lambda: next(e for e in browser.find_elements(By.CSS_SELECTOR, ".lm-MenuBar-itemLabel")
                                                 if e.text == "Run"), 10)
     run_menu.click()
     _wait("Run All Cells", lambda: next(e for e in browser.find_elements(By.CSS_SELECTOR, ".lm-Menu-itemLabel")
                                         if e.text == "Run All Cells"), 10).click()
     first = "Predicted throughput against k (8 nodes, 10 Gb/s)"
-    _wait("the explorer's plots", lambda: first in _titles(browser), 90)  # kernel start, torch import, AlexNet profile
+    _wait("the explorer's plots", lambda: no_kernel_dialog() and first in _titles(browser), 90)  # kernel start, torch import, AlexNet profile
     handle = _wait("the nodes slider", lambda: next(
         w.find_element(By.CSS_SELECTOR, ".noUi-handle") for w in browser.find_elements(By.CSS_SELECTOR, ".widget-slider")
         if w.find_element(By.CSS_SELECTOR, ".widget-label").text == "nodes N"), 10)
