@@ -113,7 +113,10 @@ def prepare_out(out_root: Path) -> None:
     """Create `out_root` as ours, or accept it if ours already; refuse anyone else's files."""
     if out_root.exists() and not out_root.is_dir():
         raise SpecError(f"--out {out_root} exists and is not a folder")
-    if out_root.is_dir() and any(out_root.iterdir()) and not (out_root / MARKER).exists():
+    # The project's own reproductions/out (git-ignored; tests drop screenshots there too) is
+    # always ours; any other non-empty folder must carry the marker.
+    ours = out_root.resolve() == (REPO_ROOT / "reproductions" / "out").resolve()
+    if out_root.is_dir() and any(out_root.iterdir()) and not ours and not (out_root / MARKER).exists():
         raise SpecError(f"refusing to write into {out_root}: it is not empty and was not made by "
                         f"stanza_core.reproduce (no {MARKER}); choose a new or empty folder")
     out_root.mkdir(parents=True, exist_ok=True)
