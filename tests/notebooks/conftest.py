@@ -31,3 +31,10 @@ def run_notebook(tmp_path):
         return json.loads((out / "results.json").read_text()), out, executed
 
     return run
+
+
+@pytest.fixture(scope="session")
+def bench_cache(tmp_path_factory):
+    """Measured runs shared by the notebook tests of one session (the cache keys every
+    parameter and a fingerprint of the measuring code, so sharing never serves another run)."""
+    return str(tmp_path_factory.getbasetemp() / "bench-cache")

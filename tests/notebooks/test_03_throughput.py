@@ -17,12 +17,6 @@ def spec(spec_of):
     return s
 
 
-@pytest.fixture(scope="session")
-def bench_cache(tmp_path_factory):
-    """Measured runs shared by the notebook tests of one session (same parameters, same code)."""
-    return str(tmp_path_factory.getbasetemp() / "bench-cache")
-
-
 @pytest.mark.netem
 @pytest.mark.skipif(bool(missing_requirements()), reason="the emulated cluster needs root and iproute2")
 def test_tiny_run_measures_three_strategies_and_models_the_paper_scale(spec, run_notebook, bench_cache):
