@@ -18,7 +18,7 @@ import time
 
 import torch
 
-from . import checkpoint
+from . import checkpoint, replay
 from .comm import Comm, PeerError, report
 from .config import ConfigError, TrainConfig
 from .data import batch_indices, open_dataset
@@ -98,6 +98,7 @@ def prepare(cfg: TrainConfig):
     resumed = None
     if cfg.resume:
         resumed = checkpoint.load(cfg.checkpoint_dir, rank, world, dataclasses.asdict(cfg))
+    replay.prepare(cfg, model, cfg.global_batch // topo.data_workers)  # --compute replay: waits, no arithmetic
     return topo, device, dataset, model.to(device), resumed
 
 
@@ -118,6 +119,9 @@ def _train(cfg, topo, device, dataset, model, resumed, comm) -> dict | None:
         start, state = resumed
         strategy.load_checkpoint_state(state)
     model.train()
+    replayer = replay.replayer_of(model)
+    if replayer:
+        replayer.replay_optimizer(strategy.optimizer)
 
     def batch_for(t):
         """Load this rank's slice of step t's global batch now, so data loading stays out of the
@@ -144,6 +148,8 @@ def _train(cfg, topo, device, dataset, model, resumed, comm) -> dict | None:
         batch = batch_for(t)
         sync()
         t0 = time.perf_counter()
+        if replayer:
+            replayer.begin_step()
         try:
             with comm.counting():
                 share = strategy.step(t, batch)
@@ -158,11 +164,12 @@ def _train(cfg, topo, device, dataset, model, resumed, comm) -> dict | None:
         checkpoint.save(cfg.checkpoint_dir, comm.rank, topo.world_size, cfg.steps, cfg.to_dict(), strategy.checkpoint_state())
     state = strategy.full_state_dict()
     mine = {"rank": comm.rank, "role": strategy.role, "losses": losses, "times": times,
-            "step_bytes": comm.step_bytes.snapshot(), "other_bytes": comm.other_bytes.snapshot()}
+            "step_bytes": comm.step_bytes.snapshot(), "other_bytes": comm.other_bytes.snapshot(),
+            "replay_wait_s": replayer.waited_s if replayer else None}
     everyone = comm.all_gather_object(mine)
     if comm.rank != 0:
         return None
-    metrics = build_metrics(cfg, topo, device, start, everyone)
+    metrics = build_metrics(cfg, topo, device, start, everyone, replayer.describe() if replayer else None)
     if cfg.save:
         _atomic_torch_save(state, cfg.save)
     if cfg.metrics:
@@ -170,7 +177,7 @@ def _train(cfg, topo, device, dataset, model, resumed, comm) -> dict | None:
     return metrics
 
 
-def build_metrics(cfg, topo, device, start, everyone) -> dict:
+def build_metrics(cfg, topo, device, start, everyone, replayed: dict | None = None) -> dict:
     n_steps = len(everyone[0]["times"])
     steps = []
     for i in range(n_steps):
@@ -184,7 +191,8 @@ def build_metrics(cfg, topo, device, start, everyone) -> dict:
         ranks.append({"rank": r["rank"], "role": r["role"], "bytes_sent": sum(sent.values()),
                       "bytes_recv": sum(recv.values()), "sent": sent, "recv": recv,
                       "setup_bytes_sent": sum(other_sent.values()), "setup_bytes_recv": sum(other_recv.values())})
-    return {
+    metrics = {
+        "compute": cfg.compute,
         "config": {**cfg.to_dict(), "world_size": topo.world_size, "data_workers": topo.data_workers,
                    "fc_workers_effective": topo.fc_workers, "ps_shards_effective": topo.ps_shards,
                    "device_type": device.type, "torch": torch.__version__},
@@ -194,6 +202,17 @@ def build_metrics(cfg, topo, device, start, everyone) -> dict:
         "ranks": ranks,
         "bytes_per_step": sum(r["bytes_sent"] for r in ranks),
     }
+    if replayed is not None:  # times: as measured here, and / D (the target device's time)
+        d = replayed["dilation"]
+        for s in steps:
+            s["loss"], s["target_time_s"] = None, s["time_s"] / d
+        med = metrics["step_time_median_s"]
+        metrics["replay"] = {**replayed, "note": "compute replayed (waits, no arithmetic): losses are not "
+                             "computed, step times are measured; target times = measured / dilation",
+                             "wait_s_per_rank": [r["replay_wait_s"] for r in everyone]}
+        metrics["target_step_time_median_s"] = med / d if med else None
+        metrics["target_throughput"] = metrics["throughput"] * d if metrics["throughput"] else None
+    return metrics
 
 
 def _atomic_write(path: str, text: str):
