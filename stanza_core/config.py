@@ -42,6 +42,7 @@ class TrainConfig:
     bucket_mb: float = 25.0  # gradient bucket size for overlapped allreduce (stanza, ddp)
     overwrite: bool = False  # allow --save/--metrics to replace existing files
     quiet: bool = False  # no progress bar
+    timeline: bool = False  # record per-rank event timestamps (sends, receives, allreduces, compute) in the metrics JSON
     compute: str = "real"  # real | replay (layer arithmetic replaced by waits: stanza_core/replay.py)
     replay_device: str | None = None  # replay: v100 | a100 | h100 (perf device table) or PATH.json profile
     dilation: float = 1.0  # replay: D, each replayed compute time is D x the device's

@@ -113,6 +113,8 @@ def run(cfg: TrainConfig) -> dict | None:
 
 def _train(cfg, topo, device, dataset, model, resumed, comm) -> dict | None:
     comm.new_groups(topo.groups(), device)
+    if cfg.timeline:
+        comm.enable_timeline()
     strategy = STRATEGY_CLASSES[cfg.strategy](model, cfg, topo, comm, device)
     start = 0
     if resumed is not None:
@@ -165,6 +167,7 @@ def _train(cfg, topo, device, dataset, model, resumed, comm) -> dict | None:
     state = strategy.full_state_dict()
     mine = {"rank": comm.rank, "role": strategy.role, "losses": losses, "times": times,
             "step_bytes": comm.step_bytes.snapshot(), "other_bytes": comm.other_bytes.snapshot(),
+            "timeline": comm.timeline, "step_starts": comm.step_starts,
             "replay_wait_s": replayer.waited_s if replayer else None}
     everyone = comm.all_gather_object(mine)
     if comm.rank != 0:
@@ -185,12 +188,16 @@ def build_metrics(cfg, topo, device, start, everyone, replayed: dict | None = No
         steps.append({"step": start + i, "loss": sum(shares), "time_s": max(r["times"][i] for r in everyone)})
     timed = [s["time_s"] for s in steps[cfg.warmup:]] or [s["time_s"] for s in steps]
     ranks = []
+    origins = _step_origins(everyone)
     for r in everyone:
         sent, recv = (report(c, max(n_steps, 1)) for c in r["step_bytes"])
         other_sent, other_recv = (report(c, 1) for c in r["other_bytes"])
         ranks.append({"rank": r["rank"], "role": r["role"], "bytes_sent": sum(sent.values()),
                       "bytes_recv": sum(recv.values()), "sent": sent, "recv": recv,
                       "setup_bytes_sent": sum(other_sent.values()), "setup_bytes_recv": sum(other_recv.values())})
+        if r.get("timeline") is not None:  # t: seconds since the first rank entered the step
+            ranks[-1]["timeline"] = sorted(({**e, "step": start + e["step"], "t": e["t"] - origins[e["step"]]}
+                                            for e in r["timeline"]), key=lambda e: (e["step"], e["t"]))
     metrics = {
         "compute": cfg.compute,
         "config": {**cfg.to_dict(), "world_size": topo.world_size, "data_workers": topo.data_workers,
@@ -213,6 +220,12 @@ def build_metrics(cfg, topo, device, start, everyone, replayed: dict | None = No
         metrics["target_step_time_median_s"] = med / d if med else None
         metrics["target_throughput"] = metrics["throughput"] * d if metrics["throughput"] else None
     return metrics
+
+
+def _step_origins(everyone) -> list[float]:
+    """Per step, the earliest perf_counter() at which any rank started it (timeline runs only)."""
+    starts = [r.get("step_starts") or [] for r in everyone]
+    return [min(s[i] for s in starts if i < len(s)) for i in range(max(map(len, starts), default=0))]
 
 
 def _atomic_write(path: str, text: str):
