@@ -13,12 +13,12 @@ API: ``EmulatedCluster`` (context manager), ``run_training`` (torchrun the train
 metrics plus kernel counters back), ``check_link`` (measured throughput against the set rate),
 ``cleanup`` (remove leftovers). Shell: ``python -m stanza_core.netem --help``.
 """
-from .check import check_link, measure_flows
+from .check import MAX_AGGREGATE_MBIT, check_link, measure_flows
 from .cluster import EmulatedCluster, Node, burst_bytes
 from .host import (NetemError, NetemUnavailable, check_host, cleanup, list_namespaces,
                    missing_requirements)
 from .launch import NodeFailure, launch, run_training
 
-__all__ = ["EmulatedCluster", "Node", "burst_bytes", "NetemError", "NetemUnavailable", "NodeFailure",
+__all__ = ["MAX_AGGREGATE_MBIT", "EmulatedCluster", "Node", "burst_bytes", "NetemError", "NetemUnavailable", "NodeFailure",
            "check_host", "missing_requirements", "cleanup", "list_namespaces", "launch",
            "run_training", "check_link", "measure_flows"]
