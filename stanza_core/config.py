@@ -40,6 +40,7 @@ class TrainConfig:
     bucket_mb: float = 25.0  # gradient bucket size for overlapped allreduce (stanza, ddp)
     overwrite: bool = False  # allow --save/--metrics to replace existing files
     quiet: bool = False  # no progress bar
+    timeline: bool = False  # record per-rank event timestamps (sends, receives, allreduces, compute) in the metrics JSON
 
     def __post_init__(self):
         if self.strategy not in STRATEGIES:
