@@ -18,7 +18,7 @@ import time
 
 import torch
 
-from . import checkpoint
+from . import checkpoint, replay
 from .comm import Comm, PeerError, report
 from .config import ConfigError, TrainConfig
 from .data import batch_indices, open_dataset
@@ -102,7 +102,7 @@ def prepare(cfg: TrainConfig) -> Prepared:
     dataset = open_dataset(cfg.dataset, cfg.image_size, cfg.num_classes, cfg.seed)
     torch.manual_seed(cfg.seed)  # the same initial parameters on every rank and strategy
     try:
-        model = get_model(cfg.model, cfg.num_classes).to(device)
+        model = get_model(cfg.model, cfg.num_classes)
         check_model(model, (3, cfg.image_size, cfg.image_size), cfg.num_classes, cfg.model)
     except ValueError as e:
         raise ConfigError(str(e)) from None
@@ -113,7 +113,8 @@ def prepare(cfg: TrainConfig) -> Prepared:
     resumed = None
     if cfg.resume:
         resumed = checkpoint.load(cfg.checkpoint_dir, rank, world, dataclasses.asdict(cfg))
-    return Prepared(topo, device, dataset, model, split, resumed)
+    replay.prepare(cfg, model, cfg.global_batch // topo.data_workers)  # --compute replay: waits, no arithmetic
+    return Prepared(topo, device, dataset, model.to(device), split, resumed)
 
 
 def run(cfg: TrainConfig) -> dict | None:
@@ -136,6 +137,9 @@ def _train(cfg, prep: Prepared, comm) -> dict | None:
         start, state = prep.resumed
         strategy.load_checkpoint_state(state)
     model.train()
+    replayer = replay.replayer_of(model)
+    if replayer:
+        replayer.replay_optimizer(strategy.optimizer)
 
     def batch_for(t) -> Batch | None:
         """Load this rank's slice of step t's global batch now, so data loading stays out of the
@@ -156,6 +160,8 @@ def _train(cfg, prep: Prepared, comm) -> dict | None:
         batch = batch_for(t)
         sync()
         t0 = time.perf_counter()
+        if replayer:
+            replayer.begin_step()
         try:
             with comm.counting():
                 share = strategy.step(t, batch)
@@ -171,11 +177,12 @@ def _train(cfg, prep: Prepared, comm) -> dict | None:
     state = strategy.full_state_dict()
     mine = {"rank": comm.rank, "role": strategy.role, "losses": losses, "times": times,
             "step_bytes": comm.step_bytes.snapshot(), "other_bytes": comm.other_bytes.snapshot(),
-            "timeline": comm.timeline, "step_starts": comm.step_starts}
+            "timeline": comm.timeline, "step_starts": comm.step_starts,
+            "replay_wait_s": replayer.waited_s if replayer else None}
     everyone = comm.all_gather_object(mine)
     if comm.rank != 0:
         return None
-    metrics = build_metrics(cfg, topo, device, start, everyone)
+    metrics = build_metrics(cfg, topo, device, start, everyone, replayer.describe() if replayer else None)
     if cfg.save:
         _atomic_torch_save(state, cfg.save)
     if cfg.metrics:
@@ -183,7 +190,7 @@ def _train(cfg, prep: Prepared, comm) -> dict | None:
     return metrics
 
 
-def build_metrics(cfg, topo, device, start, everyone) -> dict:
+def build_metrics(cfg, topo, device, start, everyone, replayed: dict | None = None) -> dict:
     n_steps = len(everyone[0]["times"])
     steps = []
     for i in range(n_steps):
@@ -201,7 +208,8 @@ def build_metrics(cfg, topo, device, start, everyone) -> dict:
         if r.get("timeline") is not None:  # t: seconds since the first rank entered the step
             ranks[-1]["timeline"] = sorted(({**e, "step": start + e["step"], "t": e["t"] - origins[e["step"]]}
                                             for e in r["timeline"]), key=lambda e: (e["step"], e["t"]))
-    return {
+    metrics = {
+        "compute": cfg.compute,
         "config": {**cfg.to_dict(), "world_size": topo.world_size, "data_workers": topo.data_workers,
                    "fc_workers_effective": topo.fc_workers, "ps_shards_effective": topo.ps_shards,
                    "device_type": device.type, "torch": torch.__version__},
@@ -211,6 +219,17 @@ def build_metrics(cfg, topo, device, start, everyone) -> dict:
         "ranks": ranks,
         "bytes_per_step": sum(r["bytes_sent"] for r in ranks),
     }
+    if replayed is not None:  # times: as measured here, and / D (the target device's time)
+        d = replayed["dilation"]
+        for s in steps:
+            s["loss"], s["target_time_s"] = None, s["time_s"] / d
+        med = metrics["step_time_median_s"]
+        metrics["replay"] = {**replayed, "note": "compute replayed (waits, no arithmetic): losses are not "
+                             "computed, step times are measured; target times = measured / dilation",
+                             "wait_s_per_rank": [r["replay_wait_s"] for r in everyone]}
+        metrics["target_step_time_median_s"] = med / d if med else None
+        metrics["target_throughput"] = metrics["throughput"] * d if metrics["throughput"] else None
+    return metrics
 
 
 def _step_origins(everyone) -> list[float]:
