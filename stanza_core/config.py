@@ -18,7 +18,7 @@ class ConfigError(ValueError):
 @dataclasses.dataclass(kw_only=True)
 class TrainConfig:
     strategy: str = "stanza"  # local | ddp | ps | stanza
-    model: str = "tiny_cnn"  # a name from stanza_core.models.MODEL_NAMES
+    model: str = "tiny_cnn"  # a zoo name (stanza_core.MODEL_NAMES) or package.module:factory
     num_classes: int = 10  # classes of the classifier head
     image_size: int = 32  # square input side in pixels
     global_batch: int = 32  # samples per step over the whole cluster
