@@ -13,9 +13,9 @@ API: ``EmulatedCluster`` (context manager), ``run_training`` (torchrun the train
 metrics plus kernel counters back), ``check_link`` (measured throughput against the set rate),
 ``cleanup`` (remove leftovers); the emulator's own limits in ``facts``. Shell: ``python -m stanza_core.netem --help``.
 """
-from .check import MAX_AGGREGATE_MBIT, check_link, measure_flows
+from .check import check_link, measure_flows
 from .cluster import EmulatedCluster, Node, burst_bytes
-from .facts import MAX_LINK_MBIT, max_link_mbit, payload_gbps, payload_per_wire_byte
+from .facts import MAX_AGGREGATE_MBIT, MAX_LINK_MBIT, max_link_mbit, payload_gbps, payload_per_wire_byte
 from .host import (NetemError, NetemUnavailable, check_host, cleanup, list_namespaces,
                    missing_requirements)
 from .launch import NodeFailure, launch, run_training

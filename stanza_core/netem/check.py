@@ -25,12 +25,6 @@ from .cluster import EmulatedCluster
 from .host import NetemError
 
 PATTERNS = ("pair", "duplex", "fan-in", "fan-out", "ring")
-# The largest aggregate rate (sum over nodes of wire Mbit/s received, every link busy both ways)
-# this 2-core machine held with every link within ~10 % of its set rate, MTU 9000, while other
-# jobs ran (load average 12-19): `check --pattern ring --mtu 9000 --seconds 4`, N=4 at 150 Mbit/s
-# -> 570 aggregate (worst link -10.5 %); N=4 at 200 -> 713 (-12.5 %), N=8 at 125 -> 867 (-21 %),
-# N=8 at 500 -> 922 (-88 %). perf.replay_dilation keeps replayed runs within it.
-MAX_AGGREGATE_MBIT = 500.0
 PROBE = str(Path(__file__).with_name("linkprobe.py"))
 PORT = 5201
 
