@@ -34,10 +34,13 @@
 # and 1.72x for VGG-16. Claims and tolerances: `reproductions/throughput.yaml`.
 #
 # **Deviations from the paper**
-# - Quick mode (`make reproduce`) replays N = 4 at 10 Gb/s for AlexNet and VGG-16 (D = 20,
-#   links at 500 Mbit/s); the full mode adds N = 8 and 16 and 40 / 100 Gb/s (D grows so that no
-#   link exceeds `replay_link_mbit`). Replayed compute is the V100 table profile (vendor peaks
-#   and assumed efficiencies), not a measured V100; the runs' communication is real.
+# - D follows `perf.replay_dilation`: the smallest D at which this 2-core machine keeps up with
+#   all N links at once (D = 80 for 4 nodes at 10 Gb/s), so a replayed step takes D times the
+#   V100's. Quick mode (`make reproduce`) therefore replays AlexNet only, 4 nodes at 10 Gb/s,
+#   2 steps (the runs notebooks 05 and 07 share through the cache); VGG-16, 8 nodes and 25 / 40 /
+#   100 Gb/s run in full mode (hours: D reaches 1,600). 16 nodes of VGG-16 do not fit in the
+#   24 GiB of one machine. Replayed compute is the V100 table profile (vendor peaks and assumed
+#   efficiencies), not a measured V100; the runs' communication is real.
 # - The fidelity anchor uses a small AlexNet-shaped model (`cifar_alexnet`, 32x32) on CPU
 #   processes of one machine, with links shaped to the rate that gives this machine the target
 #   bandwidth's communication-to-compute ratio (`rate = target x t_step(V100) / t_step(here)`,
@@ -70,13 +73,12 @@ model_image_size: int = 224  # input size of the modelled models (ImageNet setti
 model_nodes: list[int] = [2, 4, 8, 16, 32, 64]  # modelled cluster sizes
 model_gbps: list[float] = [10.0, 100.0]  # modelled bandwidths (Gb/s per node and direction)
 batch_per_worker: int = 32  # modelled samples per data worker
-replay_models: list[str] = ["alexnet", "vgg16"]  # paper-regime models, replayed compute (224x224, 1000 classes)
+replay_models: list[str] = ["alexnet"]  # paper-regime models, replayed compute (224x224, 1000 classes)
 replay_nodes: list[int] = [4]  # emulated cluster sizes of the replayed runs
 replay_gbps: list[float] = [10.0]  # target bandwidths of the replayed runs
 replay_device: str = "v100"  # device profile the replayed compute follows (perf device table)
-dilation: float = 20.0  # smallest D: replayed compute waits D x the device's time, links run at target / D
-replay_link_mbit: float = 500.0  # fastest link a replayed run uses (D grows for higher targets)
-replay_steps: int = 3  # steps per replayed run, warmup included
+dilation: float = 1.0  # smallest D (perf.replay_dilation picks D so this CPU keeps up); links run at target / D
+replay_steps: int = 2  # steps per replayed run, warmup included
 replay_image_size: int = 224  # input of the replayed runs (the paper's ImageNet setting)
 replay_num_classes: int = 1000  # outputs of the replayed models
 measure_runs: bool = True  # run the measured cells (False, or no root/tc here: modelled figures only)
@@ -97,7 +99,7 @@ params = throughput.ThroughputParams(measured_model=measured_model, measured_ima
                                      model_gbps=model_gbps, batch_per_worker=batch_per_worker,
                                      replay_models=replay_models, replay_nodes=replay_nodes, replay_gbps=replay_gbps,
                                      replay_device=replay_device, dilation=dilation,
-                                     replay_link_mbit=replay_link_mbit, replay_steps=replay_steps,
+                                     replay_steps=replay_steps,
                                      replay_image_size=replay_image_size, replay_num_classes=replay_num_classes,
                                      measure_runs=measure_runs)
 

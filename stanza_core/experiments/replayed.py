@@ -6,9 +6,9 @@ time on the replay device (a perf device-table row), so AlexNet and VGG-16 at 22
 2-core machine. Links run at target / D (perf.emulated_bandwidth with t_here = D x t_target),
 so every transfer takes the fraction of a step it takes on the target cluster.
 
-Dilation rule: D = max(dilation, target_gbps x 1000 / replay_link_mbit), i.e. the given D unless
-the target would need links faster than `replay_link_mbit` (what this machine's CPU keeps up with
-on every link at once), in which case D grows until the links run at that rate.
+Dilation rule: D = max(dilation, perf.replay_dilation(target, N)), the smallest D at which this
+machine keeps up with the emulated cluster: one link within netem's fastest link, all N links
+at once within the aggregate this machine sustains (netem.facts.MAX_AGGREGATE_MBIT).
 """
 from __future__ import annotations
 
@@ -33,8 +33,8 @@ class ReplaySet:
     fc_workers: list[int]  # stanza's k (those that fit N run at each N)
     target_gbps: list[float]  # target bandwidths
     replay_device: str = "v100"  # the device the compute follows (perf device table)
-    dilation: float = 20.0  # the smallest D (see the module docstring)
-    replay_link_mbit: float = 500.0  # the fastest link rate a replayed run uses
+    dilation: float = 1.0  # the smallest D (see the module docstring)
+    mtu: int = 9000  # link MTU of the replayed runs (jumbo frames, as the bench)
     batch_per_worker: int = 32  # samples per data worker (the paper's per-GPU batch)
     steps: int = 3  # steps per run, warmup included
     warmup: int = 1  # steps left out of the throughput
@@ -49,7 +49,6 @@ class ReplaySet:
         ks = checks.int_list("replay_fc_workers", self.fc_workers)
         gbps = checks.positive_floats("replay_gbps", self.target_gbps)
         checks.positive_floats("dilation", [self.dilation])
-        checks.positive_floats("replay_link_mbit", [self.replay_link_mbit])
         self.specs = []
         for m in self.models:
             for n in sizes:
@@ -57,15 +56,21 @@ class ReplaySet:
                 if "stanza" in self.strategies and not fit:
                     raise ValueError(f"replay_fc_workers {ks} leave no k in 1..{n // 2} for {n} nodes")
                 for g in gbps:
+                    d = self.dilation_for(g, n)
                     self.specs.append(MeasureSpec(
                         model=m, image_size=self.image_size, num_classes=self.num_classes, nodes=n,
                         strategies=self.strategies, fc_workers=fit or [1], batch_per_worker=self.batch_per_worker,
                         steps=self.steps, warmup=self.warmup, repeats=self.repeats, target_gbps=[g],
-                        compute="replay", replay_device=self.replay_device, dilation=self.dilation_for(g),
-                        max_link_mbit=self.replay_link_mbit * 1.000001))
+                        compute="replay", replay_device=self.replay_device, dilation=d, mtu=self.mtu,
+                        max_link_mbit=1.000001 * 1000 * g / d))  # the rule already keeps the link within reach
 
-    def dilation_for(self, target_gbps: float) -> float:
-        return max(self.dilation, target_gbps * 1000 / self.replay_link_mbit)
+    def dilation_for(self, target_gbps: float, nodes: int) -> float:
+        from ..netem.facts import MAX_AGGREGATE_MBIT, max_link_mbit
+        from ..perf import replay_dilation
+
+        rule = replay_dilation(target_gbps, nodes, max_link_mbit=max_link_mbit(self.mtu),
+                               max_aggregate_mbit=MAX_AGGREGATE_MBIT)
+        return float(max(self.dilation, rule))
 
 
 def run_replayed(s: ReplaySet, cache_dir: str | None, measure_runs: bool = True) -> list[dict[str, Any]]:
@@ -77,7 +82,7 @@ def run_replayed(s: ReplaySet, cache_dir: str | None, measure_runs: bool = True)
 
 def caption(s: ReplaySet) -> str:
     """What a replayed figure shows, in one line (every figure built from these runs carries it)."""
-    ds = sorted({s.dilation_for(g) for g in checks.positive_floats("replay_gbps", s.target_gbps)})
+    ds = sorted({spec.dilation for spec in s.specs})
     return (f"measured: communication, for real (every tensor over the shaped links at target / D); "
             f"replayed: compute (the {s.replay_device} table profile, D = {', '.join(f'{d:g}' for d in ds)})")
 

@@ -52,9 +52,8 @@ class SweepParams:
     replay_nodes: list[int] = dataclasses.field(default_factory=list)  # their emulated cluster sizes
     replay_gbps: list[float] = dataclasses.field(default_factory=lambda: [10.0])  # their targets
     replay_device: str = "v100"  # device profile the replayed compute follows
-    dilation: float = 20.0  # smallest D (experiments.replayed)
-    replay_link_mbit: float = 500.0  # fastest link a replayed run uses
-    replay_steps: int = 3  # steps per replayed run, warmup included
+    dilation: float = 1.0  # smallest D (experiments.replayed: perf.replay_dilation decides)
+    replay_steps: int = 2  # steps per replayed run, warmup included
     replay_image_size: int = 224
     replay_num_classes: int = 1000
     measure_runs: bool = True  # False: skip the measured cells (as without root or tc)
@@ -81,7 +80,7 @@ class SweepParams:
         self.replay = ReplaySet(models=self.replay_models, nodes=self.replay_nodes, strategies=self.strategies,
                                 fc_workers=[self.fc_workers], target_gbps=self.replay_gbps,
                                 replay_device=self.replay_device, dilation=self.dilation,
-                                replay_link_mbit=self.replay_link_mbit, batch_per_worker=self.batch_per_worker,
+                                batch_per_worker=self.batch_per_worker,
                                 steps=self.replay_steps, warmup=self.warmup, image_size=self.replay_image_size,
                                 num_classes=self.replay_num_classes)
 

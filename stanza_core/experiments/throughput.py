@@ -55,9 +55,8 @@ class ThroughputParams:
     replay_nodes: list[int] = dataclasses.field(default_factory=list)  # their emulated cluster sizes
     replay_gbps: list[float] = dataclasses.field(default_factory=lambda: [10.0])  # their targets
     replay_device: str = "v100"  # device profile the replayed compute follows
-    dilation: float = 20.0  # smallest D (experiments.replayed)
-    replay_link_mbit: float = 500.0  # fastest link a replayed run uses (D grows past it)
-    replay_steps: int = 3  # steps per replayed run, warmup included
+    dilation: float = 1.0  # smallest D (experiments.replayed: perf.replay_dilation decides)
+    replay_steps: int = 2  # steps per replayed run, warmup included
     replay_image_size: int = 224  # the paper's ImageNet input (tests use a smaller one)
     replay_num_classes: int = 1000
     measure_runs: bool = True  # False: skip the measured cells (as without root or tc)
@@ -79,7 +78,7 @@ class ThroughputParams:
         self.replay = ReplaySet(models=self.replay_models, nodes=self.replay_nodes, strategies=self.strategies,
                                 fc_workers=[self.fc_workers], target_gbps=self.replay_gbps,
                                 replay_device=self.replay_device, dilation=self.dilation,
-                                replay_link_mbit=self.replay_link_mbit, batch_per_worker=self.batch_per_worker,
+                                batch_per_worker=self.batch_per_worker,
                                 steps=self.replay_steps, warmup=self.warmup, image_size=self.replay_image_size,
                                 num_classes=self.replay_num_classes)
 

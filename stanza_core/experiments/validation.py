@@ -189,9 +189,8 @@ class ValidationParams:
     replay_nodes: list[int] = dataclasses.field(default_factory=list)  # their emulated cluster sizes
     replay_gbps: list[float] = dataclasses.field(default_factory=lambda: [10.0])  # their targets
     replay_device: str = "v100"  # device profile the replayed compute follows
-    dilation: float = 20.0  # smallest D (experiments.replayed)
-    replay_link_mbit: float = 500.0  # fastest link a replayed run uses
-    replay_steps: int = 3  # steps per replayed run, warmup included
+    dilation: float = 1.0  # smallest D (experiments.replayed: perf.replay_dilation decides)
+    replay_steps: int = 2  # steps per replayed run, warmup included
     replay_image_size: int = 224
     replay_num_classes: int = 1000
     batch_per_worker: int = 32  # samples per data worker of the replayed runs
@@ -218,7 +217,7 @@ class ValidationParams:
 
         self.replay = ReplaySet(models=self.replay_models, nodes=self.replay_nodes, strategies=self.strategies,
                                 fc_workers=ks, target_gbps=self.replay_gbps, replay_device=self.replay_device,
-                                dilation=self.dilation, replay_link_mbit=self.replay_link_mbit,
+                                dilation=self.dilation,
                                 batch_per_worker=self.batch_per_worker, steps=self.replay_steps, warmup=self.warmup,
                                 image_size=self.replay_image_size, num_classes=self.replay_num_classes)
         self.bench_json = [self.bench_json] if isinstance(self.bench_json, str) else list(self.bench_json)

@@ -9,9 +9,9 @@ from papermill.exceptions import PapermillExecutionError
 
 from stanza_core.experiments.compute_rounds import device_for
 from stanza_core.experiments.validation import replay_profile
-from stanza_core.netem.facts import payload_gbps
+from stanza_core.netem.facts import MAX_AGGREGATE_MBIT, max_link_mbit, payload_gbps
 from stanza_core.netem import missing_requirements
-from stanza_core.perf import Cluster, named_profile, predict
+from stanza_core.perf import Cluster, named_profile, predict, replay_dilation
 
 pytestmark = pytest.mark.slow
 
@@ -34,13 +34,15 @@ def test_tiny_run_predicts_every_measured_configuration(spec, run_notebook, benc
     replayed = [r for r in everything if r["compute"] == "replay"]
     assert sorted(r["label"] for r in replayed) == ["ddp", "ps", "stanza k=1"]
     assert results["replayed_summary"]["configurations"] == 3 and results["replayed_summary"]["bytes_match"]
-    assert "replayed runs: compute from the v100 table profile x D = 20" in results["caption"]
+    D = replay_dilation(10.0, 3, max_link_mbit=max_link_mbit(9000), max_aggregate_mbit=MAX_AGGREGATE_MBIT)
+    assert f"replayed runs: compute from the v100 table profile x D = {D:g}" in results["caption"]
     small = named_profile("cifar_alexnet", 32, 10)
     for r in replayed:
         G = 32 * (3 - r["fc_workers"])
-        c = Cluster(3, payload_gbps(r["link_mbit"], 9000), 50e-6, replay_profile(small, "v100", 20.0))
+        c = Cluster(3, payload_gbps(r["link_mbit"], 9000), 50e-6, replay_profile(small, "v100", D))
         p = predict(small, c, r["strategy"], r["fc_workers"] or None, global_batch=G)
-        assert r["link_mbit"] == pytest.approx(500.0) and r["predicted_throughput"] == pytest.approx(p.throughput, rel=1e-12)
+        assert r["link_mbit"] == pytest.approx(10_000 / D)
+        assert r["predicted_throughput"] == pytest.approx(p.throughput, rel=1e-12)
     rows = [r for r in everything if r["compute"] != "replay"]  # the real-compute anchor
     assert results["unavailable"] is None and sorted(r["label"] for r in rows) == ["ddp", "ps", "stanza k=1"]
     s = results["real_summary"]

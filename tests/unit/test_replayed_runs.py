@@ -6,20 +6,29 @@ import pytest
 from stanza_core import viz
 from stanza_core.experiments import replayed, validation
 from stanza_core.experiments.spec import MeasureSpec
-from stanza_core.netem.facts import payload_gbps
-from stanza_core.perf import Cluster, DeviceProfile, named_profile, predict
+from stanza_core.netem.facts import MAX_AGGREGATE_MBIT, max_link_mbit, payload_gbps
+from stanza_core.perf import Cluster, DeviceProfile, named_profile, predict, replay_dilation
 
 
 def test_dilation_rule_and_specs():
     s = replayed.ReplaySet(models=["alexnet", "vgg16"], nodes=[4, 8], strategies=["ps", "ddp", "stanza"],
-                           fc_workers=[1], target_gbps=[10.0, 100.0], dilation=20.0, replay_link_mbit=500.0)
-    assert len(s.specs) == 8 and s.dilation_for(10.0) == 20.0 and s.dilation_for(100.0) == 200.0
+                           fc_workers=[1], target_gbps=[10.0, 100.0])
+    # perf.replay_dilation's rule with the emulator's facts: all N links at once within the
+    # aggregate this machine holds (N x 1000 x target / MAX_AGGREGATE_MBIT), rounded up.
+    for spec in s.specs:
+        g = spec.target_gbps[0]
+        want = replay_dilation(g, spec.nodes, max_link_mbit=max_link_mbit(9000), max_aggregate_mbit=MAX_AGGREGATE_MBIT)
+        assert spec.dilation == want >= spec.nodes * 1000 * g / MAX_AGGREGATE_MBIT
+    assert len(s.specs) == 8 and replayed.ReplaySet(models=["alexnet"], nodes=[4], strategies=["ddp"], fc_workers=[1],
+                                                    target_gbps=[10.0], dilation=1e4).specs[0].dilation == 1e4
     spec = s.specs[0]
     assert (spec.model, spec.image_size, spec.num_classes, spec.compute) == ("alexnet", 224, 1000, "replay")
     # 32 samples per data worker: ddp splits 128 over 4 workers, stanza k=1 96 over 3 CONV workers.
     assert spec.global_batch_of("ddp", 0) == 128 and spec.global_batch_of("stanza", 1) == 96
     assert spec.run_config("stanza", 1, 500.0).global_batch == 96
-    assert "D = 20, 200" in replayed.caption(s) and "measured: communication, for real" in replayed.caption(s)
+    ds = sorted({x.dilation for x in s.specs})
+    assert f"D = {', '.join(f'{d:g}' for d in ds)})" in replayed.caption(s)
+    assert "measured: communication, for real" in replayed.caption(s)
 
 
 @pytest.mark.parametrize("change, message", [
@@ -64,7 +73,8 @@ def test_replayed_figure_says_what_is_measured_and_what_replayed():
          "speedup_vs_ps": None, "speedup_vs_ddp": 4.0}]}
     out = replayed.summary(s, [bench])
     d = out["by_model"]["alexnet"]["4"]["10"]
-    assert d["throughput"] == {"ddp": 40.0, "stanza_k1": 160.0} and d["stanza_vs_ddp"] == 4.0  # x D = 20
+    D = s.specs[0].dilation
+    assert d["throughput"] == {"ddp": 2.0 * D, "stanza_k1": 8.0 * D} and d["stanza_vs_ddp"] == 4.0  # x D
     fig = viz.throughput.replayed_throughput(out, "Paper regime")
-    assert any("replayed: compute (the v100 table profile, D = 20)" in a.text for a in fig.layout.annotations)
+    assert any(f"replayed: compute (the v100 table profile, D = {D:g})" in a.text for a in fig.layout.annotations)
     assert {t.name for t in fig.data} == {"ddp", "stanza k=1"}
