@@ -81,7 +81,8 @@ def resolve_device(cfg: TrainConfig, local_rank: int) -> torch.device:
 def prepare(cfg: TrainConfig):
     """Everything that can fail on bad input, before any process group forms."""
     rank, world = int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
-    topo = make_topology(cfg.strategy, world, cfg.global_batch, cfg.fc_workers, cfg.ps_shards)
+    topo = make_topology(cfg.strategy, world, cfg.global_batch, cfg.fc_workers, cfg.ps_shards,
+                         cfg.fc_conv_share, cfg.micro_batches)
     device = resolve_device(cfg, int(os.environ.get("LOCAL_RANK", 0)))
     if cfg.image_size < MIN_IMAGE_SIZE.get(cfg.model, 1):
         raise ConfigError(f"--image-size {cfg.image_size} is too small for {cfg.model}; "
@@ -92,6 +93,9 @@ def prepare(cfg: TrainConfig):
         model = get_model(cfg.model, cfg.num_classes)
     except ValueError as e:
         raise ConfigError(str(e)) from None
+    if cfg.micro_batches > 1 and any(isinstance(m, torch.nn.modules.batchnorm._BatchNorm) for m in model.modules()):
+        raise ConfigError(f"--micro-batches {cfg.micro_batches}: {cfg.model} has BatchNorm, whose batch statistics "
+                          "would change per micro-batch; expected --micro-batches 1 for it")
     if cfg.strategy == "stanza":  # fail here, not after the group forms (the strategy splits again)
         split_model(model, cfg.boundary, input_shape=(3, cfg.image_size, cfg.image_size),
                     batch_size=cfg.global_batch // topo.data_workers)
