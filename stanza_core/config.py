@@ -46,6 +46,7 @@ class TrainConfig:
     micro_batches: int = 1  # stanza: M chunks per CONV worker, exchanged as a pipeline (1: whole batch)
     boundary_dtype: str = "fp32"  # stanza: dtype of activations and their gradients on the wire (fp32|bf16|fp16)
     grad_compression: str = "none"  # stanza: CONV gradient allreduce via DDP comm hook (none|fp16|bf16|powersgd)
+    timeline: bool = False  # record per-rank event timestamps (sends, receives, allreduces, compute) in the metrics JSON
 
     def __post_init__(self):
         if self.strategy not in STRATEGIES:

@@ -116,6 +116,8 @@ def run(cfg: TrainConfig) -> dict | None:
 
 def _train(cfg, topo, device, dataset, model, resumed, comm) -> dict | None:
     comm.new_groups(topo.groups(), device)
+    if cfg.timeline:
+        comm.enable_timeline()
     strategy = STRATEGY_CLASSES[cfg.strategy](model, cfg, topo, comm, device)
     start = 0
     if resumed is not None:
@@ -162,7 +164,8 @@ def _train(cfg, topo, device, dataset, model, resumed, comm) -> dict | None:
         checkpoint.save(cfg.checkpoint_dir, comm.rank, topo.world_size, cfg.steps, cfg.to_dict(), strategy.checkpoint_state())
     state = strategy.full_state_dict()
     mine = {"rank": comm.rank, "role": strategy.role, "losses": losses, "times": times,
-            "step_bytes": comm.step_bytes.snapshot(), "other_bytes": comm.other_bytes.snapshot()}
+            "step_bytes": comm.step_bytes.snapshot(), "other_bytes": comm.other_bytes.snapshot(),
+            "timeline": comm.timeline, "step_starts": comm.step_starts}
     everyone = comm.all_gather_object(mine)
     if comm.rank != 0:
         return None
@@ -182,12 +185,16 @@ def build_metrics(cfg, topo, device, start, everyone) -> dict:
         steps.append({"step": start + i, "loss": sum(shares), "time_s": max(r["times"][i] for r in everyone)})
     timed = [s["time_s"] for s in steps[cfg.warmup:]] or [s["time_s"] for s in steps]
     ranks = []
+    origins = _step_origins(everyone)
     for r in everyone:
         sent, recv = (report(c, max(n_steps, 1)) for c in r["step_bytes"])
         other_sent, other_recv = (report(c, 1) for c in r["other_bytes"])
         ranks.append({"rank": r["rank"], "role": r["role"], "bytes_sent": sum(sent.values()),
                       "bytes_recv": sum(recv.values()), "sent": sent, "recv": recv,
                       "setup_bytes_sent": sum(other_sent.values()), "setup_bytes_recv": sum(other_recv.values())})
+        if r.get("timeline") is not None:  # t: seconds since the first rank entered the step
+            ranks[-1]["timeline"] = sorted(({**e, "step": start + e["step"], "t": e["t"] - origins[e["step"]]}
+                                            for e in r["timeline"]), key=lambda e: (e["step"], e["t"]))
     return {
         "config": {**cfg.to_dict(), "world_size": topo.world_size, "data_workers": topo.data_workers,
                    "fc_workers_effective": topo.fc_workers, "ps_shards_effective": topo.ps_shards,
@@ -198,6 +205,12 @@ def build_metrics(cfg, topo, device, start, everyone) -> dict:
         "ranks": ranks,
         "bytes_per_step": sum(r["bytes_sent"] for r in ranks),
     }
+
+
+def _step_origins(everyone) -> list[float]:
+    """Per step, the earliest perf_counter() at which any rank started it (timeline runs only)."""
+    starts = [r.get("step_starts") or [] for r in everyone]
+    return [min(s[i] for s in starts if i < len(s)) for i in range(max(map(len, starts), default=0))]
 
 
 def _atomic_write(path: str, text: str):
