@@ -21,7 +21,6 @@ from __future__ import annotations
 import torch
 
 from ..comm import FlatBucket
-from ..models import sample_keys
 from ..topology import chunk_slices
 from .base import positions_of
 
@@ -68,30 +67,23 @@ class Pipeline:
     def _to_wire(self, t: torch.Tensor) -> torch.Tensor:
         return t.detach().to(self.wire).contiguous()
 
-    def _conv_forward(self, t, x, pos):
-        """CONV forward of each chunk of this rank's slice `pos`: [(chunk, activations)]."""
-        out = []
-        for c in chunk_slices(pos, self.M):
-            with sample_keys(self.cfg.seed, t, positions_of(c)):
-                out.append((c, self.st.split.conv(x[c.start - pos.start:c.stop - pos.start])))
-        return out
-
     # -- CONV worker -----------------------------------------------------------------------
     def conv_step(self, t, batch):
         st, comm = self.st, self.comm
-        pos = self.topo.batch_slice(st.rank, self.cfg.global_batch)
-        x, y = batch(pos)
         fc, sends, backs = st.fc_rank, [], []
-        for c in chunk_slices(pos, self.M):  # chunk j+1 is computed while chunk j is on the wire
-            with sample_keys(self.cfg.seed, t, positions_of(c)):
-                a = st.split.conv(x[c.start - pos.start:c.stop - pos.start])  # (bj, *A)
-            lab = y[c.start - pos.start:c.stop - pos.start].contiguous()
-            sends += comm.p2p([("send", self._to_wire(a), fc, "activations"), ("send", lab, fc, "labels")])
+        for c in batch.chunks(self.M):  # chunk j+1 is computed while chunk j is on the wire
+            comm.mark("forward_start", "compute")
+            with st.dropout_keys(t, c.positions):
+                a = st.split.conv(c.x)  # (bj, *A)
+            comm.mark("forward_end", "compute")
+            sends += comm.p2p([("send", self._to_wire(a), fc, "activations"), ("send", c.y.contiguous(), fc, "labels")])
             grad = torch.empty(a.shape, dtype=self.wire, device=a.device)
             backs.append((a, grad, comm.p2p([("recv", grad, fc, "activation_grads")])))
         for a, grad, work in backs:  # chunks return in order: backward each as it comes
             comm.wait(work, f"activation gradients from FC worker {fc}")
+            comm.mark("backward_start", "compute")
             a.backward(grad.to(a.dtype))  # CONV buckets launch their allreduce after the last chunk
+            comm.mark("backward_end", "compute")
         comm.wait(sends, "send of activations")
         return None
 
@@ -113,11 +105,11 @@ class Pipeline:
         share = torch.zeros((), device=device)
         own = []
         if self.topo.fc_batch:  # hybrid: this node's own CONV forward, then its FC work at once
-            pos = self.topo.batch_slice(st.rank, G)
-            x, y = batch(pos)
-            for c, a in self._conv_forward(t, x, pos):
+            for c in batch.chunks(self.M):
+                with st.dropout_keys(t, c.positions):
+                    a = st.split.conv(c.x)
                 a_in = a.detach().to(self.wire).to(a.dtype).requires_grad_(True)
-                share += self._fc_chunk(t, a_in, y[c.start - pos.start:c.stop - pos.start], c)
+                share += self._fc_chunk(t, a_in, c.y, c.positions)
                 own.append((a, a_in.grad.to(self.wire).to(a.dtype)))
         # Remote chunks as they arrive; a CONV worker's chunks are handled in order (their
         # gradients go back over one ordered channel).
@@ -131,7 +123,7 @@ class Pipeline:
                 jj = nxt[src]
                 a_wire, y = bufs[src, jj]
                 a_in = a_wire.to(torch.float32).requires_grad_(True)
-                share += self._fc_chunk(t, a_in, y, chunks[src][jj])
+                share += self._fc_chunk(t, a_in, y, positions_of(chunks[src][jj]))
                 sends += comm.p2p([("send", self._to_wire(a_in.grad), src, "activation_grads")])
                 nxt[src] += 1
         for a, grad in own:  # own CONV backward last: the CONV workers' gradients went out first
@@ -139,8 +131,10 @@ class Pipeline:
         comm.wait(sends, "send of activation gradients")
         return float(share)
 
-    def _fc_chunk(self, t, a_in, y, c):
-        """FC forward + backward of one chunk at global positions `c`; its share of the loss."""
-        loss = self.st.forward_loss(self.st.split.fc, a_in, y, t, c)
+    def _fc_chunk(self, t, a_in, y, positions):
+        """FC forward + backward of one chunk at these global positions; its share of the loss."""
+        self.comm.mark("forward_start", "compute")
+        loss = self.st.forward_loss(self.st.split.fc, a_in, y, t, positions)
         loss.backward()  # FC grads accumulate over every chunk
+        self.comm.mark("backward_end", "compute")
         return loss.detach()
