@@ -182,7 +182,7 @@ def _train(cfg, prep: Prepared, comm) -> dict | None:
     mine = {"rank": comm.rank, "role": strategy.role, "losses": losses, "times": times,
             "step_bytes": comm.step_bytes.snapshot(), "other_bytes": comm.other_bytes.snapshot(),
             "timeline": comm.timeline, "step_starts": comm.step_starts,
-            "replay_wait_s": replayer.waited_s if replayer else None}
+            "replay_wait_s": replayer.waited_s if replayer else None, "peak_rss_mib": _peak_rss_mib()}
     everyone = comm.all_gather_object(mine)
     if comm.rank != 0:
         return None
@@ -208,7 +208,8 @@ def build_metrics(cfg, topo, device, start, everyone, replayed: dict | None = No
         other_sent, other_recv = (report(c, 1) for c in r["other_bytes"])
         ranks.append({"rank": r["rank"], "role": r["role"], "bytes_sent": sum(sent.values()),
                       "bytes_recv": sum(recv.values()), "sent": sent, "recv": recv,
-                      "setup_bytes_sent": sum(other_sent.values()), "setup_bytes_recv": sum(other_recv.values())})
+                      "setup_bytes_sent": sum(other_sent.values()), "setup_bytes_recv": sum(other_recv.values()),
+                      "peak_rss_mib": r.get("peak_rss_mib")})
         if r.get("timeline") is not None:  # t: seconds since the first rank entered the step
             ranks[-1]["timeline"] = sorted(({**e, "step": start + e["step"], "t": e["t"] - origins[e["step"]]}
                                             for e in r["timeline"]), key=lambda e: (e["step"], e["t"]))
@@ -234,6 +235,15 @@ def build_metrics(cfg, topo, device, start, everyone, replayed: dict | None = No
         metrics["target_step_time_median_s"] = med / d if med else None
         metrics["target_throughput"] = metrics["throughput"] * d if metrics["throughput"] else None
     return metrics
+
+
+def _peak_rss_mib() -> float | None:
+    """This process's peak resident memory (MiB), or None where the OS does not say."""
+    try:
+        import resource
+    except ImportError:
+        return None
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: KiB
 
 
 def _step_origins(everyone) -> list[float]:
