@@ -15,6 +15,7 @@ from collections.abc import Sequence
 import plotly.graph_objects as go
 
 from ..perf import Assignment, Prediction
+from ..topology import Topology
 from ._style import STRATEGY_COLORS, finish, si
 from .traffic import CATEGORY_COLORS, ROLE_LABELS, node_bytes
 
@@ -158,6 +159,7 @@ def assignment_diagram(p: Prediction) -> go.Figure:
     ranks = p.ranks
     if p.strategy == "stanza":
         nc = p.nodes - p.fc_workers
+        serving = Topology("stanza", p.nodes, p.fc_workers, 0).fc_worker_of  # CONV rank -> FC rank
         height = max(1.0, 0.5 * (nc - 1))  # half a unit between CONV workers
         pos = _column(nc, 0.0, height) + _column(p.fc_workers, 3.0, height * (p.fc_workers - 1) / max(nc - 1, 1))
         conv_ar = ranks[0]["sent"].get("conv_grads", 0)
@@ -170,7 +172,7 @@ def assignment_diagram(p: Prediction) -> go.Figure:
                                       loop_x=3.6))
         mids = []
         for i in range(nc):
-            (x0, y0), (x1, y1) = pos[i], pos[nc + i % p.fc_workers]
+            (x0, y0), (x1, y1) = pos[i], pos[serving(i)]
             d = 0.06
             for (ax, ay, tx, ty), color in (((x0, y0 + d, x1, y1 + d), CATEGORY_COLORS["activations"]),
                                             ((x1, y1 - d, x0, y0 - d), CATEGORY_COLORS["activation_grads"])):
@@ -182,7 +184,7 @@ def assignment_diagram(p: Prediction) -> go.Figure:
                         name="activations + labels (to FC) / activation gradients (back)",
                         marker=dict(size=8, color=CATEGORY_COLORS["activations"], symbol="diamond"),
                         customdata=[[ranks[i]["sent"].get("activations", 0), ranks[i]["sent"].get("labels", 0),
-                                     ranks[i]["recv"].get("activation_grads", 0), i, nc + i % p.fc_workers]
+                                     ranks[i]["recv"].get("activation_grads", 0), i, serving(i)]
                                     for i in range(nc)],
                         hovertemplate="rank %{customdata[3]} -> rank %{customdata[4]}: activations %{customdata[0]:,} B"
                                       " + labels %{customdata[1]:,} B<br>back: activation gradients %{customdata[2]:,} B"
