@@ -16,9 +16,8 @@ from __future__ import annotations
 
 import torch
 
-from ..split import split_model
 from ..topology import CONV_WORKER
-from .base import Strategy, make_sgd
+from .base import Strategy, make_sgd, positions_of
 
 
 class GradBuckets:
@@ -74,10 +73,9 @@ class Stanza(Strategy):
         super().__init__(*args)
         cfg, topo = self.cfg, self.topo
         self.b = cfg.global_batch // topo.data_workers
-        shape = (3, cfg.image_size, cfg.image_size)
-        self.split = split_model(self.model, cfg.boundary, input_shape=shape, batch_size=self.b)
-        with torch.no_grad():  # boundary shape per sample, from one sample on this device
-            self.boundary_shape = tuple(self.split.conv(torch.zeros((1, *shape), device=self.device)).shape[1:])
+        if self.split is None:
+            raise ValueError("stanza needs the SplitModel built by train.prepare()")
+        self.boundary_shape = self.split.boundary_shape  # per sample, probed once in eval mode
         if self.role == CONV_WORKER:
             self.part = self.split.conv
             self.fc_rank = topo.fc_worker_of(self.rank)
@@ -101,14 +99,13 @@ class Stanza(Strategy):
         return share
 
     def _conv_step(self, t, batch):
-        pos = self.topo.batch_slice(self.rank, self.cfg.global_batch)
-        x, y = batch(pos)
         self.comm.mark("forward_start", "compute")
-        a = self.part(x)  # (b, *A)
+        with self.dropout_keys(t, batch.positions):  # a CONV body may hold dropout too
+            a = self.part(batch.x)  # (b, *A)
         self.comm.mark("forward_end", "compute")
         grad = torch.empty_like(a)
         sent = self.comm.p2p([("send", a.detach(), self.fc_rank, "activations"),
-                              ("send", y, self.fc_rank, "labels")])
+                              ("send", batch.y, self.fc_rank, "labels")])
         back = self.comm.p2p([("recv", grad, self.fc_rank, "activation_grads")])
         self.comm.wait(back, f"activation gradients from FC worker {self.fc_rank}")
         self.comm.mark("backward_start", "compute")
@@ -129,8 +126,9 @@ class Stanza(Strategy):
         for j in self.comm.as_completed(works, "receive of activations"):
             src = self.served[j]
             a = acts[j].requires_grad_(True)
+            pos = positions_of(self.topo.batch_slice(src, self.cfg.global_batch))  # the samples of CONV worker src
             self.comm.mark("forward_start", "compute", src)
-            loss = self.forward_loss(self.part, a, labels[j], t, self.topo.batch_slice(src, self.cfg.global_batch))
+            loss = self.forward_loss(self.part, a, labels[j], t, pos)
             loss.backward()  # FC grads accumulate over the served CONV workers
             self.comm.mark("backward_end", "compute", src)
             share += float(loss.detach())
