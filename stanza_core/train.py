@@ -94,7 +94,8 @@ class Prepared:
 def prepare(cfg: TrainConfig) -> Prepared:
     """Everything that can fail on bad input, before any process group forms."""
     rank, world = int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
-    topo = make_topology(cfg.strategy, world, cfg.global_batch, cfg.fc_workers, cfg.ps_shards)
+    topo = make_topology(cfg.strategy, world, cfg.global_batch, cfg.fc_workers, cfg.ps_shards,
+                         cfg.fc_conv_share, cfg.micro_batches)
     device = resolve_device(cfg, int(os.environ.get("LOCAL_RANK", 0)))
     if cfg.image_size < MIN_IMAGE_SIZE.get(cfg.model, 1):
         raise ConfigError(f"--image-size {cfg.image_size} is too small for {cfg.model}; "
@@ -106,6 +107,9 @@ def prepare(cfg: TrainConfig) -> Prepared:
         check_model(model, (3, cfg.image_size, cfg.image_size), cfg.num_classes, cfg.model)
     except ValueError as e:
         raise ConfigError(str(e)) from None
+    if cfg.micro_batches > 1 and any(isinstance(m, torch.nn.modules.batchnorm._BatchNorm) for m in model.modules()):
+        raise ConfigError(f"--micro-batches {cfg.micro_batches}: {cfg.model} has BatchNorm, whose batch statistics "
+                          "would change per micro-batch; expected --micro-batches 1 for it")
     split = None
     if cfg.strategy == "stanza":  # split once, here: a model with no valid cut fails before the group forms
         split = split_model(model, cfg.boundary, input_shape=(3, cfg.image_size, cfg.image_size),
