@@ -81,7 +81,8 @@ def resolve_device(cfg: TrainConfig, local_rank: int) -> torch.device:
 def prepare(cfg: TrainConfig):
     """Everything that can fail on bad input, before any process group forms."""
     rank, world = int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
-    topo = make_topology(cfg.strategy, world, cfg.global_batch, cfg.fc_workers, cfg.ps_shards)
+    topo = make_topology(cfg.strategy, world, cfg.global_batch, cfg.fc_workers, cfg.ps_shards,
+                         cfg.ps_servers)
     device = resolve_device(cfg, int(os.environ.get("LOCAL_RANK", 0)))
     if cfg.image_size < MIN_IMAGE_SIZE.get(cfg.model, 1):
         raise ConfigError(f"--image-size {cfg.image_size} is too small for {cfg.model}; "
@@ -187,6 +188,7 @@ def build_metrics(cfg, topo, device, start, everyone) -> dict:
     return {
         "config": {**cfg.to_dict(), "world_size": topo.world_size, "data_workers": topo.data_workers,
                    "fc_workers_effective": topo.fc_workers, "ps_shards_effective": topo.ps_shards,
+                   "ps_server_ranks": topo.server_ranks if topo.ps_servers else [],
                    "device_type": device.type, "torch": torch.__version__},
         "steps": steps,
         "throughput": cfg.global_batch * len(timed) / sum(timed) if timed and sum(timed) > 0 else None,
