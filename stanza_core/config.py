@@ -2,11 +2,13 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 from typing import Any
 
 STRATEGIES = ("local", "ddp", "ps", "stanza")
 DEVICES = ("auto", "cpu", "cuda")
+COMPUTE = ("real", "replay")
 
 
 class ConfigError(ValueError):
@@ -42,6 +44,10 @@ class TrainConfig:
     bucket_mb: float = 25.0  # gradient bucket size for overlapped allreduce (stanza, ddp)
     overwrite: bool = False  # allow --save/--metrics to replace existing files
     quiet: bool = False  # no progress bar
+    timeline: bool = False  # record per-rank event timestamps (sends, receives, allreduces, compute) in the metrics JSON
+    compute: str = "real"  # real | replay (layer arithmetic replaced by waits: stanza_core/replay.py)
+    replay_device: str | None = None  # replay: v100 | a100 | h100 (perf device table) or PATH.json profile
+    dilation: float = 1.0  # replay: D, each replayed compute time is D x the device's
 
     def __post_init__(self):
         if self.strategy not in STRATEGIES:
@@ -77,6 +83,20 @@ class TrainConfig:
             path = getattr(self, name)
             if path and os.path.exists(path) and not self.overwrite and not self.resume:
                 raise ConfigError(f"--{name} {path} already exists; pass --overwrite to replace it")
+
+        if self.compute not in COMPUTE:
+            raise ConfigError(f"unknown --compute {self.compute!r}; expected one of {', '.join(COMPUTE)}")
+        if isinstance(self.dilation, bool) or not math.isfinite(self.dilation) or self.dilation <= 0:
+            raise ConfigError(f"--dilation must be a finite number > 0, got {self.dilation}")
+        if self.compute == "replay":
+            if not self.replay_device:
+                raise ConfigError("--compute replay needs --replay-device (v100, a100, h100 or PATH.json)")
+            for name in ("save", "checkpoint_dir"):
+                if getattr(self, name):
+                    raise ConfigError(f"--{name.replace('_', '-')} is refused with --compute replay "
+                                      "(replayed compute does not train the parameters)")
+        elif self.replay_device or self.dilation != 1.0:
+            raise ConfigError("--replay-device and --dilation need --compute replay")
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

@@ -18,7 +18,7 @@ import time
 
 import torch
 
-from . import checkpoint
+from . import checkpoint, replay
 from .comm import Comm, PeerError, report
 from .config import ConfigError, TrainConfig
 from .data import batch_indices, open_dataset
@@ -99,6 +99,7 @@ def prepare(cfg: TrainConfig):
     resumed = None
     if cfg.resume:
         resumed = checkpoint.load(cfg.checkpoint_dir, rank, world, dataclasses.asdict(cfg))
+    replay.prepare(cfg, model, cfg.global_batch // topo.data_workers)  # --compute replay: waits, no arithmetic
     return topo, device, dataset, model.to(device), resumed
 
 
@@ -113,12 +114,17 @@ def run(cfg: TrainConfig) -> dict | None:
 
 def _train(cfg, topo, device, dataset, model, resumed, comm) -> dict | None:
     comm.new_groups(topo.groups(), device)
+    if cfg.timeline:
+        comm.enable_timeline()
     strategy = STRATEGY_CLASSES[cfg.strategy](model, cfg, topo, comm, device)
     start = 0
     if resumed is not None:
         start, state = resumed
         strategy.load_checkpoint_state(state)
     model.train()
+    replayer = replay.replayer_of(model)
+    if replayer:
+        replayer.replay_optimizer(strategy.optimizer)
 
     def batch_for(t):
         """Load this rank's slice of step t's global batch now, so data loading stays out of the
@@ -145,6 +151,8 @@ def _train(cfg, topo, device, dataset, model, resumed, comm) -> dict | None:
         batch = batch_for(t)
         sync()
         t0 = time.perf_counter()
+        if replayer:
+            replayer.begin_step()
         try:
             with comm.counting():
                 share = strategy.step(t, batch)
@@ -159,11 +167,13 @@ def _train(cfg, topo, device, dataset, model, resumed, comm) -> dict | None:
         checkpoint.save(cfg.checkpoint_dir, comm.rank, topo.world_size, cfg.steps, cfg.to_dict(), strategy.checkpoint_state())
     state = strategy.full_state_dict()
     mine = {"rank": comm.rank, "role": strategy.role, "losses": losses, "times": times,
-            "step_bytes": comm.step_bytes.snapshot(), "other_bytes": comm.other_bytes.snapshot()}
+            "step_bytes": comm.step_bytes.snapshot(), "other_bytes": comm.other_bytes.snapshot(),
+            "timeline": comm.timeline, "step_starts": comm.step_starts,
+            "replay_wait_s": replayer.waited_s if replayer else None}
     everyone = comm.all_gather_object(mine)
     if comm.rank != 0:
         return None
-    metrics = build_metrics(cfg, topo, device, start, everyone)
+    metrics = build_metrics(cfg, topo, device, start, everyone, replayer.describe() if replayer else None)
     if cfg.save:
         _atomic_torch_save(state, cfg.save)
     if cfg.metrics:
@@ -171,7 +181,7 @@ def _train(cfg, topo, device, dataset, model, resumed, comm) -> dict | None:
     return metrics
 
 
-def build_metrics(cfg, topo, device, start, everyone) -> dict:
+def build_metrics(cfg, topo, device, start, everyone, replayed: dict | None = None) -> dict:
     n_steps = len(everyone[0]["times"])
     steps = []
     for i in range(n_steps):
@@ -179,13 +189,18 @@ def build_metrics(cfg, topo, device, start, everyone) -> dict:
         steps.append({"step": start + i, "loss": sum(shares), "time_s": max(r["times"][i] for r in everyone)})
     timed = [s["time_s"] for s in steps[cfg.warmup:]] or [s["time_s"] for s in steps]
     ranks = []
+    origins = _step_origins(everyone)
     for r in everyone:
         sent, recv = (report(c, max(n_steps, 1)) for c in r["step_bytes"])
         other_sent, other_recv = (report(c, 1) for c in r["other_bytes"])
         ranks.append({"rank": r["rank"], "role": r["role"], "bytes_sent": sum(sent.values()),
                       "bytes_recv": sum(recv.values()), "sent": sent, "recv": recv,
                       "setup_bytes_sent": sum(other_sent.values()), "setup_bytes_recv": sum(other_recv.values())})
-    return {
+        if r.get("timeline") is not None:  # t: seconds since the first rank entered the step
+            ranks[-1]["timeline"] = sorted(({**e, "step": start + e["step"], "t": e["t"] - origins[e["step"]]}
+                                            for e in r["timeline"]), key=lambda e: (e["step"], e["t"]))
+    metrics = {
+        "compute": cfg.compute,
         "config": {**cfg.to_dict(), "world_size": topo.world_size, "data_workers": topo.data_workers,
                    "fc_workers_effective": topo.fc_workers, "ps_shards_effective": topo.ps_shards,
                    "ps_server_ranks": topo.server_ranks if topo.ps_servers else [],
@@ -196,6 +211,23 @@ def build_metrics(cfg, topo, device, start, everyone) -> dict:
         "ranks": ranks,
         "bytes_per_step": sum(r["bytes_sent"] for r in ranks),
     }
+    if replayed is not None:  # times: as measured here, and / D (the target device's time)
+        d = replayed["dilation"]
+        for s in steps:
+            s["loss"], s["target_time_s"] = None, s["time_s"] / d
+        med = metrics["step_time_median_s"]
+        metrics["replay"] = {**replayed, "note": "compute replayed (waits, no arithmetic): losses are not "
+                             "computed, step times are measured; target times = measured / dilation",
+                             "wait_s_per_rank": [r["replay_wait_s"] for r in everyone]}
+        metrics["target_step_time_median_s"] = med / d if med else None
+        metrics["target_throughput"] = metrics["throughput"] * d if metrics["throughput"] else None
+    return metrics
+
+
+def _step_origins(everyone) -> list[float]:
+    """Per step, the earliest perf_counter() at which any rank started it (timeline runs only)."""
+    starts = [r.get("step_starts") or [] for r in everyone]
+    return [min(s[i] for s in starts if i < len(s)) for i in range(max(map(len, starts), default=0))]
 
 
 def _atomic_write(path: str, text: str):

@@ -97,6 +97,16 @@ class ParameterServer(Strategy):
         # The server's copy of each piece of its shard, each with its own optimizer state.
         self.slots = {i: torch.nn.Parameter(self.flat[self.pieces[i][2]].clone()) for i in self.mine}
         self.optimizers = {i: make_sgd([p], self.cfg) for i, p in self.slots.items()}
+        # What the training loop sees as this rank's optimizer: it steps nothing (the pieces'
+        # optimizers above do the work), so replayed compute waits nothing for it and instead
+        # replays each piece's step where it happens.
+        self.optimizer = make_sgd([torch.nn.Parameter(torch.zeros(0, device=self.device))], self.cfg)
+        from ..replay import replayer_of  # late: replay imports the config only
+
+        replayer = replayer_of(self.model)
+        if replayer is not None:
+            for opt in self.optimizers.values():
+                replayer.replay_optimizer(opt)
         self.pending: list[int] | None = None
         self.push_works: list = []
         if self.is_worker and self.cfg.ps_overlap:

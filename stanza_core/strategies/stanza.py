@@ -95,19 +95,25 @@ class Stanza(Strategy):
         self.buckets.start(1 if self.role == CONV_WORKER else len(self.served))
         share = self._conv_step(t, batch) if self.role == CONV_WORKER else self._fc_step(t)
         self.buckets.finish()
+        self.comm.mark("optimizer_start", "compute")
         self.optimizer.step()
+        self.comm.mark("optimizer_end", "compute")
         return share
 
     def _conv_step(self, t, batch):
         pos = self.topo.batch_slice(self.rank, self.cfg.global_batch)
         x, y = batch(pos)
+        self.comm.mark("forward_start", "compute")
         a = self.part(x)  # (b, *A)
+        self.comm.mark("forward_end", "compute")
         grad = torch.empty_like(a)
         sent = self.comm.p2p([("send", a.detach(), self.fc_rank, "activations"),
                               ("send", y, self.fc_rank, "labels")])
         back = self.comm.p2p([("recv", grad, self.fc_rank, "activation_grads")])
         self.comm.wait(back, f"activation gradients from FC worker {self.fc_rank}")
+        self.comm.mark("backward_start", "compute")
         a.backward(grad)  # CONV grad buckets launch their allreduce from inside this call
+        self.comm.mark("backward_end", "compute")
         self.comm.wait(sent, "send of activations")
         return None
 
@@ -123,8 +129,10 @@ class Stanza(Strategy):
         for j in self.comm.as_completed(works, "receive of activations"):
             src = self.served[j]
             a = acts[j].requires_grad_(True)
+            self.comm.mark("forward_start", "compute", src)
             loss = self.forward_loss(self.part, a, labels[j], t, self.topo.batch_slice(src, self.cfg.global_batch))
             loss.backward()  # FC grads accumulate over the served CONV workers
+            self.comm.mark("backward_end", "compute", src)
             share += float(loss.detach())
             sends += self.comm.p2p([("send", a.grad, src, "activation_grads")])  # at once: pipelined
         self.comm.wait(sends, "send of activation gradients")
