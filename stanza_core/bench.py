@@ -8,6 +8,12 @@ Each configuration is a real multi-node job (`netem.run_training`: one namespace
 torchrun agent per node, every link shaped in both directions). Runs interleave — for each
 bandwidth and repeat, A B C then A B C — so drift of this shared machine hits all alike.
 
+Parameter-server deployments: `--ps-servers 0,1` runs ps colocated (0, shards on the N
+workers) and with 1 dedicated server; dedicated servers are extra nodes (N workers + S
+servers, each server its own namespace with its own shaped link), so every ps variant trains
+the same G/N samples per worker as colocated ps and ddp. `--ps-overlap off|on|both` adds the
+overlapped push (wait-free backprop). Stanza's N nodes include its k FC workers.
+
 Bandwidth either as emulated rates (`--link-mbit 100,200`) or as targets (`--target-gbps`):
 a target maps to the rate that gives this machine the target's communication-to-compute ratio
 (PAPER.md; perf.emulated_bandwidth):
@@ -61,6 +67,30 @@ def configurations(strategies: list[str], fc_workers: list[int], nodes: int) -> 
     return out
 
 
+def ps_variants(configs: list[tuple[str, int]], ps_servers: list[int], ps_overlap: list[bool],
+                nodes: int) -> list[tuple[str, int, int, bool]]:
+    """(strategy, k, S, overlap) of every run: each ps configuration once per deployment."""
+    for srv in ps_servers:
+        if srv < 0:
+            raise BenchError(f"--ps-servers {srv}: expected 0 (colocated shards) or a positive server count")
+    out = []
+    for s, k in configs:
+        if s == "ps":
+            out += [(s, 0, srv, ov) for srv in ps_servers for ov in ps_overlap]
+        else:
+            out.append((s, k, 0, False))
+    return out
+
+
+def label(strategy: str, k: int = 0, ps_servers: int = 0, ps_overlap: bool = False) -> str:
+    """"stanza k=1", "ddp", "ps", "ps S=2", "ps S=1 +overlap"."""
+    if strategy == "stanza":
+        return f"stanza k={k}"
+    if strategy == "ps":
+        return "ps" + (f" S={ps_servers}" if ps_servers else "") + (" +overlap" if ps_overlap else "")
+    return strategy
+
+
 def measure_compute_step(model: str, image_size: int, num_classes: int, batch: int, nodes: int,
                          steps: int = 4) -> float:
     """Median step time of `nodes` concurrent single-process `local` jobs on `batch` samples."""
@@ -96,7 +126,7 @@ def run_bench(*, model: str, image_size: int, nodes: int, strategies: list[str],
               global_batch: int, steps: int, warmup: int = 1, num_classes: int = 1000,
               link_mbit: list[float] | None = None, target_gbps: list[float] | None = None,
               target_device: str = "v100", repeats: int = 1, delay_ms: float = 0.0, boundary: str | None = None,
-              mtu: int = 9000,
+              mtu: int = 9000, ps_servers: list[int] | None = None, ps_overlap: list[bool] | None = None,
               progress: bool = True, timeout_s: float = 1800) -> dict:
     """Run every configuration at every bandwidth; the results dict (see module docstring)."""
     from .netem import check_host
@@ -116,6 +146,7 @@ def run_bench(*, model: str, image_size: int, nodes: int, strategies: list[str],
     if target_gbps is not None and target_device not in DEVICE_TABLE:
         raise BenchError(f"unknown --target-device {target_device!r}; expected one of {', '.join(DEVICE_TABLE)}")
     configs = configurations(strategies, fc_workers, nodes)
+    variants = ps_variants(configs, ps_servers or [0], ps_overlap or [False], nodes)
     for s, k in configs:
         workers = nodes - k if s == "stanza" else nodes
         if global_batch % workers:
@@ -140,7 +171,7 @@ def run_bench(*, model: str, image_size: int, nodes: int, strategies: list[str],
 
     from .netem import run_training
 
-    total = len(points) * repeats * len(configs)
+    total = len(points) * repeats * len(variants)
     bar = None
     if progress:
         from tqdm import tqdm
@@ -149,27 +180,32 @@ def run_bench(*, model: str, image_size: int, nodes: int, strategies: list[str],
     with tempfile.TemporaryDirectory(prefix="stanza-bench-") as tmp:
         for target, mbit in points:
             for rep in range(repeats):
-                for s, k in configs:
-                    metrics_path = os.path.join(tmp, f"{s}{k}-{mbit:.0f}-{rep}.json")
+                for s, k, srv, ov in variants:
+                    metrics_path = os.path.join(tmp, f"{s}{k}-{srv}{ov:d}-{mbit:.0f}-{rep}.json")
                     args = cli_args(strategy=s, model=model, image_size=image_size, num_classes=num_classes,
                                     global_batch=global_batch, steps=steps, warmup=warmup,
                                     fc_workers=k or None, boundary=boundary, device="cpu", quiet=True,
-                                    metrics=metrics_path, overwrite=True, timeout_s=600)
-                    m = run_training(nodes, mbit, args, delay_ms=delay_ms, mtu=mtu, timeout_s=timeout_s, quiet=True)
-                    runs.append({"strategy": s, "fc_workers": k, "target_gbps": target, "link_mbit": mbit,
+                                    metrics=metrics_path, overwrite=True, timeout_s=600,
+                                    ps_servers=srv or None, ps_overlap=ov or None)
+                    # dedicated servers are extra nodes: N workers + S servers, one namespace each
+                    m = run_training(nodes + srv, mbit, args, delay_ms=delay_ms, mtu=mtu, timeout_s=timeout_s,
+                                     quiet=True)
+                    runs.append({"strategy": s, "fc_workers": k, "ps_servers": srv, "ps_overlap": ov,
+                                 "nodes": nodes + srv, "target_gbps": target, "link_mbit": mbit,
                                  "repeat": rep, "throughput": m["throughput"],
                                  "step_time_median_s": m["step_time_median_s"],
                                  "bytes_per_step": m["bytes_per_step"], "ranks": m["ranks"],
                                  "kernel": m["netem"]["kernel"], "wall_s": m["netem"]["wall_s"]})
                     if bar:
-                        bar.set_postfix_str(f"{s}{f' k={k}' if k else ''} @ {mbit:.0f} Mbit/s")
+                        bar.set_postfix_str(f"{label(s, k, srv, ov)} @ {mbit:.0f} Mbit/s")
                         bar.update(1)
     if bar:
         bar.close()
     return {"config": {"model": model, "image_size": image_size, "nodes": nodes, "num_classes": num_classes,
                        "global_batch": global_batch, "steps": steps, "warmup": warmup, "repeats": repeats,
                        "delay_ms": delay_ms, "mtu": mtu, "boundary": boundary, "strategies": strategies,
-                       "fc_workers": fc_workers},
+                       "fc_workers": fc_workers, "ps_servers": ps_servers or [0],
+                       "ps_overlap": ps_overlap or [False]},
             "calibration": calibration, "runs": runs, "summary": summarize(runs)}
 
 
@@ -179,26 +215,33 @@ def summarize(runs: list[dict]) -> list[dict]:
     for mbit in sorted({r["link_mbit"] for r in runs}):
         here = [r for r in runs if r["link_mbit"] == mbit]
         med = {}
-        for key in sorted({(r["strategy"], r["fc_workers"]) for r in here}):
-            tp = [r["throughput"] for r in here if (r["strategy"], r["fc_workers"]) == key]
+        for key in sorted({_key(r) for r in here}):
+            tp = [r["throughput"] for r in here if _key(r) == key]
             med[key] = statistics.median(tp)
-            first = next(r for r in here if (r["strategy"], r["fc_workers"]) == key)
-            rows.append({"strategy": key[0], "fc_workers": key[1], "link_mbit": mbit,
+            first = next(r for r in here if _key(r) == key)
+            rows.append({"strategy": key[0], "fc_workers": key[1], "ps_servers": key[2], "ps_overlap": key[3],
+                         "label": label(*key), "link_mbit": mbit,
                          "target_gbps": first["target_gbps"], "throughput": med[key],
                          "throughput_min": min(tp), "throughput_max": max(tp), "repeats": len(tp),
                          "bytes_per_step": first["bytes_per_step"]})
         for row in rows[-len(med):]:
-            for base in ("ps", "ddp"):
-                ref = med.get((base, 0))
+            for base in ("ps", "ddp"):  # ps: colocated, no overlap
+                ref = med.get((base, 0, 0, False))
                 row[f"speedup_vs_{base}"] = row["throughput"] / ref if ref else None
+            best_ps = max((v for key, v in med.items() if key[0] == "ps"), default=None)
+            row["speedup_vs_best_ps"] = row["throughput"] / best_ps if best_ps else None
     return rows
+
+
+def _key(run: dict) -> tuple[str, int, int, bool]:
+    return run["strategy"], run["fc_workers"], run.get("ps_servers", 0), run.get("ps_overlap", False)
 
 
 def format_table(result: dict) -> str:
     lines = ["| target Gb/s | emulated Mbit/s | strategy | samples/s (median) | spread | vs ps | vs ddp | MB/step |",
              "|---|---|---|---|---|---|---|---|"]
     for r in result["summary"]:
-        name = r["strategy"] + (f" k={r['fc_workers']}" if r["fc_workers"] else "")
+        name = label(r["strategy"], r["fc_workers"], r.get("ps_servers", 0), r.get("ps_overlap", False))
         spread = f"{r['throughput_min']:.1f}-{r['throughput_max']:.1f}"
         vs = [f"{r[f'speedup_vs_{b}']:.2f}x" if r[f"speedup_vs_{b}"] else "-" for b in ("ps", "ddp")]
         lines.append(f"| {r['target_gbps'] if r['target_gbps'] is not None else '-'} | {r['link_mbit']:.0f} | {name} "
@@ -214,6 +257,11 @@ def main(argv=None) -> int:
     ap.add_argument("--nodes", type=int, default=4)
     ap.add_argument("--strategies", default="ps,ddp,stanza")
     ap.add_argument("--fc-workers", default="1", help="comma list of k, or 'auto' (the optimiser's choice)")
+    ap.add_argument("--ps-servers", default="0",
+                    help="comma list of dedicated ps server counts S (0: shards colocated with the workers); "
+                         "the S servers are extra nodes")
+    ap.add_argument("--ps-overlap", choices=("off", "on", "both"), default="off",
+                    help="ps with the overlapped push (wait-free backprop), without it, or both")
     ap.add_argument("--global-batch", type=int, default=96)
     ap.add_argument("--steps", type=int, default=4)
     ap.add_argument("--warmup", type=int, default=1)
@@ -241,7 +289,9 @@ def main(argv=None) -> int:
                            link_mbit=parse_list(args.link_mbit, float, "link-mbit") if args.link_mbit else None,
                            target_gbps=parse_list(args.target_gbps, float, "target-gbps") if args.target_gbps else None,
                            target_device=args.target_device, repeats=args.repeats, delay_ms=args.delay_ms,
-                           boundary=args.boundary, mtu=args.mtu)
+                           boundary=args.boundary, mtu=args.mtu,
+                           ps_servers=parse_list(args.ps_servers, int, "ps-servers", positive=False),
+                           ps_overlap={"off": [False], "on": [True], "both": [False, True]}[args.ps_overlap])
     except (BenchError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
