@@ -30,6 +30,7 @@ stanza  CONV workers forward b samples, send activations and labels (2 messages)
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import math
 from typing import Any
 
@@ -217,13 +218,13 @@ def _ps(profile, dev, cluster, b, shards, servers, overlap, cap):
     fwd = dev.step_overhead_s + dev.time_s("conv", "fwd", b) + dev.time_s("fc", "fwd", b)
     bwd = dev.time_s("conv", "bwd", b) + dev.time_s("fc", "bwd", b)
     sizes = ps_shard_sizes(profile.params, shards)
-    starts = [sum(sizes[:s]) for s in range(shards)]
+    starts = [0, *itertools.accumulate(sizes)][:-1]
     buckets = [(r, hi - lo, dict(_ps_pieces(lo, hi, starts, sizes)))
                for r, lo, hi in _ps_buckets(profile, dev, b, cap, overlap, bwd)]
     plain = servers or N > shards  # a data worker that holds no shard exists
     others = nw if servers else N - 1  # pushes an owner takes in per piece
 
-    def run(xfer):
+    def run(xfer, free=False):
         out, inn, upd_free = [0.0] * shards, [0.0] * shards, [0.0] * shards
         w_out = w_in = 0.0
         busy = {}  # (direction, link) -> seconds of push or pull traffic it carries
@@ -231,6 +232,8 @@ def _ps(profile, dev, cluster, b, shards, servers, overlap, cap):
         def lay(t0, owners_load, worker_load, direction):
             """Lay one push or pull from t0; return when its last link is done."""
             nonlocal w_out, w_in
+            if free:
+                return t0
             end = t0
             own_links, worker_link = (inn, out) if direction == "push" else (out, inn)
             for s, (own_t, work_t) in owners_load.items():
@@ -286,11 +289,13 @@ def _ps(profile, dev, cluster, b, shards, servers, overlap, cap):
 
     xfer = cluster.transfer_s if N > 1 else (lambda nbytes, msgs: 0.0)
     end, phases = run(xfer)
-    free, _ = run(lambda nbytes, msgs: 0.0)  # the same step with free communication
-    _, lat = run(lambda nbytes, msgs: msgs * cluster.latency_s if N > 1 else 0.0)
+    free, _ = run(lambda nbytes, msgs: 0.0, free=True)  # the same step with free communication
+    # per-message latency on the busiest link of each push and pull
+    msgs = [max(len(p), others if N > 1 else 0) if N > 1 else 0 for _, _, p in buckets]
+    lat = 2 * sum(msgs) * cluster.latency_s
     upd = max(sizes)  # values the busiest server updates per step
     return fwd + max(bwd, end), fwd + max(bwd, free), {
-        "ps_push_s": phases["push"], "ps_pull_s": phases["pull"], "latency_s": lat["push"] + lat["pull"],
+        "ps_push_s": phases["push"], "ps_pull_s": phases["pull"], "latency_s": lat,
         "update_s": upd * dev.update_s_per_param, "ps_buckets": len(buckets)}
 
 
