@@ -22,10 +22,11 @@ from . import checkpoint, replay
 from .comm import Comm, PeerError, report
 from .config import ConfigError, TrainConfig
 from .data import batch_indices, open_dataset
-from .models import MIN_IMAGE_SIZE, get_model
-from .split import SplitError, split_model
+from .models import MIN_IMAGE_SIZE, check_model, get_model
+from .split import SplitError, SplitModel, split_model
 from .strategies import STRATEGY_CLASSES
-from .topology import make_topology
+from .strategies.base import Batch, positions_of
+from .topology import Topology, make_topology
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -78,11 +79,23 @@ def resolve_device(cfg: TrainConfig, local_rank: int) -> torch.device:
     return torch.device("cpu")
 
 
-def prepare(cfg: TrainConfig):
+@dataclasses.dataclass
+class Prepared:
+    """What `prepare()` checked and built, before any process group forms."""
+
+    topo: Topology
+    device: torch.device
+    dataset: object
+    model: torch.nn.Module  # on `device`, the same initial parameters on every rank
+    split: SplitModel | None  # built once here (stanza), handed to the strategy
+    resumed: tuple[int, dict] | None  # (next step, strategy state) when resuming
+
+
+def prepare(cfg: TrainConfig) -> Prepared:
     """Everything that can fail on bad input, before any process group forms."""
     rank, world = int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
     topo = make_topology(cfg.strategy, world, cfg.global_batch, cfg.fc_workers, cfg.ps_shards,
-                         cfg.ps_servers)
+                         cfg.fc_conv_share, cfg.micro_batches, ps_servers=cfg.ps_servers)
     device = resolve_device(cfg, int(os.environ.get("LOCAL_RANK", 0)))
     if cfg.image_size < MIN_IMAGE_SIZE.get(cfg.model, 1):
         raise ConfigError(f"--image-size {cfg.image_size} is too small for {cfg.model}; "
@@ -91,55 +104,55 @@ def prepare(cfg: TrainConfig):
     torch.manual_seed(cfg.seed)  # the same initial parameters on every rank and strategy
     try:
         model = get_model(cfg.model, cfg.num_classes)
+        check_model(model, (3, cfg.image_size, cfg.image_size), cfg.num_classes, cfg.model)
     except ValueError as e:
         raise ConfigError(str(e)) from None
-    if cfg.strategy == "stanza":  # fail here, not after the group forms (the strategy splits again)
-        split_model(model, cfg.boundary, input_shape=(3, cfg.image_size, cfg.image_size),
-                    batch_size=cfg.global_batch // topo.data_workers)
+    if cfg.micro_batches > 1 and any(isinstance(m, torch.nn.modules.batchnorm._BatchNorm) for m in model.modules()):
+        raise ConfigError(f"--micro-batches {cfg.micro_batches}: {cfg.model} has BatchNorm, whose batch statistics "
+                          "would change per micro-batch; expected --micro-batches 1 for it")
+    split = None
+    if cfg.strategy == "stanza":  # split once, here: a model with no valid cut fails before the group forms
+        split = split_model(model, cfg.boundary, input_shape=(3, cfg.image_size, cfg.image_size),
+                            batch_size=cfg.global_batch // topo.data_workers)
     resumed = None
     if cfg.resume:
         resumed = checkpoint.load(cfg.checkpoint_dir, rank, world, dataclasses.asdict(cfg))
     replay.prepare(cfg, model, cfg.global_batch // topo.data_workers)  # --compute replay: waits, no arithmetic
-    return topo, device, dataset, model.to(device), resumed
+    return Prepared(topo, device, dataset, model.to(device), split, resumed)
 
 
 def run(cfg: TrainConfig) -> dict | None:
-    topo, device, dataset, model, resumed = prepare(cfg)
-    comm = Comm.from_env(cfg.timeout_s, device)
+    prep = prepare(cfg)
+    comm = Comm.from_env(cfg.timeout_s, prep.device)
     try:
-        return _train(cfg, topo, device, dataset, model, resumed, comm)
+        return _train(cfg, prep, comm)
     finally:
         comm.close()
 
 
-def _train(cfg, topo, device, dataset, model, resumed, comm) -> dict | None:
+def _train(cfg, prep: Prepared, comm) -> dict | None:
+    topo, device, dataset, model = prep.topo, prep.device, prep.dataset, prep.model
     comm.new_groups(topo.groups(), device)
     if cfg.timeline:
         comm.enable_timeline()
-    strategy = STRATEGY_CLASSES[cfg.strategy](model, cfg, topo, comm, device)
+    strategy = STRATEGY_CLASSES[cfg.strategy](model, cfg, topo, comm, device, prep.split)
     start = 0
-    if resumed is not None:
-        start, state = resumed
+    if prep.resumed is not None:
+        start, state = prep.resumed
         strategy.load_checkpoint_state(state)
     model.train()
     replayer = replay.replayer_of(model)
     if replayer:
         replayer.replay_optimizer(strategy.optimizer)
 
-    def batch_for(t):
+    def batch_for(t) -> Batch | None:
         """Load this rank's slice of step t's global batch now, so data loading stays out of the
         step's time (as a prefetching data loader would keep it)."""
         mine = strategy.data_slice()
         if mine is None:
             return None
         x, y = dataset.get(batch_indices(dataset, t, cfg.global_batch, cfg.seed, mine))
-        x, y = x.to(device), y.to(device)
-
-        def batch(pos: slice):
-            if pos != mine:
-                raise RuntimeError(f"rank {comm.rank} loaded positions {mine}, asked for {pos}")
-            return x, y
-        return batch
+        return Batch(x.to(device), y.to(device), positions_of(mine))
 
     steps = range(start, cfg.steps)
     if comm.rank == 0 and not cfg.quiet:
@@ -169,7 +182,7 @@ def _train(cfg, topo, device, dataset, model, resumed, comm) -> dict | None:
     mine = {"rank": comm.rank, "role": strategy.role, "losses": losses, "times": times,
             "step_bytes": comm.step_bytes.snapshot(), "other_bytes": comm.other_bytes.snapshot(),
             "timeline": comm.timeline, "step_starts": comm.step_starts,
-            "replay_wait_s": replayer.waited_s if replayer else None}
+            "replay_wait_s": replayer.waited_s if replayer else None, "peak_rss_mib": _peak_rss_mib()}
     everyone = comm.all_gather_object(mine)
     if comm.rank != 0:
         return None
@@ -195,7 +208,8 @@ def build_metrics(cfg, topo, device, start, everyone, replayed: dict | None = No
         other_sent, other_recv = (report(c, 1) for c in r["other_bytes"])
         ranks.append({"rank": r["rank"], "role": r["role"], "bytes_sent": sum(sent.values()),
                       "bytes_recv": sum(recv.values()), "sent": sent, "recv": recv,
-                      "setup_bytes_sent": sum(other_sent.values()), "setup_bytes_recv": sum(other_recv.values())})
+                      "setup_bytes_sent": sum(other_sent.values()), "setup_bytes_recv": sum(other_recv.values()),
+                      "peak_rss_mib": r.get("peak_rss_mib")})
         if r.get("timeline") is not None:  # t: seconds since the first rank entered the step
             ranks[-1]["timeline"] = sorted(({**e, "step": start + e["step"], "t": e["t"] - origins[e["step"]]}
                                             for e in r["timeline"]), key=lambda e: (e["step"], e["t"]))
@@ -222,6 +236,15 @@ def build_metrics(cfg, topo, device, start, everyone, replayed: dict | None = No
         metrics["target_step_time_median_s"] = med / d if med else None
         metrics["target_throughput"] = metrics["throughput"] * d if metrics["throughput"] else None
     return metrics
+
+
+def _peak_rss_mib() -> float | None:
+    """This process's peak resident memory (MiB), or None where the OS does not say."""
+    try:
+        import resource
+    except ImportError:
+        return None
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: KiB
 
 
 def _step_origins(everyone) -> list[float]:

@@ -136,13 +136,11 @@ class ParameterServer(Strategy):
         self.push_works += self.comm.p2p(ops)
 
     def _compute(self, t, batch):
-        pos = self.topo.batch_slice(self.rank, self.cfg.global_batch)
-        x, y = batch(pos)
         self.flat_grad.zero_()
         self.push_works = []
         self.pending = list(self.bucket_params) if self.cfg.ps_overlap else [0]
         try:
-            share = self.forward_loss(self.model, x, y, t, pos)
+            share = self.forward_loss(self.model, batch.x, batch.y, t, batch.positions)
             share.backward()  # accumulates into flat_grad; with overlap, hooks push bucket by bucket
             for j, left in enumerate(self.pending):
                 if left >= 0:  # not pushed yet: the whole vector (no overlap) or unused parameters
