@@ -164,30 +164,33 @@ class Comm:
             self.mark(*info)
 
     # -- point to point -----------------------------------------------------------------------
-    def p2p(self, ops: Iterable[tuple[str, torch.Tensor, int, str]]) -> list:
-        """Post ("send"|"recv", tensor, peer, category) ops, sorted by peer; return their works.
+    def p2p(self, ops: Iterable[tuple]) -> list:
+        """Post ("send"|"recv", tensor, peer, category[, tag]) ops, sorted by peer; return their works.
 
         Sorting by peer gives every pair of ranks the same order of posting, which keeps
-        NCCL's batched P2P deadlock-free; an empty list posts nothing."""
+        NCCL's batched P2P deadlock-free; an empty list posts nothing. A tag (default 0) keeps
+        messages apart that one pair has in flight at once (a send matches the receive of
+        the same tag, in posting order)."""
         ops = sorted(ops, key=lambda o: (o[2], o[0]))
         p2p_ops = []
-        for kind, tensor, peer, category in ops:
+        for kind, tensor, peer, category, *tag in ops:
             if peer == self.rank:
                 raise ValueError(f"rank {self.rank} cannot {kind} to itself")
             if kind not in ("send", "recv"):
                 raise ValueError(f"unknown P2P op {kind!r}")
             n = _nbytes(tensor)
             self._count(category, n if kind == "send" else 0, n if kind == "recv" else 0)
-            p2p_ops.append(dist.P2POp(dist.isend if kind == "send" else dist.irecv, tensor, peer))
+            p2p_ops.append(dist.P2POp(dist.isend if kind == "send" else dist.irecv, tensor, peer,
+                                      tag=tag[0] if tag else 0))
             self.mark(kind, category, peer, n)
         if not p2p_ops:
             return []
         if self.backend == "nccl":  # one NCCL group call: sends and recvs to a peer cannot deadlock
             works = dist.batch_isend_irecv(p2p_ops)
         else:
-            works = [op.op(op.tensor, op.peer) for op in p2p_ops]
+            works = [op.op(op.tensor, op.peer, tag=op.tag) for op in p2p_ops]
         if self.timeline is not None and self._counting and len(works) == len(ops):
-            for w, (kind, tensor, peer, category) in zip(works, ops):
+            for w, (kind, tensor, peer, category, *_) in zip(works, ops):
                 self._pending[id(w)] = (kind + "_done", category, peer, _nbytes(tensor))
         return works
 

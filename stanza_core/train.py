@@ -95,7 +95,7 @@ def prepare(cfg: TrainConfig) -> Prepared:
     """Everything that can fail on bad input, before any process group forms."""
     rank, world = int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
     topo = make_topology(cfg.strategy, world, cfg.global_batch, cfg.fc_workers, cfg.ps_shards,
-                         cfg.fc_conv_share, cfg.micro_batches)
+                         cfg.fc_conv_share, cfg.micro_batches, ps_servers=cfg.ps_servers)
     device = resolve_device(cfg, int(os.environ.get("LOCAL_RANK", 0)))
     if cfg.image_size < MIN_IMAGE_SIZE.get(cfg.model, 1):
         raise ConfigError(f"--image-size {cfg.image_size} is too small for {cfg.model}; "
@@ -217,6 +217,7 @@ def build_metrics(cfg, topo, device, start, everyone, replayed: dict | None = No
         "compute": cfg.compute,
         "config": {**cfg.to_dict(), "world_size": topo.world_size, "data_workers": topo.data_workers,
                    "fc_workers_effective": topo.fc_workers, "ps_shards_effective": topo.ps_shards,
+                   "ps_server_ranks": topo.server_ranks if topo.ps_servers else [],
                    "device_type": device.type, "torch": torch.__version__},
         "steps": steps,
         "throughput": cfg.global_batch * len(timed) / sum(timed) if timed and sum(timed) > 0 else None,
