@@ -5,7 +5,10 @@
 
 Controls: model, nodes N, link bandwidth (Gb/s per direction), per-message latency (us),
 global batch, device profile (a row of the device table), k FC workers and the strategy whose
-communication the diagram draws. Every change re-runs `perf.best_assignment` and `perf.predict`
+communication the diagram draws; beyond the paper, the chosen stanza's FC share (each FC worker
+also runs the CONV body on this share of the global batch, snapped to a share giving whole
+samples), micro-batches M and compression (boundary dtype | CONV gradient compression), and
+whether the optimiser may recommend compression (it always searches k x share x M). Every change re-runs `perf.best_assignment` and `perf.predict`
 (closed form, milliseconds) and redraws five views: throughput against k, the time breakdown of
 one step, bytes per node by category, the optimiser's recommendation, and who sends what to
 whom. Figures are plain plotly figures (`viz.assignment`) written into `ipywidgets.Output`s in
@@ -18,6 +21,7 @@ so these are the assignments that can actually be run.
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -27,6 +31,7 @@ from IPython.display import display
 
 from .models import MODEL_NAMES
 from .perf import DEVICE_TABLE, Cluster, best_assignment, named_profile, predict
+from .perf.optimize import COMPRESSIONS, MICRO_BATCHES, PAPER, share_grid
 from .viz import assignment as va
 
 DEFAULT_MODELS = ("alexnet", "vgg16", "vgg19", "resnet50")
@@ -108,6 +113,15 @@ class Explorer:
                                       style=style, layout=layout, continuous_update=False),
             "strategy": W.ToggleButtons(options=list(STRATEGIES), value=strategy, description="diagram of",
                                         style=style),
+            "fc_conv_share": W.FloatSlider(value=0.0, min=0.0, max=0.5, step=0.005, readout_format=".3f",
+                                           description="FC share of batch", style=style, layout=layout,
+                                           continuous_update=False),
+            "micro_batches": W.Dropdown(options=list(MICRO_BATCHES), value=1, description="micro-batches M",
+                                        style=style, layout=layout),
+            "compression": W.Dropdown(options=[f"{d}|{c}" for d, c in COMPRESSIONS], value="fp32|none",
+                                      description="boundary|grad compr.", style=style, layout=layout),
+            "allow_compression": W.Checkbox(value=False, description="optimiser may compress", style=style,
+                                            layout=layout),
         }
         self.status = W.HTML()
         self.outputs = {key: W.Output() for key in FIGURES}
@@ -115,6 +129,7 @@ class Explorer:
         self.assignment = None
         self.chosen = None
         self.updates = 0  # how many times the views were recomputed (tests, debugging)
+        self.last_update_ms = None  # wall time of the last redraw (model + figures)
         self._follow_k = fc_workers == 0  # k follows the optimiser until someone moves it
         self._busy = False
         for name, w in self.controls.items():
@@ -164,8 +179,14 @@ class Explorer:
         g, n, k = v["global_batch"], v["nodes"], v["fc_workers"]
         if g < n:
             raise ValueError(f"global batch {g} is smaller than the {n} nodes: every data worker needs a sample")
-        a = best_assignment(profile, cluster, g, fc_workers=range(1, n // 2 + 1))
-        stanza = predict(profile, cluster, "stanza", k, g)
+        a = best_assignment(profile, cluster, g, fc_workers=range(1, n // 2 + 1), shares="auto",
+                            micro_batches=MICRO_BATCHES,
+                            compressions=COMPRESSIONS if v["allow_compression"] else PAPER)
+        valid = share_grid(g, n, k, limit=1 << 30)  # the share the engine can run nearest to the slider
+        share = min(valid, key=lambda x: abs(x - v["fc_conv_share"])) if valid else 0.0
+        dtype, comp = v["compression"].split("|")
+        stanza = predict(profile, cluster, "stanza", k, g, fc_conv_share=share, micro_batches=v["micro_batches"],
+                         boundary_dtype=dtype, grad_compression=comp)
         preds = [predict(profile, cluster, s, None, g) for s in ("ps", "ddp")] + [stanza]
         chosen = {"stanza": stanza, "ps": preds[0], "ddp": preds[1]}[v["strategy"]]
         return a, preds, chosen
@@ -173,6 +194,7 @@ class Explorer:
     def update(self) -> None:
         """Recompute everything and redraw; a refused combination is shown, not raised (a widget
         callback's exception would only reach the browser's log)."""
+        t0 = time.perf_counter()
         try:
             a, preds, chosen = self.compute()
         except ValueError as e:
@@ -189,6 +211,7 @@ class Explorer:
         for key, out in self.outputs.items():
             out.outputs = (figure_output(self.figures[key]),)
         self.updates += 1
+        self.last_update_ms = 1e3 * (time.perf_counter() - t0)  # model + figures of one redraw
 
     def results(self) -> dict[str, Any]:
         """The current settings and the model's answers (for results.json)."""
@@ -199,6 +222,7 @@ class Explorer:
                 "speedup_vs_ddp": a.speedup_vs_ddp, "speedup_vs_ps": a.speedup_vs_ps,
                 "throughput": {va.describe(p): p.throughput for p in a.ranking},
                 "chosen": {k: v for k, v in self.chosen.to_dict().items() if k != "ranks"},
+                "last_update_ms": self.last_update_ms,
                 "predictions": [{k: v for k, v in p.to_dict().items() if k != "ranks"} for p in self.predictions]}
 
     @property
@@ -206,8 +230,10 @@ class Explorer:
         c = self.controls
         left = W.VBox([c["model"], c["device"], c["nodes"], c["fc_workers"]])
         right = W.VBox([c["bandwidth_gbps"], c["latency_us"], c["global_batch"], c["strategy"]])
+        beyond = W.HBox([W.VBox([c["fc_conv_share"], c["micro_batches"]]),
+                         W.VBox([c["compression"], c["allow_compression"]])])
         o = self.outputs
-        return W.VBox([W.HBox([left, right]), self.status, o["throughput"], o["diagram"], o["bytes"], o["breakdown"]])
+        return W.VBox([W.HBox([left, right]), beyond, self.status, o["throughput"], o["diagram"], o["bytes"], o["breakdown"]])
 
     def _ipython_display_(self) -> None:
         display(self.ui)
