@@ -60,7 +60,11 @@ def main(argv=None) -> int:
     ap.add_argument("--warmup", type=int, default=1)
     ap.add_argument("--mtu", type=int, default=9000)
     ap.add_argument("--out", required=True)
+    ap.add_argument("--modelled", action="store_true", help="no runs: the model's figures only (no root needed)")
     a = ap.parse_args(argv)
+    if a.modelled:
+        print(modelled_table(a))
+        return 0
     from stanza_core.netem import MAX_AGGREGATE_MBIT, run_training
 
     ppwb, results, wanted = payload_per_wire_byte(a.mtu), [], a.runs.split(",")
@@ -113,6 +117,24 @@ def main(argv=None) -> int:
                         json.dump({"args": vars(a), "runs": results}, fh, indent=1)
     print(format_table(results))
     return 0
+
+
+def modelled_table(a) -> str:
+    """Markdown of the model's figures for every (model, N, target): the four runs side by side."""
+    lines = ["| model | N | Gb/s | DDP | paper's stanza | best option (configuration) | best vs paper stanza "
+             "| best vs DDP | best M only (configuration) | M only vs paper stanza |", "|---|---|---|---|---|---|---|---|---|---|"]
+    for model in a.models.split(","):
+        profile = named_profile(model, 224, 1000, a.batch_per_worker)
+        dev = DeviceProfile.from_table(a.device, profile)
+        for n in [int(v) for v in a.nodes.split(",")]:
+            for gbps in [float(v) for v in a.target_gbps.split(",")]:
+                runs = candidates(profile, n, gbps, dev, a.batch_per_worker)
+                p = {k: predict(profile, Cluster(n, gbps, device=dev), **kw) for k, kw in runs.items()}
+                ddp, ps, best, mo = p["ddp"].throughput, p["paper stanza"], p["best option"], p["best M only"]
+                lines.append(f"| {model} | {n} | {gbps:g} | {ddp:.0f} | {ps.throughput:.0f} | {best.throughput:.0f} "
+                             f"({best.label}) | {best.throughput / ps.throughput:.2f}x | {best.throughput / ddp:.2f}x "
+                             f"| {mo.throughput:.0f} ({mo.label}) | {mo.throughput / ps.throughput:.2f}x |")
+    return "\n".join(lines)
 
 
 def format_table(results: list[dict]) -> str:

@@ -288,6 +288,32 @@ class Comm:
         self._count(category, ring, ring)
         return fut
 
+    def powersgd_states(self) -> dict[str, dict]:
+        """PowerSGD hook state per group (iteration, error feedback, warm-start P and Q), to checkpoint."""
+        out = {}
+        for g, s in self._powersgd.items():
+            d = {slot: getattr(s, slot) for slot in type(s).__slots__ if slot != "process_group"}
+            name, keys, pos, has_gauss, gauss = d.pop("rng").get_state()  # numpy: kept as plain values
+            d["rng"] = [name, torch.from_numpy(keys.astype("int64")), int(pos), int(has_gauss), float(gauss)]
+            out[g] = d
+        return out
+
+    def load_powersgd_states(self, states: dict[str, dict]):
+        from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook as psgd
+
+        for group, slots in states.items():
+            state = psgd.PowerSGDState.__new__(psgd.PowerSGDState)
+            import numpy as np
+
+            for slot, value in slots.items():
+                if slot == "rng":
+                    rng = np.random.RandomState()
+                    rng.set_state((value[0], value[1].numpy().astype("uint32"), *value[2:]))
+                    value = rng
+                setattr(state, slot, value)
+            state.process_group = self.groups[group]
+            self._powersgd[group] = state
+
     def wait_future(self, fut, what: str):
         try:
             return fut.wait()

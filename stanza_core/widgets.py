@@ -8,7 +8,7 @@ global batch, device profile (a row of the device table), k FC workers and the s
 communication the diagram draws; beyond the paper, the chosen stanza's FC share (each FC worker
 also runs the CONV body on this share of the global batch, snapped to a share giving whole
 samples), micro-batches M and compression (boundary dtype | CONV gradient compression), and
-whether the optimiser may recommend compression (it always searches k x share x M). Every change re-runs `perf.best_assignment` and `perf.predict`
+whether the optimiser searches k x share x M (off: the paper's k only) and may recommend compression. Every change re-runs `perf.best_assignment` and `perf.predict`
 (closed form, milliseconds) and redraws five views: throughput against k, the time breakdown of
 one step, bytes per node by category, the optimiser's recommendation, and who sends what to
 whom. Figures are plain plotly figures (`viz.assignment`) written into `ipywidgets.Output`s in
@@ -88,10 +88,18 @@ class Explorer:
     def __init__(self, *, models: Sequence[str] = DEFAULT_MODELS, model: str = "vgg16", nodes: int = 8,
                  bandwidth_gbps: float = 10.0, latency_us: float = 50.0, global_batch: int = 256,
                  device: str = "v100", fc_workers: int = 0, strategy: str = "stanza", image_size: int = 224,
-                 max_nodes: int = 64):
+                 max_nodes: int = 64, fc_conv_share: float = 0.0, micro_batches: int = 1,
+                 compression: str = "fp32|none", allow_compression: bool = False, search_beyond: bool = False):
         models = list(models)
         _check(models, model, nodes, max_nodes, bandwidth_gbps, latency_us, global_batch, device, fc_workers,
                strategy, image_size)
+        if isinstance(fc_conv_share, bool) or not isinstance(fc_conv_share, (int, float)) or not 0 <= fc_conv_share <= 0.5:
+            raise ValueError(f"fc_conv_share must be a number in [0, 0.5], got {fc_conv_share!r}")
+        if micro_batches not in MICRO_BATCHES:
+            raise ValueError(f"micro_batches must be one of {', '.join(map(str, MICRO_BATCHES))}, got {micro_batches!r}")
+        if compression not in [f"{d}|{c}" for d, c in COMPRESSIONS]:
+            raise ValueError(f"compression must be one of {', '.join(f'{d}|{c}' for d, c in COMPRESSIONS)}, "
+                             f"got {compression!r}")
         self.image_size = image_size
         style = {"description_width": "150px"}
         layout = W.Layout(width="460px")
@@ -113,14 +121,16 @@ class Explorer:
                                       style=style, layout=layout, continuous_update=False),
             "strategy": W.ToggleButtons(options=list(STRATEGIES), value=strategy, description="diagram of",
                                         style=style),
-            "fc_conv_share": W.FloatSlider(value=0.0, min=0.0, max=0.5, step=0.005, readout_format=".3f",
+            "fc_conv_share": W.FloatSlider(value=float(fc_conv_share), min=0.0, max=0.5, step=0.005, readout_format=".3f",
                                            description="FC share of batch", style=style, layout=layout,
                                            continuous_update=False),
-            "micro_batches": W.Dropdown(options=list(MICRO_BATCHES), value=1, description="micro-batches M",
+            "micro_batches": W.Dropdown(options=list(MICRO_BATCHES), value=micro_batches, description="micro-batches M",
                                         style=style, layout=layout),
             "compression": W.Dropdown(options=[f"{d}|{c}" for d, c in COMPRESSIONS], value="fp32|none",
                                       description="boundary|grad compr.", style=style, layout=layout),
-            "allow_compression": W.Checkbox(value=False, description="optimiser may compress", style=style,
+            "search_beyond": W.Checkbox(value=bool(search_beyond), description="optimiser searches share x M",
+                                        style=style, layout=layout),
+            "allow_compression": W.Checkbox(value=bool(allow_compression), description="optimiser may compress", style=style,
                                             layout=layout),
         }
         self.status = W.HTML()
@@ -179,11 +189,12 @@ class Explorer:
         g, n, k = v["global_batch"], v["nodes"], v["fc_workers"]
         if g < n:
             raise ValueError(f"global batch {g} is smaller than the {n} nodes: every data worker needs a sample")
-        a = best_assignment(profile, cluster, g, fc_workers=range(1, n // 2 + 1), shares="auto",
-                            micro_batches=MICRO_BATCHES,
+        wide = v["search_beyond"]
+        a = best_assignment(profile, cluster, g, fc_workers=range(1, n // 2 + 1), shares="auto" if wide else (0.0,),
+                            micro_batches=MICRO_BATCHES if wide else (1,),
                             compressions=COMPRESSIONS if v["allow_compression"] else PAPER)
         valid = share_grid(g, n, k, limit=1 << 30)  # the share the engine can run nearest to the slider
-        share = min(valid, key=lambda x: abs(x - v["fc_conv_share"])) if valid else 0.0
+        share = min(valid, key=lambda x: abs(x - v["fc_conv_share"])) if v["fc_conv_share"] > 0 else 0.0
         dtype, comp = v["compression"].split("|")
         stanza = predict(profile, cluster, "stanza", k, g, fc_conv_share=share, micro_batches=v["micro_batches"],
                          boundary_dtype=dtype, grad_compression=comp)
@@ -197,6 +208,7 @@ class Explorer:
         t0 = time.perf_counter()
         try:
             a, preds, chosen = self.compute()
+            model_ms = 1e3 * (time.perf_counter() - t0)
         except ValueError as e:
             self.status.value = f"<span style='color:#b00'>Cannot predict this configuration: {e}</span>"
             return
@@ -207,7 +219,9 @@ class Explorer:
             "bytes": va.bytes_per_node(preds),
             "diagram": va.assignment_diagram(chosen),
         }
-        self.status.value = va.recommendation_html(a, preds[-1])
+        self.status.value = (va.recommendation_html(a, preds[-1])
+                             + f"<br><small>optimiser and model: {model_ms:.0f} ms this redraw "
+                             f"({len(a.ranking)} configurations).</small>")
         for key, out in self.outputs.items():
             out.outputs = (figure_output(self.figures[key]),)
         self.updates += 1
@@ -231,7 +245,7 @@ class Explorer:
         left = W.VBox([c["model"], c["device"], c["nodes"], c["fc_workers"]])
         right = W.VBox([c["bandwidth_gbps"], c["latency_us"], c["global_batch"], c["strategy"]])
         beyond = W.HBox([W.VBox([c["fc_conv_share"], c["micro_batches"]]),
-                         W.VBox([c["compression"], c["allow_compression"]])])
+                         W.VBox([c["compression"], c["search_beyond"], c["allow_compression"]])])
         o = self.outputs
         return W.VBox([W.HBox([left, right]), beyond, self.status, o["throughput"], o["diagram"], o["bytes"], o["breakdown"]])
 

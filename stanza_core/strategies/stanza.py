@@ -185,10 +185,14 @@ class Stanza(Strategy):
         state = {"model": self.part.state_dict(), "optimizer": self.optimizer.state_dict()}
         if self.hybrid_buckets is not None:
             state["conv"] = self.split.conv.state_dict()
+        if self.cfg.grad_compression == "powersgd":  # error feedback and step count survive a resume
+            state["powersgd"] = self.comm.powersgd_states()
         return state
 
     def load_checkpoint_state(self, state):
         self.part.load_state_dict(state["model"])
         if self.hybrid_buckets is not None:
             self.split.conv.load_state_dict(state["conv"])
+        if "powersgd" in state:
+            self.comm.load_powersgd_states(state["powersgd"])
         self.optimizer.load_state_dict(state["optimizer"])

@@ -123,6 +123,10 @@ def recommendation_html(a: Assignment, chosen: Prediction | None = None) -> str:
     if b.strategy == "stanza":
         lines.append(f"{b.nodes - b.fc_workers} CONV workers train the convolutional body data-parallel; "
                      f"{b.fc_workers} FC worker{'s train' if b.fc_workers > 1 else ' trains'} the FC head.")
+    paper = a.paper_stanza()
+    if paper is not None and paper is not b and b.strategy == "stanza":
+        lines.append(f"Against the paper's Stanza ({html.escape(describe(paper))}, {paper.throughput:,.0f} samples/s): "
+                     f"{b.throughput / paper.throughput:.2f}x.")
     if chosen is not None and describe(chosen) != describe(b):
         lines.append(f"Your choice, {html.escape(describe(chosen))}: {chosen.throughput:,.0f} samples/s "
                      f"({chosen.throughput / b.throughput:.0%} of the recommended).")
