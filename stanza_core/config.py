@@ -7,10 +7,19 @@ from typing import Any
 
 STRATEGIES = ("local", "ddp", "ps", "stanza")
 DEVICES = ("auto", "cpu", "cuda")
+BACKENDS = ("auto", "gloo", "nccl")
 
 
 class ConfigError(ValueError):
-    """Bad user input; the message is one line saying what was wrong and what was expected."""
+    """Bad user input; the message is one line saying what was wrong and what was expected.
+
+    `scope` says who can see it: "job" (the same on every rank: only rank 0 prints it), "host"
+    (this machine's GPUs: local rank 0 of each machine prints it) or "rank" (this rank's own
+    device or checkpoint: every rank that hits it prints it, prefixed with its rank)."""
+
+    def __init__(self, message: str = "", *, scope: str = "job"):
+        super().__init__(message)
+        self.scope = scope
 
 
 @dataclasses.dataclass(kw_only=True)
@@ -40,12 +49,18 @@ class TrainConfig:
     bucket_mb: float = 25.0  # gradient bucket size for overlapped allreduce (stanza, ddp)
     overwrite: bool = False  # allow --save/--metrics to replace existing files
     quiet: bool = False  # no progress bar
+    exact: bool = False  # GPU numerics equal to CPU within fp32 tolerance: TF32 off, deterministic cuDNN
+    backend: str = "auto"  # auto (nccl on cuda, gloo on cpu) | gloo (also: several ranks share a GPU) | nccl
 
     def __post_init__(self):
         if self.strategy not in STRATEGIES:
             raise ConfigError(f"unknown strategy {self.strategy!r}; expected one of {', '.join(STRATEGIES)}")
         if self.device not in DEVICES:
             raise ConfigError(f"unknown device {self.device!r}; expected one of {', '.join(DEVICES)}")
+        if self.backend not in BACKENDS:
+            raise ConfigError(f"unknown backend {self.backend!r}; expected one of {', '.join(BACKENDS)}")
+        if self.backend == "nccl" and self.device == "cpu":
+            raise ConfigError("--backend nccl needs CUDA tensors; use --device cuda (or --backend gloo on CPU)")
         for name in ("num_classes", "image_size", "global_batch", "steps"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(self, name)}")

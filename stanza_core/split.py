@@ -78,9 +78,17 @@ def _has_conv(modules) -> bool:
     return any(isinstance(s, _CONV_TYPES) for m in modules for s in m.modules())
 
 
+def module_device(module: nn.Module) -> torch.device:
+    """Where `module` lives: the device of its first parameter or buffer (CPU if it has none)."""
+    for t in (*module.parameters(), *module.buffers()):
+        return t.device
+    return torch.device("cpu")
+
+
 def _boundary_values(model: nn.Module, cuts: list[_Cut], run_prefix, input_shape) -> list[int]:
-    """Boundary size per sample of each cut, from one forward pass on a 1-sample input."""
-    x = torch.zeros((1, *input_shape))
+    """Boundary size per sample of each cut, from one forward pass on a 1-sample input (eval
+    mode, on the model's device: BatchNorm running statistics are left untouched)."""
+    x = torch.zeros((1, *input_shape), device=module_device(model))
     was_training = model.training
     model.eval()
     try:
@@ -192,6 +200,22 @@ def _safe_get(gm: fx.GraphModule, target: str):
 def _crossing(body, placeholders, out_node, i) -> fx.Node:
     after = set(body[i:]) | {out_node}
     return next(n for n in [placeholders[0], *body[:i]] if any(u in after for u in n.users))
+
+
+def boundary_shape(split: SplitModel, input_shape) -> tuple[int, ...]:
+    """Per-sample shape of the boundary tensor: one 1-sample forward of the CONV body in eval
+    mode, on the body's device, under no_grad. Train/eval flags are restored afterwards and
+    BatchNorm running statistics are not updated (an eval-mode forward does not touch them)."""
+    modules = list(split.conv.modules())
+    flags = [m.training for m in modules]
+    split.conv.eval()
+    try:
+        with torch.no_grad():
+            x = torch.zeros((1, *input_shape), device=module_device(split.conv))
+            return tuple(split.conv(x).shape[1:])
+    finally:
+        for m, f in zip(modules, flags):
+            m.training = f
 
 
 def split_model(model: nn.Module, boundary: str | None = None, *, input_shape=(3, 224, 224),

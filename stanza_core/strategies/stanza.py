@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import torch
 
-from ..split import split_model
+from ..split import boundary_shape, split_model
 from ..topology import CONV_WORKER
 from .base import Strategy, make_sgd
 
@@ -76,8 +76,7 @@ class Stanza(Strategy):
         self.b = cfg.global_batch // topo.data_workers
         shape = (3, cfg.image_size, cfg.image_size)
         self.split = split_model(self.model, cfg.boundary, input_shape=shape, batch_size=self.b)
-        with torch.no_grad():  # boundary shape per sample, from one sample on this device
-            self.boundary_shape = tuple(self.split.conv(torch.zeros((1, *shape), device=self.device)).shape[1:])
+        self.boundary_shape = boundary_shape(self.split, shape)  # eval mode: BN statistics untouched
         if self.role == CONV_WORKER:
             self.part = self.split.conv
             self.fc_rank = topo.fc_worker_of(self.rank)
@@ -103,9 +102,10 @@ class Stanza(Strategy):
         x, y = batch(pos)
         a = self.part(x)  # (b, *A)
         grad = torch.empty_like(a)
+        pair = self.topo.pair_group(self.rank)
         sent = self.comm.p2p([("send", a.detach(), self.fc_rank, "activations"),
-                              ("send", y, self.fc_rank, "labels")])
-        back = self.comm.p2p([("recv", grad, self.fc_rank, "activation_grads")])
+                              ("send", y, self.fc_rank, "labels")], pair)
+        back = self.comm.p2p([("recv", grad, self.fc_rank, "activation_grads")], pair)
         self.comm.wait(back, f"activation gradients from FC worker {self.fc_rank}")
         a.backward(grad)  # CONV grad buckets launch their allreduce from inside this call
         self.comm.wait(sent, "send of activations")
@@ -117,18 +117,22 @@ class Stanza(Strategy):
         labels = [torch.empty(b, dtype=torch.int64, device=device) for _ in self.served]
         # One receive of activations+labels per CONV worker, posted separately so each can
         # complete on its own and be processed while the others are still on the wire.
-        works = [self.comm.p2p([("recv", acts[j], src, "activations"), ("recv", labels[j], src, "labels")])
+        works = [self.comm.p2p([("recv", acts[j], src, "activations"), ("recv", labels[j], src, "labels")],
+                               self.topo.pair_group(src))
                  for j, src in enumerate(self.served)]
-        share, sends = 0.0, []
+        # The loss stays on the device until every gradient has been sent: a float() here would
+        # make the host wait for the FC backward before posting the send.
+        share, sends = torch.zeros((), dtype=torch.float64, device=device), []
         for j in self.comm.as_completed(works, "receive of activations"):
             src = self.served[j]
             a = acts[j].requires_grad_(True)
             loss = self.forward_loss(self.part, a, labels[j], t, self.topo.batch_slice(src, self.cfg.global_batch))
             loss.backward()  # FC grads accumulate over the served CONV workers
-            share += float(loss.detach())
-            sends += self.comm.p2p([("send", a.grad, src, "activation_grads")])  # at once: pipelined
+            share += loss.detach().double()
+            sends += self.comm.p2p([("send", a.grad, src, "activation_grads")],
+                                   self.topo.pair_group(src))  # at once: pipelined
         self.comm.wait(sends, "send of activation gradients")
-        return share
+        return float(share)
 
     def full_state_dict(self):
         """FC worker N-k (the first) sends the FC head's state to rank 0, which holds the CONV body."""
