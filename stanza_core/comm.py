@@ -21,6 +21,7 @@ from typing import Iterable, Iterator
 import torch
 import torch.distributed as dist
 
+STAGED_P2P_ENV = "STANZA_STAGED_P2P"
 CATEGORIES = ("activations", "labels", "activation_grads", "conv_grads", "fc_grads", "grads", "params")
 
 
@@ -80,7 +81,8 @@ class Comm:
         dist.init_process_group(backend, rank=rank, world_size=world,
                                 timeout=datetime.timedelta(seconds=pg_timeout), **kwargs)
         comm = cls(dist.get_rank(), dist.get_world_size(), timeout_s, backend)
-        comm.staged_p2p = backend == "gloo" and device.type == "cuda"
+        # STAGED_P2P_ENV=1 stages CPU tensors too: the tests run this GPU path's logic on CPU.
+        comm.staged_p2p = backend == "gloo" and (device.type == "cuda" or os.environ.get(STAGED_P2P_ENV) == "1")
         return comm
 
     def new_groups(self, groups: dict[str, list[int]], device: torch.device):
