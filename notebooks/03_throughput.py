@@ -42,7 +42,7 @@
 # - Full mode on GPU machines: run each configuration with `--device cuda` and one torchrun per
 #   node (`torchrun --nnodes N --node-rank i --nproc-per-node 1 --master-addr HOST -m
 #   stanza_core.train ...`), then read the metrics JSONs with
-#   `stanza_core.experiments.measured.bench_from_metrics`; the emulated path here is CPU only.
+#   `stanza_core.experiments.run.bench_from_metrics`; the emulated path here is CPU only.
 
 # %% tags=["parameters"]
 measured_model: str = "cifar_alexnet"  # zoo model run on the emulated cluster
@@ -62,6 +62,7 @@ model_image_size: int = 224  # input size of the modelled models (ImageNet setti
 model_nodes: list[int] = [2, 4, 8, 16, 32, 64]  # modelled cluster sizes
 model_gbps: list[float] = [10.0, 100.0]  # modelled bandwidths (Gb/s per node and direction)
 batch_per_worker: int = 32  # modelled samples per data worker
+measure_runs: bool = True  # run the measured cells (False, or no root/tc here: modelled figures only)
 cache_dir: str = "auto"  # measured runs cache: auto (beside out_dir, shared by notebooks), "" (none) or a folder
 png: bool = True  # also export PNG figures (needs a Chromium)
 out_dir: str = "../reproductions/out/throughput"  # where results.json and the figures go
@@ -69,21 +70,21 @@ out_dir: str = "../reproductions/out/throughput"  # where results.json and the f
 # %%
 import stanza_core.nbtools as nbt
 from stanza_core import viz
-from stanza_core.experiments import measured, throughput
+from stanza_core.experiments import cache, throughput
 
-plan = throughput.plan(measured_model=measured_model, measured_image_size=measured_image_size,
-                       measured_num_classes=measured_num_classes, measured_nodes=measured_nodes,
-                       strategies=strategies, fc_workers=fc_workers, global_batch=global_batch, steps=steps,
-                       warmup=warmup, target_gbps=target_gbps, target_device=target_device, repeats=repeats,
-                       model_names=model_names, model_image_size=model_image_size, model_nodes=model_nodes,
-                       model_gbps=model_gbps, batch_per_worker=batch_per_worker)
-
-# %%
-benches = throughput.run_measured(plan, measured.cache_dir_for(cache_dir, out_dir))
+params = throughput.ThroughputParams(measured_model=measured_model, measured_image_size=measured_image_size,
+                                     measured_num_classes=measured_num_classes, measured_nodes=measured_nodes,
+                                     strategies=strategies, fc_workers=fc_workers, global_batch=global_batch, steps=steps,
+                                     warmup=warmup, target_gbps=target_gbps, target_device=target_device, repeats=repeats,
+                                     model_names=model_names, model_image_size=model_image_size, model_nodes=model_nodes,
+                                     model_gbps=model_gbps, batch_per_worker=batch_per_worker, measure_runs=measure_runs)
 
 # %%
-modelled = throughput.model_curves(plan)
-results = throughput.throughput_results(plan, benches, modelled)
+benches = throughput.run_measured(params, cache.cache_dir_for(cache_dir, out_dir))
+
+# %%
+modelled = throughput.model_curves(params)
+results = throughput.throughput_results(params, benches, modelled)
 nbt.write_results(results, out_dir)
 figs = viz.throughput_figures(results)
 nbt.save_figures(figs, out_dir, png=png)

@@ -53,6 +53,7 @@ paper_models: list[str] = ["alexnet", "vgg16"]  # models ranked at the scale of 
 paper_nodes: int = 16  # cluster size of the modelled ranking
 paper_gbps: list[float] = [10.0, 100.0]  # bandwidths of the modelled ranking
 batch_per_worker: int = 32  # modelled samples per CONV worker
+measure_runs: bool = True  # run the measured cells (False, or no root/tc here: modelled figures only)
 cache_dir: str = "auto"  # measured runs cache: auto (beside out_dir, shared by notebooks), "" (none) or a folder
 png: bool = True  # also export PNG figures (needs a Chromium)
 out_dir: str = "../reproductions/out/node_assignment"  # where results.json and the figures go
@@ -60,19 +61,19 @@ out_dir: str = "../reproductions/out/node_assignment"  # where results.json and 
 # %%
 import stanza_core.nbtools as nbt
 from stanza_core import viz
-from stanza_core.experiments import assignment, measured
+from stanza_core.experiments import cache, assignment
 
-plan = assignment.plan(model=model, image_size=image_size, num_classes=num_classes, nodes=nodes,
-                       global_batch=global_batch, steps=steps, warmup=warmup, target_gbps=target_gbps,
-                       target_device=target_device, repeats=repeats, paper_models=paper_models,
-                       paper_nodes=paper_nodes, paper_gbps=paper_gbps, batch_per_worker=batch_per_worker)
-
-# %%
-bench = assignment.run_measured(plan, measured.cache_dir_for(cache_dir, out_dir))
+params = assignment.AssignmentParams(model=model, image_size=image_size, num_classes=num_classes, nodes=nodes,
+                                     global_batch=global_batch, steps=steps, warmup=warmup, target_gbps=target_gbps,
+                                     target_device=target_device, repeats=repeats, paper_models=paper_models,
+                                     paper_nodes=paper_nodes, paper_gbps=paper_gbps, batch_per_worker=batch_per_worker, measure_runs=measure_runs)
 
 # %%
-paper = assignment.paper_scale(plan)
-results = assignment.assignment_results(plan, bench, paper)
+bench = assignment.run_measured(params, cache.cache_dir_for(cache_dir, out_dir))
+
+# %%
+paper = assignment.paper_scale(params)
+results = assignment.assignment_results(params, bench, paper)
 nbt.write_results(results, out_dir)
 figs = viz.assignment_figures(results)
 nbt.save_figures(figs, out_dir, png=png)

@@ -58,6 +58,7 @@ paper_nodes: int = 16  # cluster size of the paper-scale comparison
 sweep_gbps: list[float] = [1.0, 2.5, 5.0, 10.0, 25.0, 40.0, 100.0, 200.0, 400.0]  # bandwidths of the sweep
 sweep_nodes: list[int] = [2, 4, 8, 16, 32, 64, 128, 256, 512, 1024]  # cluster sizes of the sweep
 batch_per_worker: int = 32  # modelled samples per data worker
+measure_runs: bool = True  # run the measured cells (False, or no root/tc here: modelled figures only)
 cache_dir: str = "auto"  # measured runs cache: auto (beside out_dir, shared by notebooks), "" (none) or a folder
 png: bool = True  # also export PNG figures (needs a Chromium)
 out_dir: str = "../reproductions/out/bandwidth_sweep"  # where results.json and the figures go
@@ -65,22 +66,22 @@ out_dir: str = "../reproductions/out/bandwidth_sweep"  # where results.json and 
 # %%
 import stanza_core.nbtools as nbt
 from stanza_core import viz
-from stanza_core.experiments import measured, sweep
+from stanza_core.experiments import cache, sweep
 
-plan = sweep.plan(model=model, image_size=image_size, num_classes=num_classes, nodes=nodes, strategies=strategies,
-                  fc_workers=fc_workers, global_batch=global_batch, steps=steps, warmup=warmup,
-                  target_gbps=target_gbps, measure_gbps=measure_gbps, target_device=target_device, repeats=repeats,
-                  paper_models=paper_models, paper_nodes=paper_nodes, sweep_gbps=sweep_gbps, sweep_nodes=sweep_nodes,
-                  batch_per_worker=batch_per_worker)
-
-# %%
-bench = sweep.run_measured(plan, measured.cache_dir_for(cache_dir, out_dir))
+params = sweep.SweepParams(model=model, image_size=image_size, num_classes=num_classes, nodes=nodes, strategies=strategies,
+                           fc_workers=fc_workers, global_batch=global_batch, steps=steps, warmup=warmup,
+                           target_gbps=target_gbps, measure_gbps=measure_gbps, target_device=target_device, repeats=repeats,
+                           paper_models=paper_models, paper_nodes=paper_nodes, sweep_gbps=sweep_gbps, sweep_nodes=sweep_nodes,
+                           batch_per_worker=batch_per_worker, measure_runs=measure_runs)
 
 # %%
-emulated = sweep.emulated(plan, bench)
-paper = sweep.paper_scale(plan)
-swept = sweep.model_sweep(plan)
-results = sweep.sweep_results(plan, bench, emulated, paper, swept)
+bench = sweep.run_measured(params, cache.cache_dir_for(cache_dir, out_dir))
+
+# %%
+emulated = sweep.emulated(params, bench)
+paper = sweep.paper_scale(params)
+swept = sweep.model_sweep(params)
+results = sweep.sweep_results(params, bench, emulated, paper, swept)
 nbt.write_results(results, out_dir)
 figs = viz.sweep_figures(results)
 nbt.save_figures(figs, out_dir, png=png)

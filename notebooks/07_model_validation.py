@@ -55,6 +55,7 @@ target_device: str = "v100"  # accelerator the targets belong to (perf device ta
 repeats: int = 1  # measured runs per configuration and target (interleaved)
 latency_us: float = 50.0  # per-message latency the model assumes (plus the links added delay)
 bench_json: list[str] = []  # bench results files (python -m stanza_core.bench --out) validated as well
+measure_runs: bool = True  # run the measured cells (False, or no root/tc here: modelled figures only)
 cache_dir: str = "auto"  # measured runs cache: auto (beside out_dir, shared by notebooks), "" (none) or a folder
 png: bool = True  # also export PNG figures (needs a Chromium)
 out_dir: str = "../reproductions/out/model_validation"  # where results.json and the figures go
@@ -62,15 +63,15 @@ out_dir: str = "../reproductions/out/model_validation"  # where results.json and
 # %%
 import stanza_core.nbtools as nbt
 from stanza_core import viz
-from stanza_core.experiments import measured, validation
+from stanza_core.experiments import cache, validation
 
-plan = validation.plan(model=model, image_size=image_size, num_classes=num_classes, nodes=nodes,
-                       strategies=strategies, fc_workers=fc_workers, global_batch=global_batch, steps=steps,
-                       warmup=warmup, target_gbps=target_gbps, target_device=target_device, repeats=repeats,
-                       bench_json=bench_json)
+params = validation.ValidationParams(model=model, image_size=image_size, num_classes=num_classes, nodes=nodes,
+                                     strategies=strategies, fc_workers=fc_workers, global_batch=global_batch, steps=steps,
+                                     warmup=warmup, target_gbps=target_gbps, target_device=target_device, repeats=repeats,
+                                     bench_json=bench_json, measure_runs=measure_runs)
 
 # %%
-benches = validation.run_measured(plan, measured.cache_dir_for(cache_dir, out_dir)) + validation.load_benches(plan)
+benches = validation.run_measured(params, cache.cache_dir_for(cache_dir, out_dir)) + validation.load_benches(params)
 
 # %%
 results = validation.validate(benches, latency_s=latency_us * 1e-6)

@@ -6,6 +6,12 @@ Byte accounting (docs/architecture.md is the contract the performance model also
     bandwidth-optimal ring (reduce-scatter + all-gather) that gloo and NCCL run. Kept as exact
     fractions and rounded only when reported, so bucketing does not change the figure.
 Only traffic inside `counting()` is a step's; warm-up and the final gather are counted apart.
+
+Timeline (off by default; `--timeline`): inside `counting()` every post of a send/recv, every
+allreduce launch and completion, and the strategy's compute marks are recorded as
+{step, t, event, category, peer, bytes} with t = time.perf_counter() (CLOCK_MONOTONIC: one clock
+for every process on a machine). Allreduce completion comes from the work's future (gloo and
+NCCL run the callback when it finishes); a P2P completion is the moment a wait returned.
 """
 from __future__ import annotations
 
@@ -14,6 +20,7 @@ import datetime
 import os
 import queue
 import threading
+import time
 from collections import defaultdict
 from fractions import Fraction
 from typing import Iterable, Iterator
@@ -61,6 +68,9 @@ class Comm:
         self.group_ranks: dict[str, list[int]] = {}
         self.staged_p2p = False  # gloo + CUDA tensors: P2P goes through host copies
         self._ddp_works: list = []  # works of the DDP comm hook in this backward (host-side waits)
+        self.timeline: list[dict] | None = None  # a list once enable_timeline() is called
+        self.step_starts: list[float] = []  # perf_counter() at each counting() entry (timeline on)
+        self._pending: dict[int, tuple] = {}  # id(work) -> (event, category, peer, bytes)
 
     # -- life cycle ---------------------------------------------------------------------------
     @classmethod
@@ -122,6 +132,8 @@ class Comm:
     def counting(self):
         """Traffic inside this block is a training step's."""
         self._counting = True
+        if self.timeline is not None:
+            self.step_starts.append(time.perf_counter())
         try:
             yield
         finally:
@@ -129,6 +141,20 @@ class Comm:
 
     def _count(self, category: str, sent, recv):
         (self.step_bytes if self._counting else self.other_bytes).add(category, sent, recv)
+
+    # -- timeline -------------------------------------------------------------------------------
+    def enable_timeline(self):
+        self.timeline = []
+
+    def mark(self, event: str, category: str | None = None, peer: int | None = None, nbytes: int = 0):
+        """Record one timeline event now (a no-op unless the timeline is on, inside a step)."""
+        if self.timeline is not None and self._counting:
+            self.timeline.append({"step": len(self.step_starts) - 1, "t": time.perf_counter(), "event": event,
+                                  "category": category, "peer": peer, "bytes": int(nbytes)})
+
+    def _done(self, work):
+        if self.timeline is not None and (info := self._pending.pop(id(work), None)):
+            self.mark(*info)
 
     # -- point to point -----------------------------------------------------------------------
     def p2p(self, ops: Iterable[tuple[str, torch.Tensor, int, str]], group: str | None = None) -> list:
@@ -149,13 +175,19 @@ class Comm:
             n = _nbytes(tensor)
             self._count(category, n if kind == "send" else 0, n if kind == "recv" else 0)
             p2p_ops.append(dist.P2POp(dist.isend if kind == "send" else dist.irecv, tensor, peer, group=pg))
+            self.mark(kind, category, peer, n)
         if not p2p_ops:
             return []
         if self.backend == "nccl":  # one NCCL group call: sends and recvs to a peer cannot deadlock
-            return dist.batch_isend_irecv(p2p_ops)
-        if self.staged_p2p:
-            return [_staged(op) for op in p2p_ops]
-        return [op.op(op.tensor, op.peer, group=pg) for op in p2p_ops]
+            works = dist.batch_isend_irecv(p2p_ops)
+        elif self.staged_p2p:
+            works = [_staged(op) for op in p2p_ops]
+        else:
+            works = [op.op(op.tensor, op.peer, group=pg) for op in p2p_ops]
+        if self.timeline is not None and self._counting and len(works) == len(ops):
+            for w, (kind, tensor, peer, category) in zip(works, ops):
+                self._pending[id(w)] = (kind + "_done", category, peer, _nbytes(tensor))
+        return works
 
     def wait(self, works: Iterable, what: str = "point-to-point transfer"):
         for w in works:
@@ -166,6 +198,7 @@ class Comm:
             work.wait(self.timeout)
         except RuntimeError as e:
             raise PeerError(f"rank {self.rank}: {what} failed: {_first_line(e)}") from None
+        self._done(work)
 
     def as_completed(self, groups: list[list], what: str = "receive") -> Iterator[int]:
         """Indices of `groups` (lists of works) in the order their works all complete.
@@ -184,6 +217,7 @@ class Comm:
             try:
                 for w in works:
                     w.wait(self.timeout)
+                    self._done(w)
                 done.put((i, None))
             except Exception as e:  # handed to the main thread
                 done.put((i, e))
@@ -209,6 +243,10 @@ class Comm:
         ring = Fraction(2 * (n - 1) * _nbytes(tensor), n)
         self._count(category, ring, ring)
         work = dist.all_reduce(tensor, group=self.groups.get(group) if group else None, async_op=True)
+        if self.timeline is not None and self._counting:
+            self.mark("allreduce", category, None, _nbytes(tensor))
+            done = dict(self.timeline[-1], event="allreduce_done")  # completed from the work's future
+            work.get_future().then(lambda _f: self.timeline.append(dict(done, t=time.perf_counter())))
         if async_op:
             return work
         self._wait_one(work, f"allreduce of {category}")

@@ -2,12 +2,14 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 from typing import Any
 
 STRATEGIES = ("local", "ddp", "ps", "stanza")
 DEVICES = ("auto", "cpu", "cuda")
 BACKENDS = ("auto", "gloo", "nccl")
+COMPUTE = ("real", "replay")
 
 
 class ConfigError(ValueError):
@@ -25,7 +27,7 @@ class ConfigError(ValueError):
 @dataclasses.dataclass(kw_only=True)
 class TrainConfig:
     strategy: str = "stanza"  # local | ddp | ps | stanza
-    model: str = "tiny_cnn"  # a name from stanza_core.models.MODEL_NAMES
+    model: str = "tiny_cnn"  # a zoo name (stanza_core.MODEL_NAMES) or package.module:factory
     num_classes: int = 10  # classes of the classifier head
     image_size: int = 32  # square input side in pixels
     global_batch: int = 32  # samples per step over the whole cluster
@@ -51,6 +53,10 @@ class TrainConfig:
     quiet: bool = False  # no progress bar
     exact: bool = False  # GPU numerics equal to CPU within fp32 tolerance: TF32 off, deterministic cuDNN
     backend: str = "auto"  # auto (nccl on cuda, gloo on cpu) | gloo (also: several ranks share a GPU) | nccl
+    timeline: bool = False  # record per-rank event timestamps (sends, receives, allreduces, compute) in the metrics JSON
+    compute: str = "real"  # real | replay (layer arithmetic replaced by waits: stanza_core/replay.py)
+    replay_device: str | None = None  # replay: v100 | a100 | h100 (perf device table) or PATH.json profile
+    dilation: float = 1.0  # replay: D, each replayed compute time is D x the device's
 
     def __post_init__(self):
         if self.strategy not in STRATEGIES:
@@ -87,6 +93,20 @@ class TrainConfig:
             path = getattr(self, name)
             if path and os.path.exists(path) and not self.overwrite and not self.resume:
                 raise ConfigError(f"--{name} {path} already exists; pass --overwrite to replace it")
+
+        if self.compute not in COMPUTE:
+            raise ConfigError(f"unknown --compute {self.compute!r}; expected one of {', '.join(COMPUTE)}")
+        if isinstance(self.dilation, bool) or not math.isfinite(self.dilation) or self.dilation <= 0:
+            raise ConfigError(f"--dilation must be a finite number > 0, got {self.dilation}")
+        if self.compute == "replay":
+            if not self.replay_device:
+                raise ConfigError("--compute replay needs --replay-device (v100, a100, h100 or PATH.json)")
+            for name in ("save", "checkpoint_dir"):
+                if getattr(self, name):
+                    raise ConfigError(f"--{name.replace('_', '-')} is refused with --compute replay "
+                                      "(replayed compute does not train the parameters)")
+        elif self.replay_device or self.dilation != 1.0:
+            raise ConfigError("--replay-device and --dilation need --compute replay")
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

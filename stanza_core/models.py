@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import importlib
+import inspect
 from typing import Callable
 
 import torch
@@ -157,7 +159,11 @@ def tiny_sequential(num_classes: int = 10) -> nn.Sequential:
 # ---------------------------------------------------------------------------------------------
 
 _TORCHVISION = ["alexnet", "vgg11", "vgg13", "vgg16", "vgg19",
-                "vgg11_bn", "vgg13_bn", "vgg16_bn", "vgg19_bn", "resnet18", "resnet50"]
+                "vgg11_bn", "vgg13_bn", "vgg16_bn", "vgg19_bn", "resnet18", "resnet50", "googlenet", "inception_v3"]
+# GoogLeNet and Inception v3 are built without their auxiliary classifiers: those run only in
+# training mode, return a tuple instead of the logits, and would sit in neither part of a split.
+_TORCHVISION_KWARGS = {"googlenet": {"aux_logits": False, "init_weights": True},
+                       "inception_v3": {"aux_logits": False, "init_weights": True}}
 _SMALL: dict[str, Callable[[int], nn.Module]] = {
     "tiny_cnn": TinyCNN, "cifar_alexnet": CifarAlexNet, "tiny_sequential": tiny_sequential,
 }
@@ -167,14 +173,100 @@ MODEL_NAMES: tuple[str, ...] = tuple(_TORCHVISION) + tuple(_SMALL)
 MIN_IMAGE_SIZE = {"alexnet": 63, **{n: 32 for n in _TORCHVISION if n.startswith("vgg")}}
 
 
+def is_factory_spec(name: str) -> bool:
+    """True for a `package.module:factory` model spec (a user's model, not a zoo name)."""
+    return isinstance(name, str) and ":" in name
+
+
+def load_factory(spec: str) -> Callable[..., nn.Module]:
+    """The callable named by `package.module:factory` (the factory may be a dotted attribute,
+    e.g. `pkg.mod:Class.build`). ValueError with one line on any failure."""
+    module_name, _, attr = spec.partition(":")
+    if not module_name or not attr or ":" in attr:
+        raise ValueError(f"model {spec!r}: expected package.module:factory")
+    try:
+        obj = importlib.import_module(module_name)
+    except Exception as e:  # ImportError, or the module itself raising on import
+        raise ValueError(f"model {spec!r}: cannot import {module_name!r} ({type(e).__name__}: {_one_line(e)})") from None
+    for part in attr.split("."):
+        if not hasattr(obj, part):
+            raise ValueError(f"model {spec!r}: module {module_name!r} has no attribute {attr!r}")
+        obj = getattr(obj, part)
+    if not callable(obj):
+        raise ValueError(f"model {spec!r}: {attr!r} is not callable (expected a function or class returning an nn.Module)")
+    return obj
+
+
+def _accepts_num_classes(fn) -> bool:
+    try:
+        params = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):  # builtins without a signature
+        return False
+    return any(p.name == "num_classes" or p.kind is inspect.Parameter.VAR_KEYWORD for p in params)
+
+
+def build_from_factory(spec: str, num_classes: int) -> nn.Module:
+    """Call the factory of `spec` (with num_classes=... when its signature accepts it)."""
+    factory = load_factory(spec)
+    try:
+        model = factory(num_classes=num_classes) if _accepts_num_classes(factory) else factory()
+    except Exception as e:
+        raise ValueError(f"model {spec!r}: the factory raised {type(e).__name__}: {_one_line(e)}") from None
+    if not isinstance(model, nn.Module):
+        raise ValueError(f"model {spec!r}: the factory returned {type(model).__name__}, expected an nn.Module")
+    return model
+
+
+def _one_line(e: BaseException) -> str:
+    text = str(e).strip()
+    return text.splitlines()[0] if text else type(e).__name__
+
+
 def get_model(name: str, num_classes: int = 1000) -> nn.Module:
-    """A randomly initialised model by name (weights are never downloaded), with SampleDropout."""
-    if name not in MODEL_NAMES:
-        raise ValueError(f"unknown model {name!r}; expected one of: {', '.join(MODEL_NAMES)}")
+    """A randomly initialised model (weights are never downloaded), with SampleDropout.
+
+    `name` is a zoo name (MODEL_NAMES) or `package.module:factory`: a callable returning an
+    nn.Module, given `num_classes=` when its signature accepts it (e.g. `torchvision.models:resnet34`
+    or `mypkg.nets:build`). Every nn.Dropout becomes a SampleDropout in both cases."""
     if not isinstance(num_classes, int) or num_classes < 1:
         raise ValueError(f"num_classes must be a positive integer, got {num_classes!r}")
+    if is_factory_spec(name):
+        return use_sample_dropout(build_from_factory(name, num_classes))
+    if name not in MODEL_NAMES:
+        raise ValueError(f"unknown model {name!r}; expected one of: {', '.join(MODEL_NAMES)} "
+                         f"or package.module:factory")
     if name in _SMALL:
         model = _SMALL[name](num_classes)
     else:
-        model = getattr(tvm, name)(weights=None, num_classes=num_classes)
+        model = getattr(tvm, name)(weights=None, num_classes=num_classes, **_TORCHVISION_KWARGS.get(name, {}))
     return use_sample_dropout(model)
+
+
+def check_model(model: nn.Module, input_shape, num_classes: int, name: str = "model") -> None:
+    """One training-mode forward of 2 samples: the model must run on `input_shape` (C, H, W) and
+    return logits of shape (2, num_classes). ValueError with one line otherwise. Leaves no trace:
+    the RNG state, buffers (batch-norm running statistics) and gradients are as they were."""
+    param = next(model.parameters(), None)
+    if param is None:
+        raise ValueError(f"{name} has no parameters to train")
+    buffers = {k: v.detach().clone() for k, v in model.named_buffers()}
+    was_training = model.training
+    shape = "(2, " + ", ".join(str(v) for v in input_shape) + ")"
+    try:
+        with torch.random.fork_rng(devices=[param.device] if param.device.type == "cuda" else []), torch.no_grad():
+            model.train()
+            out = model(torch.zeros((2, *input_shape), device=param.device))
+    except Exception as e:
+        raise ValueError(f"{name} fails on an input of shape {shape} in training mode "
+                         f"({type(e).__name__}: {_one_line(e)}); check --image-size") from None
+    finally:
+        model.train(was_training)
+        with torch.no_grad():
+            for k, v in model.named_buffers():
+                v.copy_(buffers[k])
+    if not isinstance(out, torch.Tensor):
+        raise ValueError(f"{name} returns a {type(out).__name__} in training mode, expected a logits tensor "
+                         f"(auxiliary outputs? build it without them, e.g. aux_logits=False)")
+    if tuple(out.shape) != (2, num_classes):
+        raise ValueError(f"{name} maps {shape} to logits of shape {tuple(out.shape)}, expected (2, {num_classes}) "
+                         f"(--num-classes {num_classes})")

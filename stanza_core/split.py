@@ -42,6 +42,24 @@ class SplitModel:
     conv: nn.Module  # input images (B, C, H, W) -> boundary activations
     fc: nn.Module  # boundary activations -> logits (B, num_classes)
     boundary: str  # name of the first FC-side module (or graph node)
+    boundary_shape: tuple[int, ...] | None = None  # per-sample shape of the boundary tensor (probed)
+    conv_flops: float | None = None  # forward FLOPs per sample of each part (probed, eval mode)
+    fc_flops: float | None = None
+    notes: list[str] = dataclasses.field(default_factory=list)  # what a user must know about this cut
+
+    @property
+    def fc_flop_share(self) -> float | None:
+        """Share of the forward FLOPs on the FC side (None if not probed or no FLOPs counted)."""
+        if self.conv_flops is None or self.fc_flops is None or self.conv_flops + self.fc_flops == 0:
+            return None
+        return self.fc_flops / (self.conv_flops + self.fc_flops)
+
+    @property
+    def fc_compute_heavy(self) -> bool:
+        """True when the FC side carries most of the compute: not layer separation in the
+        paper's sense (e.g. a ViT cut after its patch embedding, the encoder on the "FC" side)."""
+        share = self.fc_flop_share
+        return share is not None and share > 0.5
 
     def conv_param_names(self) -> list[str]:
         return [n for n, _ in self.conv.named_parameters()]
@@ -202,28 +220,58 @@ def _crossing(body, placeholders, out_node, i) -> fx.Node:
     return next(n for n in [placeholders[0], *body[:i]] if any(u in after for u in n.users))
 
 
-def boundary_shape(split: SplitModel, input_shape) -> tuple[int, ...]:
-    """Per-sample shape of the boundary tensor: one 1-sample forward of the CONV body in eval
-    mode, on the body's device, under no_grad. Train/eval flags are restored afterwards and
-    BatchNorm running statistics are not updated (an eval-mode forward does not touch them)."""
-    modules = list(split.conv.modules())
-    flags = [m.training for m in modules]
-    split.conv.eval()
-    try:
-        with torch.no_grad():
-            x = torch.zeros((1, *input_shape), device=module_device(split.conv))
-            return tuple(split.conv(x).shape[1:])
-    finally:
-        for m, f in zip(modules, flags):
-            m.training = f
-
-
 def split_model(model: nn.Module, boundary: str | None = None, *, input_shape=(3, 224, 224),
                 batch_size: int = 32) -> SplitModel:
     """Split `model` into CONV body and FC head; see the module docstring for the rule.
 
     `boundary` forces the cut before the named module (or fx node); `input_shape` (C, H, W)
-    and `batch_size` only matter for the automatic choice."""
-    if isinstance(model, nn.Sequential):
-        return _split_sequential(model, boundary, input_shape, batch_size)
-    return _split_traced(model, boundary, input_shape, batch_size)
+    and `batch_size` only matter for the automatic choice. The result also says the boundary's
+    per-sample shape and each part's forward FLOPs per sample at `input_shape` (one probe in
+    eval mode), and `notes` warns when the FC side carries most of the compute."""
+    name = type(model).__name__
+    input_shape = tuple(int(v) for v in input_shape)
+    try:
+        if isinstance(model, nn.Sequential):
+            split = _split_sequential(model, boundary, input_shape, batch_size)
+        else:
+            split = _split_traced(model, boundary, input_shape, batch_size)
+        _probe(split, model, input_shape)
+    except SplitError:
+        raise
+    except Exception as e:  # the model does not run on this input: say which input and what to do
+        raise SplitError(f"{name} fails on an input of shape (1, {', '.join(map(str, input_shape))}) "
+                         f"({_one_line(e)}); pass input_shape=(C, H, W) the model accepts") from None
+    return split
+
+
+def _one_line(e: BaseException) -> str:
+    text = str(e).strip()
+    return text.splitlines()[0] if text else type(e).__name__
+
+
+def _probe(split: SplitModel, model: nn.Module, input_shape) -> None:
+    """Boundary shape and FLOPs per sample of each part, from one eval-mode sample on the model's device."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    param = next(model.parameters(), None)
+    device = param.device if param is not None else torch.device("cpu")
+    modes = [(m, m.training) for m in (model, split.conv, split.fc)]
+    for m, _ in modes:
+        m.eval()
+    try:
+        with torch.no_grad():
+            x = torch.zeros((1, *input_shape), device=device)
+            with FlopCounterMode(display=False) as counter:
+                a = split.conv(x)
+            split.conv_flops = float(counter.get_total_flops())
+            with FlopCounterMode(display=False) as counter:
+                split.fc(a)
+            split.fc_flops = float(counter.get_total_flops())
+    finally:
+        for m, training in modes:
+            m.train(training)
+    split.boundary_shape = tuple(a.shape[1:])
+    if split.fc_compute_heavy:
+        split.notes.append(
+            f"the FC side carries {100 * split.fc_flop_share:.0f}% of the forward FLOPs: this cut is not "
+            f"layer separation (the CONV body is only the layers before {split.boundary!r})")

@@ -18,15 +18,16 @@ import time
 
 import torch
 
-from . import checkpoint
+from . import checkpoint, replay
 from .comm import Comm, PeerError, report
 from .config import ConfigError, TrainConfig
 from .data import batch_indices, open_dataset
-from .models import MIN_IMAGE_SIZE, get_model
+from .models import MIN_IMAGE_SIZE, check_model, get_model
 from .numerics import numerics_record, set_numerics
-from .split import SplitError, split_model
+from .split import SplitError, SplitModel, split_model
 from .strategies import STRATEGY_CLASSES
-from .topology import make_topology
+from .strategies.base import Batch, positions_of
+from .topology import Topology, make_topology
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -87,7 +88,19 @@ def resolve_device(cfg: TrainConfig, local_rank: int, local_world: int | None = 
     return torch.device("cpu")
 
 
-def prepare(cfg: TrainConfig):
+@dataclasses.dataclass
+class Prepared:
+    """What `prepare()` checked and built, before any process group forms."""
+
+    topo: Topology
+    device: torch.device
+    dataset: object
+    model: torch.nn.Module  # on `device`, the same initial parameters on every rank
+    split: SplitModel | None  # built once here (stanza), handed to the strategy
+    resumed: tuple[int, dict] | None  # (next step, strategy state) when resuming
+
+
+def prepare(cfg: TrainConfig) -> Prepared:
     """Everything that can fail on bad input, before any process group forms."""
     rank, world = int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
     topo = make_topology(cfg.strategy, world, cfg.global_batch, cfg.fc_workers, cfg.ps_shards)
@@ -102,52 +115,55 @@ def prepare(cfg: TrainConfig):
     torch.manual_seed(cfg.seed)  # the same initial parameters on every rank and strategy
     try:
         model = get_model(cfg.model, cfg.num_classes)
+        check_model(model, (3, cfg.image_size, cfg.image_size), cfg.num_classes, cfg.model)
     except ValueError as e:
         raise ConfigError(str(e)) from None
-    if cfg.strategy == "stanza":  # fail here, not after the group forms (the strategy splits again)
-        split_model(model, cfg.boundary, input_shape=(3, cfg.image_size, cfg.image_size),
-                    batch_size=cfg.global_batch // topo.data_workers)
+    split = None
+    if cfg.strategy == "stanza":  # split once, here: a model with no valid cut fails before the group forms
+        split = split_model(model, cfg.boundary, input_shape=(3, cfg.image_size, cfg.image_size),
+                            batch_size=cfg.global_batch // topo.data_workers)
     resumed = None
     if cfg.resume:
         resumed = checkpoint.load(cfg.checkpoint_dir, rank, world, dataclasses.asdict(cfg))
-    return topo, device, dataset, model.to(device), resumed
+    replay.prepare(cfg, model, cfg.global_batch // topo.data_workers)  # --compute replay: waits, no arithmetic
+    return Prepared(topo, device, dataset, model.to(device), split, resumed)
 
 
 def run(cfg: TrainConfig) -> dict | None:
-    topo, device, dataset, model, resumed = prepare(cfg)
-    comm = Comm.from_env(cfg.timeout_s, device, None if cfg.backend == "auto" else cfg.backend)
+    prep = prepare(cfg)
+    comm = Comm.from_env(cfg.timeout_s, prep.device, None if cfg.backend == "auto" else cfg.backend)
     failed = True
     try:
-        out = _train(cfg, topo, device, dataset, model, resumed, comm)
+        out = _train(cfg, prep, comm)
         failed = False
         return out
     finally:
         comm.close(failed=failed)  # after a failure: abort, never a destroy that can block
 
 
-def _train(cfg, topo, device, dataset, model, resumed, comm) -> dict | None:
+def _train(cfg, prep: Prepared, comm) -> dict | None:
+    topo, device, dataset, model = prep.topo, prep.device, prep.dataset, prep.model
     comm.new_groups(topo.groups(), device)
-    strategy = STRATEGY_CLASSES[cfg.strategy](model, cfg, topo, comm, device)
+    if cfg.timeline:
+        comm.enable_timeline()
+    strategy = STRATEGY_CLASSES[cfg.strategy](model, cfg, topo, comm, device, prep.split)
     start = 0
-    if resumed is not None:
-        start, state = resumed
+    if prep.resumed is not None:
+        start, state = prep.resumed
         strategy.load_checkpoint_state(state)
     model.train()
+    replayer = replay.replayer_of(model)
+    if replayer:
+        replayer.replay_optimizer(strategy.optimizer)
 
-    def batch_for(t):
+    def batch_for(t) -> Batch | None:
         """Load this rank's slice of step t's global batch now, so data loading stays out of the
         step's time (as a prefetching data loader would keep it)."""
         mine = strategy.data_slice()
         if mine is None:
             return None
         x, y = dataset.get(batch_indices(dataset, t, cfg.global_batch, cfg.seed, mine))
-        x, y = x.to(device), y.to(device)
-
-        def batch(pos: slice):
-            if pos != mine:
-                raise RuntimeError(f"rank {comm.rank} loaded positions {mine}, asked for {pos}")
-            return x, y
-        return batch
+        return Batch(x.to(device), y.to(device), positions_of(mine))
 
     steps = range(start, cfg.steps)
     if comm.rank == 0 and not cfg.quiet:
@@ -159,6 +175,8 @@ def _train(cfg, topo, device, dataset, model, resumed, comm) -> dict | None:
         batch = batch_for(t)
         sync()
         t0 = time.perf_counter()
+        if replayer:
+            replayer.begin_step()
         try:
             with comm.counting():
                 share = strategy.step(t, batch)
@@ -173,11 +191,13 @@ def _train(cfg, topo, device, dataset, model, resumed, comm) -> dict | None:
         checkpoint.save(cfg.checkpoint_dir, comm.rank, topo.world_size, cfg.steps, cfg.to_dict(), strategy.checkpoint_state())
     state = strategy.full_state_dict()
     mine = {"rank": comm.rank, "role": strategy.role, "losses": losses, "times": times,
-            "step_bytes": comm.step_bytes.snapshot(), "other_bytes": comm.other_bytes.snapshot()}
+            "step_bytes": comm.step_bytes.snapshot(), "other_bytes": comm.other_bytes.snapshot(),
+            "timeline": comm.timeline, "step_starts": comm.step_starts,
+            "replay_wait_s": replayer.waited_s if replayer else None}
     everyone = comm.all_gather_object(mine)
     if comm.rank != 0:
         return None
-    metrics = build_metrics(cfg, topo, device, start, everyone)
+    metrics = build_metrics(cfg, topo, device, start, everyone, replayer.describe() if replayer else None)
     if cfg.save:
         _atomic_torch_save(state, cfg.save)
     if cfg.metrics:
@@ -185,7 +205,7 @@ def _train(cfg, topo, device, dataset, model, resumed, comm) -> dict | None:
     return metrics
 
 
-def build_metrics(cfg, topo, device, start, everyone) -> dict:
+def build_metrics(cfg, topo, device, start, everyone, replayed: dict | None = None) -> dict:
     n_steps = len(everyone[0]["times"])
     steps = []
     for i in range(n_steps):
@@ -193,13 +213,18 @@ def build_metrics(cfg, topo, device, start, everyone) -> dict:
         steps.append({"step": start + i, "loss": sum(shares), "time_s": max(r["times"][i] for r in everyone)})
     timed = [s["time_s"] for s in steps[cfg.warmup:]] or [s["time_s"] for s in steps]
     ranks = []
+    origins = _step_origins(everyone)
     for r in everyone:
         sent, recv = (report(c, max(n_steps, 1)) for c in r["step_bytes"])
         other_sent, other_recv = (report(c, 1) for c in r["other_bytes"])
         ranks.append({"rank": r["rank"], "role": r["role"], "bytes_sent": sum(sent.values()),
                       "bytes_recv": sum(recv.values()), "sent": sent, "recv": recv,
                       "setup_bytes_sent": sum(other_sent.values()), "setup_bytes_recv": sum(other_recv.values())})
-    return {
+        if r.get("timeline") is not None:  # t: seconds since the first rank entered the step
+            ranks[-1]["timeline"] = sorted(({**e, "step": start + e["step"], "t": e["t"] - origins[e["step"]]}
+                                            for e in r["timeline"]), key=lambda e: (e["step"], e["t"]))
+    metrics = {
+        "compute": cfg.compute,
         "config": {**cfg.to_dict(), "world_size": topo.world_size, "data_workers": topo.data_workers,
                    "fc_workers_effective": topo.fc_workers, "ps_shards_effective": topo.ps_shards,
                    "device_type": device.type, "torch": torch.__version__,
@@ -210,6 +235,23 @@ def build_metrics(cfg, topo, device, start, everyone) -> dict:
         "ranks": ranks,
         "bytes_per_step": sum(r["bytes_sent"] for r in ranks),
     }
+    if replayed is not None:  # times: as measured here, and / D (the target device's time)
+        d = replayed["dilation"]
+        for s in steps:
+            s["loss"], s["target_time_s"] = None, s["time_s"] / d
+        med = metrics["step_time_median_s"]
+        metrics["replay"] = {**replayed, "note": "compute replayed (waits, no arithmetic): losses are not "
+                             "computed, step times are measured; target times = measured / dilation",
+                             "wait_s_per_rank": [r["replay_wait_s"] for r in everyone]}
+        metrics["target_step_time_median_s"] = med / d if med else None
+        metrics["target_throughput"] = metrics["throughput"] * d if metrics["throughput"] else None
+    return metrics
+
+
+def _step_origins(everyone) -> list[float]:
+    """Per step, the earliest perf_counter() at which any rank started it (timeline runs only)."""
+    starts = [r.get("step_starts") or [] for r in everyone]
+    return [min(s[i] for s in starts if i < len(s)) for i in range(max(map(len, starts), default=0))]
 
 
 def _backend_name() -> str:

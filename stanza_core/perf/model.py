@@ -71,17 +71,23 @@ class Prediction:
         return dataclasses.asdict(self)
 
 
-def _layer_units(profile: Profile, part: str) -> list[tuple[int, float]]:
-    """(params, share of the part's backward time) per parameterised layer, in forward order.
+def layer_shares(profile: Profile, part: str) -> list[tuple[str | None, int, float]]:
+    """(layer name, params, share of the part's time) per parameterised layer, in forward order.
 
     A layer's share is its forward FLOPs over the part's (an even split when no FLOPs are
-    known); without layer rows the whole part is one unit."""
+    known); without layer rows the whole part is one unit (name None). The replay engine
+    (stanza_core/replay.py) waits these same shares, so model and replay agree on compute."""
     rows = [r for r in profile.layers if r.part == part and (r.params or r.flops)]
     totals = getattr(profile, part)
     if not rows:
-        return [(totals.params, 1.0)]
+        return [(None, totals.params, 1.0)]
     flops = sum(r.flops for r in rows)
-    return [(r.params, (r.flops / flops) if flops else 1.0 / len(rows)) for r in rows]
+    return [(r.name, r.params, (r.flops / flops) if flops else 1.0 / len(rows)) for r in rows]
+
+
+def _layer_units(profile: Profile, part: str) -> list[tuple[int, float]]:
+    """(params, share of the part's backward time) per parameterised layer (see layer_shares)."""
+    return [(params, share) for _, params, share in layer_shares(profile, part)]
 
 
 def bucketed_backward(units: list[tuple[int, float]], cluster: Cluster, n: int, cap_bytes: int,

@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from fractions import Fraction
 
 from ..anatomy import DTYPE_BYTES, LABEL_BYTES, Profile
+from ..topology import Topology
 
 STRATEGIES = ("local", "ddp", "ps", "stanza")
 
@@ -57,11 +58,6 @@ def report(x: Fraction | int) -> int:
 def ps_shard_sizes(params: int, shards: int) -> list[int]:
     """Even flat split: shard s holds P//S values, plus one for the first P % S shards."""
     return [params // shards + (1 if s < params % shards else 0) for s in range(shards)]
-
-
-def fc_worker_of(conv_rank: int, fc_workers: int) -> int:
-    """Index j (0..k-1) of the FC worker serving CONV worker i: i % k."""
-    return conv_rank % fc_workers
 
 
 def data_workers(strategy: str, nodes: int, fc_workers: int | None) -> int:
@@ -134,7 +130,7 @@ def rank_bytes(counts: ModelCounts, strategy: str, nodes: int, fc_workers: int |
                     "sent": _clean({"activations": DTYPE_BYTES * b * A, "labels": LABEL_BYTES * b,
                                     "conv_grads": conv_ar}),
                     "recv": _clean({"activation_grads": DTYPE_BYTES * b * A, "conv_grads": conv_ar})}
-        served = sum(batches[i] for i in range(r - nc, nc, k))  # samples of CONV workers i, i % k == r - nc
+        served = sum(batches[i] for i in Topology("stanza", N, k, 0).served_by(r))  # its CONV workers' samples
         return {"rank": r, "role": "fc_worker",
                 "sent": _clean({"activation_grads": DTYPE_BYTES * served * A, "fc_grads": fc_ar}),
                 "recv": _clean({"activations": DTYPE_BYTES * served * A, "labels": LABEL_BYTES * served,

@@ -101,6 +101,7 @@ def run_experiment(spec: Spec, mode: str, out_root: Path, *, html: bool = True) 
             results = json.loads((out / "results.json").read_text())
         elif status["status"] == "ok":
             status.update(status="failed", error="the notebook wrote no results.json")
+        status["modelled_only"] = (results or {}).get("modelled_only")  # why nothing was measured, if so
         status["claims"], missing = evaluate_claims(spec, results, mode)
         if missing and status["status"] == "ok":
             status.update(status="failed", error=f"results.json lacks claim keys {missing}")

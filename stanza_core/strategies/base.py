@@ -1,14 +1,19 @@
 """The interface every training strategy implements, and what they share.
 
 A strategy is built on every rank from the full model (same seed, so the same initial
-parameters everywhere), the config, the topology and the rank's Comm. `step(t, batch)` runs one
-BSP step on global batch t; `batch(positions)` loads the samples at those positions of the
-global batch. The loss is the sum of per-sample losses divided by the global batch G, so the
-gradients the ranks add up are exactly the single-process gradient of the mean loss.
+parameters everywhere), the config, the topology, the rank's Comm and the SplitModel that
+`train.prepare()` built once (None where the strategy needs no split). `step(t, batch)` runs one
+BSP step on global batch t, with `batch` this rank's samples, labels and their positions in the
+global batch (a `Batch`; None on a rank that loads no data, e.g. a stanza FC worker). The loss
+is the sum of per-sample losses divided by the global batch G, so the gradients the ranks add
+up are exactly the single-process gradient of the mean loss.
+
+Dropout keys: every forward that can hold a SampleDropout runs inside `self.dropout_keys(t,
+positions)`, on both sides of a split, so a sample's mask never depends on who computes it.
 """
 from __future__ import annotations
 
-from typing import Callable
+import dataclasses
 
 import torch
 import torch.nn as nn
@@ -17,9 +22,31 @@ import torch.nn.functional as F
 from ..comm import Comm
 from ..config import TrainConfig
 from ..models import sample_keys
+from ..split import SplitModel
 from ..topology import FC_WORKER, LOCAL, Topology
 
-Batch = Callable[[slice], tuple[torch.Tensor, torch.Tensor]]
+
+
+@dataclasses.dataclass
+class Batch:
+    """The samples a rank trains on in one step."""
+
+    x: torch.Tensor  # samples (b, C, H, W), on the rank's device
+    y: torch.Tensor  # labels (b,), int64
+    positions: torch.Tensor  # (b,) int64 on the CPU: where each sample sits in the global batch
+
+    def __len__(self) -> int:
+        return int(self.y.shape[0])
+
+    def chunks(self, n: int) -> list["Batch"]:
+        """`n` consecutive, near-equal pieces (the first len % n one sample larger)."""
+        sizes = [len(self) // n + (1 if i < len(self) % n else 0) for i in range(n)]
+        out, start = [], 0
+        for size in sizes:
+            sl = slice(start, start + size)
+            out.append(Batch(self.x[sl], self.y[sl], self.positions[sl]))
+            start += size
+        return out
 
 
 def make_sgd(params, cfg: TrainConfig) -> torch.optim.SGD:
@@ -38,8 +65,10 @@ def loss_sum_over_g(logits: torch.Tensor, y: torch.Tensor, global_batch: int) ->
 class Strategy:
     name = "base"
 
-    def __init__(self, model: nn.Module, cfg: TrainConfig, topo: Topology, comm: Comm, device: torch.device):
+    def __init__(self, model: nn.Module, cfg: TrainConfig, topo: Topology, comm: Comm, device: torch.device,
+                 split: SplitModel | None = None):
         self.model, self.cfg, self.topo, self.comm, self.device = model, cfg, topo, comm, device
+        self.split = split
         self.rank = comm.rank
         self.role = topo.role(comm.rank)
 
@@ -51,12 +80,17 @@ class Strategy:
             return slice(0, self.cfg.global_batch)
         return self.topo.batch_slice(self.rank, self.cfg.global_batch)
 
-    def step(self, t: int, batch: Batch) -> float | None:
+    def step(self, t: int, batch: Batch | None) -> float | None:
         """One BSP step; returns this rank's share of the global mean loss (None if it has none)."""
         raise NotImplementedError
 
-    def forward_loss(self, module: nn.Module, x: torch.Tensor, y: torch.Tensor, t: int, pos: slice) -> torch.Tensor:
-        with sample_keys(self.cfg.seed, t, positions_of(pos)):
+    def dropout_keys(self, t: int, positions: torch.Tensor):
+        """SampleDropout masks of this block's samples: keyed by (seed, step t, position)."""
+        return sample_keys(self.cfg.seed, t, positions)
+
+    def forward_loss(self, module: nn.Module, x: torch.Tensor, y: torch.Tensor, t: int,
+                     positions: torch.Tensor) -> torch.Tensor:
+        with self.dropout_keys(t, positions):
             return loss_sum_over_g(module(x), y, self.cfg.global_batch)
 
     def full_state_dict(self) -> dict[str, torch.Tensor] | None:

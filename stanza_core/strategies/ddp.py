@@ -16,10 +16,8 @@ class DDP(Strategy):
         self.n = self.topo.world_size
 
     def step(self, t, batch):
-        pos = self.topo.batch_slice(self.rank, self.cfg.global_batch)
-        x, y = batch(pos)
         self.optimizer.zero_grad(set_to_none=True)
-        share = self.forward_loss(self.ddp, x, y, t, pos)
+        share = self.forward_loss(self.ddp, batch.x, batch.y, t, batch.positions)
         # DDP averages gradients over the N ranks; N * (sum/G) = the local mean, so the
         # averaged gradient is the gradient of the global mean loss.
         (share * self.n).backward()

@@ -12,10 +12,8 @@ class Local(Strategy):
         self.optimizer = make_sgd(self.model.parameters(), self.cfg)
 
     def step(self, t, batch):
-        pos = slice(0, self.cfg.global_batch)
-        x, y = batch(pos)
         self.optimizer.zero_grad(set_to_none=True)
-        loss = self.forward_loss(self.model, x, y, t, pos)
+        loss = self.forward_loss(self.model, batch.x, batch.y, t, batch.positions)
         loss.backward()
         self.optimizer.step()
         return float(loss.detach())

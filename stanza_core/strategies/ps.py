@@ -46,10 +46,8 @@ class ParameterServer(Strategy):
             self.optimizer = make_sgd([torch.nn.Parameter(torch.zeros(1))], self.cfg)  # no state to keep
 
     def step(self, t, batch):
-        pos = self.topo.batch_slice(self.rank, self.cfg.global_batch)
-        x, y = batch(pos)
         self.flat_grad.zero_()
-        share = self.forward_loss(self.model, x, y, t, pos)
+        share = self.forward_loss(self.model, batch.x, batch.y, t, batch.positions)
         share.backward()  # accumulates in place into the views of flat_grad
         grad = self.flat_grad
         n, me = self.topo.world_size, self.rank

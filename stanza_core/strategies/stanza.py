@@ -16,9 +16,8 @@ from __future__ import annotations
 
 import torch
 
-from ..split import boundary_shape, split_model
 from ..topology import CONV_WORKER
-from .base import Strategy, make_sgd
+from .base import Strategy, make_sgd, positions_of
 
 
 class GradBuckets:
@@ -74,9 +73,9 @@ class Stanza(Strategy):
         super().__init__(*args)
         cfg, topo = self.cfg, self.topo
         self.b = cfg.global_batch // topo.data_workers
-        shape = (3, cfg.image_size, cfg.image_size)
-        self.split = split_model(self.model, cfg.boundary, input_shape=shape, batch_size=self.b)
-        self.boundary_shape = boundary_shape(self.split, shape)  # eval mode: BN statistics untouched
+        if self.split is None:
+            raise ValueError("stanza needs the SplitModel built by train.prepare()")
+        self.boundary_shape = self.split.boundary_shape  # per sample, probed once in eval mode
         if self.role == CONV_WORKER:
             self.part = self.split.conv
             self.fc_rank = topo.fc_worker_of(self.rank)
@@ -94,20 +93,25 @@ class Stanza(Strategy):
         self.buckets.start(1 if self.role == CONV_WORKER else len(self.served))
         share = self._conv_step(t, batch) if self.role == CONV_WORKER else self._fc_step(t)
         self.buckets.finish()
+        self.comm.mark("optimizer_start", "compute")
         self.optimizer.step()
+        self.comm.mark("optimizer_end", "compute")
         return share
 
     def _conv_step(self, t, batch):
-        pos = self.topo.batch_slice(self.rank, self.cfg.global_batch)
-        x, y = batch(pos)
-        a = self.part(x)  # (b, *A)
+        self.comm.mark("forward_start", "compute")
+        with self.dropout_keys(t, batch.positions):  # a CONV body may hold dropout too
+            a = self.part(batch.x)  # (b, *A)
+        self.comm.mark("forward_end", "compute")
         grad = torch.empty_like(a)
         pair = self.topo.pair_group(self.rank)
         sent = self.comm.p2p([("send", a.detach(), self.fc_rank, "activations"),
-                              ("send", y, self.fc_rank, "labels")], pair)
+                              ("send", batch.y, self.fc_rank, "labels")], pair)
         back = self.comm.p2p([("recv", grad, self.fc_rank, "activation_grads")], pair)
         self.comm.wait(back, f"activation gradients from FC worker {self.fc_rank}")
+        self.comm.mark("backward_start", "compute")
         a.backward(grad)  # CONV grad buckets launch their allreduce from inside this call
+        self.comm.mark("backward_end", "compute")
         self.comm.wait(sent, "send of activations")
         return None
 
@@ -126,8 +130,11 @@ class Stanza(Strategy):
         for j in self.comm.as_completed(works, "receive of activations"):
             src = self.served[j]
             a = acts[j].requires_grad_(True)
-            loss = self.forward_loss(self.part, a, labels[j], t, self.topo.batch_slice(src, self.cfg.global_batch))
+            pos = positions_of(self.topo.batch_slice(src, self.cfg.global_batch))  # the samples of CONV worker src
+            self.comm.mark("forward_start", "compute", src)
+            loss = self.forward_loss(self.part, a, labels[j], t, pos)
             loss.backward()  # FC grads accumulate over the served CONV workers
+            self.comm.mark("backward_end", "compute", src)
             share += loss.detach().double()
             sends += self.comm.p2p([("send", a.grad, src, "activation_grads")],
                                    self.topo.pair_group(src))  # at once: pipelined

@@ -7,13 +7,10 @@ from typing import Any
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from ._style import STRATEGY_COLORS, finish, note_figure
+from ..labels import run_label
+from ._style import STRATEGY_COLORS, finish, mark_modelled_only, note_figure
 
 PAPER_BAND_COLOR = "rgba(148, 103, 189, 0.12)"
-
-
-def _label(strategy: str, k: int) -> str:
-    return strategy + (f" k={k}" if k else "")
 
 
 def measured_throughput(results: dict[str, Any]) -> go.Figure:
@@ -31,7 +28,7 @@ def measured_throughput(results: dict[str, Any]) -> go.Figure:
     for b in benches:
         n = b["spec"]["nodes"]
         for row in b["summary"]:
-            name = _label(row["strategy"], row["fc_workers"])
+            name = run_label(row)
             text = "" if row["strategy"] != "stanza" else (
                 f"{row['speedup_vs_ps']:.2f}x ps<br>{row['speedup_vs_ddp']:.2f}x ddp"
                 if row["speedup_vs_ps"] and row["speedup_vs_ddp"] else "")
@@ -127,8 +124,8 @@ def stanza_speedups(results: dict[str, Any]) -> go.Figure:
 
 def throughput_figures(results: dict[str, Any]) -> dict[str, go.Figure]:
     """The figures of notebook 03 by key: measured, modelled, speedups."""
-    return {"measured": measured_throughput(results), "modelled": modelled_throughput(results),
-            "speedups": stanza_speedups(results)}
+    return mark_modelled_only({"measured": measured_throughput(results), "modelled": modelled_throughput(results),
+                               "speedups": stanza_speedups(results)}, results.get("modelled_only"))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -197,4 +194,5 @@ def assignment_paper_scale(results: dict[str, Any]) -> go.Figure:
 
 def assignment_figures(results: dict[str, Any]) -> dict[str, go.Figure]:
     """The figures of notebook 04 by key: measured, paper_scale."""
-    return {"measured": assignment_measured(results), "paper_scale": assignment_paper_scale(results)}
+    return mark_modelled_only({"measured": assignment_measured(results), "paper_scale": assignment_paper_scale(results)},
+                              results.get("modelled_only"))

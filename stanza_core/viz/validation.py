@@ -6,7 +6,7 @@ from typing import Any
 
 import plotly.graph_objects as go
 
-from ._style import STRATEGY_COLORS, TEMPLATE, finish, note_figure
+from ._style import STRATEGY_COLORS, TEMPLATE, finish, mark_modelled_only, note_figure
 
 _TITLE = "Performance model against measured runs"
 
@@ -104,4 +104,5 @@ def term_table(results: dict[str, Any]) -> go.Figure:
 
 def validation_figures(results: dict[str, Any]) -> dict[str, go.Figure]:
     """The figures of notebook 07 by key: scatter, errors, terms."""
-    return {"scatter": predicted_vs_measured(results), "errors": error_bars(results), "terms": term_table(results)}
+    return mark_modelled_only({"scatter": predicted_vs_measured(results), "errors": error_bars(results),
+                               "terms": term_table(results)}, results.get("modelled_only"))

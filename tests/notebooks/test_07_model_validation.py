@@ -7,7 +7,8 @@ import json
 import pytest
 from papermill.exceptions import PapermillExecutionError
 
-from stanza_core.experiments.timing import device_for, payload_per_wire_byte
+from stanza_core.experiments.compute_rounds import device_for
+from stanza_core.netem.facts import payload_gbps
 from stanza_core.netem import missing_requirements
 from stanza_core.perf import Cluster, named_profile, predict
 
@@ -41,7 +42,7 @@ def test_tiny_run_predicts_every_measured_configuration(spec, run_notebook, benc
         # Each run carries the rounds of its configuration, timed right before and after it.
         assert r["rounds_source"] == "run"
         dev = device_for(r["strategy"], 3, r["fc_workers"], 6, r["timing_rounds"], prof.params)
-        c = Cluster(3, r["link_mbit"] * payload_per_wire_byte(9000) / 1000, 50e-6, dev)
+        c = Cluster(3, payload_gbps(r["link_mbit"], 9000), 50e-6, dev)
         p = predict(prof, c, r["strategy"], r["fc_workers"] or None, global_batch=6)
         assert r["predicted_throughput"] == pytest.approx(p.throughput, rel=1e-12)
         assert r["error"] == pytest.approx(p.throughput / r["measured_throughput"] - 1, rel=1e-9)
@@ -57,4 +58,4 @@ def test_missing_bench_json_fails_at_the_first_code_cell_with_one_line(spec, run
     with pytest.raises(PapermillExecutionError) as e:
         run_notebook(spec, bench_json=[str(tmp_path / "nope.json")])
     assert e.value.ename == "ValueError" and e.value.evalue == f"bench_json {tmp_path / 'nope.json'}: no such file"
-    assert "validation.plan(" in e.value.source
+    assert "validation.ValidationParams(" in e.value.source

@@ -1,0 +1,204 @@
+"""Replayed compute: every layer's arithmetic replaced by a wait of D x its time on a target device.
+
+    torchrun ... -m stanza_core.train --compute replay --replay-device v100 --dilation 40
+
+Every rank still builds the real model (real parameter and gradient tensors) and every tensor
+still crosses the network for real; only the arithmetic goes. Each leaf module's forward becomes
+`_ReplayFn`: it waits D x (the layer's share of its part's time on the target device) and
+returns an uninitialised tensor of the true output shape (no memory is touched, so VGG-16's
+huge activations at 224x224 cost neither CPU nor RSS). Its backward waits D x the layer's
+backward time and delivers parameter gradients *through autograd*, so the post-accumulate-grad
+hooks, DDP's buckets and stanza's GradBuckets fire at the moments they would on that device;
+activation gradients are expanded zeros of the true shape. The optimizer step is replayed the
+same way (DeviceProfile.update_s_per_param x parameters stepped).
+
+Per-layer times come from where the performance model takes them (`perf.model.layer_shares`
+and `DeviceProfile.time_s`), so model and replay agree on compute by construction and differ
+only by what the real network and engine do. Parameterless layers (ReLU, pooling, dropout)
+are replayed with no wait: their time is folded into the parameterised layers' FLOP shares, as
+in the model. Values are meaningless (losses are not reported as losses; --save is refused).
+
+Glossary: D = dilation, the factor by which replayed compute (and, to keep the ratio, the
+emulated link rate: perf.emulated_bandwidth) is slowed down; target time = measured time / D.
+"""
+from __future__ import annotations
+
+import copy
+import json
+import time
+from pathlib import Path
+
+import torch
+import torch.nn as nn
+
+from .config import ConfigError, TrainConfig
+
+_ATTR = "_stanza_replay"
+
+
+def load_device(spec: str, profile):
+    """The DeviceProfile named by --replay-device: a device-table name (v100|a100|h100), or a
+    PATH.json holding a DeviceProfile (`DeviceProfile.to_dict()`) or a timed Profile
+    (`profile_model(..., time=True).to_dict()`). Bad input: ConfigError, one line."""
+    from .anatomy import Profile
+    from .perf import DEVICE_TABLE, DeviceProfile
+
+    if spec.lower() in DEVICE_TABLE:
+        return DeviceProfile.from_table(spec.lower(), profile)
+    if not spec.endswith(".json"):
+        raise ConfigError(f"unknown --replay-device {spec!r}; expected one of {', '.join(DEVICE_TABLE)} "
+                          "or a PATH.json (a DeviceProfile or a timed Profile)")
+    path = Path(spec)
+    if not path.is_file():
+        raise ConfigError(f"--replay-device {spec}: no such file")
+    try:
+        d = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise ConfigError(f"--replay-device {spec}: not JSON ({type(e).__name__})") from None
+    try:
+        if isinstance(d, dict) and "conv_fwd_s" in d:
+            return DeviceProfile(**d)
+        if isinstance(d, dict) and "layers" in d and "conv" in d:
+            return DeviceProfile.from_profile(Profile.from_dict(d), name=f"{path.name} (measured profile)")
+    except (TypeError, ValueError, KeyError) as e:
+        msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise ConfigError(f"--replay-device {spec}: malformed profile ({msg})") from None
+    raise ConfigError(f"--replay-device {spec}: neither a DeviceProfile (conv_fwd_s, ...) nor a Profile "
+                      "(layers, conv, fc) JSON")
+
+
+def prepare(cfg: TrainConfig, model: nn.Module, batch: int) -> "Replayer | None":
+    """Install replay on `model` when cfg.compute == "replay" (before any process group: every
+    error here is one line). `batch`: samples per data worker (the profile's split point)."""
+    if cfg.compute != "replay":
+        return None
+    from .anatomy import profile_model
+    from .split import SplitError
+
+    try:  # FLOPs per layer (the shares) and the CONV|FC parts, as perf.predict sees them
+        profile = profile_model(model, (3, cfg.image_size, cfg.image_size), batch, name=cfg.model,
+                                boundary=cfg.boundary)
+    except SplitError as e:
+        raise ConfigError(f"--compute replay: {e}") from None
+    dev = load_device(cfg.replay_device, profile)
+    rep = Replayer(model, profile, dev, cfg.dilation)
+    setattr(model, _ATTR, rep)
+    return rep
+
+
+def replayer_of(model: nn.Module) -> "Replayer | None":
+    return getattr(model, _ATTR, None)
+
+
+class _Layer:
+    """One replayed leaf module: its part, its share of the part's time, its parameters."""
+
+    def __init__(self, rep: "Replayer", name: str, module: nn.Module, meta: nn.Module):
+        self.rep, self.name, self.meta = rep, name, meta
+        self.part, self.share = rep.shares.get(name, (None, 0.0))
+        self.params = tuple(module.parameters(recurse=False))
+        self.shapes: dict[tuple, tuple] = {}  # input shape per sample -> output shape per sample
+
+    def out_shape(self, x: torch.Tensor) -> tuple:
+        key = tuple(x.shape[1:])
+        if key not in self.shapes:  # the module's own forward on meta tensors: shape, no arithmetic
+            with torch.no_grad():
+                self.shapes[key] = tuple(self.meta(torch.empty(x.shape, device="meta", dtype=x.dtype)).shape[1:])
+        return (x.shape[0], *self.shapes[key])
+
+    def param_grad(self, p: nn.Parameter) -> torch.Tensor:
+        """What backward returns for p: zeros added into a gradient buffer that persists across
+        steps (p.grad if set, else a cached buffer), so no step allocates or page-faults P floats."""
+        if p.grad is None:
+            cached = self.rep.grad_cache.get(id(p))
+            if cached is None:
+                cached = self.rep.grad_cache[id(p)] = torch.zeros_like(p)
+            p.grad = cached
+        return torch.zeros((), dtype=p.dtype, device=p.device).expand_as(p)
+
+
+class _ReplayFn(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, layer: _Layer, x: torch.Tensor, *params):
+        ctx.layer, ctx.x = layer, (x.shape, x.dtype, x.device)
+        layer.rep.compute(layer, "fwd", x.shape[0])
+        return torch.empty(layer.out_shape(x), dtype=x.dtype, device=x.device)
+
+    @staticmethod
+    def backward(ctx, grad):
+        layer, (shape, dtype, device) = ctx.layer, ctx.x
+        layer.rep.compute(layer, "bwd", shape[0])
+        gx = torch.zeros((), dtype=dtype, device=device).expand(shape) if ctx.needs_input_grad[1] else None
+        grads = [layer.param_grad(p) if ctx.needs_input_grad[2 + i] else None for i, p in enumerate(layer.params)]
+        return (None, gx, *grads)
+
+
+class Replayer:
+    """Waits instead of arithmetic, for one rank. `armed` is off while strategies set up (their
+    shape probes wait nothing); the training loop arms it at each step (`begin_step`)."""
+
+    def __init__(self, model: nn.Module, profile, dev, dilation: float):
+        from .perf.model import layer_shares
+
+        self.profile, self.dev, self.dilation = profile, dev, float(dilation)
+        self.shares = {}  # leaf name -> (part, share of the part's time): the model's own shares
+        for part in ("conv", "fc"):
+            units = layer_shares(profile, part)
+            for i, (name, _, share) in enumerate(units):
+                if name is None:  # no layer rows: the whole part on its last parameterised leaf
+                    name = [r.name for r in profile.layers if r.part == part and r.params][-1]
+                self.shares[name] = (part, share)
+        self.armed, self.waited_s, self.debt_s = False, 0.0, 0.0
+        self.grad_cache: dict[int, torch.Tensor] = {}
+        state = list(model.parameters()) + list(model.buffers())
+        memo = {id(t): torch.empty_like(t, device="meta") for t in state}
+        meta = copy.deepcopy(model, memo)  # same modules, meta tensors: output shapes for free
+        meta_of = dict(meta.named_modules())
+        self.layers = []
+        for name, module in model.named_modules():
+            if name and not list(module.children()):
+                layer = _Layer(self, name, module, meta_of[name])
+                module.forward = self._forward_of(layer)  # instance attribute: nn.Module.__call__ uses it
+                self.layers.append(layer)
+
+    @staticmethod
+    def _forward_of(layer: _Layer):
+        def forward(x, *rest, **kw):
+            if rest or kw or not isinstance(x, torch.Tensor):
+                raise RuntimeError(f"replay: layer {layer.name} takes more than one tensor; not supported")
+            return _ReplayFn.apply(layer, x, *layer.params)
+        return forward
+
+    def wait(self, seconds: float):
+        """Sleep `seconds` (releasing the CPU). Oversleeping is carried as debt and taken off the
+        next waits, so the sum of waits tracks the sum of replayed times."""
+        if not self.armed or seconds <= 0:
+            return
+        want = seconds - self.debt_s
+        if want <= 0:
+            self.debt_s = -want
+            return
+        t0 = time.perf_counter()
+        time.sleep(want)
+        got = time.perf_counter() - t0
+        self.debt_s = got - want
+        self.waited_s += got
+
+    def compute(self, layer: _Layer, phase: str, batch: int):
+        if layer.part is not None and layer.share > 0:
+            self.wait(self.dilation * layer.share * self.dev.time_s(layer.part, phase, batch))
+
+    def begin_step(self):
+        self.armed, self.debt_s = True, 0.0
+        self.wait(self.dilation * self.dev.step_overhead_s)
+
+    def replay_optimizer(self, optimizer: torch.optim.Optimizer):
+        """optimizer.step() becomes a wait of D x update_s_per_param x the parameters it steps."""
+        n = sum(p.numel() for g in optimizer.param_groups for p in g["params"])
+        seconds = self.dilation * self.dev.update_s_per_param * n
+        optimizer.step = lambda closure=None: self.wait(seconds)
+
+    def describe(self) -> dict:
+        return {"device": self.dev.name, "dilation": self.dilation, "profile": self.dev.to_dict(),
+                "replayed_layers": sum(1 for layer in self.layers if layer.share > 0)}
+

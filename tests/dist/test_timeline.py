@@ -1,0 +1,49 @@
+"""`--timeline`: per-rank event timestamps in the metrics JSON (off by default).
+
+One stanza job (N = 3, k = 1, tiny buckets so the CONV allreduce goes out in several buckets)
+checks what tutorials/t4_overlap reads from the timeline: every post has its completion, the
+bytes posted per step equal the byte counters, the first CONV bucket's allreduce is launched
+before the CONV backward ends (overlap), and the FC worker returns the first activation
+gradient before it has processed the last CONV worker's activations (pipelining)."""
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+
+import pytest
+
+from stanza_core.config import TrainConfig
+
+from dist_launch import train
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
+
+
+def test_timeline_records_the_overlap_and_matches_the_counters(tmp_path):
+    args = ("--strategy", "stanza", "--model", "tiny_cnn", "--global-batch", "6", "--steps", "2",
+            "--fc-workers", "1", "--bucket-mb", "0.001")
+    assert TrainConfig().timeline is False  # off by default: no timestamps, no timeline key
+    m, _, _ = train(tmp_path, "on", 3, *args, "--timeline")
+    assert m["config"]["timeline"] is True
+    for r in m["ranks"]:
+        tl = r["timeline"]
+        assert {e["step"] for e in tl} == {0, 1} and all(e["t"] >= 0 for e in tl)
+        ev = Counter(e["event"] for e in tl)
+        for post in ("send", "recv", "allreduce") if r["role"] == "conv_worker" else ("send", "recv"):
+            assert ev[post] == ev[post + "_done"] > 0, (r["rank"], ev)
+        posted = defaultdict(int)
+        for e in tl:
+            if e["event"] == "send":
+                posted[e["category"]] += e["bytes"]
+        assert {c: v // 2 for c, v in posted.items()} == {c: v for c, v in r["sent"].items()
+                                                          if c in ("activations", "labels", "activation_grads")}
+        step0 = [e for e in tl if e["step"] == 0]
+        first = {e["event"]: e["t"] for e in reversed(step0)}  # earliest time of each event
+        last = {e["event"]: e["t"] for e in step0}
+        if r["role"] == "conv_worker":
+            assert first["forward_end"] <= first["send"] <= first["recv_done"] <= first["backward_start"]
+            assert first["allreduce"] < last["backward_end"]  # a bucket leaves while backward runs
+            assert last["allreduce_done"] <= first["optimizer_start"]
+        else:
+            assert "allreduce" not in ev  # k = 1: no FC allreduce
+            assert ev["forward_start"] == 2 * 2  # one FC forward per served CONV worker per step
+            assert first["send"] < last["forward_start"]  # first gradient back before the last chunk
