@@ -34,7 +34,7 @@ def test_each_rank_prints_its_own_checkpoint_error_once(tmp_path):
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2", "-m",
            "stanza_core.train", "--strategy", "ddp", "--global-batch", "4", "--device", "cpu", "--quiet",
            "--checkpoint-dir", str(tmp_path / "none"), "--resume"]
-    proc = subprocess.run(cmd, cwd=ROOT, env=rank_env(), capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(cmd, cwd=ROOT, env=rank_env(), capture_output=True, text=True, timeout=300)
     assert proc.returncode != 0
     ours = [ln for ln in proc.stderr.splitlines() if "error: rank" in ln]
     for r in (0, 1):

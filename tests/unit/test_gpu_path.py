@@ -147,3 +147,16 @@ def test_exact_flag_lands_in_metrics(monkeypatch, tmp_path, restore_numerics):
 def test_nccl_watchdog_outlives_our_waits():
     for t in (1.0, 10.0, 120.0, 3600.0):
         assert nccl_watchdog_timeout_s(t) > t
+
+
+def test_gpu_check_says_so_on_a_host_without_gpu(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    env = dict(os.environ, CUDA_VISIBLE_DEVICES="", PYTHONPATH=root)
+    p = subprocess.run([sys.executable, "scripts/gpu_check.py", "--out", str(tmp_path / "o")], cwd=root, env=env,
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 3 and "no CUDA GPU visible" in p.stderr and len(p.stderr.strip().splitlines()) == 1
+    assert not (tmp_path / "o").exists()
