@@ -55,6 +55,7 @@ class Profile:
     fc: PartTotals
     layers: list[LayerRow]
     timed_on: str | None = None  # device the times were measured on
+    conv_shapes: list[list[int]] | None = None  # CONV parameter shapes, in parameters() order (PowerSGD sizes)
 
     @property
     def boundary_bytes(self) -> int:
@@ -207,4 +208,4 @@ def profile_model(model: nn.Module, input_shape=(3, 224, 224), batch_size: int =
         timed_on = torch.cuda.get_device_name(0) if device.startswith("cuda") else "cpu"
     model.train(was_training)
     return Profile(name or type(model).__name__.lower(), input_shape, batch_size, split.boundary,
-                   a.numel(), conv, fc, rows, timed_on)
+                   a.numel(), conv, fc, rows, timed_on, [list(p.shape) for p in split.conv.parameters()])
