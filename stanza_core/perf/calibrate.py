@@ -22,6 +22,7 @@ import json
 import statistics
 import sys
 import time
+import warnings
 from pathlib import Path
 
 import torch
@@ -90,6 +91,9 @@ def calibrate(model_name: str = "alexnet", batch: int = 32, image_size: int = 22
     parts = {k: [] for k in ("conv_fwd", "fc_fwd", "fc_bwd", "conv_bwd")}
     layer_runs: dict[str, list[tuple[float, float]]] = {n: [] for n, _ in leaves}
     try:
+        # The first layer's input needs no gradient: torch warns that its backward hook fires
+        # on the outputs' gradients, which is what we time there anyway.
+        warnings.filterwarnings("ignore", message="Full backward hook is firing", category=UserWarning)
         for rep in range(warmup + reps):
             for v in events.values():
                 v.clear()
