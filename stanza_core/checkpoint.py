@@ -11,7 +11,7 @@ from .config import ConfigError
 
 # Fields that must match for a resumed run to continue the same training.
 LAYOUT_FIELDS = ("strategy", "model", "num_classes", "image_size", "global_batch", "seed", "fc_workers",
-                 "ps_shards", "dataset", "lr", "momentum", "weight_decay", "boundary", "bucket_mb")
+                 "ps_shards", "ps_servers", "ps_overlap", "dataset", "lr", "momentum", "weight_decay", "boundary", "bucket_mb")
 
 
 def path_for(directory: str, rank: int, world_size: int) -> str:

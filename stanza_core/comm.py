@@ -191,24 +191,27 @@ class Comm:
             self.mark(*info)
 
     # -- point to point -----------------------------------------------------------------------
-    def p2p(self, ops: Iterable[tuple[str, torch.Tensor, int, str]], group: str | None = None) -> list:
-        """Post ("send"|"recv", tensor, peer, category) ops, sorted by peer; return their works.
+    def p2p(self, ops: Iterable[tuple], group: str | None = None) -> list:
+        """Post ("send"|"recv", tensor, peer, category[, tag]) ops, sorted by peer; return their works.
 
         Sorting by peer gives every pair of ranks the same order of posting, which keeps
-        NCCL's batched P2P deadlock-free; an empty list posts nothing. `group` names a process
-        group made by new_groups (peers are still global ranks): NCCL runs each communicator on
-        its own stream, so transfers on different groups do not queue behind each other."""
+        NCCL's batched P2P deadlock-free; an empty list posts nothing. A tag (default 0) keeps
+        messages apart that one pair has in flight at once (a send matches the receive of
+        the same tag, in posting order). `group` names a process group made by new_groups
+        (peers are still global ranks): NCCL runs each communicator on its own stream, so
+        transfers on different groups do not queue behind each other."""
         ops = sorted(ops, key=lambda o: (o[2], o[0]))
         pg = self.groups.get(group) if group else None
         p2p_ops = []
-        for kind, tensor, peer, category in ops:
+        for kind, tensor, peer, category, *tag in ops:
             if peer == self.rank:
                 raise ValueError(f"rank {self.rank} cannot {kind} to itself")
             if kind not in ("send", "recv"):
                 raise ValueError(f"unknown P2P op {kind!r}")
             n = _nbytes(tensor)
             self._count(category, n if kind == "send" else 0, n if kind == "recv" else 0)
-            p2p_ops.append(dist.P2POp(dist.isend if kind == "send" else dist.irecv, tensor, peer, group=pg))
+            p2p_ops.append(dist.P2POp(dist.isend if kind == "send" else dist.irecv, tensor, peer, group=pg,
+                                      tag=tag[0] if tag else 0))
             self.mark(kind, category, peer, n)
         if not p2p_ops:
             return []
@@ -217,9 +220,9 @@ class Comm:
         elif self.staged_p2p:
             works = [_staged(op) for op in p2p_ops]
         else:
-            works = [op.op(op.tensor, op.peer, group=pg) for op in p2p_ops]
+            works = [op.op(op.tensor, op.peer, group=pg, tag=op.tag) for op in p2p_ops]
         if self.timeline is not None and self._counting and len(works) == len(ops):
-            for w, (kind, tensor, peer, category) in zip(works, ops):
+            for w, (kind, tensor, peer, category, *_) in zip(works, ops):
                 self._pending[id(w)] = (kind + "_done", category, peer, _nbytes(tensor))
         return works
 
@@ -397,7 +400,7 @@ def _staged(op) -> _StagedWork:
         host = torch.empty(op.tensor.shape, dtype=op.tensor.dtype)
     else:  # a send's payload, copied out (synchronously) before gloo reads it
         host = op.tensor.detach().to("cpu", copy=True)
-    work = op.op(host, op.peer, group=op.group)
+    work = op.op(host, op.peer, group=op.group, tag=op.tag)
     return _StagedWork(work, host, op.tensor if op.op is dist.irecv else None)
 
 

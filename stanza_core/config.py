@@ -41,6 +41,8 @@ class TrainConfig:
     seed: int = 0  # model init, data order, dropout masks
     fc_workers: int = 1  # k: ranks training the FC head (stanza)
     ps_shards: int = 0  # parameter-server shards S (0: one per rank)
+    ps_servers: int = 0  # ps: dedicated server ranks holding the shards, no compute (0: colocated shards)
+    ps_overlap: bool = False  # ps: push each gradient bucket as the backward produces it (wait-free backprop)
     dataset: str = "synthetic"  # synthetic | digits | cifar10:PATH | imagefolder:PATH
     device: str = "auto"  # auto | cpu | cuda
     boundary: str | None = None  # force the CONV|FC cut before this module (None: automatic)
@@ -76,7 +78,7 @@ class TrainConfig:
         for name in ("num_classes", "image_size", "global_batch", "steps"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(self, name)}")
-        for name in ("warmup", "checkpoint_every", "ps_shards"):
+        for name in ("warmup", "checkpoint_every", "ps_shards", "ps_servers"):
             if getattr(self, name) < 0:
                 raise ConfigError(f"--{name.replace('_', '-')} must be >= 0, got {getattr(self, name)}")
         if self.lr <= 0:
@@ -95,6 +97,9 @@ class TrainConfig:
             raise ConfigError("--checkpoint-every needs --checkpoint-dir")
         if self.strategy == "stanza" and self.fc_workers < 1:
             raise ConfigError(f"--fc-workers must be >= 1 with stanza, got {self.fc_workers}")
+        if self.strategy != "ps" and (self.ps_servers or self.ps_overlap):
+            flag = "--ps-servers" if self.ps_servers else "--ps-overlap"
+            raise ConfigError(f"{flag} applies to --strategy ps only, not {self.strategy}")
         if self.micro_batches < 1:
             raise ConfigError(f"--micro-batches must be >= 1, got {self.micro_batches}")
         if not 0 <= self.fc_conv_share < 1:

@@ -104,7 +104,7 @@ def prepare(cfg: TrainConfig) -> Prepared:
     """Everything that can fail on bad input, before any process group forms."""
     rank, world = int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
     topo = make_topology(cfg.strategy, world, cfg.global_batch, cfg.fc_workers, cfg.ps_shards,
-                         cfg.fc_conv_share, cfg.micro_batches)
+                         cfg.fc_conv_share, cfg.micro_batches, ps_servers=cfg.ps_servers)
     set_numerics(cfg.exact)  # before any CUDA work: cuBLAS reads its workspace setting at init
     device = resolve_device(cfg, int(os.environ.get("LOCAL_RANK", 0)))
     if cfg.backend == "nccl" and device.type != "cuda":
@@ -232,6 +232,7 @@ def build_metrics(cfg, topo, device, start, everyone, replayed: dict | None = No
         "compute": cfg.compute,
         "config": {**cfg.to_dict(), "world_size": topo.world_size, "data_workers": topo.data_workers,
                    "fc_workers_effective": topo.fc_workers, "ps_shards_effective": topo.ps_shards,
+                   "ps_server_ranks": topo.server_ranks if topo.ps_servers else [],
                    "device_type": device.type, "torch": torch.__version__,
                    "backend": _backend_name(), "numerics": numerics_record(cfg.exact)},
         "steps": steps,

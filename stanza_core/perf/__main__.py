@@ -67,7 +67,11 @@ def build_parser() -> argparse.ArgumentParser:
     batch.add_argument("--global-batch", type=int, help="global batch, split over the data workers")
     batch.add_argument("--batch-per-worker", type=int,
                        help=f"samples per data worker (default {DEFAULT_BATCH_PER_WORKER})")
-    p.add_argument("--ps-shards", type=int, help="parameter-server shards (default: one per node)")
+    p.add_argument("--ps-shards", type=int, help="colocated parameter-server shards (default: one per node)")
+    p.add_argument("--ps-servers", type=_ints, default=None,
+                   help="dedicated parameter-server counts to try, e.g. 1,2 (default 1,2,4,.. <= N/2)")
+    p.add_argument("--ps-overlap", choices=("both", "on", "off"), default="both",
+                   help="ps candidates with the overlapped push, without it, or both (default both)")
     p.add_argument("--bucket-mb", type=float, default=DEFAULT_BUCKET_MB,
                    help=f"gradient bucket cap in MiB, as the engine's --bucket-mb (default {DEFAULT_BUCKET_MB:g})")
     p.add_argument("--top", type=int, default=12, help="rows of the ranking to print (default 12)")
@@ -94,11 +98,19 @@ def _device(args, profile):
     return args.device.lower()
 
 
+def ps_layout(p) -> str:
+    """The parameter-server deployment of a prediction, in one word ("-" for ddp and stanza)."""
+    if p.strategy != "ps":
+        return "-"
+    return ("colocated" if not p.ps_servers else f"S={p.ps_servers}") + ("+overlap" if p.ps_overlap else "")
+
+
 def _row(p, a) -> str:
     k = "-" if p.fc_workers is None else str(p.fc_workers)
     return (f"{p.strategy:<7}{k:>5}{p.iteration_s * 1e3:>12.2f}{p.throughput:>12.1f}"
             f"{p.throughput / a.ps.throughput:>8.2f}x{p.throughput / a.ddp.throughput:>8.2f}x"
-            f"{p.max_node_sent / 1e6:>11.1f}{p.max_node_recv / 1e6:>11.1f}{p.bytes_per_step / 1e6:>12.1f}")
+            f"{p.max_node_sent / 1e6:>11.1f}{p.max_node_recv / 1e6:>11.1f}{p.bytes_per_step / 1e6:>12.1f}"
+            f"  {ps_layout(p)}")
 
 
 def _print_ranking(profile, cluster, a, top: int) -> None:
@@ -107,14 +119,17 @@ def _print_ranking(profile, cluster, a, top: int) -> None:
     print(f"cluster: {cluster.nodes} nodes, {cluster.bandwidth_gbps:g} Gb/s, {cluster.latency_s * 1e6:g} us/message, "
           f"device {a.best.device}")
     print(f"best: {a.best.strategy}" + (f" k={a.best.fc_workers}" if a.best.fc_workers else "")
-          + f"  {a.best.throughput:.1f} samples/s  ({a.speedup_vs_ps:.2f}x ps, {a.speedup_vs_ddp:.2f}x ddp)")
+          + (f" {ps_layout(a.best)}" if a.best.strategy == "ps" else "")
+          + f"  {a.best.throughput:.1f} samples/s  ({a.speedup_vs_ps:.2f}x ps, {a.speedup_vs_ddp:.2f}x ddp, "
+          f"{a.speedup_vs_best_ps:.2f}x the fastest ps: {ps_layout(a.best_ps)})")
     print(f"{'strategy':<7}{'k':>5}{'iter ms':>12}{'samples/s':>12}{'vs ps':>9}{'vs ddp':>9}"
-          f"{'MB sent':>11}{'MB recv':>11}{'MB/step':>12}")
+          f"{'MB sent':>11}{'MB recv':>11}{'MB/step':>12}  ps layout")
     shown = a.ranking[:top]
     shown += [p for p in (a.ddp, a.ps) if p not in shown]  # baselines always shown
     for p in shown:
         print(_row(p, a))
-    print("(MB sent/recv: busiest node per step; MB/step: whole cluster, sum of bytes sent)")
+    print("(MB sent/recv: busiest node per step; MB/step: whole cluster, sum of bytes sent; vs ps: against "
+          "colocated ps without overlap; ps layout S=s: s of the nodes are dedicated servers)")
 
 
 def main(argv=None) -> int:
@@ -148,7 +163,8 @@ def main(argv=None) -> int:
             print(f"wrote {args.out} ({len(result['rows'])} points)")
             return 0
         cluster = Cluster(args.nodes, args.gbps, args.latency_us * 1e-6, device)
-        a = best_assignment(profile, cluster, **batch)
+        a = best_assignment(profile, cluster, **batch, ps_servers=args.ps_servers,
+                            ps_overlap={"both": None, "on": True, "off": False}[args.ps_overlap])
     except (ValueError, OSError) as e:
         print(f"python -m stanza_core.perf: error: {e}", file=sys.stderr)
         return 2
