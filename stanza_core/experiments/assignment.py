@@ -16,7 +16,8 @@ from typing import Any
 
 from ..netem.facts import payload_gbps
 from ..perf import DEFAULT_LATENCY_S, Cluster, best_assignment, named_profile
-from . import checks, compute_rounds, validation
+from . import checks, compute_rounds, replayed, validation
+from .replayed import ReplaySet
 from .run import measure, modelled_only, skipped
 from .spec import MeasureSpec
 from .throughput import MEASURE_OFF
@@ -44,8 +45,17 @@ class AssignmentParams:
     paper_gbps: list[float]  # bandwidths of the modelled ranking
     batch_per_worker: int = 32  # modelled samples per CONV worker
     paper_device: str = "v100"  # perf device-table row
+    replay_models: list[str] = dataclasses.field(default_factory=list)  # paper regime, replayed compute
+    replay_nodes: int = 4  # emulated cluster size of the replayed runs (k = 1..N/2)
+    replay_gbps: float = 10.0  # their target bandwidth
+    replay_device: str = "v100"  # device profile the replayed compute follows
+    dilation: float = 1.0  # smallest D (experiments.replayed: perf.replay_dilation decides)
+    replay_steps: int = 2  # steps per replayed run, warmup included
+    replay_image_size: int = 224
+    replay_num_classes: int = 1000
     measure_runs: bool = True  # False: skip the measured cells (as without root or tc)
     measured: MeasureSpec = dataclasses.field(init=False)  # stanza at every k = 1..N//2
+    replay: ReplaySet = dataclasses.field(init=False)  # the paper-regime runs: stanza at every k
 
     def __post_init__(self):
         if not checks._is_int(self.nodes) or self.nodes < 2:
@@ -60,10 +70,39 @@ class AssignmentParams:
         checks.positive_int("batch_per_worker", self.batch_per_worker)
         checks.device_name("paper_device", self.paper_device)
         self.paper_gbps = checks.positive_floats("paper_gbps", self.paper_gbps)
+        n = checks.positive_int("replay_nodes", self.replay_nodes, 2)
+        self.replay = ReplaySet(models=self.replay_models, nodes=[n], strategies=["stanza"],
+                                fc_workers=list(range(1, n // 2 + 1)), target_gbps=[self.replay_gbps],
+                                replay_device=self.replay_device, dilation=self.dilation,
+                                batch_per_worker=self.batch_per_worker,
+                                steps=self.replay_steps, warmup=self.warmup, image_size=self.replay_image_size,
+                                num_classes=self.replay_num_classes)
 
 
 def run_measured(p: AssignmentParams, cache_dir: str | None = None) -> dict[str, Any]:
     return measure(p.measured, cache_dir) if p.measure_runs else skipped(p.measured, MEASURE_OFF)
+
+
+def run_replayed(p: AssignmentParams, cache_dir: str | None = None) -> list[dict[str, Any]]:
+    """The paper-regime runs: stanza at every k, replayed compute, real communication."""
+    return replayed.run_replayed(p.replay, cache_dir, p.measure_runs)
+
+
+def _replayed(p: AssignmentParams, runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """replayed.summary plus, per model, the measured best k and best_assignment's pick for the
+    same cluster (N nodes at the target on the replay device: what the replayed runs emulate)."""
+    out = replayed.summary(p.replay, runs)
+    for model, by_n in out["by_model"].items():
+        for n, by_g in by_n.items():
+            for g, d in by_g.items():
+                tp = {int(key.split("_k")[1]): v for key, v in d["throughput"].items()}
+                a = best_assignment(named_profile(model, p.replay_image_size, p.replay_num_classes),
+                                    Cluster(int(n), float(g), device=p.replay_device),
+                                    batch_per_worker=p.batch_per_worker, fc_workers=range(1, int(n) // 2 + 1))
+                best = max(tp, key=tp.get)
+                d.update(measured_best_k=best, optimiser_k=a.best_stanza().fc_workers,
+                         optimiser_shortfall=1 - tp[a.best_stanza().fc_workers] / tp[best])
+    return out
 
 
 def _emulated(bench: dict[str, Any]) -> dict[str, Any]:
@@ -123,10 +162,12 @@ def paper_scale(p: AssignmentParams) -> dict[str, Any]:
     return out
 
 
-def assignment_results(p: AssignmentParams, bench: dict[str, Any], paper: dict[str, Any]) -> dict[str, Any]:
+def assignment_results(p: AssignmentParams, bench: dict[str, Any], paper: dict[str, Any],
+                       replayed_runs: list[dict[str, Any]] = ()) -> dict[str, Any]:
     """results.json of notebook 04; `modelled_only` is why nothing was measured (None: measured)."""
     spec = p.measured
-    return {"experiment": "node_assignment", "modelled_only": modelled_only([bench]),
+    return {"experiment": "node_assignment", "modelled_only": modelled_only([bench, *replayed_runs]),
+            "replayed": _replayed(p, list(replayed_runs)),
             "measured": None if bench is None else {"model": spec.model, "image_size": spec.image_size,
                                                     "target_device": spec.target_device, **_emulated(bench),
                                                     "bench": bench},

@@ -48,6 +48,7 @@ def run_config(cfg: RunConfig, *, timeout_s: float = 1800) -> dict[str, Any]:
         m = run_training(cfg.cluster_nodes, cfg.link_mbit, cfg.train_args(os.path.join(tmp, "metrics.json")),
                          delay_ms=cfg.delay_ms, mtu=cfg.mtu, timeout_s=timeout_s, quiet=True)
     return {"strategy": cfg.strategy, "fc_workers": cfg.fc_workers, "ps_servers": cfg.ps_servers,
+            "global_batch": cfg.global_batch,
             "ps_overlap": cfg.ps_overlap, "label": cfg.label, "link_mbit": cfg.link_mbit,
             "compute": {k: m["config"].get(k) for k in ("compute", "replay_device", "dilation") if k in m["config"]},
             "throughput": m["throughput"], "step_time_median_s": m["step_time_median_s"],
@@ -80,10 +81,12 @@ def summarize(runs: list[dict]) -> list[dict]:
                          "label": label, "link_mbit": mbit, "target_gbps": first["target_gbps"],
                          "throughput": med[label], "throughput_min": min(tp), "throughput_max": max(tp),
                          "repeats": len(tp), "bytes_per_step": first["bytes_per_step"]})
+        best_ps = max((v for r, v in zip(rows[-len(med):], med.values()) if r["strategy"] == "ps"), default=None)
         for row in rows[-len(med):]:
-            for base in ("ps", "ddp"):
+            for base in ("ps", "ddp"):  # ps: colocated shards, no overlap
                 ref = med.get(base)
                 row[f"speedup_vs_{base}"] = row["throughput"] / ref if ref else None
+            row["speedup_vs_best_ps"] = row["throughput"] / best_ps if best_ps else None  # the fastest ps variant
     return rows
 
 
@@ -146,6 +149,8 @@ def measure(spec: MeasureSpec, cache_dir: str | None = None, progress: bool = Tr
         return out
     cache = Cache(cache_dir)
     base = {"model": spec.model, "image_size": spec.image_size, "num_classes": spec.num_classes}
+    if spec.replayed:
+        return _measure_replay(spec, cache, out, progress)
     with contextlib.ExitStack() as stack:
         pool = _LazyPool(stack, spec)
         # The rounds of every configuration and the one that maps targets to link rates, once.
@@ -170,8 +175,8 @@ def measure(spec: MeasureSpec, cache_dir: str | None = None, progress: bool = Tr
             points = [(g, m) for g, m in points if m <= spec.max_link_mbit]
         else:
             points = [(None, m) for m in spec.link_mbit]
-        todo = [(g, spec.run_config(s, k, m), rep) for g, m in points for rep in range(spec.repeats)
-                for s, k in spec.configs()]
+        todo = [(g, spec.run_config(s, k, m, srv, ov), rep) for g, m in points for rep in range(spec.repeats)
+                for s, k, srv, ov in spec.variants()]
         bar = None
         if progress:
             from tqdm import tqdm
@@ -188,6 +193,44 @@ def measure(spec: MeasureSpec, cache_dir: str | None = None, progress: bool = Tr
                 bar.update(1)
         if bar:
             bar.close()
+    out["summary"] = summarize(out["runs"]) if out["runs"] else []
+    out["cache"] = cache.report()
+    cache.say_reused()
+    return out
+
+
+def _measure_replay(spec: MeasureSpec, cache: Cache, out: dict[str, Any], progress: bool) -> dict[str, Any]:
+    """Replayed compute: every step computes in D x the replay device's time, so a target maps to
+    target / D (perf.emulated_bandwidth with t_here = D x t_target) and no timing round is needed:
+    the performance model takes the replay device's own profile, dilated (validation.predict_runs)."""
+    from ..perf import emulated_bandwidth
+
+    b = spec.batch_per_worker or spec.global_batch // spec.nodes
+    there = target_step_s(spec.model, spec.image_size, spec.num_classes, b, spec.replay_device)
+    here = spec.dilation * there
+    out["calibration"] = {"compute": "replay", "replay_device": spec.replay_device, "dilation": spec.dilation,
+                          "batch_per_worker": b, "t_step_here_s": here, "t_step_target_s": there,
+                          "target_device": spec.replay_device, "ratio": there / here}
+    points = [(g, 1000 * emulated_bandwidth(g, there, here)) for g in spec.target_gbps]
+    out["modelled_only_gbps"] = [g for g, m in points if m > spec.max_link_mbit]
+    todo = [(g, spec.run_config(s, k, m, srv, ov), rep) for g, m in points if m <= spec.max_link_mbit
+            for rep in range(spec.repeats) for s, k, srv, ov in spec.variants()]
+    bar = None
+    if progress:
+        from tqdm import tqdm
+        bar = tqdm(total=len(todo), desc="replayed runs", unit="run")
+    for g, cfg, rep in todo:
+        key = {**cfg.to_dict(), "repeat": rep}
+        run = cache.get("run", key)
+        if run is None:
+            run = run_config(cfg)
+            cache.put("run", key, run)
+        out["runs"].append({**run, "target_gbps": g, "repeat": rep})
+        if bar:
+            bar.set_postfix_str(f"{cfg.label} @ {cfg.link_mbit:.1f} Mbit/s, D={spec.dilation:g}")
+            bar.update(1)
+    if bar:
+        bar.close()
     out["summary"] = summarize(out["runs"]) if out["runs"] else []
     out["cache"] = cache.report()
     cache.say_reused()

@@ -104,7 +104,8 @@ class MeasureSpec:
     nodes: int  # emulated nodes, one process each
     strategies: list[str]  # among ps, ddp, stanza
     fc_workers: list[int]  # stanza's k values, each in 1..nodes // 2
-    global_batch: int  # G, divisible by every configuration's data workers
+    global_batch: int = 0  # G, divisible by every configuration's data workers ...
+    batch_per_worker: int = 0  # ... or (replay only) samples per data worker: G = b x data workers per configuration
     steps: int  # steps per run, warmup included
     warmup: int = 1  # steps left out of the throughput
     target_gbps: list[float] | None = None  # target bandwidths (mapped) ...
@@ -116,10 +117,35 @@ class MeasureSpec:
     max_link_mbit: float | None = None  # targets mapped above this are modelled only (None: netem's limit)
     timing_reps: int = 5  # repetitions per timing round
     boundary: str | None = None  # stanza's split point (None: automatic)
+    compute: str = "real"  # real arithmetic, or "replay": per-layer waits of dilation x replay_device's times
+    replay_device: str | None = None  # replay: the device profile the compute follows (perf device table)
+    dilation: float = 1.0  # replay: D; every target maps to the link rate target / D
+    ps_servers: list[int] = dataclasses.field(default_factory=lambda: [0])  # ps deployments: S extra server nodes (0: colocated)
+    ps_overlap: list[bool] = dataclasses.field(default_factory=lambda: [False])  # ps: without / with the overlapped push
 
     def __post_init__(self):
         checks.model_fits(self.model, self.image_size)
-        for name in ("num_classes", "global_batch", "steps", "repeats", "timing_reps"):
+        self.ps_servers = [self.ps_servers] if isinstance(self.ps_servers, int) else list(self.ps_servers)
+        self.ps_overlap = [self.ps_overlap] if isinstance(self.ps_overlap, bool) else list(self.ps_overlap)
+        for srv in self.ps_servers:
+            checks.positive_int("ps_servers", srv, 0)
+        if not self.ps_servers or not self.ps_overlap or any(not isinstance(o, bool) for o in self.ps_overlap):
+            raise ValueError(f"ps_servers and ps_overlap need one value or more (ints >= 0, bools), got "
+                             f"{self.ps_servers!r}, {self.ps_overlap!r}")
+        if self.compute not in COMPUTE_MODES:
+            raise ValueError(f"compute must be one of {', '.join(COMPUTE_MODES)}, got {self.compute!r}")
+        if self.compute == "replay":
+            checks.device_name("replay_device", self.replay_device)
+            checks.positive_floats("dilation", [self.dilation])
+            if self.target_gbps is None:
+                raise ValueError("replayed compute needs target_gbps (a target maps to the link rate target / D)")
+        if (self.global_batch == 0) == (self.batch_per_worker == 0):
+            raise ValueError("give the batch as global_batch or as batch_per_worker (exactly one)")
+        if self.batch_per_worker and self.compute != "replay":
+            raise ValueError("batch_per_worker needs compute='replay' (real-compute runs share one global batch)")
+        checks.positive_int("global_batch" if self.global_batch else "batch_per_worker",
+                            self.global_batch or self.batch_per_worker)
+        for name in ("num_classes", "steps", "repeats", "timing_reps"):
             checks.positive_int(name, getattr(self, name))
         if not checks._is_int(self.nodes) or self.nodes < 2:
             raise ValueError(f"nodes must be >= 2 for a distributed run, got {self.nodes!r}")
@@ -144,17 +170,39 @@ class MeasureSpec:
         if self.delay_ms < 0 or not self.max_link_mbit > 0:
             raise ValueError(f"delay_ms must be >= 0 and max_link_mbit > 0, got {self.delay_ms}, {self.max_link_mbit}")
         for s, k in self.configs():
-            checks.batch_divides(self.global_batch, s, self.nodes, k)
+            checks.batch_divides(self.global_batch_of(s, k), s, self.nodes, k)
 
     def configs(self) -> list[tuple[str, int]]:
         return [(s, k) for s in self.strategies for k in (self.fc_workers if s == "stanza" else [0])]
 
-    def run_config(self, strategy: str, fc_workers: int, link_mbit: float) -> RunConfig:
+    def variants(self) -> list[tuple[str, int, int, bool]]:
+        """(strategy, k, S, overlap) of every configuration: ps once per deployment asked for."""
+        return [(s, k, srv, ov) for s, k in self.configs()
+                for srv, ov in ([(a, b) for a in self.ps_servers for b in self.ps_overlap] if s == "ps" else [(0, False)])]
+
+    def run_config(self, strategy: str, fc_workers: int, link_mbit: float, ps_servers: int = 0,
+                   ps_overlap: bool = False) -> RunConfig:
         """The RunConfig of one configuration of this grid at one link rate."""
         return RunConfig(model=self.model, image_size=self.image_size, num_classes=self.num_classes,
-                         nodes=self.nodes, strategy=strategy, fc_workers=fc_workers, global_batch=self.global_batch,
+                         nodes=self.nodes, strategy=strategy, fc_workers=fc_workers,
+                         global_batch=self.global_batch_of(strategy, fc_workers),
                          steps=self.steps, warmup=self.warmup, link_mbit=round(link_mbit, 6),
-                         delay_ms=self.delay_ms, mtu=self.mtu, boundary=self.boundary if strategy == "stanza" else None)
+                         delay_ms=self.delay_ms, mtu=self.mtu, boundary=self.boundary if strategy == "stanza" else None,
+                         ps_servers=ps_servers, ps_overlap=ps_overlap,
+                         compute=self.compute, replay_device=self.replay_device if self.compute == "replay" else None,
+                         dilation=self.dilation if self.compute == "replay" else 1.0)
+
+    def global_batch_of(self, strategy: str, fc_workers: int) -> int:
+        """G of one configuration: the spec's, or batch_per_worker x its data workers (topology)."""
+        from ..topology import Topology
+
+        if self.global_batch:
+            return self.global_batch
+        return self.batch_per_worker * Topology(strategy, self.nodes, fc_workers, 0).data_workers
+
+    @property
+    def replayed(self) -> bool:
+        return self.compute == "replay"
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

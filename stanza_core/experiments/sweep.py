@@ -14,7 +14,8 @@ from typing import Any
 
 from ..labels import config_label, run_key, run_label
 from ..perf import Cluster, best_assignment, emulated_bandwidth, named_profile, sweep
-from . import checks, validation
+from . import checks, replayed, validation
+from .replayed import ReplaySet
 from .run import measure, modelled_only, skipped
 from .spec import MeasureSpec
 from .throughput import MEASURE_OFF, PAPER
@@ -47,7 +48,16 @@ class SweepParams:
     sweep_nodes: list[int] = dataclasses.field(default_factory=lambda: list(SWEEP_NODES))
     batch_per_worker: int = 32  # modelled samples per data worker
     paper_device: str = "v100"  # perf device-table row
+    replay_models: list[str] = dataclasses.field(default_factory=list)  # paper regime, replayed compute
+    replay_nodes: list[int] = dataclasses.field(default_factory=list)  # their emulated cluster sizes
+    replay_gbps: list[float] = dataclasses.field(default_factory=lambda: [10.0])  # their targets
+    replay_device: str = "v100"  # device profile the replayed compute follows
+    dilation: float = 1.0  # smallest D (experiments.replayed: perf.replay_dilation decides)
+    replay_steps: int = 2  # steps per replayed run, warmup included
+    replay_image_size: int = 224
+    replay_num_classes: int = 1000
     measure_runs: bool = True  # False: skip the measured cells (as without root or tc)
+    replay: ReplaySet = dataclasses.field(init=False)  # the paper-regime runs
     measured: MeasureSpec | None = dataclasses.field(init=False)  # the measured targets (None: none)
     predicted: MeasureSpec = dataclasses.field(init=False)  # every target: what the model continues to
 
@@ -67,6 +77,12 @@ class SweepParams:
         self.paper_models = checks.model_names(self.paper_models, self.paper_image_size, name="paper_models")
         self.sweep_gbps = checks.positive_floats("sweep_gbps", self.sweep_gbps)
         self.sweep_nodes = checks.int_list("sweep_nodes", self.sweep_nodes, 2)
+        self.replay = ReplaySet(models=self.replay_models, nodes=self.replay_nodes, strategies=self.strategies,
+                                fc_workers=[self.fc_workers], target_gbps=self.replay_gbps,
+                                replay_device=self.replay_device, dilation=self.dilation,
+                                batch_per_worker=self.batch_per_worker,
+                                steps=self.replay_steps, warmup=self.warmup, image_size=self.replay_image_size,
+                                num_classes=self.replay_num_classes)
 
 
 def run_measured(p: SweepParams, cache_dir: str | None = None) -> dict[str, Any] | None:
@@ -74,6 +90,11 @@ def run_measured(p: SweepParams, cache_dir: str | None = None) -> dict[str, Any]
     if p.measured is None:
         return None
     return measure(p.measured, cache_dir) if p.measure_runs else skipped(p.measured, MEASURE_OFF)
+
+
+def run_replayed(p: SweepParams, cache_dir: str | None = None) -> list[dict[str, Any]]:
+    """The paper-regime runs (replayed compute, real communication) at `replay_gbps`."""
+    return replayed.run_replayed(p.replay, cache_dir, p.measure_runs)
 
 
 def emulated(p: SweepParams, bench: dict[str, Any] | None) -> dict[str, Any]:
@@ -147,10 +168,11 @@ def model_sweep(p: SweepParams) -> dict[str, Any]:
     return out
 
 
-def sweep_results(p: SweepParams, bench, emu: dict[str, Any], paper: dict[str, Any],
-                  swept: dict[str, Any]) -> dict[str, Any]:
+def sweep_results(p: SweepParams, bench, emu: dict[str, Any], paper: dict[str, Any], swept: dict[str, Any],
+                  replayed_runs: list[dict[str, Any]] = ()) -> dict[str, Any]:
     """results.json of notebook 05; `modelled_only` is why nothing was measured (None: measured)."""
-    return {"experiment": "bandwidth_sweep", "modelled_only": modelled_only([bench]), "target_gbps": p.target_gbps, "emulated": emu,
+    return {"experiment": "bandwidth_sweep", "modelled_only": modelled_only([bench, *replayed_runs]),
+            "replayed": replayed.summary(p.replay, list(replayed_runs)), "target_gbps": p.target_gbps, "emulated": emu,
             "paper_scale": {"nodes": p.paper_nodes, "device": p.paper_device, "batch_per_worker": p.batch_per_worker,
                             "image_size": p.paper_image_size, "results": paper},
             "sweep": swept, "paper": PAPER, "bench": bench}

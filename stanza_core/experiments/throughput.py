@@ -14,7 +14,8 @@ from typing import Any
 
 from ..labels import run_key
 from ..perf import Cluster, best_assignment, named_profile
-from . import checks
+from . import checks, replayed
+from .replayed import ReplaySet
 from .run import measure, modelled_only, skipped
 from .spec import MeasureSpec
 
@@ -50,8 +51,17 @@ class ThroughputParams:
     model_gbps: list[float]  # modelled bandwidths
     batch_per_worker: int = 32  # samples per data worker in the modelled runs
     model_device: str = "v100"  # perf device-table row
+    replay_models: list[str] = dataclasses.field(default_factory=list)  # paper regime, replayed compute
+    replay_nodes: list[int] = dataclasses.field(default_factory=list)  # their emulated cluster sizes
+    replay_gbps: list[float] = dataclasses.field(default_factory=lambda: [10.0])  # their targets
+    replay_device: str = "v100"  # device profile the replayed compute follows
+    dilation: float = 1.0  # smallest D (experiments.replayed: perf.replay_dilation decides)
+    replay_steps: int = 2  # steps per replayed run, warmup included
+    replay_image_size: int = 224  # the paper's ImageNet input (tests use a smaller one)
+    replay_num_classes: int = 1000
     measure_runs: bool = True  # False: skip the measured cells (as without root or tc)
     measured: list[MeasureSpec] = dataclasses.field(init=False)  # one per emulated cluster size
+    replay: ReplaySet = dataclasses.field(init=False)  # the paper-regime runs
 
     def __post_init__(self):
         nodes = checks.int_list("measured_nodes", self.measured_nodes, 2) if self.measured_nodes else []
@@ -65,11 +75,22 @@ class ThroughputParams:
         checks.device_name("model_device", self.model_device)
         self.model_nodes = checks.int_list("model_nodes", self.model_nodes, 2)
         self.model_gbps = checks.positive_floats("model_gbps", self.model_gbps)
+        self.replay = ReplaySet(models=self.replay_models, nodes=self.replay_nodes, strategies=self.strategies,
+                                fc_workers=[self.fc_workers], target_gbps=self.replay_gbps,
+                                replay_device=self.replay_device, dilation=self.dilation,
+                                batch_per_worker=self.batch_per_worker,
+                                steps=self.replay_steps, warmup=self.warmup, image_size=self.replay_image_size,
+                                num_classes=self.replay_num_classes)
 
 
 def run_measured(p: ThroughputParams, cache_dir: str | None = None) -> list[dict[str, Any]]:
     """One bench results dict per measured cluster size (see run.measure)."""
     return [measure(spec, cache_dir) if p.measure_runs else skipped(spec, MEASURE_OFF) for spec in p.measured]
+
+
+def run_replayed(p: ThroughputParams, cache_dir: str | None = None) -> list[dict[str, Any]]:
+    """The paper-regime runs (replayed compute, real communication), one bench dict per spec."""
+    return replayed.run_replayed(p.replay, cache_dir, p.measure_runs)
 
 
 def model_curves(p: ThroughputParams) -> list[dict[str, Any]]:
@@ -121,13 +142,14 @@ def _model_speedups(rows: list[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
-def throughput_results(p: ThroughputParams, measured: list[dict[str, Any]],
-                       modelled: list[dict[str, Any]]) -> dict[str, Any]:
+def throughput_results(p: ThroughputParams, measured: list[dict[str, Any]], modelled: list[dict[str, Any]],
+                       replayed_runs: list[dict[str, Any]] = ()) -> dict[str, Any]:
     """results.json of notebook 03 (claims point into measured.by_nodes and modelled.speedups);
     `modelled_only` is why nothing was measured (None when the measured cells ran)."""
     by_nodes = {str(m["spec"]["nodes"]): _measured_summary(m) for m in measured}
     return {
-        "experiment": "throughput", "modelled_only": modelled_only(measured),
+        "experiment": "throughput", "modelled_only": modelled_only([*measured, *replayed_runs]),
+        "replayed": replayed.summary(p.replay, list(replayed_runs)),
         "measured": {"model": p.measured[0].model if p.measured else None,
                      "image_size": p.measured[0].image_size if p.measured else None,
                      "target_gbps": p.measured[0].target_gbps[0] if p.measured else None,

@@ -41,7 +41,8 @@ def predict_runs(result: dict[str, Any], *, latency_s: float = DEFAULT_LATENCY_S
     communication) with communication left as is; `comm_factor` scales its exposed communication
     with compute left as is. A factor that is the same across rows points at that term."""
     cfg, rounds = result["config"], result.get("timing_rounds") or []
-    if not rounds:
+    replayed = cfg.get("compute") == "replay"
+    if not rounds and not replayed:
         raise ValueError("the results have no timing rounds: measure them with measure_rounds_for(result) first")
     n, G = cfg["nodes"], cfg["global_batch"]
     profile = named_profile(cfg["model"], cfg["image_size"], cfg["num_classes"])
@@ -55,9 +56,12 @@ def predict_runs(result: dict[str, Any], *, latency_s: float = DEFAULT_LATENCY_S
         own = [r["timing_rounds"] for r in runs if r.get("timing_rounds")]
         # later rounds win in device_for: the runs' own rounds over the bench's
         used = rounds + mean_rounds(*own) if own else rounds
-        dev = device_for(s, n, k, G, used, profile.params, (overhead_s or {}).get(s, 0.0))
+        if replayed:  # the replay device's own profile, every time D x: what the engine waits
+            dev = replay_profile(profile, cfg["replay_device"], cfg["dilation"], (overhead_s or {}).get(s, 0.0))
+        else:
+            dev = device_for(s, n, k, G, used, profile.params, (overhead_s or {}).get(s, 0.0))
         cluster = Cluster(n, payload_gbps(mbit, mtu), latency_s + delay_s, dev)
-        p = predict(profile, cluster, s, k or None, global_batch=G, with_ranks=False)
+        p = predict(profile, cluster, s, k or None, global_batch=runs[0].get("global_batch") or G, with_ranks=False)
         meas_tp = _median([r["throughput"] for r in runs])
         meas_step = _median([r["step_time_median_s"] for r in runs])
         comm = p.exposed_comm_s
@@ -78,6 +82,16 @@ def predict_runs(result: dict[str, Any], *, latency_s: float = DEFAULT_LATENCY_S
             "rounds_source": "run" if own else "bench", "timing_rounds": used,
         })
     return rows
+
+
+def replay_profile(profile, device: str, dilation: float, step_overhead_s: float = 0.0):
+    """The DeviceProfile a replayed run computes with: the device-table row's, every time x D."""
+    from ..perf import DeviceProfile
+
+    base = DeviceProfile.from_table(device, profile).to_dict()
+    times = {k: v * dilation for k, v in base.items() if k not in ("name", "step_overhead_s")}
+    return DeviceProfile(**{**base, **times, "name": f"{device} (table) x {dilation:g}",
+                            "step_overhead_s": step_overhead_s})
 
 
 def error_summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
@@ -171,8 +185,18 @@ class ValidationParams:
     target_device: str = "v100"  # accelerator the targets belong to
     repeats: int = 1  # measured runs per configuration and target
     bench_json: list[str] = dataclasses.field(default_factory=list)  # bench results files validated as well
+    replay_models: list[str] = dataclasses.field(default_factory=list)  # paper regime, replayed compute
+    replay_nodes: list[int] = dataclasses.field(default_factory=list)  # their emulated cluster sizes
+    replay_gbps: list[float] = dataclasses.field(default_factory=lambda: [10.0])  # their targets
+    replay_device: str = "v100"  # device profile the replayed compute follows
+    dilation: float = 1.0  # smallest D (experiments.replayed: perf.replay_dilation decides)
+    replay_steps: int = 2  # steps per replayed run, warmup included
+    replay_image_size: int = 224
+    replay_num_classes: int = 1000
+    batch_per_worker: int = 32  # samples per data worker of the replayed runs
     measure_runs: bool = True  # False: skip the measured cells (as without root or tc)
     specs: list = dataclasses.field(init=False)  # MeasureSpec per cluster size
+    replay: Any = dataclasses.field(init=False)  # replayed.ReplaySet
 
     def __post_init__(self):
         from .spec import MeasureSpec
@@ -189,6 +213,13 @@ class ValidationParams:
                                           nodes=n, strategies=self.strategies, fc_workers=fit or [1],
                                           global_batch=self.global_batch, steps=self.steps, warmup=self.warmup,
                                           target_gbps=gbps, target_device=self.target_device, repeats=self.repeats))
+        from .replayed import ReplaySet
+
+        self.replay = ReplaySet(models=self.replay_models, nodes=self.replay_nodes, strategies=self.strategies,
+                                fc_workers=ks, target_gbps=self.replay_gbps, replay_device=self.replay_device,
+                                dilation=self.dilation,
+                                batch_per_worker=self.batch_per_worker, steps=self.replay_steps, warmup=self.warmup,
+                                image_size=self.replay_image_size, num_classes=self.replay_num_classes)
         self.bench_json = [self.bench_json] if isinstance(self.bench_json, str) else list(self.bench_json)
         for f in self.bench_json:
             if not Path(f).is_file():
@@ -196,10 +227,13 @@ class ValidationParams:
 
 
 def run_measured(p: ValidationParams, cache_dir: str | None = None) -> list[dict[str, Any]]:
+    """The real-compute runs (the fidelity anchor), then the replayed paper-regime runs."""
+    from .replayed import run_replayed
     from .run import measure, skipped
     from .throughput import MEASURE_OFF
 
-    return [measure(s, cache_dir) if p.measure_runs else skipped(s, MEASURE_OFF) for s in p.specs]
+    real = [measure(s, cache_dir) if p.measure_runs else skipped(s, MEASURE_OFF) for s in p.specs]
+    return real + run_replayed(p.replay, cache_dir, p.measure_runs)
 
 
 def load_benches(p: ValidationParams) -> list[dict[str, Any]]:
@@ -223,9 +257,10 @@ def validate(benches: list[dict[str, Any]], latency_s: float = DEFAULT_LATENCY_S
             continue
         cfg = b["config"]
         got = calibrated(predict_runs(b, latency_s=latency_s))
-        name = f"{cfg['model']} N={cfg['nodes']} G={cfg['global_batch']}"
+        name = (f"{cfg['model']} N={cfg['nodes']} replayed ({cfg['replay_device']}, D={cfg['dilation']:g})"
+                if cfg.get("compute") == "replay" else f"{cfg['model']} N={cfg['nodes']} G={cfg['global_batch']}")
         for r in got:
-            r.update(bench=i, bench_name=name, nodes=cfg["nodes"])
+            r.update(bench=i, bench_name=name, nodes=cfg["nodes"], compute=cfg.get("compute", "real"))
         rows += got
         per_bench.append({"bench": i, "name": name, "source": b.get("source", "measured here"),
                           "summary": error_summary(got), "term_fit": term_fit(got),
@@ -233,6 +268,13 @@ def validate(benches: list[dict[str, Any]], latency_s: float = DEFAULT_LATENCY_S
                           "timing_rounds_note": b.get("timing_rounds_note")})
     cal = [{**r, "error": r["calibrated_error"]} for r in rows if r["calibrated_error"] is not None]
     unavailable = next((b["unavailable"] for b in benches if b.get("unavailable")), None)
-    return {"experiment": "model_validation", "unavailable": unavailable, "modelled_only": modelled_only(benches), "latency_s": latency_s,
-            "summary": error_summary(rows), "calibrated_summary": error_summary(cal), "benches": per_bench,
-            "rows": rows}
+    replay = sorted({(b["config"]["replay_device"], b["config"]["dilation"]) for b in benches
+                     if b.get("config", {}).get("compute") == "replay"})
+    caption = ("measured: communication, for real (shaped links); replayed runs: compute from "
+               + ", ".join(f"the {d} table profile x D = {x:g}" for d, x in replay)
+               + "; the others: real compute") if replay else "measured: real compute and communication"
+    return {"experiment": "model_validation", "unavailable": unavailable, "modelled_only": modelled_only(benches),
+            "latency_s": latency_s, "caption": caption, "summary": error_summary(rows),
+            "replayed_summary": error_summary([r for r in rows if r["compute"] == "replay"]),
+            "real_summary": error_summary([r for r in rows if r["compute"] != "replay"]),
+            "calibrated_summary": error_summary(cal), "benches": per_bench, "rows": rows}

@@ -105,5 +105,8 @@ def sweep_heatmaps(results: dict[str, Any]) -> go.Figure:
 
 def sweep_figures(results: dict[str, Any]) -> dict[str, go.Figure]:
     """The figures of notebook 05 by key: emulated, paper_scale, sweep."""
-    return mark_modelled_only({"emulated": emulated_bandwidth(results), "paper_scale": paper_scale_speedups(results),
+    from .throughput import replayed_throughput
+
+    return mark_modelled_only({"replayed": replayed_throughput(results.get("replayed"), "Paper regime, replayed compute"),
+                               "emulated": emulated_bandwidth(results), "paper_scale": paper_scale_speedups(results),
                                "sweep": sweep_heatmaps(results)}, results.get("modelled_only"))

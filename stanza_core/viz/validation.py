@@ -55,6 +55,8 @@ def predicted_vs_measured(results: dict[str, Any]) -> go.Figure:
     fig.add_annotation(text=f"median |error| {s['median_abs_error']:.1%}, worst {s['worst_abs_error']:.1%} "
                             f"({s['configurations']} configurations, independent inputs)",
                        xref="paper", yref="paper", x=0.01, y=0.99, showarrow=False, xanchor="left")
+    fig.add_annotation(text=results.get("caption", ""), xref="paper", yref="paper", x=0.01, y=0.93, showarrow=False,
+                       xanchor="left", font=dict(size=11))
     fig = finish(fig, _TITLE, 600)
     fig.update_layout(margin_t=150)
     return fig

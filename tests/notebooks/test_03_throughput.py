@@ -40,6 +40,8 @@ def test_tiny_run_measures_three_strategies_and_models_the_paper_scale(spec, run
     # node and step, stanza 1.6 MB of CONV gradients plus activations: stanza must be clearly ahead
     # (margin 1.2x against the 3-10x the model expects; a single run on a shared machine).
     assert m["stanza_speedup_vs_ddp"] > 1.2 and m["stanza_speedup_vs_ps"] > 1.2
+    # The tiny set replays nothing (the replay path runs in the notebook 07 test): a note figure.
+    assert results["replayed"]["by_model"] == {} and results["replayed"]["benches"] == []
     bench = results["measured"]["benches"][0]
     prof = named_profile("cifar_alexnet", 32, 10)
     for run in bench["runs"]:  # the engine's byte counters equal the model's formulas, exactly
@@ -52,7 +54,7 @@ def test_tiny_run_measures_three_strategies_and_models_the_paper_scale(spec, run
     row = results["modelled"]["speedups"]["alexnet"]["10"]["by_nodes"]["8"]
     assert row["vs_ps"] == pytest.approx(a.best_stanza().throughput / a.ps.throughput, rel=1e-12)
     assert row["fc_workers"] == a.best_stanza().fc_workers == 1
-    for key in ("measured", "modelled", "speedups"):
+    for key in ("replayed", "measured", "modelled", "speedups"):
         assert (out / f"{key}.html").is_file()
 
 
@@ -88,7 +90,8 @@ def test_without_root_the_notebook_runs_and_marks_every_figure_modelled_only(spe
     assert results["modelled_only"].endswith("missing: root (running as uid 65534)")
     assert results["measured"]["by_nodes"]["3"]["throughput"] == {}  # nothing measured ...
     assert results["modelled"]["speedups"]["alexnet"]["10"]["by_nodes"]["8"]["vs_ps"] > 1  # ... all modelled
-    for key in ("measured", "modelled", "speedups"):
+    assert results["replayed"]["by_model"] == {}  # the replayed runs are measured too: gated as well
+    for key in ("replayed", "measured", "modelled", "speedups"):
         fig = json.loads((out / f"{key}.plotly.json").read_text())
         assert fig["layout"]["title"]["text"].startswith("Modelled only · ")
     # The report: measured claims gated, not failed; the model's claims evaluated as usual.

@@ -34,6 +34,10 @@ CASES = [
     (4, ["--strategy", "ddp", "--model", "alexnet", "--image-size", "32"], "too small for alexnet"),
     (4, ["--strategy", "ddp", "--lr", "abc"], "invalid float value"),
     (1, ["--strategy", "local", "--resume"], "--resume needs --checkpoint-dir"),
+    (2, ["--strategy", "ps", "--ps-servers", "2"], "--ps-servers 2 leaves no data worker among 2 ranks"),
+    (4, ["--strategy", "ps", "--ps-servers", "-1"], "--ps-servers must be >= 0"),
+    (4, ["--strategy", "ddp", "--ps-servers", "1"], "--ps-servers applies to --strategy ps only"),
+    (4, ["--strategy", "stanza", "--ps-overlap"], "--ps-overlap applies to --strategy ps only"),
 ]
 
 
