@@ -31,7 +31,7 @@ import threading
 
 from .config import STRATEGIES
 from .launch import cli_args, run_job
-from .models import MIN_IMAGE_SIZE, MODEL_NAMES
+from .models import MIN_IMAGE_SIZE, MODEL_NAMES, known_model
 
 
 class BenchError(ValueError):
@@ -102,8 +102,8 @@ def run_bench(*, model: str, image_size: int, nodes: int, strategies: list[str],
     from .netem import check_host
     from .perf import DEVICE_TABLE
 
-    if model not in MODEL_NAMES:
-        raise BenchError(f"unknown model {model!r}; expected one of: {', '.join(MODEL_NAMES)}")
+    if not known_model(model):
+        raise BenchError(f"unknown model {model!r}; expected one of: {', '.join(MODEL_NAMES)} or package.module:factory")
     if image_size < MIN_IMAGE_SIZE.get(model, 1):
         raise BenchError(f"--image-size {image_size} is too small for {model} (>= {MIN_IMAGE_SIZE[model]})")
     if nodes < 2:
@@ -208,7 +208,7 @@ def format_table(result: dict) -> str:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m stanza_core.bench", description=__doc__.splitlines()[0])
-    ap.add_argument("--model", default="alexnet")
+    ap.add_argument("--model", default="alexnet", help="zoo model name or package.module:factory")
     ap.add_argument("--image-size", type=int, default=64)
     ap.add_argument("--num-classes", type=int, default=1000)
     ap.add_argument("--nodes", type=int, default=4)

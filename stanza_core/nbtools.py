@@ -22,7 +22,7 @@ import torch
 from tqdm import tqdm
 
 from .anatomy import Profile, profile_model
-from .models import MIN_IMAGE_SIZE, MODEL_NAMES, get_model
+from .models import MIN_IMAGE_SIZE, MODEL_NAMES, get_model, known_model
 
 if "ipykernel" in sys.modules:
     # In a kernel, figures carry plotly's own mimetype (JupyterLab draws it) and an HTML version
@@ -58,8 +58,8 @@ def check_models(models: Sequence[str] | str, image_size: int | None = None) -> 
     if not names or not all(isinstance(n, str) and n for n in names):
         raise ValueError(f"models must be a non-empty list of names, got {models!r}")
     for n in names:
-        if n not in MODEL_NAMES:
-            raise ValueError(f"unknown model {n!r}; expected one of: {', '.join(MODEL_NAMES)}")
+        if not known_model(n):
+            raise ValueError(f"unknown model {n!r}; expected one of: {', '.join(MODEL_NAMES)} or package.module:factory")
         if image_size is not None and image_size < MIN_IMAGE_SIZE.get(n, 1):
             raise ValueError(f"{n} needs image_size >= {MIN_IMAGE_SIZE[n]}, got {image_size}")
     if len(set(names)) != len(names):

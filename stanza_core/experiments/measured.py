@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import bench
-from ..models import MIN_IMAGE_SIZE, MODEL_NAMES
+from ..models import MIN_IMAGE_SIZE, MODEL_NAMES, known_model
 from . import timing
 
 PACKAGE = Path(__file__).resolve().parents[1]
@@ -70,8 +70,8 @@ class MeasureSpec:
     def __post_init__(self):
         from ..perf import DEVICE_TABLE
 
-        if self.model not in MODEL_NAMES:
-            raise ValueError(f"unknown model {self.model!r}; expected one of: {', '.join(MODEL_NAMES)}")
+        if not known_model(self.model):
+            raise ValueError(f"unknown model {self.model!r}; expected one of: {', '.join(MODEL_NAMES)} or package.module:factory")
         for name in ("image_size", "num_classes", "nodes", "global_batch", "steps", "repeats", "timing_reps"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from ..models import MIN_IMAGE_SIZE, MODEL_NAMES
+from ..models import MIN_IMAGE_SIZE, MODEL_NAMES, known_model
 from ..perf import DEVICE_TABLE, Cluster, best_assignment, named_profile
 from .measured import MeasureSpec, measure
 
@@ -27,8 +27,8 @@ def _names(value, what: str) -> list[str]:
     if not names:
         raise ValueError(f"{what} must name at least one model")
     for n in names:
-        if n not in MODEL_NAMES:
-            raise ValueError(f"unknown model {n!r}; expected one of: {', '.join(MODEL_NAMES)}")
+        if not known_model(n):
+            raise ValueError(f"unknown model {n!r}; expected one of: {', '.join(MODEL_NAMES)} or package.module:factory")
     return names
 
 

@@ -24,10 +24,16 @@ class ModelCounts:
     conv_params: int  # Pc
     fc_params: int  # Pf
     boundary_values: int  # A, values per sample crossing the CONV|FC cut
+    bn_conv_channels: int = 0  # batch-norm channels on the CONV side (global statistics: stanza.batchnorm)
+    bn_fc_channels: int = 0  # batch-norm channels on the FC side
 
     @property
     def params(self) -> int:
         return self.conv_params + self.fc_params
+
+    def local_bn(self) -> "ModelCounts":
+        """The same model with per-worker batch-norm statistics (--bn-stats local): no BN traffic."""
+        return dataclasses.replace(self, bn_conv_channels=0, bn_fc_channels=0)
 
     @classmethod
     def of(cls, obj) -> "ModelCounts":
@@ -35,12 +41,13 @@ class ModelCounts:
         if isinstance(obj, ModelCounts):
             return obj
         if isinstance(obj, Profile):
-            return cls(obj.conv.params, obj.fc.params, obj.boundary_values)
+            return cls(obj.conv.params, obj.fc.params, obj.boundary_values, obj.bn_conv_channels, obj.bn_fc_channels)
         if isinstance(obj, Mapping):
             missing = [f for f in ("conv_params", "fc_params", "boundary_values") if f not in obj]
             if missing:
                 raise ValueError(f"model counts need {', '.join(missing)}")
-            return cls(int(obj["conv_params"]), int(obj["fc_params"]), int(obj["boundary_values"]))
+            return cls(int(obj["conv_params"]), int(obj["fc_params"]), int(obj["boundary_values"]),
+                       int(obj.get("bn_conv_channels", 0)), int(obj.get("bn_fc_channels", 0)))
         raise ValueError(f"expected a Profile, ModelCounts or mapping, got {type(obj).__name__}")
 
 
@@ -52,6 +59,12 @@ def ring_share(nbytes: int, n: int) -> Fraction:
 def report(x: Fraction | int) -> int:
     """Exact byte fractions become whole bytes only when reported (Python's round: half to even)."""
     return int(round(Fraction(x)))
+
+
+def bn_stats_share(channels: int, n: int) -> Fraction:
+    """Global batch-norm statistics among n data workers: per layer call, 4 allreduces of C fp32
+    values (sum, centred sum of squares, and their gradients): 2(n-1)/n * 16 * C bytes."""
+    return ring_share(4 * DTYPE_BYTES * channels, n)
 
 
 def ps_shard_sizes(params: int, shards: int) -> list[int]:
@@ -115,25 +128,28 @@ def rank_bytes(counts: ModelCounts, strategy: str, nodes: int, fc_workers: int |
         sizes = [DTYPE_BYTES * s for s in ps_shard_sizes(P, ps_shards)]
     conv_ar = ring_share(DTYPE_BYTES * counts.conv_params, nc)
     fc_ar = ring_share(DTYPE_BYTES * counts.fc_params, k or 1)
+    # batch-norm statistics over the global batch: among the data workers (stanza: CONV side only)
+    bn = bn_stats_share(counts.bn_conv_channels + (0 if strategy == "stanza" else counts.bn_fc_channels), nc)
 
     def row(r: int) -> dict:
         if strategy == "local":
             return {"rank": r, "role": "local", "sent": {}, "recv": {}}
         if strategy == "ddp":
             g = ring_share(DTYPE_BYTES * P, N)
-            return {"rank": r, "role": "worker", "sent": _clean({"grads": g}), "recv": _clean({"grads": g})}
+            return {"rank": r, "role": "worker", "sent": _clean({"grads": g, "bn_stats": bn}),
+                    "recv": _clean({"grads": g, "bn_stats": bn})}
         if strategy == "ps":
             own = sizes[r] if r < ps_shards else 0
             others = DTYPE_BYTES * P - own  # pushed to / pulled from the other ranks' shards
             served = (N - 1) * own  # what this rank's shard takes in (grads) and gives out (params)
-            return {"rank": r, "role": "worker", "sent": _clean({"grads": others, "params": served}),
-                    "recv": _clean({"grads": served, "params": others})}
+            return {"rank": r, "role": "worker", "sent": _clean({"grads": others, "params": served, "bn_stats": bn}),
+                    "recv": _clean({"grads": served, "params": others, "bn_stats": bn})}
         if r < nc:
             b = batches[r]
             return {"rank": r, "role": "conv_worker",
                     "sent": _clean({"activations": DTYPE_BYTES * b * A, "labels": LABEL_BYTES * b,
-                                    "conv_grads": conv_ar}),
-                    "recv": _clean({"activation_grads": DTYPE_BYTES * b * A, "conv_grads": conv_ar})}
+                                    "conv_grads": conv_ar, "bn_stats": bn}),
+                    "recv": _clean({"activation_grads": DTYPE_BYTES * b * A, "conv_grads": conv_ar, "bn_stats": bn})}
         served = sum(batches[i] for i in range(r - nc, nc, k))  # samples of CONV workers i, i % k == r - nc
         return {"rank": r, "role": "fc_worker",
                 "sent": _clean({"activation_grads": DTYPE_BYTES * served * A, "fc_grads": fc_ar}),
@@ -150,18 +166,22 @@ def summary_bytes(counts: ModelCounts, strategy: str, nodes: int, fc_workers: in
     N, P, A = nodes, counts.params, counts.boundary_values
     if strategy == "local" or N == 1:
         return {"bytes_per_step": 0, "max_node_sent": 0, "max_node_recv": 0}
+    bn_all = counts.bn_conv_channels + counts.bn_fc_channels
     if strategy == "ddp":
-        g = report(ring_share(DTYPE_BYTES * P, N))
+        g = report(ring_share(DTYPE_BYTES * P, N)) + report(bn_stats_share(bn_all, N))
         return {"bytes_per_step": N * g, "max_node_sent": g, "max_node_recv": g}
     if strategy == "ps":
         # rank r < S moves 4P - own + (N-1) own each way; rank 0 holds the largest shard
-        busiest = DTYPE_BYTES * P + (N - 2) * DTYPE_BYTES * ps_shard_sizes(P, ps_shards)[0]
-        return {"bytes_per_step": 2 * (N - 1) * DTYPE_BYTES * P, "max_node_sent": busiest, "max_node_recv": busiest}
+        bn = report(bn_stats_share(bn_all, N))
+        busiest = DTYPE_BYTES * P + (N - 2) * DTYPE_BYTES * ps_shard_sizes(P, ps_shards)[0] + bn
+        return {"bytes_per_step": 2 * (N - 1) * DTYPE_BYTES * P + N * bn, "max_node_sent": busiest,
+                "max_node_recv": busiest}
     k = fc_workers
     nc = N - k
     G = sum(batches)
     conv_ar = report(ring_share(DTYPE_BYTES * counts.conv_params, nc))
     fc_ar = report(ring_share(DTYPE_BYTES * counts.fc_params, k))
+    conv_ar += report(bn_stats_share(counts.bn_conv_channels, nc))  # CONV workers' batch-norm statistics
     b0, s0 = batches[0], sum(batches[i] for i in range(0, nc, k))  # rank 0 and FC worker 0 carry the most
     act = DTYPE_BYTES * A
     return {"bytes_per_step": 2 * act * G + LABEL_BYTES * G + nc * conv_ar + k * fc_ar,
@@ -170,12 +190,15 @@ def summary_bytes(counts: ModelCounts, strategy: str, nodes: int, fc_workers: in
 
 
 def expected_bytes(profile_or_counts, strategy: str, nodes: int, fc_workers: int | None = None,
-                   global_batch: int = 32, ps_shards: int | None = None) -> list[dict]:
+                   global_batch: int = 32, ps_shards: int | None = None, bn_stats: str = "global") -> list[dict]:
     """What every rank sends and receives per step: [{rank, role, sent: {cat: int}, recv: {cat: int}}].
 
     The global batch must split evenly over the data workers (N, or N - k for stanza), as in
-    the engine. ps_shards defaults to N."""
+    the engine. ps_shards defaults to N. bn_stats as the engine's --bn-stats ("local": no
+    batch-norm traffic)."""
     counts = ModelCounts.of(profile_or_counts)
+    if bn_stats == "local":
+        counts = counts.local_bn()
     fc_workers, ps_shards = check_config(strategy, nodes, fc_workers, ps_shards)
     n = data_workers(strategy, nodes, fc_workers)
     if isinstance(global_batch, bool) or not isinstance(global_batch, int) or global_batch < n:
