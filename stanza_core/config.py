@@ -95,11 +95,11 @@ class TrainConfig:
             raise ConfigError("--checkpoint-every needs --checkpoint-dir")
         if self.strategy == "stanza" and self.fc_workers < 1:
             raise ConfigError(f"--fc-workers must be >= 1 with stanza, got {self.fc_workers}")
+        self._check_paths()
         for name in ("save", "metrics"):
             path = getattr(self, name)
             if path and os.path.exists(path) and not self.overwrite and not self.resume:
                 raise ConfigError(f"--{name} {path} already exists; pass --overwrite to replace it")
-        self._check_paths()
 
         if self.compute not in COMPUTE:
             raise ConfigError(f"unknown --compute {self.compute!r}; expected one of {', '.join(COMPUTE)}")
