@@ -17,12 +17,16 @@
 # # 03 · Throughput: ps vs ddp vs stanza as the cluster grows
 #
 # **What it shows.** Training throughput (samples/s) of the parameter-server baseline (`ps`,
-# one shard per node), data parallelism (`ddp`) and layer separation (`stanza`, k FC workers),
-# (a) *measured*: real multi-node jobs on the emulated cluster (one network namespace per node,
-# every link shaped by tc), at a target bandwidth mapped to this machine's speed, and
-# (b) *modelled*: the performance model (`stanza_core.perf`) for AlexNet and VGG-16 at 224x224
-# on V100s, across cluster sizes and bandwidths. Figures: measured samples/s per strategy, the
-# model's samples/s against N, and stanza's speedups over ps and ddp beside the paper's.
+# one shard per node), data parallelism (`ddp`) and layer separation (`stanza`, k FC workers):
+# (a) *in the paper's regime*: AlexNet and VGG-16 at 224x224, 1000 classes, 32 samples per data
+# worker, as real multi-node jobs on the emulated cluster (one network namespace per node, every
+# link shaped by tc) whose **communication is measured for real** while their **compute is
+# replayed** from the V100 profile, D times slower, with links at target / D
+# (`stanza_core.replay`, `experiments/replayed.py`); (b) *the fidelity anchor*: one small
+# configuration (`cifar_alexnet`) with real compute on the same emulated cluster; (c)
+# *modelled*: the performance model (`stanza_core.perf`) across cluster sizes and bandwidths.
+# Figures: replayed samples/s, the anchor's measured samples/s, the model's samples/s against N,
+# and stanza's speedups over ps and ddp beside the paper's.
 #
 # **Paper claim it backs.** Wu et al., *Stanza: Layer Separation for Distributed Training in
 # Deep Learning* (arXiv 1812.10624): on EC2 V100 instances at 10 Gb/s, stanza trains common
@@ -30,7 +34,14 @@
 # and 1.72x for VGG-16. Claims and tolerances: `reproductions/throughput.yaml`.
 #
 # **Deviations from the paper**
-# - The measured runs use a small AlexNet-shaped model (`cifar_alexnet`, 32x32) on CPU
+# - D follows `perf.replay_dilation`: the smallest D at which this 2-core machine keeps up with
+#   all N links at once (D = 80 for 4 nodes at 10 Gb/s), so a replayed step takes D times the
+#   V100's. Quick mode (`make reproduce`) therefore replays AlexNet only, 4 nodes at 10 Gb/s,
+#   2 steps (the runs notebooks 05 and 07 share through the cache); VGG-16, 8 nodes and 25 / 40 /
+#   100 Gb/s run in full mode (hours: D reaches 1,600). 16 nodes of VGG-16 do not fit in the
+#   24 GiB of one machine. Replayed compute is the V100 table profile (vendor peaks and assumed
+#   efficiencies), not a measured V100; the runs' communication is real.
+# - The fidelity anchor uses a small AlexNet-shaped model (`cifar_alexnet`, 32x32) on CPU
 #   processes of one machine, with links shaped to the rate that gives this machine the target
 #   bandwidth's communication-to-compute ratio (`rate = target x t_step(V100) / t_step(here)`,
 #   `stanza_core.bench`). The V100 step time comes from the device table (an assumption), so
@@ -42,7 +53,7 @@
 # - Full mode on GPU machines: run each configuration with `--device cuda` and one torchrun per
 #   node (`torchrun --nnodes N --node-rank i --nproc-per-node 1 --master-addr HOST -m
 #   stanza_core.train ...`), then read the metrics JSONs with
-#   `stanza_core.experiments.measured.bench_from_metrics`; the emulated path here is CPU only.
+#   `stanza_core.experiments.run.bench_from_metrics`; the emulated path here is CPU only.
 
 # %% tags=["parameters"]
 measured_model: str = "cifar_alexnet"  # zoo model run on the emulated cluster
@@ -62,6 +73,15 @@ model_image_size: int = 224  # input size of the modelled models (ImageNet setti
 model_nodes: list[int] = [2, 4, 8, 16, 32, 64]  # modelled cluster sizes
 model_gbps: list[float] = [10.0, 100.0]  # modelled bandwidths (Gb/s per node and direction)
 batch_per_worker: int = 32  # modelled samples per data worker
+replay_models: list[str] = ["alexnet"]  # paper-regime models, replayed compute (224x224, 1000 classes)
+replay_nodes: list[int] = [4]  # emulated cluster sizes of the replayed runs
+replay_gbps: list[float] = [10.0]  # target bandwidths of the replayed runs
+replay_device: str = "v100"  # device profile the replayed compute follows (perf device table)
+dilation: float = 1.0  # smallest D (perf.replay_dilation picks D so this CPU keeps up); links run at target / D
+replay_steps: int = 2  # steps per replayed run, warmup included
+replay_image_size: int = 224  # input of the replayed runs (the paper's ImageNet setting)
+replay_num_classes: int = 1000  # outputs of the replayed models
+measure_runs: bool = True  # run the measured cells (False, or no root/tc here: modelled figures only)
 cache_dir: str = "auto"  # measured runs cache: auto (beside out_dir, shared by notebooks), "" (none) or a folder
 png: bool = True  # also export PNG figures (needs a Chromium)
 out_dir: str = "../reproductions/out/throughput"  # where results.json and the figures go
@@ -69,27 +89,41 @@ out_dir: str = "../reproductions/out/throughput"  # where results.json and the f
 # %%
 import stanza_core.nbtools as nbt
 from stanza_core import viz
-from stanza_core.experiments import measured, throughput
+from stanza_core.experiments import cache, throughput
 
-plan = throughput.plan(measured_model=measured_model, measured_image_size=measured_image_size,
-                       measured_num_classes=measured_num_classes, measured_nodes=measured_nodes,
-                       strategies=strategies, fc_workers=fc_workers, global_batch=global_batch, steps=steps,
-                       warmup=warmup, target_gbps=target_gbps, target_device=target_device, repeats=repeats,
-                       model_names=model_names, model_image_size=model_image_size, model_nodes=model_nodes,
-                       model_gbps=model_gbps, batch_per_worker=batch_per_worker)
+params = throughput.ThroughputParams(measured_model=measured_model, measured_image_size=measured_image_size,
+                                     measured_num_classes=measured_num_classes, measured_nodes=measured_nodes,
+                                     strategies=strategies, fc_workers=fc_workers, global_batch=global_batch, steps=steps,
+                                     warmup=warmup, target_gbps=target_gbps, target_device=target_device, repeats=repeats,
+                                     model_names=model_names, model_image_size=model_image_size, model_nodes=model_nodes,
+                                     model_gbps=model_gbps, batch_per_worker=batch_per_worker,
+                                     replay_models=replay_models, replay_nodes=replay_nodes, replay_gbps=replay_gbps,
+                                     replay_device=replay_device, dilation=dilation,
+                                     replay_steps=replay_steps,
+                                     replay_image_size=replay_image_size, replay_num_classes=replay_num_classes,
+                                     measure_runs=measure_runs)
 
 # %%
-benches = throughput.run_measured(plan, measured.cache_dir_for(cache_dir, out_dir))
+benches = throughput.run_measured(params, cache.cache_dir_for(cache_dir, out_dir))
+replayed = throughput.run_replayed(params, cache.cache_dir_for(cache_dir, out_dir))
 
 # %%
-modelled = throughput.model_curves(plan)
-results = throughput.throughput_results(plan, benches, modelled)
+modelled = throughput.model_curves(params)
+results = throughput.throughput_results(params, benches, modelled, replayed)
 nbt.write_results(results, out_dir)
 figs = viz.throughput_figures(results)
 nbt.save_figures(figs, out_dir, png=png)
 
 # %% [markdown]
-# Measured samples/s on the emulated cluster. With the links at the target's
+# The paper's regime: samples/s on the target cluster (measured x D) of every configuration,
+# communication measured for real, compute replayed (the caption above the bars says from which
+# profile and with which D).
+
+# %%
+figs["replayed"]
+
+# %% [markdown]
+# The fidelity anchor: measured samples/s with real compute on the emulated cluster. With the links at the target's
 # communication-to-compute ratio, ddp and ps spend most of each step moving the FC head's
 # gradients and parameters; stanza moves the CONV gradients and one boundary activation per
 # sample instead.

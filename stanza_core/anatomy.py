@@ -50,6 +50,7 @@ class Profile:
     fc: PartTotals
     layers: list[LayerRow]
     timed_on: str | None = None  # device the times were measured on
+    conv_shapes: list[list[int]] | None = None  # CONV parameter shapes, in parameters() order (PowerSGD sizes)
     bn_conv_channels: int = 0  # batch-norm channels of each part (their global statistics are traffic)
     bn_fc_channels: int = 0
     notes: list[str] = dataclasses.field(default_factory=list)  # the split's warnings (e.g. FC side compute-heavy)
@@ -204,5 +205,5 @@ def profile_model(model: nn.Module, input_shape=(3, 224, 224), batch_size: int =
     from .batchnorm import bn_channels
 
     return Profile(name or type(model).__name__.lower(), input_shape, batch_size, split.boundary,
-                   a.numel(), conv, fc, rows, timed_on, bn_channels(split.conv), bn_channels(split.fc),
-                   list(split.notes))
+                   a.numel(), conv, fc, rows, timed_on, [list(p.shape) for p in split.conv.parameters()],
+                   bn_channels(split.conv), bn_channels(split.fc), list(split.notes))

@@ -31,6 +31,39 @@ import torch.distributed as dist
 CATEGORIES = ("activations", "labels", "activation_grads", "conv_grads", "fc_grads", "grads", "params", "bn_stats")
 
 
+POWERSGD_START = 2  # PowerSGD runs vanilla allreduce for its first 2 steps (the minimum torch allows
+# with error feedback); the performance model's steady state starts at step 2
+
+
+class FlatBucket:
+    """The part of torch's GradBucket interface that DDP's comm hooks call (buffer, index,
+    is_last, gradients, parameters), over one flat gradient buffer of the engine's own buckets:
+    torch's GradBucket has no Python constructor, and the hooks only duck-type it."""
+
+    def __init__(self, index: int, count: int, buffer: torch.Tensor, params: list):
+        self._index, self._count, self._buffer, self._params = index, count, buffer, params
+
+    def buffer(self) -> torch.Tensor:
+        return self._buffer
+
+    def index(self) -> int:
+        return self._index
+
+    def is_last(self) -> bool:
+        return self._index == self._count - 1
+
+    def parameters(self) -> list:
+        return self._params
+
+    def gradients(self) -> list[torch.Tensor]:
+        """Views of the buffer shaped like the parameters (hooks write results through them)."""
+        out, offset = [], 0
+        for p in self._params:
+            out.append(self._buffer[offset:offset + p.numel()].view(p.shape))
+            offset += p.numel()
+        return out
+
+
 class PeerError(RuntimeError):
     """A peer died or did not answer within the timeout."""
 
@@ -65,6 +98,7 @@ class Comm:
         self._counting = False
         self.groups: dict[str, object] = {}
         self.group_ranks: dict[str, list[int]] = {}
+        self._powersgd: dict[str, object] = {}  # PowerSGD hook state per group (error feedback, warm start)
         self.timeline: list[dict] | None = None  # a list once enable_timeline() is called
         self.step_starts: list[float] = []  # perf_counter() at each counting() entry (timeline on)
         self._pending: dict[int, tuple] = {}  # id(work) -> (event, category, peer, bytes)
@@ -244,6 +278,46 @@ class Comm:
         if self.world_size > 1 and comm_failure:
             return PeerError(f"rank {self.rank}: communication failed: {_first_line(e)}")
         return e
+
+    def hook_allreduce(self, bucket: "FlatBucket", group: str, category: str, compression: str):
+        """Sum `bucket`'s buffer in place over `group` through one of DDP's own comm hooks
+        (fp16 / bf16 compression, or PowerSGD rank 1); returns a future (None for a group of one).
+
+        The hooks average; the caller multiplies by the group size. Counted bytes follow what the
+        hook really allreduces: 2-byte values for fp16/bf16; for PowerSGD the vanilla buffer in
+        its first `POWERSGD_START` steps, then its uncompressed tensors plus P and Q, as the
+        hook's own tally (`total_numel_after_compression`) records them."""
+        from torch.distributed.algorithms.ddp_comm_hooks import default_hooks, powerSGD_hook as psgd
+
+        n = len(self.group_ranks[group])
+        if n == 1:
+            return None
+        pg = self.groups[group]
+        buf = bucket.buffer()
+        if compression in ("fp16", "bf16"):
+            hook = default_hooks.fp16_compress_hook if compression == "fp16" else default_hooks.bf16_compress_hook
+            fut = hook(pg, bucket)
+            nbytes = buf.numel() * 2
+        elif compression == "powersgd":
+            state = self._powersgd.get(group)
+            if state is None:
+                state = self._powersgd[group] = psgd.PowerSGDState(
+                    process_group=pg, matrix_approximation_rank=1, start_powerSGD_iter=POWERSGD_START)
+            vanilla, before = state.iter < state.start_powerSGD_iter, state.total_numel_after_compression
+            fut = psgd.powerSGD_hook(state, bucket)
+            numel = buf.numel() if vanilla else state.total_numel_after_compression - before
+            nbytes = numel * buf.element_size()
+        else:
+            raise ValueError(f"unknown gradient compression {compression!r}")
+        ring = Fraction(2 * (n - 1) * nbytes, n)
+        self._count(category, ring, ring)
+        return fut
+
+    def wait_future(self, fut, what: str):
+        try:
+            return fut.wait()
+        except RuntimeError as e:
+            raise PeerError(f"rank {self.rank}: {what} failed: {_first_line(e)}") from None
 
     def ddp_hook(self):
         """A DistributedDataParallel comm hook: counts each bucket as `grads`, then performs

@@ -8,6 +8,8 @@ from typing import Any
 
 STRATEGIES = ("local", "ddp", "ps", "stanza")
 DEVICES = ("auto", "cpu", "cuda")
+BOUNDARY_DTYPES = ("fp32", "bf16", "fp16")
+GRAD_COMPRESSIONS = ("none", "fp16", "bf16", "powersgd")
 COMPUTE = ("real", "replay")
 
 
@@ -48,6 +50,10 @@ class TrainConfig:
     bucket_mb: float = 25.0  # gradient bucket size for overlapped allreduce (stanza, ddp)
     overwrite: bool = False  # allow --save/--metrics to replace existing files
     quiet: bool = False  # no progress bar
+    fc_conv_share: float = 0.0  # stanza: share of the global batch each FC worker also trains the CONV body on
+    micro_batches: int = 1  # stanza: M chunks per CONV worker, exchanged as a pipeline (1: whole batch)
+    boundary_dtype: str = "fp32"  # stanza: dtype of activations and their gradients on the wire (fp32|bf16|fp16)
+    grad_compression: str = "none"  # stanza: CONV gradient allreduce via DDP comm hook (none|fp16|bf16|powersgd)
     timeline: bool = False  # record per-rank event timestamps (sends, receives, allreduces, compute) in the metrics JSON
     compute: str = "real"  # real | replay (layer arithmetic replaced by waits: stanza_core/replay.py)
     replay_device: str | None = None  # replay: v100 | a100 | h100 (perf device table) or PATH.json profile
@@ -95,6 +101,20 @@ class TrainConfig:
             raise ConfigError("--checkpoint-every needs --checkpoint-dir")
         if self.strategy == "stanza" and self.fc_workers < 1:
             raise ConfigError(f"--fc-workers must be >= 1 with stanza, got {self.fc_workers}")
+        if self.micro_batches < 1:
+            raise ConfigError(f"--micro-batches must be >= 1, got {self.micro_batches}")
+        if not 0 <= self.fc_conv_share < 1:
+            raise ConfigError(f"--fc-conv-share must be in [0, 1), got {self.fc_conv_share}")
+        if self.boundary_dtype not in BOUNDARY_DTYPES:
+            raise ConfigError(f"unknown --boundary-dtype {self.boundary_dtype!r}; expected one of {', '.join(BOUNDARY_DTYPES)}")
+        if self.grad_compression not in GRAD_COMPRESSIONS:
+            raise ConfigError(f"unknown --grad-compression {self.grad_compression!r}; "
+                              f"expected one of {', '.join(GRAD_COMPRESSIONS)}")
+        if self.strategy != "stanza":
+            for name, default in (("fc_conv_share", 0.0), ("micro_batches", 1), ("boundary_dtype", "fp32"),
+                                  ("grad_compression", "none")):
+                if getattr(self, name) != default:
+                    raise ConfigError(f"--{name.replace('_', '-')} applies to stanza only, not {self.strategy}")
         self._check_paths()
         for name in ("save", "metrics"):
             path = getattr(self, name)

@@ -155,8 +155,9 @@ _SMALL: dict[str, Callable[[int], nn.Module]] = {
 }
 MODEL_NAMES: tuple[str, ...] = tuple(_TORCHVISION) + tuple(_SMALL)
 # Smallest square input each model accepts (AlexNet's stride-4 stem and three max-pools need 63,
+# Inception v3's stem and reductions need 75,
 # VGG's five 2x2 max-pools need 32).
-MIN_IMAGE_SIZE = {"alexnet": 63, **{n: 32 for n in _TORCHVISION if n.startswith("vgg")}}
+MIN_IMAGE_SIZE = {"alexnet": 63, "inception_v3": 75, **{n: 32 for n in _TORCHVISION if n.startswith("vgg")}}
 
 
 PICKLED_SUFFIX = ".model.pkl"  # a model object saved by save_model_object (stanza_core.train_model)

@@ -22,7 +22,7 @@ import torch
 from tqdm import tqdm
 
 from .anatomy import Profile, profile_model
-from .models import MIN_IMAGE_SIZE, MODEL_NAMES, get_model, known_model
+from .models import get_model
 
 if "ipykernel" in sys.modules:
     # In a kernel, figures carry plotly's own mimetype (JupyterLab draws it) and an HTML version
@@ -51,20 +51,11 @@ def resolve_device(device: str) -> str:
 
 
 def check_models(models: Sequence[str] | str, image_size: int | None = None) -> list[str]:
-    """The model names as a list (a comma-separated string, as `papermill -p` gives, is accepted).
+    """The model names as a list (a comma-separated string, as `papermill -p` gives, is accepted);
+    `experiments.checks.model_names`, the one place these checks live."""
+    from .experiments.checks import model_names
 
-    Raises ValueError naming the first unknown model, or a model too large for `image_size`."""
-    names = [m.strip() for m in models.split(",")] if isinstance(models, str) else list(models)
-    if not names or not all(isinstance(n, str) and n for n in names):
-        raise ValueError(f"models must be a non-empty list of names, got {models!r}")
-    for n in names:
-        if not known_model(n):
-            raise ValueError(f"unknown model {n!r}; expected one of: {', '.join(MODEL_NAMES)} or package.module:factory")
-        if image_size is not None and image_size < MIN_IMAGE_SIZE.get(n, 1):
-            raise ValueError(f"{n} needs image_size >= {MIN_IMAGE_SIZE[n]}, got {image_size}")
-    if len(set(names)) != len(names):
-        raise ValueError(f"models lists a name twice: {names}")
-    return names
+    return model_names(models, image_size)
 
 
 # ---------------------------------------------------------------------------------------------

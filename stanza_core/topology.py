@@ -9,6 +9,13 @@ Roles (named, never magic rank numbers):
 Stanza layout with N ranks and k FC workers: CONV workers are ranks 0..N-k-1, FC workers are
 ranks N-k..N-1, and CONV worker i is served by FC worker i % k, which balances the load to
 within one CONV worker. Every rank creates every process group in the order of `groups()`.
+
+Hybrid FC workers (`fc_batch` > 0): each FC worker also computes the CONV body on `fc_batch`
+samples of the global batch G and joins the CONV allreduce. The global batch is laid out in
+rank order: CONV worker i takes positions [i*bc, (i+1)*bc), FC worker j (rank Nc + j) takes
+[Nc*bc + j*bh, Nc*bc + (j+1)*bh), with bh = fc_batch = share * G and bc = (G - k*bh) / Nc;
+both must be whole numbers (`hybrid_batches`). Micro-batches split a worker's slice into M
+contiguous chunks, the first b % M one sample larger (`chunk_slices`).
 """
 from __future__ import annotations
 
@@ -25,6 +32,7 @@ class Topology:
     world_size: int  # N
     fc_workers: int  # k (stanza), else 0
     ps_shards: int  # S (ps), else 0
+    fc_batch: int = 0  # bh: samples each FC worker also runs the CONV body on (stanza, hybrid), else 0
 
     @property
     def conv_ranks(self) -> list[int]:
@@ -43,6 +51,13 @@ class Topology:
     def data_workers(self) -> int:
         """How many ranks the global batch is split over."""
         return len(self.conv_ranks)
+
+    @property
+    def conv_group(self) -> list[int]:
+        """Ranks whose CONV gradients are allreduced together (hybrid FC workers included)."""
+        if self.strategy == "stanza" and self.fc_batch:
+            return list(range(self.world_size))
+        return self.conv_ranks
 
     def role(self, rank: int) -> str:
         self._check_rank(rank)
@@ -67,8 +82,12 @@ class Topology:
         return list(range(fc_rank - n_conv, n_conv, self.fc_workers))
 
     def batch_slice(self, rank: int, global_batch: int) -> slice:
-        """Positions of the global batch that data worker `rank` computes."""
-        b = global_batch // self.data_workers
+        """Positions of the global batch that data worker `rank` (or hybrid FC worker) computes."""
+        b = (global_batch - self.fc_workers * self.fc_batch) // self.data_workers if self.fc_batch else \
+            global_batch // self.data_workers
+        if self.fc_batch and rank in self.fc_ranks:
+            start = self.data_workers * b + self.fc_ranks.index(rank) * self.fc_batch
+            return slice(start, start + self.fc_batch)
         i = self.conv_ranks.index(rank)
         return slice(i * b, (i + 1) * b)
 
@@ -76,7 +95,7 @@ class Topology:
         """Process groups beyond WORLD, by name, in creation order (identical on every rank)."""
         if self.strategy != "stanza":
             return {}
-        return {"conv": self.conv_ranks, "fc": self.fc_ranks}
+        return {"conv": self.conv_group, "fc": self.fc_ranks}
 
     def shard_owner(self, shard: int) -> int:
         """Rank that serves parameter-server shard `shard` (ps: shard s on rank s)."""
@@ -89,8 +108,43 @@ class Topology:
             raise ValueError(f"rank {rank} out of range for world size {self.world_size}")
 
 
+def hybrid_batches(global_batch: int, conv_workers: int, fc_workers: int, share: float) -> tuple[int, int]:
+    """(bc, bh): samples per CONV worker and per hybrid FC worker when each of the k FC workers
+    takes `share` of the global batch G. One-line ConfigError unless both are whole numbers,
+    bh >= 1 when share > 0, and every CONV worker keeps at least one sample."""
+    if not 0 <= share < 1:
+        raise ConfigError(f"--fc-conv-share must be in [0, 1), got {share}")
+    exact = share * global_batch
+    bh = round(exact)
+    if abs(exact - bh) > 1e-6 * max(1, global_batch) or (share > 0 and bh == 0):
+        raise ConfigError(f"--fc-conv-share {share} of --global-batch {global_batch} is {exact:g} samples; "
+                          f"expected a whole number (a multiple of 1/{global_batch})")
+    rest = global_batch - fc_workers * bh
+    if rest < conv_workers:
+        raise ConfigError(f"--fc-conv-share {share} leaves {rest} samples for {conv_workers} CONV workers; "
+                          f"expected at least one each")
+    if rest % conv_workers:
+        raise ConfigError(f"--fc-conv-share {share}: the {rest} samples left after {fc_workers} FC worker(s) take "
+                          f"{bh} each do not split evenly over {conv_workers} CONV workers")
+    return rest // conv_workers, bh
+
+
+def chunk_slices(s: slice, micro_batches: int) -> list[slice]:
+    """`s` cut into M contiguous chunks, the first len % M one sample larger."""
+    n = s.stop - s.start
+    if not 1 <= micro_batches <= n:
+        raise ValueError(f"cannot cut {n} samples into {micro_batches} micro-batches")
+    base, extra = divmod(n, micro_batches)
+    out, start = [], s.start
+    for j in range(micro_batches):
+        stop = start + base + (1 if j < extra else 0)
+        out.append(slice(start, stop))
+        start = stop
+    return out
+
+
 def make_topology(strategy: str, world_size: int, global_batch: int, fc_workers: int = 1,
-                  ps_shards: int = 0) -> Topology:
+                  ps_shards: int = 0, fc_conv_share: float = 0.0, micro_batches: int = 1) -> Topology:
     """Validate a layout; every error is one line saying what is wrong and what is expected."""
     if strategy not in STRATEGIES:
         raise ConfigError(f"unknown strategy {strategy!r}; expected one of {', '.join(STRATEGIES)}")
@@ -117,8 +171,16 @@ def make_topology(strategy: str, world_size: int, global_batch: int, fc_workers:
             raise ConfigError(f"--ps-shards {ps_shards} exceeds the {world_size} ranks that serve them")
     else:
         ps_shards = 0
-    topo = Topology(strategy, world_size, fc_workers, ps_shards)
-    if global_batch % topo.data_workers:
+    fc_batch = 0
+    if strategy == "stanza" and fc_conv_share:
+        _, fc_batch = hybrid_batches(global_batch, world_size - fc_workers, fc_workers, fc_conv_share)
+    topo = Topology(strategy, world_size, fc_workers, ps_shards, fc_batch)
+    if not fc_batch and global_batch % topo.data_workers:
         raise ConfigError(f"--global-batch {global_batch} is not divisible by the {topo.data_workers} data "
                           f"workers of {strategy} on {world_size} ranks")
+    if strategy == "stanza":
+        smallest = min(b for b in ((global_batch - fc_workers * fc_batch) // topo.data_workers, fc_batch) if b)
+        if micro_batches > smallest:
+            raise ConfigError(f"--micro-batches {micro_batches} exceeds the {smallest} samples of the smallest "
+                              f"worker batch; expected 1..{smallest}")
     return topo

@@ -97,7 +97,8 @@ class Prepared:
 def prepare(cfg: TrainConfig) -> Prepared:
     """Everything that can fail on bad input, before any process group forms."""
     rank, world = int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
-    topo = make_topology(cfg.strategy, world, cfg.global_batch, cfg.fc_workers, cfg.ps_shards)
+    topo = make_topology(cfg.strategy, world, cfg.global_batch, cfg.fc_workers, cfg.ps_shards,
+                         cfg.fc_conv_share, cfg.micro_batches)
     device = resolve_device(cfg, int(os.environ.get("LOCAL_RANK", 0)))
     if cfg.image_size < MIN_IMAGE_SIZE.get(cfg.model, 1):
         raise ConfigError(f"--image-size {cfg.image_size} is too small for {cfg.model}; "
@@ -109,6 +110,9 @@ def prepare(cfg: TrainConfig) -> Prepared:
         check_model(model, (3, cfg.image_size, cfg.image_size), cfg.num_classes, cfg.model)
     except ValueError as e:
         raise ConfigError(str(e)) from None
+    if cfg.micro_batches > 1 and any(isinstance(m, torch.nn.modules.batchnorm._BatchNorm) for m in model.modules()):
+        raise ConfigError(f"--micro-batches {cfg.micro_batches}: {cfg.model} has BatchNorm, whose batch statistics "
+                          "would change per micro-batch; expected --micro-batches 1 for it")
     split = None
     if cfg.strategy == "stanza":  # split once, here: a model with no valid cut fails before the group forms
         split = split_model(model, cfg.boundary, input_shape=(3, cfg.image_size, cfg.image_size),
@@ -118,6 +122,9 @@ def prepare(cfg: TrainConfig) -> Prepared:
         raise ConfigError(f"{cfg.model}: batch norm on the FC side ({bn_layers(split.fc)[0][0]}) cannot use global "
                           "batch statistics under stanza (an FC worker sees one CONV worker's samples at a time); "
                           "pass --bn-stats local or a --boundary after it")
+    if bn_sync and cfg.fc_conv_share:
+        raise ConfigError(f"--fc-conv-share {cfg.fc_conv_share}: {cfg.model} has batch norm, and global batch statistics "
+                          "need equal CONV batches on every data worker; pass --bn-stats local or --fc-conv-share 0")
     resumed = None
     if cfg.resume:
         resumed = checkpoint.load(cfg.checkpoint_dir, rank, world, dataclasses.asdict(cfg))
@@ -209,7 +216,7 @@ def _train(cfg, prep: Prepared, comm) -> dict | None:
     mine = {"rank": comm.rank, "role": strategy.role, "losses": losses, "times": times,
             "step_bytes": comm.step_bytes.snapshot(), "other_bytes": comm.other_bytes.snapshot(),
             "timeline": comm.timeline, "step_starts": comm.step_starts,
-            "replay_wait_s": replayer.waited_s if replayer else None}
+            "replay_wait_s": replayer.waited_s if replayer else None, "peak_rss_mib": _peak_rss_mib()}
     everyone = comm.all_gather_object(mine)
     if comm.rank != 0:
         return None
@@ -243,7 +250,8 @@ def build_metrics(cfg, topo, device, start, everyone, replayed: dict | None = No
         other_sent, other_recv = (report(c, 1) for c in r["other_bytes"])
         ranks.append({"rank": r["rank"], "role": r["role"], "bytes_sent": sum(sent.values()),
                       "bytes_recv": sum(recv.values()), "sent": sent, "recv": recv,
-                      "setup_bytes_sent": sum(other_sent.values()), "setup_bytes_recv": sum(other_recv.values())})
+                      "setup_bytes_sent": sum(other_sent.values()), "setup_bytes_recv": sum(other_recv.values()),
+                      "peak_rss_mib": r.get("peak_rss_mib")})
         if r.get("timeline") is not None:  # t: seconds since the first rank entered the step
             ranks[-1]["timeline"] = sorted(({**e, "step": start + e["step"], "t": e["t"] - origins[e["step"]]}
                                             for e in r["timeline"]), key=lambda e: (e["step"], e["t"]))
@@ -269,6 +277,15 @@ def build_metrics(cfg, topo, device, start, everyone, replayed: dict | None = No
         metrics["target_step_time_median_s"] = med / d if med else None
         metrics["target_throughput"] = metrics["throughput"] * d if metrics["throughput"] else None
     return metrics
+
+
+def _peak_rss_mib() -> float | None:
+    """This process's peak resident memory (MiB), or None where the OS does not say."""
+    try:
+        import resource
+    except ImportError:
+        return None
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: KiB
 
 
 def _step_origins(everyone) -> list[float]:

@@ -3,7 +3,7 @@ emulated cluster and predicted by the performance model, with the optimiser's ch
 
 Two optimiser answers are recorded for the emulated cluster:
   optimiser_k               argmax over k = 1..N//2 of the model with this machine's profile per
-                            k (timing.device_for: each phase at the contention it runs under,
+                            k (compute_rounds.device_for: each phase at the contention it runs under,
                             since all emulated nodes share this machine's cores);
   optimiser_k_uncontended   perf.best_assignment with one profile for every k, measured with a
                             single process: the pick for a cluster of separate machines this fast.
@@ -14,54 +14,95 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from ..models import MIN_IMAGE_SIZE
-from ..perf import DEFAULT_LATENCY_S, DEVICE_TABLE, Cluster, best_assignment, named_profile
-from . import timing, validation
-from .measured import MeasureSpec, measure
-from .throughput import _floats, _names
+from ..netem.facts import payload_gbps
+from ..perf import DEFAULT_LATENCY_S, Cluster, best_assignment, named_profile
+from . import checks, compute_rounds, replayed, validation
+from .replayed import ReplaySet
+from .run import measure, modelled_only, skipped
+from .spec import MeasureSpec
+from .throughput import MEASURE_OFF
 
 PIPEDREAM_VGG16 = "PipeDream's planner: VGG-16 on 16 GPUs -> 15 CONV replicas + 1 FC node (k = 1)"
 
 
 @dataclasses.dataclass(kw_only=True)
-class Plan:
-    measured: MeasureSpec | None  # stanza at every k = 1..N//2 (None: not measured)
-    paper_models: list[str]
-    paper_image_size: int
-    paper_nodes: int
-    paper_gbps: list[float]
-    batch_per_worker: int
-    paper_device: str
+class AssignmentParams:
+    """Notebook 04's parameters (its `parameters` cell), checked on creation."""
+
+    model: str  # zoo model run on the emulated cluster
+    image_size: int  # square input of the measured runs
+    num_classes: int  # outputs of the measured model
+    nodes: int  # emulated nodes N; k runs over 1..N/2
+    global_batch: int  # divisible by N - k for every k
+    steps: int  # steps per measured run, warmup included
+    warmup: int  # steps left out of the measured throughput
+    target_gbps: float  # bandwidth the measured runs emulate
+    target_device: str = "v100"  # accelerator the target bandwidth belongs to
+    repeats: int = 1  # measured runs per k
+    paper_models: list[str]  # models ranked at the scale of the paper
+    paper_image_size: int = 224
+    paper_nodes: int = 16  # cluster size of the modelled ranking
+    paper_gbps: list[float]  # bandwidths of the modelled ranking
+    batch_per_worker: int = 32  # modelled samples per CONV worker
+    paper_device: str = "v100"  # perf device-table row
+    replay_models: list[str] = dataclasses.field(default_factory=list)  # paper regime, replayed compute
+    replay_nodes: int = 4  # emulated cluster size of the replayed runs (k = 1..N/2)
+    replay_gbps: float = 10.0  # their target bandwidth
+    replay_device: str = "v100"  # device profile the replayed compute follows
+    dilation: float = 1.0  # smallest D (experiments.replayed: perf.replay_dilation decides)
+    replay_steps: int = 2  # steps per replayed run, warmup included
+    replay_image_size: int = 224
+    replay_num_classes: int = 1000
+    measure_runs: bool = True  # False: skip the measured cells (as without root or tc)
+    measured: MeasureSpec = dataclasses.field(init=False)  # stanza at every k = 1..N//2
+    replay: ReplaySet = dataclasses.field(init=False)  # the paper-regime runs: stanza at every k
+
+    def __post_init__(self):
+        if not checks._is_int(self.nodes) or self.nodes < 2:
+            raise ValueError(f"nodes must be an integer >= 2 (stanza needs a CONV and an FC worker), got {self.nodes!r}")
+        self.measured = MeasureSpec(model=self.model, image_size=self.image_size, num_classes=self.num_classes,
+                                    nodes=self.nodes, strategies=["stanza"],
+                                    fc_workers=list(range(1, self.nodes // 2 + 1)), global_batch=self.global_batch,
+                                    steps=self.steps, warmup=self.warmup, target_gbps=[self.target_gbps],
+                                    target_device=self.target_device, repeats=self.repeats)
+        self.paper_models = checks.model_names(self.paper_models, self.paper_image_size, name="paper_models")
+        checks.positive_int("paper_nodes", self.paper_nodes, 2)
+        checks.positive_int("batch_per_worker", self.batch_per_worker)
+        checks.device_name("paper_device", self.paper_device)
+        self.paper_gbps = checks.positive_floats("paper_gbps", self.paper_gbps)
+        n = checks.positive_int("replay_nodes", self.replay_nodes, 2)
+        self.replay = ReplaySet(models=self.replay_models, nodes=[n], strategies=["stanza"],
+                                fc_workers=list(range(1, n // 2 + 1)), target_gbps=[self.replay_gbps],
+                                replay_device=self.replay_device, dilation=self.dilation,
+                                batch_per_worker=self.batch_per_worker,
+                                steps=self.replay_steps, warmup=self.warmup, image_size=self.replay_image_size,
+                                num_classes=self.replay_num_classes)
 
 
-def plan(*, model: str, image_size: int, num_classes: int, nodes: int, global_batch: int, steps: int,
-         warmup: int, target_gbps: float, target_device: str = "v100", repeats: int = 1, measure_runs: bool = True,
-         paper_models, paper_image_size: int = 224, paper_nodes: int = 16, paper_gbps,
-         batch_per_worker: int = 32, paper_device: str = "v100") -> Plan:
-    """Check every parameter (one-line ValueError) before anything runs."""
-    if isinstance(nodes, bool) or not isinstance(nodes, int) or nodes < 2:
-        raise ValueError(f"nodes must be an integer >= 2 (stanza needs a CONV and an FC worker), got {nodes!r}")
-    spec = MeasureSpec(model=model, image_size=image_size, num_classes=num_classes, nodes=nodes,
-                       strategies=["stanza"], fc_workers=list(range(1, nodes // 2 + 1)), global_batch=global_batch,
-                       steps=steps, warmup=warmup, target_gbps=[target_gbps], target_device=target_device,
-                       repeats=repeats)
-    names = _names(paper_models, "paper_models")
-    for n in names:
-        if paper_image_size < MIN_IMAGE_SIZE.get(n, 1):
-            raise ValueError(f"{n} needs paper_image_size >= {MIN_IMAGE_SIZE[n]}, got {paper_image_size}")
-    if isinstance(paper_nodes, bool) or not isinstance(paper_nodes, int) or paper_nodes < 2:
-        raise ValueError(f"paper_nodes must be an integer >= 2, got {paper_nodes!r}")
-    if isinstance(batch_per_worker, bool) or not isinstance(batch_per_worker, int) or batch_per_worker < 1:
-        raise ValueError(f"batch_per_worker must be a positive integer, got {batch_per_worker!r}")
-    if paper_device not in DEVICE_TABLE:
-        raise ValueError(f"unknown paper_device {paper_device!r}; expected one of {', '.join(DEVICE_TABLE)}")
-    return Plan(measured=spec if measure_runs else None, paper_models=names, paper_image_size=paper_image_size,
-                paper_nodes=paper_nodes, paper_gbps=_floats(paper_gbps, "paper_gbps"),
-                batch_per_worker=batch_per_worker, paper_device=paper_device)
+def run_measured(p: AssignmentParams, cache_dir: str | None = None) -> dict[str, Any]:
+    return measure(p.measured, cache_dir) if p.measure_runs else skipped(p.measured, MEASURE_OFF)
 
 
-def run_measured(p: Plan, cache_dir: str | None = None) -> dict[str, Any] | None:
-    return measure(p.measured, cache_dir) if p.measured else None
+def run_replayed(p: AssignmentParams, cache_dir: str | None = None) -> list[dict[str, Any]]:
+    """The paper-regime runs: stanza at every k, replayed compute, real communication."""
+    return replayed.run_replayed(p.replay, cache_dir, p.measure_runs)
+
+
+def _replayed(p: AssignmentParams, runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """replayed.summary plus, per model, the measured best k and best_assignment's pick for the
+    same cluster (N nodes at the target on the replay device: what the replayed runs emulate)."""
+    out = replayed.summary(p.replay, runs)
+    for model, by_n in out["by_model"].items():
+        for n, by_g in by_n.items():
+            for g, d in by_g.items():
+                tp = {int(key.split("_k")[1]): v for key, v in d["throughput"].items()}
+                a = best_assignment(named_profile(model, p.replay_image_size, p.replay_num_classes),
+                                    Cluster(int(n), float(g), device=p.replay_device),
+                                    batch_per_worker=p.batch_per_worker, fc_workers=range(1, int(n) // 2 + 1))
+                best = max(tp, key=tp.get)
+                d.update(measured_best_k=best, optimiser_k=a.best_stanza().fc_workers,
+                         optimiser_shortfall=1 - tp[a.best_stanza().fc_workers] / tp[best])
+    return out
 
 
 def _emulated(bench: dict[str, Any]) -> dict[str, Any]:
@@ -81,12 +122,12 @@ def _emulated(bench: dict[str, Any]) -> dict[str, Any]:
     measured_best = max(rows, key=lambda r: r["measured_throughput"])
     optimiser = max(rows, key=lambda r: (r["predicted_throughput"], -r["fc_workers"]))
     # The same question without contention: one single-process profile for every k.
-    gbps = mbit * timing.payload_per_wire_byte(cfg.get("mtu") or 1500) / 1000
+    gbps = payload_gbps(mbit, cfg.get("mtu") or 1500)
     lone = [r for r in bench["timing_rounds"] if r["level"] == 1]
     uncontended = None
     if lone:
         b = max(lone, key=lambda r: r["batch"])["batch"]
-        dev = timing.device_for("ddp", 1, 0, b, lone, prof.params)
+        dev = compute_rounds.device_for("ddp", 1, 0, b, lone, prof.params)
         a = best_assignment(prof, Cluster(n, gbps, DEFAULT_LATENCY_S, dev), G, fc_workers=range(1, n // 2 + 1))
         uncontended = a.best_stanza().fc_workers
     best_tp = measured_best["measured_throughput"]
@@ -100,7 +141,7 @@ def _emulated(bench: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def paper_scale(p: Plan) -> dict[str, Any]:
+def paper_scale(p: AssignmentParams) -> dict[str, Any]:
     """Per model and bandwidth on `paper_nodes` V100s: throughput of stanza at every k, ddp, ps, and
     best_assignment's pick."""
     out: dict[str, Any] = {}
@@ -121,10 +162,12 @@ def paper_scale(p: Plan) -> dict[str, Any]:
     return out
 
 
-def assignment_results(p: Plan, bench: dict[str, Any] | None, paper: dict[str, Any]) -> dict[str, Any]:
-    """results.json of notebook 04."""
+def assignment_results(p: AssignmentParams, bench: dict[str, Any], paper: dict[str, Any],
+                       replayed_runs: list[dict[str, Any]] = ()) -> dict[str, Any]:
+    """results.json of notebook 04; `modelled_only` is why nothing was measured (None: measured)."""
     spec = p.measured
-    return {"experiment": "node_assignment",
+    return {"experiment": "node_assignment", "modelled_only": modelled_only([bench, *replayed_runs]),
+            "replayed": _replayed(p, list(replayed_runs)),
             "measured": None if bench is None else {"model": spec.model, "image_size": spec.image_size,
                                                     "target_device": spec.target_device, **_emulated(bench),
                                                     "bench": bench},

@@ -1,6 +1,6 @@
 """Notebook 05: the bandwidth sweep. Stanza against ps and ddp at 10 / 25 / 40 / 100 Gb/s:
 
-  emulated     the targets mapped to this machine's speed (measured.measure); the targets listed
+  emulated     the targets mapped to this machine's speed (run.measure); the targets listed
                in `measure_gbps` (and that the emulator can shape) are measured, every target is
                also predicted with this machine's profile (validation.predict_runs), so the
                model continues the measured points;
@@ -12,62 +12,92 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from ..perf import DEVICE_TABLE, Cluster, best_assignment, named_profile, sweep
-from . import validation
-from .measured import MeasureSpec, measure
-from .throughput import PAPER, _floats, _ints, _names
+from ..labels import config_label, run_key, run_label
+from ..perf import Cluster, best_assignment, emulated_bandwidth, named_profile, sweep
+from . import checks, replayed, validation
+from .replayed import ReplaySet
+from .run import measure, modelled_only, skipped
+from .spec import MeasureSpec
+from .throughput import MEASURE_OFF, PAPER
 
 SWEEP_GBPS = (1.0, 2.5, 5.0, 10.0, 25.0, 40.0, 100.0, 200.0, 400.0)
 SWEEP_NODES = tuple(2 ** i for i in range(1, 11))
 
 
 @dataclasses.dataclass(kw_only=True)
-class Plan:
-    measured: MeasureSpec | None  # the measured targets (None: nothing measured)
-    predicted: MeasureSpec  # every target: the configurations the model continues to
-    target_gbps: list[float]
-    paper_models: list[str]
-    paper_image_size: int
-    paper_nodes: int
-    sweep_gbps: list[float]
-    sweep_nodes: list[int]
-    batch_per_worker: int
-    paper_device: str
+class SweepParams:
+    """Notebook 05's parameters (its `parameters` cell), checked on creation."""
+
+    model: str  # zoo model run on the emulated cluster
+    image_size: int  # square input of the measured runs
+    num_classes: int  # outputs of the measured model
+    nodes: int  # emulated nodes
+    strategies: list[str]  # strategies measured and predicted
+    fc_workers: int  # stanza's k
+    global_batch: int  # divisible by N and N - k
+    steps: int  # steps per measured run, warmup included
+    warmup: int  # steps left out of the measured throughput
+    target_gbps: list[float]  # target bandwidths
+    measure_gbps: list[float]  # the targets measured (a subset; the rest predicted)
+    target_device: str = "v100"  # accelerator the targets belong to
+    repeats: int = 1  # measured runs per configuration and target
+    paper_models: list[str]  # models at the scale of the paper
+    paper_image_size: int = 224
+    paper_nodes: int = 16  # cluster size of the paper-scale comparison
+    sweep_gbps: list[float] = dataclasses.field(default_factory=lambda: list(SWEEP_GBPS))
+    sweep_nodes: list[int] = dataclasses.field(default_factory=lambda: list(SWEEP_NODES))
+    batch_per_worker: int = 32  # modelled samples per data worker
+    paper_device: str = "v100"  # perf device-table row
+    replay_models: list[str] = dataclasses.field(default_factory=list)  # paper regime, replayed compute
+    replay_nodes: list[int] = dataclasses.field(default_factory=list)  # their emulated cluster sizes
+    replay_gbps: list[float] = dataclasses.field(default_factory=lambda: [10.0])  # their targets
+    replay_device: str = "v100"  # device profile the replayed compute follows
+    dilation: float = 1.0  # smallest D (experiments.replayed: perf.replay_dilation decides)
+    replay_steps: int = 2  # steps per replayed run, warmup included
+    replay_image_size: int = 224
+    replay_num_classes: int = 1000
+    measure_runs: bool = True  # False: skip the measured cells (as without root or tc)
+    replay: ReplaySet = dataclasses.field(init=False)  # the paper-regime runs
+    measured: MeasureSpec | None = dataclasses.field(init=False)  # the measured targets (None: none)
+    predicted: MeasureSpec = dataclasses.field(init=False)  # every target: what the model continues to
+
+    def __post_init__(self):
+        self.target_gbps = checks.positive_floats("target_gbps", self.target_gbps)
+        measured_targets = checks.positive_floats("measure_gbps", self.measure_gbps) if self.measure_gbps else []
+        if extra := [g for g in measured_targets if g not in self.target_gbps]:
+            raise ValueError(f"measure_gbps {extra} are not among target_gbps {self.target_gbps}")
+        common = dict(model=self.model, image_size=self.image_size, num_classes=self.num_classes, nodes=self.nodes,
+                      strategies=self.strategies, fc_workers=[self.fc_workers], global_batch=self.global_batch,
+                      steps=self.steps, warmup=self.warmup, target_device=self.target_device, repeats=self.repeats)
+        self.predicted = MeasureSpec(**common, target_gbps=self.target_gbps)
+        self.measured = MeasureSpec(**common, target_gbps=measured_targets) if measured_targets else None
+        checks.positive_int("paper_nodes", self.paper_nodes, 2)
+        checks.positive_int("batch_per_worker", self.batch_per_worker)
+        checks.device_name("paper_device", self.paper_device)
+        self.paper_models = checks.model_names(self.paper_models, self.paper_image_size, name="paper_models")
+        self.sweep_gbps = checks.positive_floats("sweep_gbps", self.sweep_gbps)
+        self.sweep_nodes = checks.int_list("sweep_nodes", self.sweep_nodes, 2)
+        self.replay = ReplaySet(models=self.replay_models, nodes=self.replay_nodes, strategies=self.strategies,
+                                fc_workers=[self.fc_workers], target_gbps=self.replay_gbps,
+                                replay_device=self.replay_device, dilation=self.dilation,
+                                batch_per_worker=self.batch_per_worker,
+                                steps=self.replay_steps, warmup=self.warmup, image_size=self.replay_image_size,
+                                num_classes=self.replay_num_classes)
 
 
-def plan(*, model: str, image_size: int, num_classes: int, nodes: int, strategies, fc_workers: int,
-         global_batch: int, steps: int, warmup: int, target_gbps, measure_gbps, target_device: str = "v100",
-         repeats: int = 1, paper_models, paper_image_size: int = 224, paper_nodes: int = 16,
-         sweep_gbps=SWEEP_GBPS, sweep_nodes=SWEEP_NODES, batch_per_worker: int = 32,
-         paper_device: str = "v100") -> Plan:
-    """Check every parameter (one-line ValueError) before anything runs."""
-    targets = _floats(target_gbps, "target_gbps")
-    measured_targets = _floats(measure_gbps, "measure_gbps") if measure_gbps else []
-    if extra := [g for g in measured_targets if g not in targets]:
-        raise ValueError(f"measure_gbps {extra} are not among target_gbps {targets}")
-    common = dict(model=model, image_size=image_size, num_classes=num_classes, nodes=nodes, strategies=strategies,
-                  fc_workers=[fc_workers], global_batch=global_batch, steps=steps, warmup=warmup,
-                  target_device=target_device, repeats=repeats)
-    predicted = MeasureSpec(**common, target_gbps=targets)
-    measured = MeasureSpec(**common, target_gbps=measured_targets) if measured_targets else None
-    if isinstance(paper_nodes, bool) or not isinstance(paper_nodes, int) or paper_nodes < 2:
-        raise ValueError(f"paper_nodes must be an integer >= 2, got {paper_nodes!r}")
-    if isinstance(batch_per_worker, bool) or not isinstance(batch_per_worker, int) or batch_per_worker < 1:
-        raise ValueError(f"batch_per_worker must be a positive integer, got {batch_per_worker!r}")
-    if paper_device not in DEVICE_TABLE:
-        raise ValueError(f"unknown paper_device {paper_device!r}; expected one of {', '.join(DEVICE_TABLE)}")
-    return Plan(measured=measured, predicted=predicted, target_gbps=targets,
-                paper_models=_names(paper_models, "paper_models"), paper_image_size=paper_image_size,
-                paper_nodes=paper_nodes, sweep_gbps=_floats(sweep_gbps, "sweep_gbps"),
-                sweep_nodes=_ints(sweep_nodes, "sweep_nodes", 2), batch_per_worker=batch_per_worker,
-                paper_device=paper_device)
+def run_measured(p: SweepParams, cache_dir: str | None = None) -> dict[str, Any] | None:
+    """The measured targets' bench results (None: no target is measured)."""
+    if p.measured is None:
+        return None
+    return measure(p.measured, cache_dir) if p.measure_runs else skipped(p.measured, MEASURE_OFF)
 
 
-def run_measured(p: Plan, cache_dir: str | None = None) -> dict[str, Any] | None:
-    return measure(p.measured, cache_dir) if p.measured else None
+def run_replayed(p: SweepParams, cache_dir: str | None = None) -> list[dict[str, Any]]:
+    """The paper-regime runs (replayed compute, real communication) at `replay_gbps`."""
+    return replayed.run_replayed(p.replay, cache_dir, p.measure_runs)
 
 
-def emulated(p: Plan, bench: dict[str, Any] | None) -> dict[str, Any]:
+def emulated(p: SweepParams, bench: dict[str, Any] | None) -> dict[str, Any]:
     """Per target: the emulated link rate, measured samples/s (where measured) and the model's
     prediction with this machine's profile, per configuration."""
     out: dict[str, Any] = {"nodes": p.predicted.nodes, "model": p.predicted.model, "image_size": p.predicted.image_size,
@@ -77,14 +107,16 @@ def emulated(p: Plan, bench: dict[str, Any] | None) -> dict[str, Any]:
         return out
     cal = bench["calibration"]
     # The same configurations at every target rate, predicted (runs with no measurement behind them).
-    ghost = [{"strategy": s, "fc_workers": k, "target_gbps": g, "link_mbit": g * 1000 * cal["ratio"], "repeat": 0,
+    link = {g: 1000 * emulated_bandwidth(g, cal["t_step_target_s"], cal["t_step_here_s"]) for g in p.target_gbps}
+    ghost = [{"strategy": s, "fc_workers": k, "target_gbps": g, "link_mbit": link[g], "repeat": 0,
               "throughput": float("nan"), "step_time_median_s": float("nan"), "bytes_per_step": None}
              for g in p.target_gbps for s, k in p.predicted.configs()]
     predicted = validation.predict_runs({**bench, "runs": ghost})
     measured = {(r["target_gbps"], r["strategy"], r["fc_workers"]): r for r in validation.predict_runs(bench)}
     for row in predicted:
         g = row["target_gbps"]
-        label = row["strategy"] + (f"_k{row['fc_workers']}" if row["fc_workers"] else "")
+        label = run_key(row)
+        out.setdefault("labels", {})[label] = run_label(row)
         m = measured.get((g, row["strategy"], row["fc_workers"]))
         d = out["by_gbps"].setdefault(f"{g:g}", {"target_gbps": g, "link_mbit": row["link_mbit"],
                                                  "measured": {}, "predicted": {}, "error": {}})
@@ -104,7 +136,7 @@ def emulated(p: Plan, bench: dict[str, Any] | None) -> dict[str, Any]:
     return out
 
 
-def paper_scale(p: Plan) -> dict[str, Any]:
+def paper_scale(p: SweepParams) -> dict[str, Any]:
     """Stanza (best k), ddp and ps on `paper_nodes` V100s at each target bandwidth."""
     out: dict[str, Any] = {}
     for name in p.paper_models:
@@ -120,7 +152,7 @@ def paper_scale(p: Plan) -> dict[str, Any]:
     return out
 
 
-def model_sweep(p: Plan) -> dict[str, Any]:
+def model_sweep(p: SweepParams) -> dict[str, Any]:
     """perf.sweep per paper model (per-k throughput lists dropped: they hold up to N/2 values)."""
     out = {}
     for name in p.paper_models:
@@ -130,15 +162,17 @@ def model_sweep(p: Plan) -> dict[str, Any]:
         for r in s["rows"]:
             r.pop("stanza_throughput_by_k", None)
             b = r["best"]
-            best_at.setdefault(str(r["nodes"]), {})[f"{r['bandwidth_gbps']:g}"] = (
-                f"stanza k={b['fc_workers']}" if b["strategy"] == "stanza" else b["strategy"])
+            best_at.setdefault(str(r["nodes"]), {})[f"{r['bandwidth_gbps']:g}"] = config_label(b["strategy"],
+                                                                                              b["fc_workers"])
         out[name] = {**s, "best_at": best_at}
     return out
 
 
-def sweep_results(p: Plan, bench, emu: dict[str, Any], paper: dict[str, Any], swept: dict[str, Any]) -> dict[str, Any]:
-    """results.json of notebook 05."""
-    return {"experiment": "bandwidth_sweep", "target_gbps": p.target_gbps, "emulated": emu,
+def sweep_results(p: SweepParams, bench, emu: dict[str, Any], paper: dict[str, Any], swept: dict[str, Any],
+                  replayed_runs: list[dict[str, Any]] = ()) -> dict[str, Any]:
+    """results.json of notebook 05; `modelled_only` is why nothing was measured (None: measured)."""
+    return {"experiment": "bandwidth_sweep", "modelled_only": modelled_only([bench, *replayed_runs]),
+            "replayed": replayed.summary(p.replay, list(replayed_runs)), "target_gbps": p.target_gbps, "emulated": emu,
             "paper_scale": {"nodes": p.paper_nodes, "device": p.paper_device, "batch_per_worker": p.batch_per_worker,
                             "image_size": p.paper_image_size, "results": paper},
             "sweep": swept, "paper": PAPER, "bench": bench}

@@ -2,7 +2,7 @@
 cluster (a small model, one target bandwidth) and modelled at the paper's scale (AlexNet and
 VGG-16 at 224x224 on the V100 table device, 2..N nodes, the paper's bandwidths).
 
-    p = plan(measured_model="cifar_alexnet", measured_nodes=[3], ...)   # every check, first
+    p = ThroughputParams(measured_model="cifar_alexnet", measured_nodes=[3], ...)  # every check, first
     measured = run_measured(p, cache_dir)                                # bench dicts, one per N
     modelled = model_curves(p)                                           # perf.predict rows
     results = throughput_results(p, measured, modelled)                  # results.json
@@ -12,9 +12,12 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from ..models import MIN_IMAGE_SIZE, MODEL_NAMES, known_model
-from ..perf import DEVICE_TABLE, Cluster, best_assignment, named_profile
-from .measured import MeasureSpec, measure
+from ..labels import run_key
+from ..perf import Cluster, best_assignment, named_profile
+from . import checks, replayed
+from .replayed import ReplaySet
+from .run import measure, modelled_only, skipped
+from .spec import MeasureSpec
 
 PAPER = {"speedup_vs_ps_10gbps": [1.34, 13.9], "alexnet_speedup_vs_ps_100gbps": 1.55,
          "vgg16_speedup_vs_ps_100gbps": 1.72,
@@ -22,73 +25,75 @@ PAPER = {"speedup_vs_ps_10gbps": [1.34, 13.9], "alexnet_speedup_vs_ps_100gbps": 
                    "1.55x AlexNet, 1.72x VGG-16 at 100 Gb/s (simulation)"}
 
 
-def _names(value, what: str) -> list[str]:
-    names = [v.strip() for v in value.split(",")] if isinstance(value, str) else list(value)
-    if not names:
-        raise ValueError(f"{what} must name at least one model")
-    for n in names:
-        if not known_model(n):
-            raise ValueError(f"unknown model {n!r}; expected one of: {', '.join(MODEL_NAMES)} or package.module:factory")
-    return names
-
-
-def _ints(value, what: str, low: int) -> list[int]:
-    vals = [value] if isinstance(value, int) else list(value)
-    if not vals or any(isinstance(v, bool) or not isinstance(v, int) or v < low for v in vals):
-        raise ValueError(f"{what} must be a non-empty list of integers >= {low}, got {value!r}")
-    return sorted(set(vals))
-
-
-def _floats(value, what: str) -> list[float]:
-    vals = [value] if isinstance(value, (int, float)) else list(value)
-    if not vals or any(isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0 for v in vals):
-        raise ValueError(f"{what} must be a non-empty list of positive numbers, got {value!r}")
-    return [float(v) for v in vals]
+MEASURE_OFF = "measure_runs=False: the measured cells were not run (modelled figures only)"
 
 
 @dataclasses.dataclass(kw_only=True)
-class Plan:
-    measured: list[MeasureSpec]  # one per emulated cluster size (empty: nothing measured)
+class ThroughputParams:
+    """Notebook 03's parameters (its `parameters` cell), checked on creation."""
+
+    measured_model: str  # zoo model run on the emulated cluster
+    measured_image_size: int  # square input of the measured runs
+    measured_num_classes: int  # outputs of the measured model
+    measured_nodes: list[int]  # emulated cluster sizes (empty: model only)
+    strategies: list[str]  # strategies measured
+    fc_workers: int  # stanza's k in the measured runs
+    global_batch: int  # samples per step of the measured runs
+    steps: int  # steps per measured run, warmup included
+    warmup: int  # steps left out of the measured throughput
+    target_gbps: float  # bandwidth the measured runs emulate
+    target_device: str = "v100"  # accelerator the target bandwidth belongs to
+    repeats: int = 1  # measured runs per configuration
     model_names: list[str]  # modelled at the paper's scale
-    model_image_size: int
-    model_num_classes: int
-    model_nodes: list[int]
-    model_gbps: list[float]
-    batch_per_worker: int  # samples per data worker in the modelled runs
-    model_device: str  # perf device-table row
+    model_image_size: int = 224
+    model_num_classes: int = 1000
+    model_nodes: list[int]  # modelled cluster sizes
+    model_gbps: list[float]  # modelled bandwidths
+    batch_per_worker: int = 32  # samples per data worker in the modelled runs
+    model_device: str = "v100"  # perf device-table row
+    replay_models: list[str] = dataclasses.field(default_factory=list)  # paper regime, replayed compute
+    replay_nodes: list[int] = dataclasses.field(default_factory=list)  # their emulated cluster sizes
+    replay_gbps: list[float] = dataclasses.field(default_factory=lambda: [10.0])  # their targets
+    replay_device: str = "v100"  # device profile the replayed compute follows
+    dilation: float = 1.0  # smallest D (experiments.replayed: perf.replay_dilation decides)
+    replay_steps: int = 2  # steps per replayed run, warmup included
+    replay_image_size: int = 224  # the paper's ImageNet input (tests use a smaller one)
+    replay_num_classes: int = 1000
+    measure_runs: bool = True  # False: skip the measured cells (as without root or tc)
+    measured: list[MeasureSpec] = dataclasses.field(init=False)  # one per emulated cluster size
+    replay: ReplaySet = dataclasses.field(init=False)  # the paper-regime runs
+
+    def __post_init__(self):
+        nodes = checks.int_list("measured_nodes", self.measured_nodes, 2) if self.measured_nodes else []
+        self.measured = [MeasureSpec(model=self.measured_model, image_size=self.measured_image_size,
+                                     num_classes=self.measured_num_classes, nodes=n, strategies=self.strategies,
+                                     fc_workers=[self.fc_workers], global_batch=self.global_batch, steps=self.steps,
+                                     warmup=self.warmup, target_gbps=[self.target_gbps],
+                                     target_device=self.target_device, repeats=self.repeats) for n in nodes]
+        self.model_names = checks.model_names(self.model_names, self.model_image_size, name="model_names")
+        checks.positive_int("batch_per_worker", self.batch_per_worker)
+        checks.device_name("model_device", self.model_device)
+        self.model_nodes = checks.int_list("model_nodes", self.model_nodes, 2)
+        self.model_gbps = checks.positive_floats("model_gbps", self.model_gbps)
+        self.replay = ReplaySet(models=self.replay_models, nodes=self.replay_nodes, strategies=self.strategies,
+                                fc_workers=[self.fc_workers], target_gbps=self.replay_gbps,
+                                replay_device=self.replay_device, dilation=self.dilation,
+                                batch_per_worker=self.batch_per_worker,
+                                steps=self.replay_steps, warmup=self.warmup, image_size=self.replay_image_size,
+                                num_classes=self.replay_num_classes)
 
 
-def plan(*, measured_model: str, measured_image_size: int, measured_num_classes: int, measured_nodes,
-         strategies, fc_workers: int, global_batch: int, steps: int, warmup: int, target_gbps: float,
-         target_device: str = "v100", repeats: int = 1, model_names, model_image_size: int = 224,
-         model_num_classes: int = 1000, model_nodes, model_gbps, batch_per_worker: int = 32,
-         model_device: str = "v100") -> Plan:
-    """Check every parameter (one-line ValueError) before anything runs."""
-    nodes = _ints(measured_nodes, "measured_nodes", 2) if measured_nodes else []
-    specs = [MeasureSpec(model=measured_model, image_size=measured_image_size, num_classes=measured_num_classes,
-                         nodes=n, strategies=strategies, fc_workers=[fc_workers], global_batch=global_batch,
-                         steps=steps, warmup=warmup, target_gbps=[target_gbps], target_device=target_device,
-                         repeats=repeats) for n in nodes]
-    names = _names(model_names, "model_names")
-    for n in names:
-        if model_image_size < MIN_IMAGE_SIZE.get(n, 1):
-            raise ValueError(f"{n} needs model_image_size >= {MIN_IMAGE_SIZE[n]}, got {model_image_size}")
-    if isinstance(batch_per_worker, bool) or not isinstance(batch_per_worker, int) or batch_per_worker < 1:
-        raise ValueError(f"batch_per_worker must be a positive integer, got {batch_per_worker!r}")
-    if model_device not in DEVICE_TABLE:
-        raise ValueError(f"unknown model_device {model_device!r}; expected one of {', '.join(DEVICE_TABLE)}")
-    return Plan(measured=specs, model_names=names, model_image_size=model_image_size,
-                model_num_classes=model_num_classes, model_nodes=_ints(model_nodes, "model_nodes", 2),
-                model_gbps=_floats(model_gbps, "model_gbps"), batch_per_worker=batch_per_worker,
-                model_device=model_device)
+def run_measured(p: ThroughputParams, cache_dir: str | None = None) -> list[dict[str, Any]]:
+    """One bench results dict per measured cluster size (see run.measure)."""
+    return [measure(spec, cache_dir) if p.measure_runs else skipped(spec, MEASURE_OFF) for spec in p.measured]
 
 
-def run_measured(p: Plan, cache_dir: str | None = None) -> list[dict[str, Any]]:
-    """One bench results dict per measured cluster size (see measured.measure)."""
-    return [measure(spec, cache_dir) for spec in p.measured]
+def run_replayed(p: ThroughputParams, cache_dir: str | None = None) -> list[dict[str, Any]]:
+    """The paper-regime runs (replayed compute, real communication), one bench dict per spec."""
+    return replayed.run_replayed(p.replay, cache_dir, p.measure_runs)
 
 
-def model_curves(p: Plan) -> list[dict[str, Any]]:
+def model_curves(p: ThroughputParams) -> list[dict[str, Any]]:
     """Per model, bandwidth and cluster size: ddp, ps (S = N) and stanza with its best k."""
     rows = []
     for name in p.model_names:
@@ -111,7 +116,7 @@ def _measured_summary(res: dict[str, Any]) -> dict[str, Any]:
     out = {"nodes": spec["nodes"], "unavailable": res["unavailable"], "calibration": res["calibration"],
            "link_mbit": None, "throughput": {}, "cache": res["cache"], "modelled_only_gbps": res["modelled_only_gbps"]}
     for row in res["summary"]:
-        label = row["strategy"] + (f"_k{row['fc_workers']}" if row["fc_workers"] else "")
+        label = run_key(row)
         out["link_mbit"] = row["link_mbit"]
         out["throughput"][label] = row["throughput"]
         if row["strategy"] == "stanza":
@@ -137,11 +142,14 @@ def _model_speedups(rows: list[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
-def throughput_results(p: Plan, measured: list[dict[str, Any]], modelled: list[dict[str, Any]]) -> dict[str, Any]:
-    """results.json of notebook 03 (claims point into measured.by_nodes and modelled.speedups)."""
+def throughput_results(p: ThroughputParams, measured: list[dict[str, Any]], modelled: list[dict[str, Any]],
+                       replayed_runs: list[dict[str, Any]] = ()) -> dict[str, Any]:
+    """results.json of notebook 03 (claims point into measured.by_nodes and modelled.speedups);
+    `modelled_only` is why nothing was measured (None when the measured cells ran)."""
     by_nodes = {str(m["spec"]["nodes"]): _measured_summary(m) for m in measured}
     return {
-        "experiment": "throughput",
+        "experiment": "throughput", "modelled_only": modelled_only([*measured, *replayed_runs]),
+        "replayed": replayed.summary(p.replay, list(replayed_runs)),
         "measured": {"model": p.measured[0].model if p.measured else None,
                      "image_size": p.measured[0].image_size if p.measured else None,
                      "target_gbps": p.measured[0].target_gbps[0] if p.measured else None,

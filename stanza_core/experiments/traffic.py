@@ -23,6 +23,7 @@ from typing import Any
 from tqdm import tqdm
 
 from ..anatomy import Profile, profile_model
+from ..labels import config_key, config_label
 from ..launch import run_job
 from ..models import MIN_IMAGE_SIZE, get_model
 from ..nbtools import check_models, resolve_device
@@ -92,11 +93,11 @@ def plan(models, nodes, fc_workers, *, per_worker: int = 32, steps: int = 3, ima
 
 
 def label(strategy: str, k: int | None) -> str:
-    return f"stanza k={k}" if strategy == "stanza" else strategy
+    return config_label(strategy, k)
 
 
 def label_key(strategy: str, k: int | None) -> str:
-    return f"stanza_k{k}" if strategy == "stanza" else strategy
+    return config_key(strategy, k)
 
 
 def model_profile(model: str, image_size: int, num_classes: int, per_worker: int, boundary: str | None) -> Profile:

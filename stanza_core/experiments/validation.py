@@ -1,5 +1,5 @@
 """The performance model against measured runs: predictions for every run of a bench results
-dict (with timing rounds: `timing`), their errors, which model term misses, and notebook 07.
+dict (with timing rounds: `compute_rounds`), their errors, which model term misses, and notebook 07.
 
 Prediction inputs are all measured independently of the runs being predicted: per-part compute
 times from the timing rounds (each phase at its contention), the optimizer step, the emulated
@@ -9,11 +9,18 @@ bandwidths' runs (leave-one-bandwidth-out), so its errors stay out-of-sample.
 """
 from __future__ import annotations
 
+import dataclasses
 import statistics
+from pathlib import Path
 from typing import Any
 
+from ..labels import run_label
+from ..netem.facts import payload_gbps
 from ..perf import DEFAULT_LATENCY_S, Cluster, named_profile, predict
-from .timing import device_for, mean_rounds, payload_per_wire_byte, rounds_needed, timing_rounds
+from . import checks
+from .compute_rounds import device_for, mean_rounds, rounds_needed, timing_rounds
+from .run import modelled_only
+
 # ---------------------------------------------------------------------------------------------
 # Predicted against measured
 
@@ -34,7 +41,8 @@ def predict_runs(result: dict[str, Any], *, latency_s: float = DEFAULT_LATENCY_S
     communication) with communication left as is; `comm_factor` scales its exposed communication
     with compute left as is. A factor that is the same across rows points at that term."""
     cfg, rounds = result["config"], result.get("timing_rounds") or []
-    if not rounds:
+    replayed = cfg.get("compute") == "replay"
+    if not rounds and not replayed:
         raise ValueError("the results have no timing rounds: measure them with measure_rounds_for(result) first")
     n, G = cfg["nodes"], cfg["global_batch"]
     profile = named_profile(cfg["model"], cfg["image_size"], cfg["num_classes"])
@@ -48,15 +56,18 @@ def predict_runs(result: dict[str, Any], *, latency_s: float = DEFAULT_LATENCY_S
         own = [r["timing_rounds"] for r in runs if r.get("timing_rounds")]
         # later rounds win in device_for: the runs' own rounds over the bench's
         used = rounds + mean_rounds(*own) if own else rounds
-        dev = device_for(s, n, k, G, used, profile.params, (overhead_s or {}).get(s, 0.0))
-        cluster = Cluster(n, mbit * payload_per_wire_byte(mtu) / 1000, latency_s + delay_s, dev)
-        p = predict(profile, cluster, s, k or None, global_batch=G, with_ranks=False)
+        if replayed:  # the replay device's own profile, every time D x: what the engine waits
+            dev = replay_profile(profile, cfg["replay_device"], cfg["dilation"], (overhead_s or {}).get(s, 0.0))
+        else:
+            dev = device_for(s, n, k, G, used, profile.params, (overhead_s or {}).get(s, 0.0))
+        cluster = Cluster(n, payload_gbps(mbit, mtu), latency_s + delay_s, dev)
+        p = predict(profile, cluster, s, k or None, global_batch=runs[0].get("global_batch") or G, with_ranks=False)
         meas_tp = _median([r["throughput"] for r in runs])
         meas_step = _median([r["step_time_median_s"] for r in runs])
         comm = p.exposed_comm_s
         compute = p.iteration_s - comm
         rows.append({
-            "strategy": s, "fc_workers": k, "label": s + (f" k={k}" if k else ""),
+            "strategy": s, "fc_workers": k, "label": run_label({"strategy": s, "fc_workers": k}),
             "target_gbps": runs[0].get("target_gbps"), "link_mbit": mbit, "repeats": len(runs),
             "measured_throughput": meas_tp, "predicted_throughput": p.throughput,
             "error": p.throughput / meas_tp - 1,
@@ -71,6 +82,16 @@ def predict_runs(result: dict[str, Any], *, latency_s: float = DEFAULT_LATENCY_S
             "rounds_source": "run" if own else "bench", "timing_rounds": used,
         })
     return rows
+
+
+def replay_profile(profile, device: str, dilation: float, step_overhead_s: float = 0.0):
+    """The DeviceProfile a replayed run computes with: the device-table row's, every time x D."""
+    from ..perf import DeviceProfile
+
+    base = DeviceProfile.from_table(device, profile).to_dict()
+    times = {k: v * dilation for k, v in base.items() if k not in ("name", "step_overhead_s")}
+    return DeviceProfile(**{**base, **times, "name": f"{device} (table) x {dilation:g}",
+                            "step_overhead_s": step_overhead_s})
 
 
 def error_summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
@@ -146,47 +167,81 @@ def term_fit(rows: list[dict[str, Any]]) -> dict[str, Any]:
 # Notebook 07: predicted against measured, over several benches
 
 
-def plan(*, model: str, image_size: int, num_classes: int, nodes, strategies, fc_workers, global_batch: int,
-         steps: int, warmup: int, target_gbps, target_device: str = "v100", repeats: int = 1,
-         bench_json=()) -> dict[str, Any]:
-    """One MeasureSpec per cluster size (stanza at the k of `fc_workers` that fit N), and the
-    extra bench results files to validate; every check (one-line ValueError) first."""
-    from pathlib import Path
+@dataclasses.dataclass(kw_only=True)
+class ValidationParams:
+    """Notebook 07's parameters (its `parameters` cell), checked on creation: one MeasureSpec per
+    cluster size (stanza at the k of `fc_workers` that fit N) and bench results files."""
 
-    from .measured import MeasureSpec
-    from .throughput import _floats, _ints
+    model: str  # zoo model run on the emulated cluster
+    image_size: int  # square input of the measured runs
+    num_classes: int  # outputs of the measured model
+    nodes: list[int]  # emulated cluster sizes (empty: only bench_json)
+    strategies: list[str]  # strategies measured
+    fc_workers: list[int]  # stanza's k (those from 1 to N/2 run at each N)
+    global_batch: int  # divisible by the data workers of every configuration
+    steps: int  # steps per measured run, warmup included
+    warmup: int  # steps left out of the measured throughput
+    target_gbps: list[float]  # target bandwidths, mapped to emulated link rates
+    target_device: str = "v100"  # accelerator the targets belong to
+    repeats: int = 1  # measured runs per configuration and target
+    bench_json: list[str] = dataclasses.field(default_factory=list)  # bench results files validated as well
+    replay_models: list[str] = dataclasses.field(default_factory=list)  # paper regime, replayed compute
+    replay_nodes: list[int] = dataclasses.field(default_factory=list)  # their emulated cluster sizes
+    replay_gbps: list[float] = dataclasses.field(default_factory=lambda: [10.0])  # their targets
+    replay_device: str = "v100"  # device profile the replayed compute follows
+    dilation: float = 1.0  # smallest D (experiments.replayed: perf.replay_dilation decides)
+    replay_steps: int = 2  # steps per replayed run, warmup included
+    replay_image_size: int = 224
+    replay_num_classes: int = 1000
+    batch_per_worker: int = 32  # samples per data worker of the replayed runs
+    measure_runs: bool = True  # False: skip the measured cells (as without root or tc)
+    specs: list = dataclasses.field(init=False)  # MeasureSpec per cluster size
+    replay: Any = dataclasses.field(init=False)  # replayed.ReplaySet
 
-    sizes = _ints(nodes, "nodes", 2) if nodes else []
-    ks = [fc_workers] if isinstance(fc_workers, int) else list(fc_workers)
-    specs = []
-    for n in sizes:
-        fit = [k for k in ks if isinstance(k, int) and 1 <= k <= n // 2]
-        if "stanza" in strategies and not fit:
-            raise ValueError(f"fc_workers {ks} leave no k in 1..{n // 2} for {n} nodes")
-        specs.append(MeasureSpec(model=model, image_size=image_size, num_classes=num_classes, nodes=n,
-                                 strategies=strategies, fc_workers=fit or [1], global_batch=global_batch, steps=steps,
-                                 warmup=warmup, target_gbps=_floats(target_gbps, "target_gbps"),
-                                 target_device=target_device, repeats=repeats))
-    files = [bench_json] if isinstance(bench_json, str) else list(bench_json)
-    for f in files:
-        if not Path(f).is_file():
-            raise ValueError(f"bench_json {f}: no such file")
-    return {"specs": specs, "bench_json": files}
+    def __post_init__(self):
+        from .spec import MeasureSpec
+
+        sizes = checks.int_list("nodes", self.nodes, 2) if self.nodes else []
+        ks = [self.fc_workers] if isinstance(self.fc_workers, int) else list(self.fc_workers)
+        gbps = checks.positive_floats("target_gbps", self.target_gbps)
+        self.specs = []
+        for n in sizes:
+            fit = [k for k in ks if isinstance(k, int) and 1 <= k <= n // 2]
+            if "stanza" in self.strategies and not fit:
+                raise ValueError(f"fc_workers {ks} leave no k in 1..{n // 2} for {n} nodes")
+            self.specs.append(MeasureSpec(model=self.model, image_size=self.image_size, num_classes=self.num_classes,
+                                          nodes=n, strategies=self.strategies, fc_workers=fit or [1],
+                                          global_batch=self.global_batch, steps=self.steps, warmup=self.warmup,
+                                          target_gbps=gbps, target_device=self.target_device, repeats=self.repeats))
+        from .replayed import ReplaySet
+
+        self.replay = ReplaySet(models=self.replay_models, nodes=self.replay_nodes, strategies=self.strategies,
+                                fc_workers=ks, target_gbps=self.replay_gbps, replay_device=self.replay_device,
+                                dilation=self.dilation,
+                                batch_per_worker=self.batch_per_worker, steps=self.replay_steps, warmup=self.warmup,
+                                image_size=self.replay_image_size, num_classes=self.replay_num_classes)
+        self.bench_json = [self.bench_json] if isinstance(self.bench_json, str) else list(self.bench_json)
+        for f in self.bench_json:
+            if not Path(f).is_file():
+                raise ValueError(f"bench_json {f}: no such file")
 
 
-def run_measured(p: dict[str, Any], cache_dir: str | None = None) -> list[dict[str, Any]]:
-    from .measured import measure
+def run_measured(p: ValidationParams, cache_dir: str | None = None) -> list[dict[str, Any]]:
+    """The real-compute runs (the fidelity anchor), then the replayed paper-regime runs."""
+    from .replayed import run_replayed
+    from .run import measure, skipped
+    from .throughput import MEASURE_OFF
 
-    return [measure(s, cache_dir) for s in p["specs"]]
+    real = [measure(s, cache_dir) if p.measure_runs else skipped(s, MEASURE_OFF) for s in p.specs]
+    return real + run_replayed(p.replay, cache_dir, p.measure_runs)
 
 
-def load_benches(p: dict[str, Any]) -> list[dict[str, Any]]:
+def load_benches(p: ValidationParams) -> list[dict[str, Any]]:
     """The bench_json files, with timing rounds measured now where a file has none."""
     import json
-    from pathlib import Path
 
     out = []
-    for f in p["bench_json"]:
+    for f in p.bench_json:
         b = json.loads(Path(f).read_text())
         b = b if b.get("timing_rounds") else measure_rounds_for(b)
         out.append({**b, "source": str(f)})
@@ -202,9 +257,10 @@ def validate(benches: list[dict[str, Any]], latency_s: float = DEFAULT_LATENCY_S
             continue
         cfg = b["config"]
         got = calibrated(predict_runs(b, latency_s=latency_s))
-        name = f"{cfg['model']} N={cfg['nodes']} G={cfg['global_batch']}"
+        name = (f"{cfg['model']} N={cfg['nodes']} replayed ({cfg['replay_device']}, D={cfg['dilation']:g})"
+                if cfg.get("compute") == "replay" else f"{cfg['model']} N={cfg['nodes']} G={cfg['global_batch']}")
         for r in got:
-            r.update(bench=i, bench_name=name, nodes=cfg["nodes"])
+            r.update(bench=i, bench_name=name, nodes=cfg["nodes"], compute=cfg.get("compute", "real"))
         rows += got
         per_bench.append({"bench": i, "name": name, "source": b.get("source", "measured here"),
                           "summary": error_summary(got), "term_fit": term_fit(got),
@@ -212,6 +268,13 @@ def validate(benches: list[dict[str, Any]], latency_s: float = DEFAULT_LATENCY_S
                           "timing_rounds_note": b.get("timing_rounds_note")})
     cal = [{**r, "error": r["calibrated_error"]} for r in rows if r["calibrated_error"] is not None]
     unavailable = next((b["unavailable"] for b in benches if b.get("unavailable")), None)
-    return {"experiment": "model_validation", "unavailable": unavailable, "latency_s": latency_s,
-            "summary": error_summary(rows), "calibrated_summary": error_summary(cal), "benches": per_bench,
-            "rows": rows}
+    replay = sorted({(b["config"]["replay_device"], b["config"]["dilation"]) for b in benches
+                     if b.get("config", {}).get("compute") == "replay"})
+    caption = ("measured: communication, for real (shaped links); replayed runs: compute from "
+               + ", ".join(f"the {d} table profile x D = {x:g}" for d, x in replay)
+               + "; the others: real compute") if replay else "measured: real compute and communication"
+    return {"experiment": "model_validation", "unavailable": unavailable, "modelled_only": modelled_only(benches),
+            "latency_s": latency_s, "caption": caption, "summary": error_summary(rows),
+            "replayed_summary": error_summary([r for r in rows if r["compute"] == "replay"]),
+            "real_summary": error_summary([r for r in rows if r["compute"] != "replay"]),
+            "calibrated_summary": error_summary(cal), "benches": per_bench, "rows": rows}

@@ -5,6 +5,8 @@ Patterns (n = cluster size):
   duplex   node 0 -> node 1 and node 1 -> node 0   full duplex: both directions at full rate
   fan-in   nodes 1..n-1 -> node 0                  node 0's download is the bottleneck
   fan-out  node 0 -> nodes 1..n-1                  node 0's upload is the bottleneck
+  ring     node i -> node i+1 (mod n), all at once  every link busy both ways: the aggregate
+                                                   rate the host sustains (a ring allreduce)
 A path crosses two shaped queues (sender's upload, receiver's download) at the same rate, so
 `pair` alone cannot tell which one shapes; `fan-in` / `fan-out` isolate each side.
 
@@ -22,7 +24,7 @@ from pathlib import Path
 from .cluster import EmulatedCluster
 from .host import NetemError
 
-PATTERNS = ("pair", "duplex", "fan-in", "fan-out")
+PATTERNS = ("pair", "duplex", "fan-in", "fan-out", "ring")
 PROBE = str(Path(__file__).with_name("linkprobe.py"))
 PORT = 5201
 
@@ -30,12 +32,13 @@ PORT = 5201
 def flows_for(pattern: str, nodes: int) -> list[tuple[int, int]]:
     if pattern not in PATTERNS:
         raise ValueError(f"pattern must be one of {PATTERNS}, got {pattern!r}")
-    need = 2 if pattern in ("pair", "duplex") else 3
+    need = 2 if pattern in ("pair", "duplex", "ring") else 3
     if nodes < need:
         raise ValueError(f"pattern {pattern!r} needs at least {need} nodes, got {nodes}")
     return {"pair": [(0, 1)], "duplex": [(0, 1), (1, 0)],
             "fan-in": [(s, 0) for s in range(1, nodes)],
-            "fan-out": [(0, d) for d in range(1, nodes)]}[pattern]
+            "fan-out": [(0, d) for d in range(1, nodes)],
+            "ring": [(i, (i + 1) % nodes) for i in range(nodes)] if nodes > 2 else [(0, 1), (1, 0)]}[pattern]
 
 
 def _rate_mbit(rows, col, t0, t1) -> float:
@@ -113,6 +116,7 @@ def check_link(rate_mbit: float, *, pattern: str = "pair", nodes: int | None = N
         checks = [(f"node {d} download", by[d]["wire_rx_mbit"], by[d]["payload_rx_mbit"])
                   for d in sorted({d for _, d in flows})]
     res["pattern"] = pattern
+    res["aggregate_wire_mbit"] = sum(e["wire_rx_mbit"] for e in res["nodes"])
     res["bottlenecks"] = [{"link": name, "wire_mbit": w, "payload_mbit": p,
                            "wire_error": (w - rate_mbit) / rate_mbit} for name, w, p in checks]
     return res
@@ -120,7 +124,7 @@ def check_link(rate_mbit: float, *, pattern: str = "pair", nodes: int | None = N
 
 def format_check(res: dict) -> str:
     lines = [f"pattern {res['pattern']}, set rate {res['set_mbit']:g} Mbit/s, "
-             f"window {res['window_s']:.2f} s"]
+             f"window {res['window_s']:.2f} s, aggregate received {res['aggregate_wire_mbit']:.0f} Mbit/s (wire)"]
     for b in res["bottlenecks"]:
         pay = f", TCP payload {b['payload_mbit']:.1f} Mbit/s" if b["payload_mbit"] is not None else ""
         lines.append(f"  {b['link']}: wire {b['wire_mbit']:.1f} Mbit/s "

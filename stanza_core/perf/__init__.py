@@ -1,6 +1,7 @@
 """Analytic performance model of ps, ddp and stanza; node-assignment optimiser; sweeps.
 
   Cluster, emulated_bandwidth   the nodes, their links, and the CPU-emulation bandwidth mapping
+  replay_dilation               the dilation D of a replayed run (the emulator must hold target / D)
   DeviceProfile, DEVICE_TABLE   per-sample compute times, measured or derived from FLOPs
   expected_bytes                per-rank, per-category bytes per step (equal to the engine's counters)
   predict -> Prediction         step time, breakdown, throughput and traffic of one configuration
@@ -9,7 +10,7 @@
 
 The equations and assumptions are written out in docs/performance-model.md.
 """
-from .cluster import DEFAULT_LATENCY_S, Cluster, emulated_bandwidth
+from .cluster import DEFAULT_LATENCY_S, Cluster, emulated_bandwidth, replay_dilation
 from .devices import DEVICE_TABLE, DeviceProfile, DeviceSpec, measure_update_s_per_param
 from .model import Prediction, predict
 from .optimize import Assignment, best_assignment
@@ -17,6 +18,6 @@ from .profiles import load_profile, named_profile
 from .sweep import sweep
 from .traffic import ModelCounts, expected_bytes, ps_shard_sizes, totals
 
-__all__ = ["Cluster", "emulated_bandwidth", "DEFAULT_LATENCY_S", "DeviceProfile", "DeviceSpec", "DEVICE_TABLE",
+__all__ = ["Cluster", "emulated_bandwidth", "replay_dilation", "DEFAULT_LATENCY_S", "DeviceProfile", "DeviceSpec", "DEVICE_TABLE",
            "measure_update_s_per_param", "predict", "Prediction", "best_assignment", "Assignment",
            "named_profile", "load_profile", "sweep", "expected_bytes", "ModelCounts", "ps_shard_sizes", "totals"]

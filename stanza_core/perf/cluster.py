@@ -73,13 +73,51 @@ class Cluster:
         return 2 * (n - 1) / n * nbytes / self.bytes_per_s + 2 * (n - 1) * self.latency_s
 
 
-def emulated_bandwidth(target_gbps: float, t_compute_target: float, t_compute_here: float) -> float:
+def emulated_bandwidth(target_gbps: float, t_compute_target: float | None = None,
+                       t_compute_here: float | None = None, *, dilation: float | None = None) -> float:
     """The link rate that gives a slow machine the communication/compute ratio of a fast one.
 
     A step computes in t_compute_target on the target accelerator and in t_compute_here on
     this machine; shaping links to `target_gbps * t_compute_target / t_compute_here` makes
-    every transfer take the same fraction of a step here as at target_gbps there."""
+    every transfer take the same fraction of a step here as at target_gbps there.
+    Replayed compute (stanza_core/replay.py) waits exactly D x the target's times, so with
+    `dilation=D` the same rule reads `target_gbps / D` (t_compute_here = D t_compute_target)."""
     _positive_finite("target_gbps", target_gbps)
+    if dilation is not None:
+        if t_compute_target is not None or t_compute_here is not None:
+            raise ValueError("give the two compute times or the dilation, not both")
+        return target_gbps / _positive_finite("dilation", dilation)
     _positive_finite("t_compute_target", t_compute_target)
     _positive_finite("t_compute_here", t_compute_here)
     return target_gbps * (t_compute_target / t_compute_here)
+
+
+def replay_dilation(target_gbps: float, nodes: int, *, max_link_mbit: float, max_aggregate_mbit: float,
+                    engine_s: float = 0.0, target_step_s: float | None = None, engine_share: float = 0.05) -> int:
+    """The dilation D of a replayed run at `target_gbps` on `nodes` emulated nodes: the smallest
+    integer D >= 1 at which this machine keeps up with the emulated cluster:
+
+      links      one link at target / D within `max_link_mbit`, and all N links busy at once
+                 (ring allreduce, parameter-server push/pull) within `max_aggregate_mbit`, the
+                 aggregate this machine sustains (`python -m stanza_core.netem check --pattern ring`);
+      engine     the engine's own CPU work per step that replay keeps (gloo's reductions and
+                 copies, gradient buffers, Python), `engine_s` seconds measured here (e.g. a
+                 replay run at D = 1 on unshaped links), at most `engine_share` of the dilated
+                 step D x `target_step_s` (the model's step time on the target).
+
+        D = ceil(max(1, 1000 target / max_link_mbit, N 1000 target / max_aggregate_mbit,
+                     engine_s / (engine_share target_step_s)))
+
+    Below that D the CPU, not the shaper and the replayed waits, would set the step time."""
+    _positive_finite("target_gbps", target_gbps)
+    _positive_finite("max_link_mbit", max_link_mbit)
+    _positive_finite("max_aggregate_mbit", max_aggregate_mbit)
+    _positive_finite("engine_s", engine_s, allow_zero=True)
+    _positive_finite("engine_share", engine_share)
+    if isinstance(nodes, bool) or not isinstance(nodes, int) or nodes < 1:
+        raise ValueError(f"nodes must be a positive integer, got {nodes!r}")
+    mbit = 1000 * target_gbps
+    need = [1.0, mbit / max_link_mbit, nodes * mbit / max_aggregate_mbit]
+    if engine_s > 0:
+        need.append(engine_s / (engine_share * _positive_finite("target_step_s", target_step_s)))
+    return max(1, math.ceil(max(need) - 1e-9))

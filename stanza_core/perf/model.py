@@ -31,8 +31,9 @@ from typing import Any
 from ..anatomy import DTYPE_BYTES, LABEL_BYTES, Profile
 from .cluster import Cluster
 from .devices import DeviceProfile, resolve_device
-from .traffic import (ModelCounts, check_config, data_workers, ps_shard_sizes, rank_bytes, split_batch,
-                      summary_bytes)
+from .pipeline import stanza_schedule
+from .traffic import (ModelCounts, StanzaOptions, check_config, data_workers, ps_shard_sizes, rank_bytes,
+                      split_batch, stanza_options, summary_bytes)
 
 DEFAULT_BUCKET_MB = 25.0  # the engine's --bucket-mb (and torch DDP's default cap), MiB
 DEFAULT_BATCH_PER_WORKER = 32
@@ -66,6 +67,25 @@ class Prediction:
     max_node_recv: int
     bytes_per_node: dict[str, dict]  # role -> {"sent": {cat: int}, "recv": {...}} of its busiest rank
     ranks: list[dict] | None = None  # every rank's figures (expected_bytes rows), when asked for
+    fc_conv_share: float = 0.0  # stanza: share of the global batch each FC worker runs the CONV body on
+    fc_batch: int = 0  # the same in samples (bh)
+    micro_batches: int = 1  # stanza: M
+    boundary_dtype: str = "fp32"  # stanza: activations / activation gradients on the wire
+    grad_compression: str = "none"  # stanza: CONV allreduce compression
+
+    @property
+    def label(self) -> str:
+        """"ddp", "ps", "stanza k=1", "stanza k=1 share=0.25 M=4 bf16|powersgd"."""
+        if self.strategy != "stanza":
+            return self.strategy
+        parts = [f"stanza k={self.fc_workers}"]
+        if self.fc_batch:
+            parts.append(f"share={self.fc_conv_share:.3g}")
+        if self.micro_batches > 1:
+            parts.append(f"M={self.micro_batches}")
+        if (self.boundary_dtype, self.grad_compression) != ("fp32", "none"):
+            parts.append(f"{self.boundary_dtype}|{self.grad_compression}")
+        return " ".join(parts)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -178,49 +198,31 @@ def _ps(profile, dev, cluster, b, shards):
                                      "update_s": update}
 
 
-def _stanza(profile, dev, cluster, b, k, cap):
-    N, L = cluster.nodes, cluster.latency_s
-    nc = N - k
-    m = math.ceil(nc / k)  # CONV workers served by the busiest FC worker (FC worker 0)
-    A = profile.boundary_values
-    fwd = dev.step_overhead_s + dev.time_s("conv", "fwd", b)
-    x_in = cluster.transfer_s(DTYPE_BYTES * b * A + LABEL_BYTES * b, 2)  # activations + labels
-    c = dev.time_s("fc", "fwd", b) + dev.time_s("fc", "bwd", b)
-    x_out = cluster.transfer_s(DTYPE_BYTES * b * A, 1)  # activation gradients
-    exchange = x_in + c + x_out + (m - 1) * max(x_in, c, x_out)
-    grads_back = fwd + exchange  # the last CONV worker has its activation gradient
-    bwd, comm_end, conv_ar, nb = bucketed_backward(_backward_units(profile, dev, ("conv",), b), cluster, nc,
-                                                   cap, close_at_cap=False)
-    conv_update = profile.conv.params * dev.update_s_per_param
-    conv_end = grads_back + max(bwd, comm_end) + conv_update
-    # FC gradients are final after the last chunk's backward; their buckets (engine rule) go out
-    # after the last activation gradient on the FC worker's link (one transfer at a time).
+def _stanza(profile, dev, cluster, b, k, cap, opt=None):
+    """The paper's stanza and its extensions (hybrid FC workers, micro-batches, compression):
+    an event schedule (pipeline.py); the free-communication step runs the same schedule."""
+    opt = opt or StanzaOptions()
+    counts = ModelCounts.of(profile)
+    conv_units = _backward_units(profile, dev, ("conv",), b)
     fc_units = [(p, 0.0) for p, _ in reversed(_layer_units(profile, "fc"))]
-    _, fc_ar, _, fc_nb = bucketed_backward(fc_units, cluster, k, cap, close_at_cap=False)
-    fc_update = profile.fc.params * dev.update_s_per_param
-    fc_end = grads_back + fc_ar + fc_update
-    total = max(conv_end, fc_end)
-    # the same step with free communication (infinite bandwidth, no latency)
-    crit_compute = fwd + m * c + max(bwd + conv_update, fc_update)
-    latency = m * 3 * L + nb * 2 * (nc - 1) * L + fc_nb * 2 * (k - 1) * L
-    terms = {"activation_ingress_s": m * x_in, "activation_egress_s": m * x_out, "exchange_span_s": exchange,
-             "conv_allreduce_s": conv_ar, "fc_allreduce_s": fc_ar, "latency_s": latency,
-             "fc_worker_compute_s": m * c, "conv_side_end_s": conv_end, "fc_side_end_s": fc_end,
-             "allreduce_buckets": nb, "fc_allreduce_buckets": fc_nb,
-             "update_s": conv_update if conv_end >= fc_end else fc_update}
-    return total, crit_compute, terms
+    total, terms = stanza_schedule(profile, counts, dev, cluster, b, k, cap, opt, conv_units, fc_units)
+    crit, _ = stanza_schedule(profile, counts, dev, cluster, b, k, cap, opt, conv_units, fc_units, free=True)
+    return total, crit, terms
 
 
 def predict(profile: Profile, cluster: Cluster, strategy: str, fc_workers: int | None = None,
             global_batch: int | None = None, *, batch_per_worker: int | None = None,
             ps_shards: int | None = None, bucket_mb: float = DEFAULT_BUCKET_MB,
-            with_ranks: bool = True) -> Prediction:
+            with_ranks: bool = True, fc_conv_share: float = 0.0, micro_batches: int = 1,
+            boundary_dtype: str = "fp32", grad_compression: str = "none") -> Prediction:
     """Predicted step time, throughput, traffic and breakdown of `strategy` on `cluster`.
 
     The batch is `global_batch` split over the data workers (N, or N - k for stanza; an uneven
     split is modelled by its largest share) or `batch_per_worker` per data worker (default 32).
     `cluster.device` may be a DeviceProfile (e.g. measured here) or a device-table name;
-    bucket_mb is the gradient bucket cap of ddp and of stanza's CONV allreduce (--bucket-mb)."""
+    bucket_mb is the gradient bucket cap of ddp and of stanza's CONV allreduce (--bucket-mb).
+    Stanza only: fc_conv_share (each FC worker also runs the CONV body on this share of the global
+    batch, the engine's --fc-conv-share), micro_batches, boundary_dtype, grad_compression."""
     if not isinstance(cluster, Cluster):
         raise ValueError(f"cluster must be a Cluster, got {type(cluster).__name__}")
     fc_workers, ps_shards = check_config(strategy, cluster.nodes, fc_workers, ps_shards)
@@ -229,7 +231,8 @@ def predict(profile: Profile, cluster: Cluster, strategy: str, fc_workers: int |
     if isinstance(bucket_mb, bool) or not isinstance(bucket_mb, (int, float)) or not bucket_mb > 0:
         raise ValueError(f"bucket_mb must be > 0, got {bucket_mb!r}")
     cap = int(bucket_mb * 2**20)
-    batches = split_batch(G, n)
+    opt, batches = stanza_options(strategy, cluster.nodes, fc_workers, G, fc_conv_share, micro_batches,
+                                  boundary_dtype, grad_compression)
     b = batches[0]
     dev = resolve_device(cluster.device, profile)
     if strategy in ("ddp", "local"):
@@ -237,20 +240,24 @@ def predict(profile: Profile, cluster: Cluster, strategy: str, fc_workers: int |
     elif strategy == "ps":
         total, crit, terms = _ps(profile, dev, cluster, b, ps_shards)
     else:
-        total, crit, terms = _stanza(profile, dev, cluster, b, fc_workers, cap)
+        total, crit, terms = _stanza(profile, dev, cluster, b, fc_workers, cap, opt)
     if not total > 0:
         raise ValueError(f"predicted step time is {total} s: the device profile {dev.name!r} has no compute time")
     breakdown = {"conv_compute_s": dev.time_s("conv", "fwd", b) + dev.time_s("conv", "bwd", b),
                  "fc_compute_s": dev.time_s("fc", "fwd", b) + dev.time_s("fc", "bwd", b),
                  "step_overhead_s": dev.step_overhead_s, **terms}
     counts = ModelCounts.of(profile)
-    summary = summary_bytes(counts, strategy, cluster.nodes, fc_workers, batches, ps_shards)
+    summary = summary_bytes(counts, strategy, cluster.nodes, fc_workers, batches, ps_shards, opt)
     reps = [0, n] if strategy == "stanza" else [0]  # busiest rank of each role
     per_role = {r["role"]: {"sent": r["sent"], "recv": r["recv"]}
-                for r in rank_bytes(counts, strategy, cluster.nodes, fc_workers, batches, ps_shards, ranks=reps)}
-    ranks = rank_bytes(counts, strategy, cluster.nodes, fc_workers, batches, ps_shards) if with_ranks else None
+                for r in rank_bytes(counts, strategy, cluster.nodes, fc_workers, batches, ps_shards, ranks=reps,
+                                    options=opt)}
+    ranks = rank_bytes(counts, strategy, cluster.nodes, fc_workers, batches, ps_shards, options=opt) \
+        if with_ranks else None
     return Prediction(strategy=strategy, nodes=cluster.nodes, fc_workers=fc_workers, ps_shards=ps_shards,
                       global_batch=G, batch_per_worker=b, bandwidth_gbps=cluster.bandwidth_gbps,
                       latency_s=cluster.latency_s, device=dev.name, iteration_s=total, throughput=G / total,
                       breakdown=breakdown, exposed_comm_s=max(total - crit, 0.0), overlap=OVERLAP[strategy],
-                      **summary, bytes_per_node=per_role, ranks=ranks)
+                      **summary, bytes_per_node=per_role, ranks=ranks, fc_conv_share=fc_conv_share if
+                      strategy == "stanza" else 0.0, fc_batch=opt.fc_batch, micro_batches=opt.micro_batches,
+                      boundary_dtype=opt.boundary_dtype, grad_compression=opt.grad_compression)

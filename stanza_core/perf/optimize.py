@@ -13,7 +13,7 @@ from typing import Any
 
 from ..anatomy import Profile
 from .cluster import Cluster
-from .model import DEFAULT_BUCKET_MB, Prediction, predict
+from .model import DEFAULT_BATCH_PER_WORKER, DEFAULT_BUCKET_MB, Prediction, predict
 
 _SIMPLICITY = {"ddp": 0, "ps": 1, "stanza": 2}
 
@@ -36,32 +36,82 @@ class Assignment:
     def best_stanza(self) -> Prediction | None:
         return next((p for p in self.ranking if p.strategy == "stanza"), None)
 
+    def paper_stanza(self) -> Prediction | None:
+        """The fastest stanza as the paper runs it (no share, M = 1, fp32, no compression)."""
+        return next((p for p in self.ranking if p.strategy == "stanza" and not p.fc_batch and p.micro_batches == 1
+                     and (p.boundary_dtype, p.grad_compression) == ("fp32", "none")), None)
+
     def to_dict(self) -> dict[str, Any]:
         return {"best": self.best.to_dict(), "speedup_vs_ddp": self.speedup_vs_ddp,
                 "speedup_vs_ps": self.speedup_vs_ps, "ranking": [p.to_dict() for p in self.ranking]}
 
 
+PAPER = (("fp32", "none"),)  # boundary dtype, CONV gradient compression: exact training
+COMPRESSIONS = (("fp32", "none"), ("bf16", "none"), ("fp32", "bf16"), ("bf16", "bf16"), ("bf16", "powersgd"))
+MICRO_BATCHES = (1, 2, 4, 8)
+MAX_SHARES = 9  # share values tried per k (evenly spread over the valid ones, 0 and the largest kept)
+
+
 def _key(p: Prediction):
-    # 12 significant digits: candidates equal up to float summation order count as a tie
-    return (-float(f"{p.throughput:.12g}"), _SIMPLICITY[p.strategy], p.fc_workers or 0)
+    # 12 significant digits: candidates equal up to float summation order count as a tie;
+    # then the simpler one wins: fewer FC workers, no share, fewer chunks, no compression
+    comp = COMPRESSIONS.index((p.boundary_dtype, p.grad_compression)) if p.strategy == "stanza" else 0
+    return (-float(f"{p.throughput:.12g}"), _SIMPLICITY[p.strategy], p.fc_workers or 0, p.fc_batch,
+            p.micro_batches, comp)
+
+
+def share_grid(global_batch: int, nodes: int, fc_workers: int, limit: int = MAX_SHARES) -> list[float]:
+    """Shares of the global batch a hybrid FC worker can take (whole samples on every worker,
+    topology.hybrid_batches), from 0 up to an even split over all N nodes, at most `limit` values."""
+    nc = nodes - fc_workers
+    valid = [bh for bh in range(0, global_batch // nodes + 1) if (global_batch - fc_workers * bh) % nc == 0
+             and global_batch - fc_workers * bh >= nc]
+    if len(valid) > limit:
+        idx = sorted({round(i * (len(valid) - 1) / (limit - 1)) for i in range(limit)})
+        valid = [valid[i] for i in idx]
+    return [bh / global_batch for bh in valid]
 
 
 def best_assignment(profile: Profile, cluster: Cluster, global_batch: int | None = None, *,
                     batch_per_worker: int | None = None, ps_shards: int | None = None,
-                    fc_workers: range | list[int] | None = None, bucket_mb: float = DEFAULT_BUCKET_MB) -> Assignment:
+                    fc_workers: range | list[int] | None = None, bucket_mb: float = DEFAULT_BUCKET_MB,
+                    shares: str | list[float] = (0.0,), micro_batches=(1,), compressions=PAPER) -> Assignment:
     """Evaluate ddp, ps (ps_shards, default N) and stanza k = 1..N//2 (or the given k values)
-    with the same batch rule, and return the fastest with the full ranking."""
+    with the same batch rule, and return the fastest with the full ranking.
+
+    Beyond the paper (defaults: the paper's space): `shares` ("auto": share_grid per k, or the
+    FC workers' shares to try), `micro_batches` (M values; MICRO_BATCHES for all), `compressions`
+    ((boundary dtype, gradient compression) pairs; COMPRESSIONS when the user allows them).
+    Stanza keeps the global batch of the paper's stanza at each k (b x (N - k) with
+    batch_per_worker): a share moves samples onto the FC workers, it does not add any."""
     batch = {"global_batch": global_batch, "batch_per_worker": batch_per_worker, "bucket_mb": bucket_mb}
     ddp = predict(profile, cluster, "ddp", **batch, with_ranks=False)
     ps = predict(profile, cluster, "ps", **batch, ps_shards=ps_shards, with_ranks=False)
     ks = range(1, cluster.nodes // 2 + 1) if fc_workers is None else fc_workers
     cands = [ddp, ps]
+    can_psgd = bool(getattr(profile, "conv_shapes", None))
     for k in ks:
         if global_batch is not None and global_batch < cluster.nodes - k:
             continue  # fewer samples than CONV workers: not a valid configuration
-        cands.append(predict(profile, cluster, "stanza", k, **batch, with_ranks=False))
+        G = global_batch if global_batch is not None else (batch_per_worker or DEFAULT_BATCH_PER_WORKER) * (cluster.nodes - k)
+        for share in (share_grid(G, cluster.nodes, k) if shares == "auto" else shares):
+            for M in micro_batches:
+                for dtype, comp in compressions:
+                    if comp == "powersgd" and not can_psgd:
+                        continue
+                    try:
+                        cands.append(predict(profile, cluster, "stanza", k, global_batch=G, bucket_mb=bucket_mb,
+                                             with_ranks=False, fc_conv_share=share, micro_batches=M,
+                                             boundary_dtype=dtype, grad_compression=comp))
+                    except ValueError:
+                        continue  # a share or M this batch cannot take: not a valid configuration
     ranking = sorted(cands, key=_key)
     top = ranking[0]
-    best = predict(profile, cluster, top.strategy, top.fc_workers, **batch,
-                   ps_shards=top.ps_shards if top.strategy == "ps" else None)
+    if top.strategy == "stanza":
+        best = predict(profile, cluster, "stanza", top.fc_workers, global_batch=top.global_batch, bucket_mb=bucket_mb,
+                       fc_conv_share=top.fc_conv_share, micro_batches=top.micro_batches,
+                       boundary_dtype=top.boundary_dtype, grad_compression=top.grad_compression)
+    else:
+        best = predict(profile, cluster, top.strategy, None, **batch,
+                       ps_shards=top.ps_shards if top.strategy == "ps" else None)
     return Assignment(best=best, ranking=ranking, ddp=ddp, ps=ps)

@@ -4,6 +4,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..anatomy import Profile
+from ..labels import config_label
 from .cluster import DEFAULT_LATENCY_S, Cluster
 from .devices import resolve_device
 from .model import DEFAULT_BATCH_PER_WORKER, DEFAULT_BUCKET_MB
@@ -65,17 +66,17 @@ def fmt_table(result: dict[str, Any]) -> str:
     sizes = sorted({r["nodes"] for r in result["rows"]})
     bws = result["bandwidths_gbps"]
     cell = {(r["nodes"], r["bandwidth_gbps"]): r for r in result["rows"]}
-    head = "nodes " + "".join(f"{g:>15g}" for g in bws)
+    head = "nodes " + "".join(f"{g:>18g}" for g in bws)
     lines = [f"best assignment and speedup over ddp ({result['model']}, columns: Gb/s)", head]
     for n in sizes:
         parts = []
         for g in bws:
             r = cell.get((n, g))
             if r is None:
-                parts.append(f"{'-':>15}")
+                parts.append(f"{'-':>18}")
                 continue
             b = r["best"]
-            name = "ddp" if b["strategy"] == "ddp" else ("ps" if b["strategy"] == "ps" else f"k={b['fc_workers']}")
-            parts.append(f"{name + ' ' + format(r['speedup_vs_ddp'], '.2f') + 'x':>15}")
+            name = config_label(b["strategy"], b["fc_workers"])
+            parts.append(f"{name + ' ' + format(r['speedup_vs_ddp'], '.2f') + 'x':>18}")
         lines.append(f"{n:>5} " + "".join(parts))
     return "\n".join(lines)

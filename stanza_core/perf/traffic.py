@@ -13,8 +13,12 @@ from collections.abc import Mapping
 from fractions import Fraction
 
 from ..anatomy import DTYPE_BYTES, LABEL_BYTES, Profile
+from ..topology import Topology
 
 STRATEGIES = ("local", "ddp", "ps", "stanza")
+
+
+_COUNTS_CACHE: dict[int, tuple] = {}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -24,16 +28,17 @@ class ModelCounts:
     conv_params: int  # Pc
     fc_params: int  # Pf
     boundary_values: int  # A, values per sample crossing the CONV|FC cut
-    bn_conv_channels: int = 0  # batch-norm channels on the CONV side (global statistics: stanza.batchnorm)
+    conv_shapes: tuple[tuple[int, ...], ...] = ()  # CONV parameter shapes (only PowerSGD's sizes need them)
+    bn_conv_channels: int = 0  # batch-norm channels on the CONV side (global statistics: stanza_core.batchnorm)
     bn_fc_channels: int = 0  # batch-norm channels on the FC side
-
-    @property
-    def params(self) -> int:
-        return self.conv_params + self.fc_params
 
     def local_bn(self) -> "ModelCounts":
         """The same model with per-worker batch-norm statistics (--bn-stats local): no BN traffic."""
         return dataclasses.replace(self, bn_conv_channels=0, bn_fc_channels=0)
+
+    @property
+    def params(self) -> int:
+        return self.conv_params + self.fc_params
 
     @classmethod
     def of(cls, obj) -> "ModelCounts":
@@ -41,14 +46,88 @@ class ModelCounts:
         if isinstance(obj, ModelCounts):
             return obj
         if isinstance(obj, Profile):
-            return cls(obj.conv.params, obj.fc.params, obj.boundary_values, obj.bn_conv_channels, obj.bn_fc_channels)
+            hit = _COUNTS_CACHE.get(id(obj))  # optimiser loops ask for the same profile's counts often
+            if hit is not None and hit[0] is obj and hit[1].conv_params == obj.conv.params:
+                return hit[1]
+            shapes = tuple(tuple(int(v) for v in sh) for sh in (obj.conv_shapes or ()))
+            counts = cls(obj.conv.params, obj.fc.params, obj.boundary_values, shapes,
+                         getattr(obj, "bn_conv_channels", 0), getattr(obj, "bn_fc_channels", 0))
+            if len(_COUNTS_CACHE) > 64:
+                _COUNTS_CACHE.clear()
+            _COUNTS_CACHE[id(obj)] = (obj, counts)
+            return counts
         if isinstance(obj, Mapping):
             missing = [f for f in ("conv_params", "fc_params", "boundary_values") if f not in obj]
             if missing:
                 raise ValueError(f"model counts need {', '.join(missing)}")
-            return cls(int(obj["conv_params"]), int(obj["fc_params"]), int(obj["boundary_values"]),
+            shapes = tuple(tuple(int(v) for v in sh) for sh in obj.get("conv_shapes") or ())
+            return cls(int(obj["conv_params"]), int(obj["fc_params"]), int(obj["boundary_values"]), shapes,
                        int(obj.get("bn_conv_channels", 0)), int(obj.get("bn_fc_channels", 0)))
         raise ValueError(f"expected a Profile, ModelCounts or mapping, got {type(obj).__name__}")
+
+
+WIRE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}  # bytes per value of each boundary / gradient dtype
+GRAD_COMPRESSIONS = ("none", "fp16", "bf16", "powersgd")
+POWERSGD_START = 2  # as comm.POWERSGD_START: steps of vanilla allreduce before PowerSGD compresses
+
+
+@dataclasses.dataclass(frozen=True)
+class StanzaOptions:
+    """What the engine adds to the paper's Stanza (all defaults: the paper's Stanza)."""
+
+    fc_batch: int = 0  # bh: samples each FC worker also runs the CONV body on (hybrid FC worker)
+    micro_batches: int = 1  # M: chunks per worker batch (traffic unchanged; time only)
+    boundary_dtype: str = "fp32"  # activations and activation gradients on the wire
+    grad_compression: str = "none"  # CONV allreduce: none | fp16 | bf16 | powersgd
+
+    def __post_init__(self):
+        if self.boundary_dtype not in WIRE_BYTES:
+            raise ValueError(f"unknown boundary_dtype {self.boundary_dtype!r}; expected one of: {', '.join(WIRE_BYTES)}")
+        if self.grad_compression not in GRAD_COMPRESSIONS:
+            raise ValueError(f"unknown grad_compression {self.grad_compression!r}; "
+                             f"expected one of: {', '.join(GRAD_COMPRESSIONS)}")
+        if isinstance(self.micro_batches, bool) or not isinstance(self.micro_batches, int) or self.micro_batches < 1:
+            raise ValueError(f"micro_batches must be a positive integer, got {self.micro_batches!r}")
+
+    @property
+    def paper(self) -> bool:
+        return self == StanzaOptions()
+
+
+def powersgd_numel(shapes) -> int:
+    """Values PowerSGD (rank 1, torch's default min_compression_rate 2) allreduces for tensors
+    of these shapes: P and Q of each tensor it compresses, the others whole. The decision is
+    torch's own `_should_compress`, as the hook applies it."""
+    from torch.distributed.algorithms.ddp_comm_hooks.powerSGD_hook import _should_compress
+
+    total = 0
+    for shape in shapes:
+        n = shape[0] if shape else 1
+        m = 1
+        for v in shape[1:]:
+            m *= v
+        ok, whole, compressed = _should_compress(n, m, min(n, m, 1), 2)
+        total += compressed if ok else whole
+    return total
+
+
+def conv_grad_bytes(counts: "ModelCounts", compression: str, step: int | None = None) -> int:
+    """Bytes of CONV gradients one member puts into the CONV allreduce per step (before the
+    ring's 2(n-1)/n): fp32, 2-byte values, or PowerSGD's P, Q and uncompressed tensors (its
+    first POWERSGD_START steps run vanilla fp32; step=None means the steady state)."""
+    if compression == "none" or (compression == "powersgd" and step is not None and step < POWERSGD_START):
+        return DTYPE_BYTES * counts.conv_params
+    if compression in ("fp16", "bf16"):
+        return 2 * counts.conv_params
+    if not counts.conv_shapes:
+        raise ValueError("PowerSGD traffic needs the CONV parameter shapes (a profile with conv_shapes)")
+    return DTYPE_BYTES * powersgd_numel(counts.conv_shapes)
+
+
+def bn_stats_share(channels: int, n: int) -> Fraction:
+    """Global batch-norm statistics among n data workers: per layer call, 4 allreduces of C fp32
+    values (sum, centred sum of squares, and their gradients): 2(n-1)/n * 16 * C bytes."""
+    return ring_share(4 * DTYPE_BYTES * channels, n)
 
 
 def ring_share(nbytes: int, n: int) -> Fraction:
@@ -61,20 +140,9 @@ def report(x: Fraction | int) -> int:
     return int(round(Fraction(x)))
 
 
-def bn_stats_share(channels: int, n: int) -> Fraction:
-    """Global batch-norm statistics among n data workers: per layer call, 4 allreduces of C fp32
-    values (sum, centred sum of squares, and their gradients): 2(n-1)/n * 16 * C bytes."""
-    return ring_share(4 * DTYPE_BYTES * channels, n)
-
-
 def ps_shard_sizes(params: int, shards: int) -> list[int]:
     """Even flat split: shard s holds P//S values, plus one for the first P % S shards."""
     return [params // shards + (1 if s < params % shards else 0) for s in range(shards)]
-
-
-def fc_worker_of(conv_rank: int, fc_workers: int) -> int:
-    """Index j (0..k-1) of the FC worker serving CONV worker i: i % k."""
-    return conv_rank % fc_workers
 
 
 def data_workers(strategy: str, nodes: int, fc_workers: int | None) -> int:
@@ -118,16 +186,23 @@ def _clean(d: dict[str, Fraction | int]) -> dict[str, int]:
 
 
 def rank_bytes(counts: ModelCounts, strategy: str, nodes: int, fc_workers: int | None,
-               batches: list[int], ps_shards: int | None, ranks=None) -> list[dict]:
+               batches: list[int], ps_shards: int | None, ranks=None, options: StanzaOptions | None = None,
+               step: int | None = None) -> list[dict]:
     """Per-rank figures for given per-data-worker batches (the engine splits evenly: see
-    expected_bytes); `ranks` limits the rows computed (default: all N)."""
+    expected_bytes); `ranks` limits the rows computed (default: all N). Stanza `options`: a
+    hybrid FC worker joins the CONV allreduce (its own activations never cross a link), the
+    boundary travels in its wire dtype, the CONV allreduce in its compressed size at `step`."""
+    opt = options or StanzaOptions()
     N, P, A = nodes, counts.params, counts.boundary_values
     k = fc_workers
     nc = N - k if strategy == "stanza" else N
     if strategy == "ps":
         sizes = [DTYPE_BYTES * s for s in ps_shard_sizes(P, ps_shards)]
-    conv_ar = ring_share(DTYPE_BYTES * counts.conv_params, nc)
+    conv_members = nc + (k if strategy == "stanza" and opt.fc_batch else 0)
+    conv_ar = ring_share(conv_grad_bytes(counts, opt.grad_compression, step), conv_members) if strategy == "stanza" \
+        else 0
     fc_ar = ring_share(DTYPE_BYTES * counts.fc_params, k or 1)
+    w = WIRE_BYTES[opt.boundary_dtype]
     # batch-norm statistics over the global batch: among the data workers (stanza: CONV side only)
     bn = bn_stats_share(counts.bn_conv_channels + (0 if strategy == "stanza" else counts.bn_fc_channels), nc)
 
@@ -147,20 +222,21 @@ def rank_bytes(counts: ModelCounts, strategy: str, nodes: int, fc_workers: int |
         if r < nc:
             b = batches[r]
             return {"rank": r, "role": "conv_worker",
-                    "sent": _clean({"activations": DTYPE_BYTES * b * A, "labels": LABEL_BYTES * b,
+                    "sent": _clean({"activations": w * b * A, "labels": LABEL_BYTES * b,
                                     "conv_grads": conv_ar, "bn_stats": bn}),
-                    "recv": _clean({"activation_grads": DTYPE_BYTES * b * A, "conv_grads": conv_ar, "bn_stats": bn})}
-        served = sum(batches[i] for i in range(r - nc, nc, k))  # samples of CONV workers i, i % k == r - nc
+                    "recv": _clean({"activation_grads": w * b * A, "conv_grads": conv_ar, "bn_stats": bn})}
+        served = sum(batches[i] for i in Topology("stanza", N, k, 0).served_by(r))  # its CONV workers' samples
+        hybrid = conv_ar if opt.fc_batch else 0
         return {"rank": r, "role": "fc_worker",
-                "sent": _clean({"activation_grads": DTYPE_BYTES * served * A, "fc_grads": fc_ar}),
-                "recv": _clean({"activations": DTYPE_BYTES * served * A, "labels": LABEL_BYTES * served,
-                                "fc_grads": fc_ar})}
+                "sent": _clean({"activation_grads": w * served * A, "conv_grads": hybrid, "fc_grads": fc_ar}),
+                "recv": _clean({"activations": w * served * A, "labels": LABEL_BYTES * served,
+                                "conv_grads": hybrid, "fc_grads": fc_ar})}
 
     return [row(r) for r in (range(N) if ranks is None else ranks)]
 
 
 def summary_bytes(counts: ModelCounts, strategy: str, nodes: int, fc_workers: int | None,
-                  batches: list[int], ps_shards: int | None) -> dict[str, int]:
+                  batches: list[int], ps_shards: int | None, options: StanzaOptions | None = None) -> dict[str, int]:
     """`totals(rank_bytes(...))` in O(1) rows: the cluster's bytes per step and the busiest
     node's sent/received bytes (what sweeps over 1,000 nodes need, without 1,000 rows)."""
     N, P, A = nodes, counts.params, counts.boundary_values
@@ -176,26 +252,56 @@ def summary_bytes(counts: ModelCounts, strategy: str, nodes: int, fc_workers: in
         busiest = DTYPE_BYTES * P + (N - 2) * DTYPE_BYTES * ps_shard_sizes(P, ps_shards)[0] + bn
         return {"bytes_per_step": 2 * (N - 1) * DTYPE_BYTES * P + N * bn, "max_node_sent": busiest,
                 "max_node_recv": busiest}
+    opt = options or StanzaOptions()
     k = fc_workers
     nc = N - k
-    G = sum(batches)
-    conv_ar = report(ring_share(DTYPE_BYTES * counts.conv_params, nc))
+    G = sum(batches)  # samples crossing the boundary (a hybrid FC worker's own never do)
+    members = nc + (k if opt.fc_batch else 0)
+    conv_ar = report(ring_share(conv_grad_bytes(counts, opt.grad_compression), members))
     fc_ar = report(ring_share(DTYPE_BYTES * counts.fc_params, k))
-    conv_ar += report(bn_stats_share(counts.bn_conv_channels, nc))  # CONV workers' batch-norm statistics
+    fc_conv = conv_ar if opt.fc_batch else 0
+    bn = report(bn_stats_share(counts.bn_conv_channels, nc))  # CONV workers' batch-norm statistics
     b0, s0 = batches[0], sum(batches[i] for i in range(0, nc, k))  # rank 0 and FC worker 0 carry the most
-    act = DTYPE_BYTES * A
-    return {"bytes_per_step": 2 * act * G + LABEL_BYTES * G + nc * conv_ar + k * fc_ar,
-            "max_node_sent": max(act * b0 + LABEL_BYTES * b0 + conv_ar, act * s0 + fc_ar),
-            "max_node_recv": max(act * b0 + conv_ar, act * s0 + LABEL_BYTES * s0 + fc_ar)}
+    act = WIRE_BYTES[opt.boundary_dtype] * A
+    return {"bytes_per_step": 2 * act * G + LABEL_BYTES * G + members * conv_ar + k * fc_ar + nc * bn,
+            "max_node_sent": max(act * b0 + LABEL_BYTES * b0 + conv_ar + bn, act * s0 + fc_ar + fc_conv),
+            "max_node_recv": max(act * b0 + conv_ar + bn, act * s0 + LABEL_BYTES * s0 + fc_ar + fc_conv)}
+
+
+def stanza_options(strategy: str, nodes: int, fc_workers: int | None, global_batch: int, fc_conv_share: float,
+                   micro_batches: int, boundary_dtype: str, grad_compression: str) -> tuple[StanzaOptions, list[int]]:
+    """Validated options and the CONV workers' batches, with the engine's own batch rule
+    (topology.hybrid_batches) for a hybrid FC worker's share of the global batch."""
+    from ..config import ConfigError
+    from ..topology import hybrid_batches
+
+    if strategy != "stanza":
+        if (fc_conv_share, micro_batches, boundary_dtype, grad_compression) != (0.0, 1, "fp32", "none"):
+            raise ValueError(f"share, micro-batches and compression apply to stanza only, not {strategy}")
+        n = data_workers(strategy, nodes, fc_workers)
+        return StanzaOptions(), split_batch(global_batch, n)
+    nc = nodes - fc_workers
+    try:
+        bc, bh = hybrid_batches(global_batch, nc, fc_workers, fc_conv_share) if fc_conv_share else (None, 0)
+    except ConfigError as e:
+        raise ValueError(str(e)) from None
+    opt = StanzaOptions(bh, micro_batches, boundary_dtype, grad_compression)
+    batches = [bc] * nc if bh else split_batch(global_batch, nc)
+    if micro_batches > min(b for b in (min(batches), bh) if b):
+        raise ValueError(f"micro_batches {micro_batches} exceeds the smallest worker batch {min(batches)}")
+    return opt, batches
 
 
 def expected_bytes(profile_or_counts, strategy: str, nodes: int, fc_workers: int | None = None,
-                   global_batch: int = 32, ps_shards: int | None = None, bn_stats: str = "global") -> list[dict]:
+                   global_batch: int = 32, ps_shards: int | None = None, *, fc_conv_share: float = 0.0,
+                   micro_batches: int = 1, boundary_dtype: str = "fp32", grad_compression: str = "none",
+                   step: int | None = None, bn_stats: str = "global") -> list[dict]:
     """What every rank sends and receives per step: [{rank, role, sent: {cat: int}, recv: {cat: int}}].
 
     The global batch must split evenly over the data workers (N, or N - k for stanza), as in
-    the engine. ps_shards defaults to N. bn_stats as the engine's --bn-stats ("local": no
-    batch-norm traffic)."""
+    the engine (with a hybrid share: what the FC workers leave, over the N - k CONV workers).
+    ps_shards defaults to N. `step` matters for PowerSGD only (vanilla before its start step;
+    None: the steady state). bn_stats as the engine's --bn-stats ("local": no batch-norm traffic)."""
     counts = ModelCounts.of(profile_or_counts)
     if bn_stats == "local":
         counts = counts.local_bn()
@@ -203,9 +309,11 @@ def expected_bytes(profile_or_counts, strategy: str, nodes: int, fc_workers: int
     n = data_workers(strategy, nodes, fc_workers)
     if isinstance(global_batch, bool) or not isinstance(global_batch, int) or global_batch < n:
         raise ValueError(f"global_batch must be an integer >= {n} (the data workers), got {global_batch!r}")
-    if global_batch % n:
+    if global_batch % n and not fc_conv_share:
         raise ValueError(f"global_batch {global_batch} does not split evenly over {n} data workers")
-    return rank_bytes(counts, strategy, nodes, fc_workers, split_batch(global_batch, n), ps_shards)
+    opt, batches = stanza_options(strategy, nodes, fc_workers, global_batch, fc_conv_share, micro_batches,
+                                  boundary_dtype, grad_compression)
+    return rank_bytes(counts, strategy, nodes, fc_workers, batches, ps_shards, options=opt, step=step)
 
 
 def totals(rank_rows: list[dict]) -> dict[str, int]:

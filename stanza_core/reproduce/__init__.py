@@ -8,7 +8,7 @@ folder `<out>/<name>/` its notebook writes into). Schema, every key checked on l
     title: Layer anatomy            # one line for the report
     notebook: notebooks/01_x.ipynb  # path from the repository root (the specs folder's parent)
     paper: Motivation, CONV vs FC   # which paper figure / table / section the experiment backs
-    requires: [root, tc]            # optional; unmet -> skipped, not failed. Known: linux, root,
+    requires: [cuda]                # optional; unmet -> skipped, not failed. Known: linux, root,
                                     #   tc (`ip` and `tc` on PATH), cuda (torch sees a GPU)
     timeout_s: 1800                 # optional; per-cell papermill timeout (default: none)
     quick: {models: [alexnet]}      # parameters of `make reproduce`: CPU, seconds to minutes
@@ -25,6 +25,10 @@ folder `<out>/<name>/` its notebook writes into). Schema, every key checked on l
         deviation: why ours may differ           # optional
         modes: [full]                            # optional: runs that must produce the key
                                                  #   (default: quick and full)
+        measured: true                           # optional: the value comes from the emulated
+                                                 #   cluster; a run whose results.json says
+                                                 #   `modelled_only` (no root or tc, measuring off)
+                                                 #   reports it "not measured (modelled only)"
 
 Parameter sets may name only parameters of the notebook's `parameters` cell; `out_dir` is
 always injected (absolute) and must not appear. Every notebook writes `<out_dir>/results.json`.

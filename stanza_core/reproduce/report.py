@@ -26,7 +26,7 @@ table { border-collapse: collapse; margin: 0.8em 0; font-size: 0.92em; }
 th, td { border: 1px solid #ccc; padding: 0.3em 0.6em; text-align: left; vertical-align: top; }
 th { background: #f0f0f0; }
 .ok, .agrees { color: #1a7f37; font-weight: 600; } .failed, .differs, .missing { color: #c62828; font-weight: 600; }
-.skipped, .reported, .not-run { color: #8a6d00; }
+.skipped, .reported, .not-run, .modelled { color: #8a6d00; }
 section { border-top: 2px solid #ddd; margin-top: 2em; padding-top: 0.5em; }
 code { background: #f6f6f6; padding: 0 0.2em; } img { max-width: 100%; }
 """
@@ -82,6 +82,8 @@ def _section(out_root: Path, st: dict[str, Any]) -> str:
     params = ", ".join(f"<code>{html.escape(k)}={html.escape(json.dumps(v))}</code>"
                        for k, v in (st.get("parameters") or {}).items())
     error = f"<p class='failed'>{html.escape(st['error'])}</p>" if st.get("error") else ""
+    if st.get("modelled_only"):  # the measured cells did not run: say so above the figures
+        error += f"<p class='modelled'>Modelled only: {html.escape(st['modelled_only'])}</p>"
     return (f"<section id='{html.escape(name)}'><h2>{html.escape(st['title'])}</h2>"
             f"<p>Paper: {html.escape(st['paper'])}</p>"
             f"<p>Status: <span class='{_cls(st['status'])}'>{html.escape(st['status'])}</span>"
@@ -93,6 +95,10 @@ def _section(out_root: Path, st: dict[str, Any]) -> str:
             + _figures(out_root / name, name, {st.get("html") or ""}) + "</section>")
 
 
+def _count(st: dict[str, Any], status: str) -> int:
+    return sum(c["status"] == status for c in st["claims"])
+
+
 def write_index(out_root: Path, specs: list[Spec]) -> Path:
     """Write index.html, index.json and plotly.min.js into `out_root`; return index.html's path."""
     statuses = [_status(out_root, s) for s in specs]
@@ -100,9 +106,15 @@ def write_index(out_root: Path, specs: list[Spec]) -> Path:
     summary = "".join(
         f"<tr><td><a href='#{html.escape(s['name'])}'>{html.escape(s['name'])}</a></td>"
         f"<td>{html.escape(s['title'])}</td><td>{html.escape(s.get('mode') or '')}</td>"
-        f"<td class='{_cls(s['status'])}'>{html.escape(s['status'])}</td>"
-        f"<td>{sum(c['status'] == 'agrees' for c in s['claims'])} / {len(s['claims'])}</td></tr>"
+        f"<td class='{_cls(s['status'])}'>{html.escape(s['status'])}"
+        + (" <span class='modelled'>(modelled only)</span>" if s.get("modelled_only") else "") + "</td>"
+        f"<td>{_count(s, 'agrees')} / {_count(s, 'agrees') + _count(s, 'differs')}</td>"
+        f"<td>{_count(s, 'reported')}</td></tr>"
         for s in statuses)
+    agree = sum(_count(s, "agrees") for s in statuses)
+    compared = agree + sum(_count(s, "differs") for s in statuses)
+    summary += (f"<tr><th colspan='4'>all experiments</th><th>{agree} / {compared}</th>"
+                f"<th>{sum(_count(s, 'reported') for s in statuses)}</th></tr>")
     generated = time.strftime("%Y-%m-%d %H:%M:%S")
     page = (
         "<!DOCTYPE html><html><head><meta charset='utf-8'><title>Stanza workbench: reproductions</title>"
@@ -110,7 +122,11 @@ def write_index(out_root: Path, specs: list[Spec]) -> Path:
         "<h1>Stanza workbench: reproductions</h1>"
         "<p>Wu et al., <i>Stanza: Layer Separation for Distributed Training in Deep Learning</i>, "
         f"arXiv 1812.10624. Generated {generated}.</p>"
-        "<table><tr><th>experiment</th><th>title</th><th>run</th><th>status</th><th>claims agreeing</th></tr>"
+        "<p><a href='gallery.html'>Gallery</a>: every executed notebook and tutorial rendered to HTML, with its "
+        "figures. <i>Claims agreeing</i> counts only claims compared with a paper figure (agrees / agrees + "
+        "differs); <i>reported only</i> are our figures the paper gives no number to compare with.</p>"
+        "<table><tr><th>experiment</th><th>title</th><th>run</th><th>status</th><th>claims agreeing</th>"
+        "<th>reported only</th></tr>"
         f"{summary}</table>" + "".join(_section(out_root, s) for s in statuses) + "</body></html>\n")
     index = out_root / "index.html"
     index.write_text(page)

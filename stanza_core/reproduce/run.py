@@ -101,6 +101,7 @@ def run_experiment(spec: Spec, mode: str, out_root: Path, *, html: bool = True) 
             results = json.loads((out / "results.json").read_text())
         elif status["status"] == "ok":
             status.update(status="failed", error="the notebook wrote no results.json")
+        status["modelled_only"] = (results or {}).get("modelled_only")  # why nothing was measured, if so
         status["claims"], missing = evaluate_claims(spec, results, mode)
         if missing and status["status"] == "ok":
             status.update(status="failed", error=f"results.json lacks claim keys {missing}")
@@ -131,6 +132,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--specs", type=Path, default=REPO_ROOT / "reproductions", help="folder of YAML files")
     ap.add_argument("--out", type=Path, default=None, help="output folder (default: <specs>/out)")
     ap.add_argument("--no-html", action="store_true", help="skip the nbconvert HTML export")
+    ap.add_argument("--no-tutorials", action="store_true", help="skip the tutorials (they run unless --only is given)")
     args = ap.parse_args(argv)
     mode = "full" if args.full else "quick"
     out_root = args.out if args.out is not None else args.specs / "out"
@@ -152,12 +154,25 @@ def main(argv: list[str] | None = None) -> int:
         print(f"[{i}/{len(specs)}] {spec.name}: {st['status']} in {st['duration_s']} s"
               + (f" - {st['error']}" if st["error"] else ""), flush=True)
         statuses.append(st)
+    from .gallery import run_tutorials, tutorial_notebooks, write_gallery
+
+    course = args.specs.resolve().parent / "tutorials"  # beside reproductions/, as in this repository
+    tutorials = ([] if args.only or args.no_tutorials
+                 else run_tutorials(out_root, html_export=not args.no_html, folder=course))
     index = write_index(out_root, load_specs(args.specs))
-    failed = [s for s in statuses if s["status"] == "failed"]
+    gallery = write_gallery(out_root, load_specs(args.specs), tutorial_notebooks(course))
+    failed = [s for s in statuses + tutorials if s["status"] == "failed"]
     differs = [(s["name"], c["claim"]) for s in statuses for c in s["claims"] if c["status"] == "differs"]
+    reported = [(s["name"], c["claim"]) for s in statuses for c in s["claims"] if c["status"] == "reported"]
+    agree = sum(c["status"] == "agrees" for s in statuses for c in s["claims"])
     print(f"report: {index}")
+    print(f"gallery: {gallery}")
     for name, claim in differs:
         print(f"differs from the paper: {name}: {claim}")
+    for name, claim in reported:
+        print(f"reported only (no paper figure to compare with): {name}: {claim}")
+    print(f"claims: {agree} of {agree + len(differs)} compared with a paper figure agree, {len(differs)} differ; "
+          f"{len(reported)} reported only")
     if failed:
         print("failed: " + "; ".join(f"{s['name']} ({s['error']})" for s in failed), file=sys.stderr)
         return 1

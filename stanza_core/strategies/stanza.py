@@ -18,6 +18,7 @@ import torch
 
 from ..topology import CONV_WORKER
 from .base import Strategy, make_sgd, positions_of
+from .stanza_pipeline import Pipeline, hooked_buckets, uses_pipeline
 
 
 class GradBuckets:
@@ -52,14 +53,20 @@ class GradBuckets:
         self.pending[i] -= 1
         if self.pending[i] == 0:  # every gradient of bucket i is final: launch its allreduce
             torch.cat([q.grad.reshape(-1) for q in self.buckets[i]], out=self.flat[i])
-            self.works[i] = self.comm.allreduce(self.flat[i], self.group, self.category, async_op=True)
+            self.works[i] = self._launch(i)
+
+    def _launch(self, i):
+        return self.comm.allreduce(self.flat[i], self.group, self.category, async_op=True)
+
+    def _wait(self, i):
+        self.comm.wait([self.works[i]], f"allreduce of {self.category}")
 
     def finish(self):
         for i, bucket in enumerate(self.buckets):
             if self.pending[i] != 0:
                 raise RuntimeError(f"bucket {i}: {self.pending[i]} gradients never arrived")
             if self.works[i] is not None:
-                self.comm.wait([self.works[i]], f"allreduce of {self.category}")
+                self._wait(i)
             offset = 0
             for q in bucket:
                 q.grad.copy_(self.flat[i][offset:offset + q.numel()].view_as(q))
@@ -85,14 +92,42 @@ class Stanza(Strategy):
             self.served = topo.served_by(self.rank)
             group, category = "fc", "fc_grads"
         params = list(self.part.parameters())
+        conv_buckets = hooked_buckets(GradBuckets) if cfg.grad_compression != "none" else GradBuckets
+        hook = (cfg.grad_compression,) if cfg.grad_compression != "none" else ()
+        self.hybrid_buckets = None  # a hybrid FC worker's CONV gradients (joining the CONV allreduce)
+        if self.role != CONV_WORKER and topo.fc_batch:
+            conv_params = list(self.split.conv.parameters())
+            self.hybrid_buckets = conv_buckets(conv_params, self.comm, "conv", "conv_grads", cfg.bucket_mb,
+                                               self.device, *hook)
+            params = params + conv_params
         self.optimizer = make_sgd(params, cfg)
-        self.buckets = GradBuckets(params, self.comm, group, category, cfg.bucket_mb, self.device)
+        if self.role == CONV_WORKER:
+            self.buckets = conv_buckets(list(self.part.parameters()), self.comm, group, category, cfg.bucket_mb,
+                                        self.device, *hook)
+        else:
+            self.buckets = GradBuckets(list(self.part.parameters()), self.comm, group, category, cfg.bucket_mb,
+                                       self.device)
+        self.pipeline = Pipeline(self) if uses_pipeline(cfg) else None
+
+    def data_slice(self):
+        if self.role != CONV_WORKER and self.topo.fc_batch:  # a hybrid FC worker loads its own slice
+            return self.topo.batch_slice(self.rank, self.cfg.global_batch)
+        return super().data_slice()
 
     def step(self, t, batch):
         self.optimizer.zero_grad(set_to_none=True)
-        self.buckets.start(1 if self.role == CONV_WORKER else len(self.served))
-        share = self._conv_step(t, batch) if self.role == CONV_WORKER else self._fc_step(t)
+        M = self.cfg.micro_batches
+        self.buckets.start(M if self.role == CONV_WORKER else M * (len(self.served) + bool(self.topo.fc_batch)))
+        if self.hybrid_buckets is not None:
+            self.hybrid_buckets.start(M)
+        if self.pipeline is not None:
+            run = self.pipeline.conv_step if self.role == CONV_WORKER else self.pipeline.fc_step
+            share = run(t, batch)
+        else:
+            share = self._conv_step(t, batch) if self.role == CONV_WORKER else self._fc_step(t)
         self.buckets.finish()
+        if self.hybrid_buckets is not None:
+            self.hybrid_buckets.finish()
         self.comm.mark("optimizer_start", "compute")
         self.optimizer.step()
         self.comm.mark("optimizer_end", "compute")
@@ -147,8 +182,13 @@ class Stanza(Strategy):
         return super().full_state_dict()
 
     def checkpoint_state(self):
-        return {"model": self.part.state_dict(), "optimizer": self.optimizer.state_dict()}
+        state = {"model": self.part.state_dict(), "optimizer": self.optimizer.state_dict()}
+        if self.hybrid_buckets is not None:
+            state["conv"] = self.split.conv.state_dict()
+        return state
 
     def load_checkpoint_state(self, state):
         self.part.load_state_dict(state["model"])
+        if self.hybrid_buckets is not None:
+            self.split.conv.load_state_dict(state["conv"])
         self.optimizer.load_state_dict(state["optimizer"])

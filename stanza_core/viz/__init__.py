@@ -11,6 +11,7 @@ One module per experiment family; shared colours and layout helpers live in `_st
   convergence  loss and accuracy against steps and time, distance from local (06)
   assignment  the node-assignment explorer's views (08, stanza_core.widgets)
   validation  the performance model's predictions against measured runs (07)
+  timeline  one measured step per rank: compute and network lanes (--timeline; tutorial T4)
 
 A new family (traffic, throughput, node assignment, bandwidth, convergence, ...) goes in its own
 module here, uses `_style.PART_COLORS` / `_style.STRATEGY_COLORS` so that one colour means one
@@ -32,3 +33,6 @@ from .traffic import node_bytes, ratio_figure, traffic_bytes, traffic_figures, t
 
 __all__ += ["accuracy_curves", "convergence_figures", "convergence_table", "loss_curves", "loss_difference",
             "node_bytes", "ratio_figure", "traffic_bytes", "traffic_figures", "traffic_table"]
+from .timeline import intervals as timeline_intervals, step_timeline
+
+__all__ += ["timeline_intervals", "step_timeline"]

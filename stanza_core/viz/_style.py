@@ -33,3 +33,21 @@ def note_figure(text: str, title: str, height: int = 200) -> go.Figure:
     fig.update_xaxes(visible=False)
     fig.update_yaxes(visible=False)
     return finish(fig, title, height)
+
+
+MODELLED_ONLY = "Modelled only"
+
+
+def mark_modelled_only(figs: dict[str, go.Figure], reason: str | None) -> dict[str, go.Figure]:
+    """When an experiment's measured cells did not run (`reason`: no root or tc here, measuring
+    turned off), every figure says so: its title starts with "Modelled only" and a note under the
+    title gives the reason. With reason None the figures are returned unchanged."""
+    if not reason:
+        return figs
+    for fig in figs.values():
+        title = fig.layout.title.text or ""
+        fig.update_layout(title_text=f"{MODELLED_ONLY} · {title}" if title else MODELLED_ONLY)
+        fig.add_annotation(text=f"{MODELLED_ONLY.lower()}: nothing measured here ({reason})", showarrow=False,
+                           xref="paper", yref="paper", x=0.0, y=1.0, yshift=-2, xanchor="left", yanchor="bottom",
+                           font=dict(size=11, color="#8a6d00"))
+    return figs

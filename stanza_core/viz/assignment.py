@@ -14,7 +14,9 @@ from collections.abc import Sequence
 
 import plotly.graph_objects as go
 
+from ..labels import config_label
 from ..perf import Assignment, Prediction
+from ..topology import Topology
 from ._style import STRATEGY_COLORS, finish, si
 from .traffic import CATEGORY_COLORS, ROLE_LABELS, node_bytes
 
@@ -40,7 +42,7 @@ ROLE_COLORS = {"worker": "#2ca02c", "conv_worker": "#1f77b4", "fc_worker": "#d62
 
 
 def describe(p: Prediction) -> str:
-    return f"stanza k={p.fc_workers}" if p.strategy == "stanza" else p.strategy
+    return config_label(p.strategy, p.fc_workers)
 
 
 def cluster_text(p: Prediction) -> str:
@@ -157,7 +159,8 @@ def assignment_diagram(p: Prediction) -> go.Figure:
     fig = go.Figure()
     ranks = p.ranks
     if p.strategy == "stanza":
-        nc = p.nodes - p.fc_workers
+        topo = Topology("stanza", p.nodes, p.fc_workers, 0)
+        nc = topo.data_workers
         height = max(1.0, 0.5 * (nc - 1))  # half a unit between CONV workers
         pos = _column(nc, 0.0, height) + _column(p.fc_workers, 3.0, height * (p.fc_workers - 1) / max(nc - 1, 1))
         conv_ar = ranks[0]["sent"].get("conv_grads", 0)
@@ -170,7 +173,7 @@ def assignment_diagram(p: Prediction) -> go.Figure:
                                       loop_x=3.6))
         mids = []
         for i in range(nc):
-            (x0, y0), (x1, y1) = pos[i], pos[nc + i % p.fc_workers]
+            (x0, y0), (x1, y1) = pos[i], pos[topo.fc_worker_of(i)]
             d = 0.06
             for (ax, ay, tx, ty), color in (((x0, y0 + d, x1, y1 + d), CATEGORY_COLORS["activations"]),
                                             ((x1, y1 - d, x0, y0 - d), CATEGORY_COLORS["activation_grads"])):
@@ -182,7 +185,7 @@ def assignment_diagram(p: Prediction) -> go.Figure:
                         name="activations + labels (to FC) / activation gradients (back)",
                         marker=dict(size=8, color=CATEGORY_COLORS["activations"], symbol="diamond"),
                         customdata=[[ranks[i]["sent"].get("activations", 0), ranks[i]["sent"].get("labels", 0),
-                                     ranks[i]["recv"].get("activation_grads", 0), i, nc + i % p.fc_workers]
+                                     ranks[i]["recv"].get("activation_grads", 0), i, topo.fc_worker_of(i)]
                                     for i in range(nc)],
                         hovertemplate="rank %{customdata[3]} -> rank %{customdata[4]}: activations %{customdata[0]:,} B"
                                       " + labels %{customdata[1]:,} B<br>back: activation gradients %{customdata[2]:,} B"

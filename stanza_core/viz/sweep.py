@@ -8,7 +8,7 @@ from typing import Any
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from ._style import STRATEGY_COLORS, finish, note_figure
+from ._style import STRATEGY_COLORS, finish, mark_modelled_only, note_figure
 
 
 def _strategy(label: str) -> str:
@@ -27,7 +27,7 @@ def emulated_bandwidth(results: dict[str, Any]) -> go.Figure:
     fig = go.Figure()
     for lab in labels:
         color = STRATEGY_COLORS[_strategy(lab)]
-        name = lab.replace("_k", " k=")
+        name = e.get("labels", {}).get(lab, lab)
         fig.add_scatter(x=[d["target_gbps"] for d in pts], y=[d["predicted"][lab] for d in pts], mode="lines",
                         name=f"{name} (model)", legendgroup=lab, line=dict(color=color, dash="dash"),
                         customdata=[d["link_mbit"] for d in pts],
@@ -105,5 +105,8 @@ def sweep_heatmaps(results: dict[str, Any]) -> go.Figure:
 
 def sweep_figures(results: dict[str, Any]) -> dict[str, go.Figure]:
     """The figures of notebook 05 by key: emulated, paper_scale, sweep."""
-    return {"emulated": emulated_bandwidth(results), "paper_scale": paper_scale_speedups(results),
-            "sweep": sweep_heatmaps(results)}
+    from .throughput import replayed_throughput
+
+    return mark_modelled_only({"replayed": replayed_throughput(results.get("replayed"), "Paper regime, replayed compute"),
+                               "emulated": emulated_bandwidth(results), "paper_scale": paper_scale_speedups(results),
+                               "sweep": sweep_heatmaps(results)}, results.get("modelled_only"))

@@ -7,20 +7,19 @@ from typing import Any
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from ._style import STRATEGY_COLORS, finish, note_figure
+from ..labels import run_label
+from ._style import STRATEGY_COLORS, finish, mark_modelled_only, note_figure
 
 PAPER_BAND_COLOR = "rgba(148, 103, 189, 0.12)"
-
-
-def _label(strategy: str, k: int) -> str:
-    return strategy + (f" k={k}" if k else "")
 
 
 def measured_throughput(results: dict[str, Any]) -> go.Figure:
     """Grouped bars: measured samples/s per strategy at each emulated cluster size."""
     m = results["measured"]
-    title = (f"Measured on the emulated cluster: {m['model']} at {m['image_size']}x{m['image_size']}, "
-             f"{m['target_gbps']:g} Gb/s on {m['target_device']} mapped to this machine")
+    title = "Fidelity anchor, real compute on the emulated cluster"
+    if m["model"]:
+        title += (f": {m['model']} at {m['image_size']}x{m['image_size']}, {m['target_gbps']:g} Gb/s on "
+                  f"{m['target_device']} mapped to this machine")
     if m["unavailable"]:
         return note_figure(f"not measured: {m['unavailable']}", title)
     benches = [b for b in m["benches"] if b["summary"]]
@@ -31,7 +30,7 @@ def measured_throughput(results: dict[str, Any]) -> go.Figure:
     for b in benches:
         n = b["spec"]["nodes"]
         for row in b["summary"]:
-            name = _label(row["strategy"], row["fc_workers"])
+            name = run_label(row)
             text = "" if row["strategy"] != "stanza" else (
                 f"{row['speedup_vs_ps']:.2f}x ps<br>{row['speedup_vs_ddp']:.2f}x ddp"
                 if row["speedup_vs_ps"] and row["speedup_vs_ddp"] else "")
@@ -45,6 +44,29 @@ def measured_throughput(results: dict[str, Any]) -> go.Figure:
     fig.update_layout(barmode="group")
     fig.update_yaxes(title_text="samples/s (median over repeats; bars: min-max)", rangemode="tozero")
     return finish(fig, title, 460)
+
+
+def replayed_throughput(section: dict[str, Any] | None, title: str = "Paper regime") -> go.Figure:
+    """Grouped bars of samples/s per configuration for every (model, N, target) of a replayed
+    section (experiments.replayed.summary); the caption says what is measured and what replayed."""
+    title = (f"{title}: {section['image_size']}x{section['image_size']}, {section['num_classes']} classes, "
+             f"{section['batch_per_worker']} samples per data worker" if section else title)
+    if not section or not section["by_model"]:
+        why = (section or {}).get("unavailable") or "no replayed runs (replay_models or replay_nodes is empty)"
+        return note_figure(f"not measured: {why}", title)
+    fig = go.Figure()
+    cats = [(m, n, g) for m, by_n in section["by_model"].items() for n, by_g in by_n.items() for g in by_g]
+    for key, label in sorted(section["labels"].items()):
+        strategy = key.split("_")[0]
+        pts = [(f"{m}, N={n}, {g} Gb/s (D={section['by_model'][m][n][g]['dilation']:g})",
+                section["by_model"][m][n][g]["throughput"].get(key)) for m, n, g in cats]
+        fig.add_bar(x=[p[0] for p in pts], y=[p[1] for p in pts], name=label, marker_color=STRATEGY_COLORS[strategy],
+                    hovertemplate=f"{label}: %{{y:.1f}} samples/s (target scale)<extra></extra>")
+    fig.update_layout(barmode="group")
+    fig.update_yaxes(title_text="samples/s on the target cluster (measured x D)", rangemode="tozero")
+    fig.add_annotation(text=section["caption"], xref="paper", yref="paper", x=0.0, y=1.0, yshift=4,
+                       xanchor="left", yanchor="bottom", showarrow=False, font=dict(size=11))
+    return finish(fig, title, 480)
 
 
 def modelled_throughput(results: dict[str, Any]) -> go.Figure:
@@ -127,8 +149,9 @@ def stanza_speedups(results: dict[str, Any]) -> go.Figure:
 
 def throughput_figures(results: dict[str, Any]) -> dict[str, go.Figure]:
     """The figures of notebook 03 by key: measured, modelled, speedups."""
-    return {"measured": measured_throughput(results), "modelled": modelled_throughput(results),
-            "speedups": stanza_speedups(results)}
+    return mark_modelled_only({"replayed": replayed_throughput(results.get("replayed"), "Paper regime, replayed compute"),
+                               "measured": measured_throughput(results), "modelled": modelled_throughput(results),
+                               "speedups": stanza_speedups(results)}, results.get("modelled_only"))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -197,4 +220,6 @@ def assignment_paper_scale(results: dict[str, Any]) -> go.Figure:
 
 def assignment_figures(results: dict[str, Any]) -> dict[str, go.Figure]:
     """The figures of notebook 04 by key: measured, paper_scale."""
-    return {"measured": assignment_measured(results), "paper_scale": assignment_paper_scale(results)}
+    return mark_modelled_only({"replayed": replayed_throughput(results.get("replayed"), "Paper regime, stanza at every k"),
+                               "measured": assignment_measured(results), "paper_scale": assignment_paper_scale(results)},
+                              results.get("modelled_only"))

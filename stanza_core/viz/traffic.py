@@ -13,6 +13,7 @@ from typing import Any
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from ..labels import run_key
 from ._style import finish, note_figure, si
 
 # One colour per byte category, in the order they are stacked (bottom first).
@@ -160,7 +161,7 @@ def traffic_table(results: Mapping[str, Any]) -> go.Figure:
 
 
 def _key(run: Mapping[str, Any]) -> str:
-    return f"stanza_k{run['fc_workers']}" if run["strategy"] == "stanza" else run["strategy"]
+    return run_key(run)
 
 
 def traffic_figures(results: Mapping[str, Any]) -> dict[str, go.Figure]:

@@ -6,7 +6,7 @@ from typing import Any
 
 import plotly.graph_objects as go
 
-from ._style import STRATEGY_COLORS, TEMPLATE, finish, note_figure
+from ._style import STRATEGY_COLORS, TEMPLATE, finish, mark_modelled_only, note_figure
 
 _TITLE = "Performance model against measured runs"
 
@@ -55,6 +55,8 @@ def predicted_vs_measured(results: dict[str, Any]) -> go.Figure:
     fig.add_annotation(text=f"median |error| {s['median_abs_error']:.1%}, worst {s['worst_abs_error']:.1%} "
                             f"({s['configurations']} configurations, independent inputs)",
                        xref="paper", yref="paper", x=0.01, y=0.99, showarrow=False, xanchor="left")
+    fig.add_annotation(text=results.get("caption", ""), xref="paper", yref="paper", x=0.01, y=0.93, showarrow=False,
+                       xanchor="left", font=dict(size=11))
     fig = finish(fig, _TITLE, 600)
     fig.update_layout(margin_t=150)
     return fig
@@ -104,4 +106,5 @@ def term_table(results: dict[str, Any]) -> go.Figure:
 
 def validation_figures(results: dict[str, Any]) -> dict[str, go.Figure]:
     """The figures of notebook 07 by key: scatter, errors, terms."""
-    return {"scatter": predicted_vs_measured(results), "errors": error_bars(results), "terms": term_table(results)}
+    return mark_modelled_only({"scatter": predicted_vs_measured(results), "errors": error_bars(results),
+                               "terms": term_table(results)}, results.get("modelled_only"))

@@ -7,9 +7,11 @@ import json
 import pytest
 from papermill.exceptions import PapermillExecutionError
 
-from stanza_core.experiments.timing import device_for, payload_per_wire_byte
+from stanza_core.experiments.compute_rounds import device_for
+from stanza_core.experiments.validation import replay_profile
+from stanza_core.netem.facts import MAX_AGGREGATE_MBIT, max_link_mbit, payload_gbps
 from stanza_core.netem import missing_requirements
-from stanza_core.perf import Cluster, named_profile, predict
+from stanza_core.perf import Cluster, named_profile, predict, replay_dilation
 
 pytestmark = pytest.mark.slow
 
@@ -22,12 +24,28 @@ def spec(spec_of):
 
 
 @pytest.mark.netem
+@pytest.mark.timeout(900)  # six tiny jobs on the emulated cluster (three when notebook 03's test ran first)
 @pytest.mark.skipif(bool(missing_requirements()), reason="the emulated cluster needs root and iproute2")
 def test_tiny_run_predicts_every_measured_configuration(spec, run_notebook, bench_cache, tmp_path):
     results, out, _ = run_notebook(spec, cache_dir=bench_cache)
-    rows = results["rows"]
+    everything = results["rows"]
+    # The replayed runs (cifar_alexnet, compute replayed from the v100 table x 20): each predicted
+    # with that same profile, dilated, at the run's own link rate and global batch.
+    replayed = [r for r in everything if r["compute"] == "replay"]
+    assert sorted(r["label"] for r in replayed) == ["ddp", "ps", "stanza k=1"]
+    assert results["replayed_summary"]["configurations"] == 3 and results["replayed_summary"]["bytes_match"]
+    D = replay_dilation(10.0, 3, max_link_mbit=max_link_mbit(9000), max_aggregate_mbit=MAX_AGGREGATE_MBIT)
+    assert f"replayed runs: compute from the v100 table profile x D = {D:g}" in results["caption"]
+    small = named_profile("cifar_alexnet", 32, 10)
+    for r in replayed:
+        G = 32 * (3 - r["fc_workers"])
+        c = Cluster(3, payload_gbps(r["link_mbit"], 9000), 50e-6, replay_profile(small, "v100", D))
+        p = predict(small, c, r["strategy"], r["fc_workers"] or None, global_batch=G)
+        assert r["link_mbit"] == pytest.approx(10_000 / D)
+        assert r["predicted_throughput"] == pytest.approx(p.throughput, rel=1e-12)
+    rows = [r for r in everything if r["compute"] != "replay"]  # the real-compute anchor
     assert results["unavailable"] is None and sorted(r["label"] for r in rows) == ["ddp", "ps", "stanza k=1"]
-    s = results["summary"]
+    s = results["real_summary"]
     errs = sorted(abs(r["error"]) for r in rows)
     assert s["median_abs_error"] == pytest.approx(errs[1], abs=1e-12) and s["worst_abs_error"] == errs[-1]
     assert s["bytes_match"] is True
@@ -41,7 +59,7 @@ def test_tiny_run_predicts_every_measured_configuration(spec, run_notebook, benc
         # Each run carries the rounds of its configuration, timed right before and after it.
         assert r["rounds_source"] == "run"
         dev = device_for(r["strategy"], 3, r["fc_workers"], 6, r["timing_rounds"], prof.params)
-        c = Cluster(3, r["link_mbit"] * payload_per_wire_byte(9000) / 1000, 50e-6, dev)
+        c = Cluster(3, payload_gbps(r["link_mbit"], 9000), 50e-6, dev)
         p = predict(prof, c, r["strategy"], r["fc_workers"] or None, global_batch=6)
         assert r["predicted_throughput"] == pytest.approx(p.throughput, rel=1e-12)
         assert r["error"] == pytest.approx(p.throughput / r["measured_throughput"] - 1, rel=1e-9)
@@ -57,4 +75,4 @@ def test_missing_bench_json_fails_at_the_first_code_cell_with_one_line(spec, run
     with pytest.raises(PapermillExecutionError) as e:
         run_notebook(spec, bench_json=[str(tmp_path / "nope.json")])
     assert e.value.ename == "ValueError" and e.value.evalue == f"bench_json {tmp_path / 'nope.json'}: no such file"
-    assert "validation.plan(" in e.value.source
+    assert "validation.ValidationParams(" in e.value.source

@@ -48,6 +48,8 @@ def project(tmp_path):
     _notebook(tmp_path / "notebooks" / "broken.ipynb", 'raise ValueError("broken on purpose")')
     (specs / "good.yaml").write_text(yaml.safe_dump(_spec("good.ipynb", CLAIMS)))
     (specs / "broken.yaml").write_text(yaml.safe_dump(_spec("broken.ipynb", CLAIMS[:1])))
+    (tmp_path / "tutorials").mkdir()
+    _notebook(tmp_path / "tutorials" / "t1_fixture.ipynb", GOOD_CODE)  # a course tutorial: into the gallery
     return tmp_path
 
 
@@ -55,7 +57,8 @@ def project(tmp_path):
 def test_runs_everything_reports_and_fails_at_the_end(project, capsys):
     out = project / "out"
     assert main(["--specs", str(project / "reproductions"), "--out", str(out)]) == 1
-    err = capsys.readouterr().err
+    printed = capsys.readouterr()
+    err = printed.err
     assert "failed: broken (ValueError: broken on purpose (cell [3]))" in err
     index = json.loads((out / "index.json").read_text())
     status = {e["name"]: e for e in index["experiments"]}
@@ -71,6 +74,14 @@ def test_runs_everything_reports_and_fails_at_the_end(project, capsys):
                  "broken on purpose", "href='good/good.ipynb'", "href='good/good.html'", "plotly-graph-div"):
         assert text in page, text
     assert (out / "plotly.min.js").is_file() and (out / MARKER).is_file()
+    # claims compared with a paper figure: 2 agree, 1 differs; the tutorial is rendered into the gallery
+    assert "claims: 2 of 3 compared with a paper figure agree, 1 differ; 0 reported only" in printed.out
+    tut = out / "tutorials" / "t1_fixture"
+    assert json.loads((tut / "status.json").read_text())["status"] == "ok" and (tut / "t1_fixture.html").is_file()
+    gallery = (out / "gallery.html").read_text()
+    for text in ("href='tutorials/t1_fixture/t1_fixture.html'", "href='good/good.html'", "bars (interactive)"):
+        assert text in gallery, text
+    assert "<th>2 / 3</th>" in page  # the summary table's total: agree / compared
 
     # --only reruns one experiment (full parameters here) and keeps the other's last status.
     assert main(["--specs", str(project / "reproductions"), "--out", str(out), "--only", "good", "--full",

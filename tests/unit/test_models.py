@@ -7,9 +7,12 @@ import torch.nn.functional as F
 from stanza_core.models import MIN_IMAGE_SIZE, MODEL_NAMES, SampleDropout, get_model, sample_keys
 
 NUM_CLASSES = 7  # not 1000 or 10, so a head that ignores num_classes is caught
-# nn.Dropout layers of each architecture's definition (torchvision: AlexNet and VGG have two in
-# the classifier, ResNet none).
-DROPOUTS = {"alexnet": 2, "resnet18": 0, "resnet50": 0, "tiny_cnn": 1, "cifar_alexnet": 2, "tiny_sequential": 1}
+# nn.Dropout layers of each architecture's definition and their probability (torchvision: AlexNet
+# and VGG have two in the classifier, ResNet none, GoogLeNet one at 0.2 and Inception v3 one at
+# 0.5 once their auxiliary heads are off).
+DROPOUTS = {"alexnet": 2, "resnet18": 0, "resnet50": 0, "tiny_cnn": 1, "cifar_alexnet": 2, "tiny_sequential": 1,
+            "googlenet": 1, "inception_v3": 1}
+DROPOUT_P = {"googlenet": 0.2}
 # VGG variants share torchvision's VGG class with vgg16 (vgg11_bn covers batch norm) and take
 # seconds each to build: full suite only.
 HEAVY = {"vgg11", "vgg13", "vgg19", "vgg13_bn", "vgg16_bn", "vgg19_bn"}
@@ -43,7 +46,7 @@ def test_every_dropout_is_a_sample_dropout(built):
     drops = [m for m in model.modules() if isinstance(m, SampleDropout)]
     assert len(drops) == DROPOUTS.get(name, 2)  # every VGG variant has two
     assert sorted(d.layer_id for d in drops) == list(range(len(drops)))  # distinct ids: distinct masks
-    assert all(d.p == 0.5 for d in drops)  # the definitions' probability is kept
+    assert all(d.p == DROPOUT_P.get(name, 0.5) for d in drops)  # the definitions' probability is kept
 
 
 @pytest.mark.parametrize("name", ["tiny_cnn", "resnet18"])

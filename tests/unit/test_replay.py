@@ -164,3 +164,23 @@ def test_replay_local_run_reports_target_times(as_rank0_of, tmp_path):
     assert d["compute"] == "replay" and d["replay"]["dilation"] == 50 and d["replay"]["device"] == "v100 (table)"
     assert all(s["loss"] is None for s in d["steps"])
     assert d["target_step_time_median_s"] == pytest.approx(d["step_time_median_s"] / 50)
+
+
+def test_dilation_rule():
+    from stanza_core.perf import emulated_bandwidth, replay_dilation
+
+    assert emulated_bandwidth(10, dilation=40) == pytest.approx(0.25)
+    assert emulated_bandwidth(10, 0.1, 4.0) == emulated_bandwidth(10, dilation=40)  # t_here = D t_target
+    with pytest.raises(ValueError, match="not both"):
+        emulated_bandwidth(10, 0.1, 4.0, dilation=40)
+    with pytest.raises(ValueError, match="dilation"):
+        emulated_bandwidth(10, dilation=0)
+    # N links at 10 Gb/s / D must fit 1000 Mbit/s aggregate: D = 8 * 10000 / 1000 = 80
+    assert replay_dilation(10, 8, max_link_mbit=1000, max_aggregate_mbit=1000) == 80
+    assert replay_dilation(10, 1, max_link_mbit=500, max_aggregate_mbit=1e6) == 20  # one link's limit
+    assert replay_dilation(0.01, 2, max_link_mbit=1000, max_aggregate_mbit=1000) == 1
+    # engine: 3 s of CPU per step here must stay within 5 % of D x 0.5 s -> D = 120
+    assert replay_dilation(0.01, 2, max_link_mbit=1000, max_aggregate_mbit=1000, engine_s=3.0,
+                           target_step_s=0.5) == 120
+    with pytest.raises(ValueError):
+        replay_dilation(10, 0, max_link_mbit=1000, max_aggregate_mbit=1000)

@@ -8,9 +8,10 @@ import sys
 
 import pytest
 
-from stanza_core.experiments.measured import Cache, MeasureSpec, cache_dir_for
-from stanza_core.experiments.timing import (config_rounds, device_for, payload_per_wire_byte, rounds_needed,
-                                            timing_rounds)
+from stanza_core.experiments.cache import Cache, cache_dir_for
+from stanza_core.experiments.compute_rounds import config_rounds, device_for, rounds_needed, timing_rounds
+from stanza_core.experiments.spec import MeasureSpec
+from stanza_core.netem.facts import payload_gbps, payload_per_wire_byte
 from stanza_core.experiments.validation import calibrated, error_summary, predict_runs, term_fit
 from stanza_core.perf import Cluster, DeviceProfile, named_profile, predict
 
@@ -66,7 +67,7 @@ def test_predictions_are_perf_predict_on_the_configuration_profile():
     prof = named_profile("tiny_cnn", 16, 10)
     for r in rows:
         dev = device_for(r["strategy"], 3, r["fc_workers"], 6, bench["timing_rounds"], prof.params)
-        p = predict(prof, Cluster(3, r["link_mbit"] * payload_per_wire_byte(9000) / 1000, 50e-6, dev),
+        p = predict(prof, Cluster(3, payload_gbps(r["link_mbit"], 9000), 50e-6, dev),
                     r["strategy"], r["fc_workers"] or None, global_batch=6)
         assert r["predicted_throughput"] == pytest.approx(p.throughput, rel=1e-12)
         assert r["error"] == pytest.approx(p.throughput / r["measured_throughput"] - 1, rel=1e-12)
@@ -145,7 +146,7 @@ def test_timing_rounds_time_real_processes_at_once():
 @pytest.mark.skipif(shutil.which("unshare") is None, reason="needs util-linux unshare")
 def test_without_root_the_measured_part_says_so_in_one_line():
     # A user namespace without a uid mapping: the process is uid 65534 there, as a normal user.
-    code = ("import json; from stanza_core.experiments.measured import MeasureSpec, measure; "
+    code = ("import json; from stanza_core.experiments.run import MeasureSpec, measure; "
             "r = measure(MeasureSpec(model='tiny_cnn', image_size=16, num_classes=10, nodes=2, "
             "strategies=['ddp'], fc_workers=[1], global_batch=4, steps=2, link_mbit=[100])); "
             "print(json.dumps([r['unavailable'], r['runs']]))")
@@ -159,7 +160,7 @@ def test_without_root_the_measured_part_says_so_in_one_line():
 
 
 def test_bench_from_metrics_reads_runs_made_elsewhere(tmp_path):
-    from stanza_core.experiments.measured import bench_from_metrics
+    from stanza_core.experiments.run import bench_from_metrics
 
     def metrics(strategy, k, tp, name):
         m = {"config": {"strategy": strategy, "model": "alexnet", "image_size": 224, "num_classes": 1000,

@@ -1,4 +1,4 @@
-"""A device profile of THIS machine under the contention the emulated runs see.
+"""Compute rounds: a device profile of THIS machine under the contention the emulated runs see.
 
 Why contention matters: on the emulated cluster every node is one process with one thread and
 all of them share this machine's cores. A step's compute is slower than a lone process's when
@@ -23,14 +23,8 @@ import time
 from typing import Any
 
 from ..perf import DeviceProfile
+from ..topology import Topology
 
-
-
-def payload_per_wire_byte(mtu: int) -> float:
-    """TCP/IPv4 payload per byte htb paces: a full frame carries mtu - 20 (IP) - 32 (TCP with
-    timestamps) payload bytes in mtu + 14 bytes (Ethernet header, no FCS). The model's
-    bandwidth is in payload bytes, the emulated rate in wire bytes (1500: 0.956, 9000: 0.993)."""
-    return (mtu - 52) / (mtu + 14)
 PARTS = ("conv_fwd", "conv_bwd", "fc_fwd", "fc_bwd")
 
 
@@ -93,7 +87,7 @@ class TimingPool:
     """
 
     def __init__(self, model: str, image_size: int, num_classes: int, size: int, *, reps: int = 5):
-        self.cmd = [sys.executable, "-m", "stanza_core.experiments.timing", "worker", model, str(image_size),
+        self.cmd = [sys.executable, "-m", "stanza_core.experiments.compute_rounds", "worker", model, str(image_size),
                     str(num_classes)]
         self.size, self.reps, self.procs = size, reps, []
 
@@ -181,8 +175,9 @@ def mean_rounds(*sets: list[dict[str, Any]]) -> list[dict[str, Any]]:
 def config_rounds(strategy: str, nodes: int, fc_workers: int, global_batch: int) -> dict[str, tuple[int, int]]:
     """(level, batch) of each piece of `strategy`'s step on `nodes` (see the module docstring)."""
     if strategy == "stanza":
-        b = global_batch // (nodes - fc_workers)
-        conv, fc = (nodes - fc_workers, b), (fc_workers, b)
+        topo = Topology("stanza", nodes, fc_workers, 0)
+        b = global_batch // topo.data_workers
+        conv, fc = (len(topo.conv_ranks), b), (len(topo.fc_ranks), b)
         return {"conv_fwd": conv, "conv_bwd": conv, "fc_fwd": fc, "fc_bwd": fc, "update": conv, "step": conv}
     every = (nodes, global_batch // nodes)
     return {k: every for k in (*PARTS, "update", "step")}

@@ -1,0 +1,87 @@
+"""The measured-runs cache shared by notebooks 03-07 and the bench.
+
+Every timing round and every run is stored as one JSON file under the cache folder, keyed by
+every parameter that determines it and by a fingerprint of the code that measures it, so
+notebooks asking for the same run share it and a changed parameter or engine never reuses an
+old one. What was reused is printed and recorded in the results (`Cache.report`).
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+PACKAGE = Path(__file__).resolve().parents[1]
+# What a measured run depends on: everything but the figures, the report and the notebook glue
+# (the experiments' own measuring modules are added back by name below).
+_NOT_MEASURING = ("viz", "reproduce", "nbtools.py", "widgets.py", "labels.py", "experiments/")
+_MEASURING = ("experiments/spec.py", "experiments/cache.py", "experiments/run.py", "experiments/compute_rounds.py")
+
+
+def code_fingerprint() -> str:
+    """sha256 over the package's measuring code: engine, netem, perf, the bench and the
+    experiments' measuring modules (not the notebooks' glue or the prediction code, which change
+    nothing measured)."""
+    h = hashlib.sha256()
+    for rel in _MEASURING:
+        h.update(rel.encode() + b"\0" + (PACKAGE / rel).read_bytes())
+    for path in sorted(PACKAGE.rglob("*.py")):
+        rel = path.relative_to(PACKAGE).as_posix()
+        if not rel.startswith(_NOT_MEASURING):
+            h.update(rel.encode() + b"\0" + path.read_bytes())
+    return h.hexdigest()[:16]
+
+
+class Cache:
+    """One JSON file per entry, named by the hash of its key; `root=None` caches nothing."""
+
+    def __init__(self, root: str | Path | None):
+        self.root = Path(root) if root else None
+        self.fingerprint = code_fingerprint()
+        self.reused: list[dict] = []
+        self.measured = 0
+
+    def _path(self, kind: str, key: dict) -> Path:
+        digest = hashlib.sha256(json.dumps({**key, "code": self.fingerprint}, sort_keys=True).encode())
+        return self.root / f"{kind}-{digest.hexdigest()[:20]}.json"
+
+    def get(self, kind: str, key: dict):
+        if self.root is None or not (path := self._path(kind, key)).is_file():
+            return None
+        entry = json.loads(path.read_text())
+        if entry["key"] != key or entry["code"] != self.fingerprint:  # a hash collision: measure again
+            return None
+        self.reused.append({"kind": kind, "file": path.name, "measured_at": entry["measured_at"]})
+        return entry["value"]
+
+    def put(self, kind: str, key: dict, value) -> None:
+        self.measured += 1
+        if self.root is None:
+            return
+        self.root.mkdir(parents=True, exist_ok=True)
+        entry = {"key": key, "code": self.fingerprint, "measured_at": time.strftime("%Y-%m-%d %H:%M:%S"),
+                 "value": value}
+        tmp = self._path(kind, key).with_suffix(".tmp")
+        tmp.write_text(json.dumps(entry))
+        tmp.replace(self._path(kind, key))
+
+    def report(self) -> dict[str, Any]:
+        when = sorted(r["measured_at"] for r in self.reused)
+        return {"dir": str(self.root) if self.root else None, "code": self.fingerprint, "measured": self.measured,
+                "reused": len(self.reused), "reused_measured_at": [when[0], when[-1]] if when else None}
+
+    def say_reused(self) -> None:
+        if self.reused:
+            c = self.report()
+            print(f"reused {c['reused']} cached measurements from {c['dir']} (measured {c['reused_measured_at'][0]}"
+                  f" .. {c['reused_measured_at'][1]}, same parameters and code); delete the folder to measure afresh")
+
+
+def cache_dir_for(cache_dir: str, out_dir: str) -> str | None:
+    """The notebooks' `cache_dir` parameter: "auto" = `bench-cache` beside out_dir (shared by
+    the notebooks of one reproduction run), "" = no cache, anything else = that folder."""
+    if cache_dir == "auto":
+        return str(Path(out_dir).resolve().parent / "bench-cache")
+    return cache_dir or None

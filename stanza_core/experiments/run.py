@@ -1,0 +1,271 @@
+"""Running on the emulated cluster: the one primitive every measurement goes through.
+
+    run_config(RunConfig(...)) -> one run's row   (bench, notebooks 03-07 and the tests call it)
+    measure(MeasureSpec(...), cache_dir) -> bench results dict ("config", "calibration", "runs",
+                                            "summary", "timing_rounds", "cache", "unavailable")
+
+`measure` takes the timing rounds the performance model needs (`compute_rounds`), maps target
+bandwidths to emulated link rates with `perf.emulated_bandwidth` (t_step_here = one data
+worker's compute step with all N nodes computing at once, the timing round at level N; targets
+whose rate exceeds what the emulator holds, `netem.max_link_mbit`, are listed as modelled only)
+and runs every configuration with `run_config`, each with the timing rounds of its own
+configuration taken right before and after it (this machine is shared). Runs and rounds are
+cached (`cache.Cache`).
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import statistics
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from ..labels import run_label
+from . import compute_rounds
+from .cache import Cache
+from .spec import MeasureSpec, RunConfig
+
+
+def netem_unavailable() -> str | None:
+    """None when the emulated cluster can run here, else the one-line reason (the one root / tc
+    check of the measured cells)."""
+    from ..netem import missing_requirements
+
+    missing = missing_requirements()
+    return ("the emulated cluster needs Linux, root and iproute2; missing: " + ", ".join(missing)) if missing else None
+
+
+def run_config(cfg: RunConfig, *, timeout_s: float = 1800) -> dict[str, Any]:
+    """Train one configuration on a fresh emulated cluster; its row: the configuration, throughput,
+    median step time, bytes (cluster total per step and per rank, as the engine counted them),
+    the kernel's interface counters and the wall time. Raises netem's errors (no root, a failed
+    node) with the cluster removed."""
+    from ..netem import run_training
+
+    with tempfile.TemporaryDirectory(prefix="stanza-run-") as tmp:
+        m = run_training(cfg.cluster_nodes, cfg.link_mbit, cfg.train_args(os.path.join(tmp, "metrics.json")),
+                         delay_ms=cfg.delay_ms, mtu=cfg.mtu, timeout_s=timeout_s, quiet=True)
+    return {"strategy": cfg.strategy, "fc_workers": cfg.fc_workers, "ps_servers": cfg.ps_servers,
+            "global_batch": cfg.global_batch,
+            "ps_overlap": cfg.ps_overlap, "label": cfg.label, "link_mbit": cfg.link_mbit,
+            "compute": {k: m["config"].get(k) for k in ("compute", "replay_device", "dilation") if k in m["config"]},
+            "throughput": m["throughput"], "step_time_median_s": m["step_time_median_s"],
+            "bytes_per_step": m["bytes_per_step"], "ranks": m["ranks"], "kernel": m["netem"]["kernel"],
+            "wall_s": m["netem"]["wall_s"]}
+
+
+def target_step_s(model: str, image_size: int, num_classes: int, batch: int, device: str) -> float:
+    """One data worker's step (forward, backward, update) on `batch` samples on a device-table row."""
+    from ..perf import DeviceProfile, named_profile
+
+    profile = named_profile(model, image_size, num_classes, batch)
+    dev = DeviceProfile.from_table(device, profile)
+    return dev.step_compute_s(batch) + dev.update_s_per_param * profile.params
+
+
+def summarize(runs: list[dict]) -> list[dict]:
+    """Per (bandwidth, configuration): median throughput over repeats, spread, speedups."""
+    rows = []
+    for mbit in sorted({r["link_mbit"] for r in runs}):
+        here = [r for r in runs if r["link_mbit"] == mbit]
+        med = {}
+        for label in sorted({run_label(r) for r in here}):
+            same = [r for r in here if run_label(r) == label]
+            tp = [r["throughput"] for r in same]
+            med[label] = statistics.median(tp)
+            first = same[0]
+            rows.append({"strategy": first["strategy"], "fc_workers": first["fc_workers"],
+                         "ps_servers": first.get("ps_servers") or 0, "ps_overlap": bool(first.get("ps_overlap")),
+                         "label": label, "link_mbit": mbit, "target_gbps": first["target_gbps"],
+                         "throughput": med[label], "throughput_min": min(tp), "throughput_max": max(tp),
+                         "repeats": len(tp), "bytes_per_step": first["bytes_per_step"]})
+        for row in rows[-len(med):]:
+            for base in ("ps", "ddp"):
+                ref = med.get(base)
+                row[f"speedup_vs_{base}"] = row["throughput"] / ref if ref else None
+    return rows
+
+
+class _LazyPool:
+    """The timing pool, started the first time something needs timing (a fully cached
+    measurement starts no process)."""
+
+    def __init__(self, stack: contextlib.ExitStack, spec: MeasureSpec):
+        self.stack, self.spec, self.pool = stack, spec, None
+
+    def __call__(self) -> compute_rounds.TimingPool:
+        if self.pool is None:
+            s = self.spec
+            self.pool = self.stack.enter_context(compute_rounds.TimingPool(s.model, s.image_size, s.num_classes,
+                                                                           s.nodes, reps=s.timing_reps))
+        return self.pool
+
+
+def _run_with_rounds(pool: compute_rounds.TimingPool, spec: MeasureSpec, cfg: RunConfig) -> dict:
+    """One run with its configuration's timing rounds taken just before and just after it (their
+    mean): the compute the model is given saw the load the run saw."""
+    need = sorted(set(compute_rounds.config_rounds(cfg.strategy, spec.nodes, cfg.fc_workers,
+                                                   spec.global_batch).values()), key=lambda r: (-r[0], r[1]))
+    before = pool.time(need)
+    run = run_config(cfg)
+    return {**run, "timing_rounds": compute_rounds.mean_rounds(before, pool.time(need))}
+
+
+def _empty(spec: MeasureSpec, unavailable: str | None) -> dict[str, Any]:
+    return {"spec": spec.to_dict(), "config": {**spec.to_dict(), "fc_workers": spec.fc_workers},
+            "unavailable": unavailable, "calibration": None, "timing_rounds": [], "runs": [], "summary": [],
+            "modelled_only_gbps": [], "cache": None}
+
+
+def skipped(spec: MeasureSpec, reason: str) -> dict[str, Any]:
+    """The results of a measurement that was not run (e.g. measuring turned off): no runs."""
+    return _empty(spec, reason)
+
+
+def modelled_only(benches: list[dict[str, Any] | None]) -> str | None:
+    """Why an experiment's figures are modelled only: the reason its measurements did not run
+    (no root or tc here, measuring turned off); None when something was measured or nothing
+    was asked to be."""
+    reasons = [b["unavailable"] for b in benches if b is not None and b.get("unavailable")]
+    ran = [b for b in benches if b is not None and not b.get("unavailable")]
+    return reasons[0] if reasons and not ran else None
+
+
+def measure(spec: MeasureSpec, cache_dir: str | None = None, progress: bool = True) -> dict[str, Any]:
+    """Timing rounds, bandwidth mapping and every run of `spec` (cached); a bench results dict.
+
+    Without root/netem: prints one line and returns the dict with "unavailable" set and no runs."""
+    from ..perf import emulated_bandwidth
+
+    if not isinstance(spec, MeasureSpec):
+        raise ValueError(f"measure needs a MeasureSpec, got {type(spec).__name__}")
+    out = _empty(spec, netem_unavailable())
+    if out["unavailable"]:
+        print(f"measured part skipped: {out['unavailable']}")
+        return out
+    cache = Cache(cache_dir)
+    base = {"model": spec.model, "image_size": spec.image_size, "num_classes": spec.num_classes}
+    if spec.replayed:
+        return _measure_replay(spec, cache, out, progress)
+    with contextlib.ExitStack() as stack:
+        pool = _LazyPool(stack, spec)
+        # The rounds of every configuration and the one that maps targets to link rates, once.
+        calib_round = (spec.nodes, spec.global_batch // spec.nodes)
+        rounds = sorted(set(compute_rounds.rounds_needed(spec.configs(), spec.nodes, spec.global_batch))
+                        | {calib_round}, key=lambda r: (-r[0], r[1]))
+        keys = {r: {**base, "level": r[0], "batch": r[1], "reps": spec.timing_reps} for r in rounds}
+        have = {r: cache.get("round", keys[r]) for r in rounds}
+        missing = [r for r in rounds if have[r] is None]
+        for r, got in zip(missing, pool().time(missing) if missing else []):
+            cache.put("round", keys[r], got)
+            have[r] = got
+        out["timing_rounds"] = [have[r] for r in rounds]
+        if spec.target_gbps is not None:
+            here = have[calib_round]["step"]
+            there = target_step_s(spec.model, spec.image_size, spec.num_classes, calib_round[1], spec.target_device)
+            out["calibration"] = {"batch_per_worker": calib_round[1], "t_step_here_s": here,
+                                  "t_step_target_s": there, "target_device": spec.target_device,
+                                  "ratio": there / here}
+            points = [(g, 1000 * emulated_bandwidth(g, there, here)) for g in spec.target_gbps]
+            out["modelled_only_gbps"] = [g for g, m in points if m > spec.max_link_mbit]
+            points = [(g, m) for g, m in points if m <= spec.max_link_mbit]
+        else:
+            points = [(None, m) for m in spec.link_mbit]
+        todo = [(g, spec.run_config(s, k, m), rep) for g, m in points for rep in range(spec.repeats)
+                for s, k in spec.configs()]
+        bar = None
+        if progress:
+            from tqdm import tqdm
+            bar = tqdm(total=len(todo), desc="measured runs", unit="run")
+        for g, cfg, rep in todo:
+            key = {**cfg.to_dict(), "repeat": rep, "reps": spec.timing_reps}
+            run = cache.get("run", key)
+            if run is None:
+                run = _run_with_rounds(pool(), spec, cfg)
+                cache.put("run", key, run)
+            out["runs"].append({**run, "target_gbps": g, "repeat": rep})
+            if bar:
+                bar.set_postfix_str(f"{cfg.label} @ {cfg.link_mbit:.1f} Mbit/s")
+                bar.update(1)
+        if bar:
+            bar.close()
+    out["summary"] = summarize(out["runs"]) if out["runs"] else []
+    out["cache"] = cache.report()
+    cache.say_reused()
+    return out
+
+
+def _measure_replay(spec: MeasureSpec, cache: Cache, out: dict[str, Any], progress: bool) -> dict[str, Any]:
+    """Replayed compute: every step computes in D x the replay device's time, so a target maps to
+    target / D (perf.emulated_bandwidth with t_here = D x t_target) and no timing round is needed:
+    the performance model takes the replay device's own profile, dilated (validation.predict_runs)."""
+    from ..perf import emulated_bandwidth
+
+    b = spec.batch_per_worker or spec.global_batch // spec.nodes
+    there = target_step_s(spec.model, spec.image_size, spec.num_classes, b, spec.replay_device)
+    here = spec.dilation * there
+    out["calibration"] = {"compute": "replay", "replay_device": spec.replay_device, "dilation": spec.dilation,
+                          "batch_per_worker": b, "t_step_here_s": here, "t_step_target_s": there,
+                          "target_device": spec.replay_device, "ratio": there / here}
+    points = [(g, 1000 * emulated_bandwidth(g, there, here)) for g in spec.target_gbps]
+    out["modelled_only_gbps"] = [g for g, m in points if m > spec.max_link_mbit]
+    todo = [(g, spec.run_config(s, k, m), rep) for g, m in points if m <= spec.max_link_mbit
+            for rep in range(spec.repeats) for s, k in spec.configs()]
+    bar = None
+    if progress:
+        from tqdm import tqdm
+        bar = tqdm(total=len(todo), desc="replayed runs", unit="run")
+    for g, cfg, rep in todo:
+        key = {**cfg.to_dict(), "repeat": rep}
+        run = cache.get("run", key)
+        if run is None:
+            run = run_config(cfg)
+            cache.put("run", key, run)
+        out["runs"].append({**run, "target_gbps": g, "repeat": rep})
+        if bar:
+            bar.set_postfix_str(f"{cfg.label} @ {cfg.link_mbit:.1f} Mbit/s, D={spec.dilation:g}")
+            bar.update(1)
+    if bar:
+        bar.close()
+    out["summary"] = summarize(out["runs"]) if out["runs"] else []
+    out["cache"] = cache.report()
+    cache.say_reused()
+    return out
+
+
+def bench_from_metrics(paths: list[str], *, link_mbit: float, mtu: int = 1500,
+                       target_gbps: float | None = None) -> dict[str, Any]:
+    """A bench results dict from metrics JSONs of runs made elsewhere (e.g. one torchrun per GPU
+    node with --device cuda), so the notebooks can plot and model them. All runs must share
+    model, image size, classes, cluster size, global batch and steps; `link_mbit` is the
+    network's rate in Mbit/s (per node and direction). No timing rounds: measure them on the
+    machines that ran the jobs to compare predictions (validation.measure_rounds_for)."""
+    if not paths:
+        raise ValueError("bench_from_metrics needs at least one metrics JSON")
+    runs, first = [], None
+    for path in paths:
+        m = json.loads(Path(path).read_text())
+        c = m["config"]
+        same = {k: c[k] for k in ("model", "image_size", "num_classes", "world_size", "global_batch", "steps",
+                                  "warmup")}
+        if first is None:
+            first = same
+        elif same != first:
+            raise ValueError(f"{path}: config {same} differs from the first run's {first}")
+        runs.append({"strategy": c["strategy"], "fc_workers": c.get("fc_workers_effective") or 0,
+                     "target_gbps": target_gbps, "link_mbit": float(link_mbit), "repeat": 0,
+                     "throughput": m["throughput"], "step_time_median_s": m["step_time_median_s"],
+                     "bytes_per_step": m["bytes_per_step"], "ranks": m["ranks"], "device_type": c.get("device_type")})
+    reps: dict[str, int] = {}
+    for r in runs:  # repeated configurations count as repeats
+        r["label"] = run_label(r)
+        r["repeat"] = reps[r["label"]] = reps.get(r["label"], -1) + 1
+    config = {"model": first["model"], "image_size": first["image_size"], "num_classes": first["num_classes"],
+              "nodes": first["world_size"], "global_batch": first["global_batch"], "steps": first["steps"],
+              "warmup": first["warmup"], "mtu": mtu, "delay_ms": 0.0,
+              "strategies": sorted({r["strategy"] for r in runs}),
+              "fc_workers": sorted({r["fc_workers"] for r in runs if r["fc_workers"]})}
+    return {"spec": config, "config": config, "unavailable": None, "calibration": None, "timing_rounds": [],
+            "runs": runs, "summary": summarize(runs), "modelled_only_gbps": [], "cache": None}

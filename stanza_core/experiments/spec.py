@@ -1,0 +1,192 @@
+"""What a measurement is: one configuration (`RunConfig`) and a grid of them (`MeasureSpec`),
+both validated on creation (one-line ValueError), both plain data (`to_dict`) so that they key
+the cache and go into every results JSON.
+
+Glossary: a *configuration* is a strategy with its layout (k FC workers; S dedicated PS nodes,
+overlapped push) on N nodes; a *run* is one configuration trained for a few steps on the
+emulated cluster at one link rate.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from ..labels import config_label
+from ..launch import cli_args
+from ..netem.facts import max_link_mbit
+from . import checks
+
+COMPUTE_MODES = ("real", "replay")
+
+
+@dataclasses.dataclass(kw_only=True, frozen=True)
+class RunConfig:
+    """One configuration at one emulated link rate: everything a run depends on."""
+
+    model: str  # zoo name (stanza_core.MODEL_NAMES)
+    image_size: int  # square input side in pixels
+    num_classes: int  # outputs of the last FC layer
+    nodes: int  # N: data and FC workers (ps: every worker also serves a shard unless ps_servers)
+    strategy: str  # ps, ddp or stanza
+    fc_workers: int = 0  # k (stanza), else 0
+    global_batch: int  # G, split over the data workers
+    steps: int  # steps, warmup included
+    warmup: int = 1  # steps left out of the throughput
+    link_mbit: float  # emulated rate of every link, each direction (wire Mbit/s)
+    delay_ms: float = 0.0  # one-way delay on every upload link
+    mtu: int = 9000  # link MTU (jumbo frames: ~1 Gbit/s per link on 2 cores)
+    boundary: str | None = None  # stanza's split point (None: automatic)
+    ps_servers: int = 0  # ps: dedicated server nodes beside the N workers (0: colocated shards)
+    ps_overlap: bool = False  # ps: push each gradient bucket as the backward produces it
+    compute: str = "real"  # real arithmetic, or replayed per-layer waits (replay_device, dilation)
+    replay_device: str | None = None  # device profile the replayed compute follows
+    dilation: float = 1.0  # D: replayed compute waits D x the device's time
+
+    def __post_init__(self):
+        checks.model_fits(self.model, self.image_size)
+        for name in ("num_classes", "global_batch", "steps"):
+            checks.positive_int(name, getattr(self, name))
+        checks.positive_int("nodes", self.nodes, 2)
+        checks.strategies([self.strategy])
+        if self.strategy == "stanza":
+            checks.fc_workers(self.fc_workers, self.nodes)
+        elif self.fc_workers:
+            raise ValueError(f"fc_workers {self.fc_workers} given for {self.strategy}: only stanza has FC workers")
+        checks.batch_divides(self.global_batch, self.strategy, self.nodes, self.fc_workers)
+        if not checks._is_int(self.warmup) or not 0 <= self.warmup < self.steps:
+            raise ValueError(f"warmup must be in 0..steps-1 = {self.steps - 1}, got {self.warmup!r}")
+        checks.positive_floats("link_mbit", [self.link_mbit])
+        if not checks._is_int(self.mtu) or not 576 <= self.mtu <= 65535:
+            raise ValueError(f"mtu must be an integer in 576..65535, got {self.mtu!r}")
+        if not isinstance(self.delay_ms, (int, float)) or self.delay_ms < 0:
+            raise ValueError(f"delay_ms must be >= 0, got {self.delay_ms!r}")
+        if self.strategy != "ps" and (self.ps_servers or self.ps_overlap):
+            raise ValueError(f"ps_servers / ps_overlap given for {self.strategy}: they are options of ps")
+        checks.positive_int("ps_servers", self.ps_servers, 0)
+        if self.compute not in COMPUTE_MODES:
+            raise ValueError(f"compute must be one of {', '.join(COMPUTE_MODES)}, got {self.compute!r}")
+        if self.compute == "replay" and not self.replay_device:
+            raise ValueError("compute 'replay' needs a replay_device (a device profile name or a JSON path)")
+        checks.positive_floats("dilation", [self.dilation])
+
+    @property
+    def label(self) -> str:
+        return config_label(self.strategy, self.fc_workers, ps_servers=self.ps_servers, ps_overlap=self.ps_overlap)
+
+    @property
+    def cluster_nodes(self) -> int:
+        """Nodes of the emulated cluster: the N workers plus any dedicated PS servers."""
+        return self.nodes + self.ps_servers
+
+    def train_args(self, metrics: str) -> list[str]:
+        """The training CLI's arguments for this run (options at their defaults are left out, so
+        an engine without an option still runs every configuration that does not use it)."""
+        replay = self.compute != "real"
+        return cli_args(strategy=self.strategy, model=self.model, image_size=self.image_size,
+                        num_classes=self.num_classes, global_batch=self.global_batch, steps=self.steps,
+                        warmup=self.warmup, fc_workers=self.fc_workers or None, boundary=self.boundary,
+                        ps_servers=self.ps_servers or None, ps_overlap=self.ps_overlap,
+                        compute=self.compute if replay else None, replay_device=self.replay_device if replay else None,
+                        dilation=self.dilation if replay else None, device="cpu", quiet=True, metrics=metrics,
+                        overwrite=True, timeout_s=600)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+@dataclasses.dataclass(kw_only=True)
+class MeasureSpec:
+    """A grid of runs: every configuration at every bandwidth, `repeats` times (interleaved)."""
+
+    model: str  # zoo name (stanza_core.MODEL_NAMES)
+    image_size: int  # square input side in pixels
+    num_classes: int  # outputs of the last FC layer
+    nodes: int  # emulated nodes, one process each
+    strategies: list[str]  # among ps, ddp, stanza
+    fc_workers: list[int]  # stanza's k values, each in 1..nodes // 2
+    global_batch: int = 0  # G, divisible by every configuration's data workers ...
+    batch_per_worker: int = 0  # ... or (replay only) samples per data worker: G = b x data workers per configuration
+    steps: int  # steps per run, warmup included
+    warmup: int = 1  # steps left out of the throughput
+    target_gbps: list[float] | None = None  # target bandwidths (mapped) ...
+    link_mbit: list[float] | None = None  # ... or emulated link rates directly (exactly one of the two)
+    target_device: str = "v100"  # the device the target bandwidths refer to (perf device table)
+    repeats: int = 1  # runs per configuration and bandwidth (interleaved)
+    delay_ms: float = 0.0  # one-way delay added on every upload link
+    mtu: int = 9000  # link MTU (the bench's default: jumbo frames)
+    max_link_mbit: float | None = None  # targets mapped above this are modelled only (None: netem's limit)
+    timing_reps: int = 5  # repetitions per timing round
+    boundary: str | None = None  # stanza's split point (None: automatic)
+    compute: str = "real"  # real arithmetic, or "replay": per-layer waits of dilation x replay_device's times
+    replay_device: str | None = None  # replay: the device profile the compute follows (perf device table)
+    dilation: float = 1.0  # replay: D; every target maps to the link rate target / D
+
+    def __post_init__(self):
+        checks.model_fits(self.model, self.image_size)
+        if self.compute not in COMPUTE_MODES:
+            raise ValueError(f"compute must be one of {', '.join(COMPUTE_MODES)}, got {self.compute!r}")
+        if self.compute == "replay":
+            checks.device_name("replay_device", self.replay_device)
+            checks.positive_floats("dilation", [self.dilation])
+            if self.target_gbps is None:
+                raise ValueError("replayed compute needs target_gbps (a target maps to the link rate target / D)")
+        if (self.global_batch == 0) == (self.batch_per_worker == 0):
+            raise ValueError("give the batch as global_batch or as batch_per_worker (exactly one)")
+        if self.batch_per_worker and self.compute != "replay":
+            raise ValueError("batch_per_worker needs compute='replay' (real-compute runs share one global batch)")
+        checks.positive_int("global_batch" if self.global_batch else "batch_per_worker",
+                            self.global_batch or self.batch_per_worker)
+        for name in ("num_classes", "steps", "repeats", "timing_reps"):
+            checks.positive_int(name, getattr(self, name))
+        if not checks._is_int(self.nodes) or self.nodes < 2:
+            raise ValueError(f"nodes must be >= 2 for a distributed run, got {self.nodes!r}")
+        self.strategies = checks.strategies(self.strategies)
+        self.fc_workers = [self.fc_workers] if isinstance(self.fc_workers, int) else list(self.fc_workers)
+        if "stanza" in self.strategies:
+            for k in self.fc_workers:
+                checks.fc_workers(k, self.nodes)
+        if not checks._is_int(self.warmup) or not 0 <= self.warmup < self.steps:
+            raise ValueError(f"warmup must be in 0..steps-1 = {self.steps - 1}, got {self.warmup!r}")
+        if (self.target_gbps is None) == (self.link_mbit is None):
+            raise ValueError("give the bandwidth as target_gbps or as link_mbit (exactly one)")
+        if self.target_gbps is not None:
+            self.target_gbps = checks.positive_floats("target_gbps", self.target_gbps)
+        if self.link_mbit is not None:
+            self.link_mbit = checks.positive_floats("link_mbit", self.link_mbit)
+        checks.device_name("target_device", self.target_device)
+        if not checks._is_int(self.mtu) or not 576 <= self.mtu <= 65535:
+            raise ValueError(f"mtu must be an integer in 576..65535, got {self.mtu!r}")
+        if self.max_link_mbit is None:
+            self.max_link_mbit = max_link_mbit(self.mtu)
+        if self.delay_ms < 0 or not self.max_link_mbit > 0:
+            raise ValueError(f"delay_ms must be >= 0 and max_link_mbit > 0, got {self.delay_ms}, {self.max_link_mbit}")
+        for s, k in self.configs():
+            checks.batch_divides(self.global_batch_of(s, k), s, self.nodes, k)
+
+    def configs(self) -> list[tuple[str, int]]:
+        return [(s, k) for s in self.strategies for k in (self.fc_workers if s == "stanza" else [0])]
+
+    def run_config(self, strategy: str, fc_workers: int, link_mbit: float) -> RunConfig:
+        """The RunConfig of one configuration of this grid at one link rate."""
+        return RunConfig(model=self.model, image_size=self.image_size, num_classes=self.num_classes,
+                         nodes=self.nodes, strategy=strategy, fc_workers=fc_workers,
+                         global_batch=self.global_batch_of(strategy, fc_workers),
+                         steps=self.steps, warmup=self.warmup, link_mbit=round(link_mbit, 6),
+                         delay_ms=self.delay_ms, mtu=self.mtu, boundary=self.boundary if strategy == "stanza" else None,
+                         compute=self.compute, replay_device=self.replay_device if self.compute == "replay" else None,
+                         dilation=self.dilation if self.compute == "replay" else 1.0)
+
+    def global_batch_of(self, strategy: str, fc_workers: int) -> int:
+        """G of one configuration: the spec's, or batch_per_worker x its data workers (topology)."""
+        from ..topology import Topology
+
+        if self.global_batch:
+            return self.global_batch
+        return self.batch_per_worker * Topology(strategy, self.nodes, fc_workers, 0).data_workers
+
+    @property
+    def replayed(self) -> bool:
+        return self.compute == "replay"
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)

@@ -1,0 +1,47 @@
+"""One name per configuration, the same in every table, figure and results JSON.
+
+    config_label("stanza", 1)                          -> "stanza k=1"
+    config_label("ps", ps_servers=2, ps_overlap=True)  -> "ps S=2 overlap"
+    config_key("stanza", 1)                            -> "stanza_k1"   (a JSON key / claim path part)
+
+k = FC workers (stanza), S = dedicated parameter-server nodes (ps; 0 = one shard colocated with
+every worker), overlap = each gradient bucket pushed as the backward produces it.
+"""
+from __future__ import annotations
+
+
+def _parts(strategy: str, fc_workers: int | None, ps_servers: int, ps_overlap: bool) -> list[tuple[str, str]]:
+    if strategy == "stanza":
+        return [("k", str(fc_workers or 1))]
+    out = []
+    if strategy == "ps":
+        if ps_servers:
+            out.append(("S", str(ps_servers)))
+        if ps_overlap:
+            out.append(("overlap", ""))
+    return out
+
+
+def config_label(strategy: str, fc_workers: int | None = 0, *, ps_servers: int = 0, ps_overlap: bool = False) -> str:
+    """The label a person reads: "ddp", "ps", "ps S=1 overlap", "stanza k=2"."""
+    parts = _parts(strategy, fc_workers, ps_servers, ps_overlap)
+    return " ".join([strategy] + [f"{a}={b}" if b else a for a, b in parts])
+
+
+def config_key(strategy: str, fc_workers: int | None = 0, *, ps_servers: int = 0, ps_overlap: bool = False) -> str:
+    """The same name as a key (no spaces or '='): "ddp", "ps_S1_overlap", "stanza_k2"."""
+    parts = _parts(strategy, fc_workers, ps_servers, ps_overlap)
+    return "_".join([strategy] + [f"{a}{b}" for a, b in parts])
+
+
+def run_label(run: dict) -> str:
+    """config_label of a run or summary row (a dict with strategy, fc_workers and optionally
+    ps_servers, ps_overlap)."""
+    return config_label(run["strategy"], run.get("fc_workers") or 0, ps_servers=run.get("ps_servers") or 0,
+                        ps_overlap=bool(run.get("ps_overlap")))
+
+
+def run_key(run: dict) -> str:
+    """config_key of a run or summary row."""
+    return config_key(run["strategy"], run.get("fc_workers") or 0, ps_servers=run.get("ps_servers") or 0,
+                      ps_overlap=bool(run.get("ps_overlap")))

@@ -1,0 +1,45 @@
+"""What the emulator itself can hold on this machine, and what its links carry.
+
+The facts other modules need about the emulated cluster (and nothing else states):
+
+  payload_per_wire_byte(mtu)  TCP payload bytes per byte the shaper paces: the emulated rate is
+                              in wire bytes, the performance model's bandwidth in payload bytes
+  max_link_mbit(mtu)          the fastest link rate one emulated node holds on 2 cores: above
+                              it, per-frame work (not the shaper) sets the rate, so targets that
+                              map higher are modelled only
+  MAX_AGGREGATE_MBIT          the most all links together hold at once (every node sending and
+                              receiving): perf.replay_dilation keeps replayed runs within it
+
+Mapping a *target* bandwidth to an emulated rate is the performance model's business
+(`stanza_core.perf.emulated_bandwidth`), not the emulator's.
+"""
+from __future__ import annotations
+
+# Per-frame work caps the rate one emulated link holds on 2 cores: about 300 Mbit/s at MTU 1500
+# (cluster.py: one frame per packet, no GSO), about 1 Gbit/s with jumbo frames (bench --mtu 9000).
+MAX_LINK_MBIT = {1500: 300.0, 9000: 1000.0}
+
+# The largest aggregate rate (sum over nodes of wire Mbit/s received, every link busy both ways)
+# this 2-core machine held with every link within ~10 % of its set rate, MTU 9000, while other
+# jobs ran (load average 12-19): `python -m stanza_core.netem check --pattern ring --mtu 9000
+# --seconds 4 --nodes N --rate-mbit R`: N=4 at 150 Mbit/s -> 570 aggregate (worst link -10.5 %); N=4 at 200 -> 713 (-12.5 %), N=8 at 125 -> 867 (-21 %),
+# N=8 at 500 -> 922 (-88 %). perf.replay_dilation keeps replayed runs within it.
+MAX_AGGREGATE_MBIT = 500.0
+
+
+def max_link_mbit(mtu: int) -> float:
+    """The fastest emulated link this machine holds at `mtu` (the MTU 1500 figure when unknown)."""
+    return MAX_LINK_MBIT.get(mtu, MAX_LINK_MBIT[1500])
+
+
+def payload_per_wire_byte(mtu: int) -> float:
+    """TCP/IPv4 payload per byte htb paces: a full frame carries mtu - 20 (IP) - 32 (TCP with
+    timestamps) payload bytes in mtu + 14 bytes (Ethernet header, no FCS). The model's
+    bandwidth is in payload bytes, the emulated rate in wire bytes (1500: 0.956, 9000: 0.993)."""
+    return (mtu - 52) / (mtu + 14)
+
+
+def payload_gbps(link_mbit: float, mtu: int) -> float:
+    """The payload bandwidth (Gb/s, the performance model's unit) of an emulated link of
+    `link_mbit` wire Mbit/s at `mtu`."""
+    return link_mbit * payload_per_wire_byte(mtu) / 1000

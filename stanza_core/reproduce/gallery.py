@@ -1,0 +1,130 @@
+"""The course's tutorials in `make reproduce`, and the gallery: one page showing every executed
+notebook and tutorial rendered to HTML, with their figures.
+
+    run_tutorials(out_root)   papermill-run tutorials/t*_*.ipynb into <out>/tutorials/<stem>/
+                              (executed notebook, its HTML, figures, results.json, status.json)
+    write_gallery(out_root)   <out>/gallery.html: a card per experiment and per tutorial, each
+                              linking its rendered notebook and showing its PNG figures (or
+                              links to the interactive HTML figures where no PNG was made)
+"""
+from __future__ import annotations
+
+import html
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+from .spec import REPO_ROOT, Spec
+
+TUTORIALS_DIR = REPO_ROOT / "tutorials"
+TUTORIALS_OUT = "tutorials"  # <out>/tutorials/<stem>/
+GALLERY = "gallery.html"
+FIGURES_FILE = "figures.json"  # written by stanza_core.nbtools.save_figures: the figures' order
+
+
+def tutorial_notebooks(folder: Path = TUTORIALS_DIR) -> list[Path]:
+    return sorted(folder.glob("t[0-9]_*.ipynb"))
+
+
+def _title(ipynb: Path) -> str:
+    cells = json.loads(ipynb.read_text())["cells"]
+    first = "".join(cells[0]["source"]) if cells else ""
+    line = first.strip().splitlines()[0] if first.strip() else ipynb.stem
+    return line.lstrip("# ").strip()
+
+
+def run_tutorials(out_root: Path, *, html_export: bool = True, folder: Path = TUTORIALS_DIR) -> list[dict[str, Any]]:
+    """Execute every tutorial (its own default parameters, figures into its folder); statuses."""
+    from .run import _export_html, _one_line, execute
+
+    statuses = []
+    notebooks = tutorial_notebooks(folder)
+    for i, nb in enumerate(notebooks, start=1):
+        out = out_root / TUTORIALS_OUT / nb.stem
+        out.mkdir(parents=True, exist_ok=True)
+        print(f"[tutorial {i}/{len(notebooks)}] {nb.stem}", flush=True)
+        st: dict[str, Any] = {"name": nb.stem, "title": _title(nb), "status": "ok", "error": None,
+                              "executed": None, "html": None, "started": time.strftime("%Y-%m-%d %H:%M:%S")}
+        t0 = time.perf_counter()
+        executed = out / nb.name
+        try:
+            execute(nb, executed, {"out_dir": str(out.resolve())}, timeout_s=900)
+        except Exception as e:  # reported; the other tutorials still run
+            st.update(status="failed", error=_one_line(e))
+        if executed.exists():
+            st["executed"] = executed.name
+            if html_export and (h := _export_html(executed)):
+                st["html"] = h.name
+        st["duration_s"] = round(time.perf_counter() - t0, 1)
+        (out / "status.json").write_text(json.dumps(st, indent=1) + "\n")
+        print(f"[tutorial {i}/{len(notebooks)}] {nb.stem}: {st['status']} in {st['duration_s']} s"
+              + (f" - {st['error']}" if st["error"] else ""), flush=True)
+        statuses.append(st)
+    return statuses
+
+
+def _figure_names(folder: Path) -> list[str]:
+    if (folder / FIGURES_FILE).is_file():
+        return json.loads((folder / FIGURES_FILE).read_text())["figures"]
+    return sorted(p.name[: -len(".plotly.json")] for p in folder.glob("*.plotly.json"))
+
+
+def _card(rel: str, st: dict[str, Any], folder: Path, kind: str) -> str:
+    e = html.escape
+    title = e(st.get("title") or st["name"])
+    status = st.get("status", "not run")
+    link = (f"<a href='{e(rel)}/{e(st['html'])}'>rendered notebook</a>" if st.get("html") else "not rendered")
+    figs = []
+    for name in _figure_names(folder):
+        if (folder / f"{name}.png").is_file():
+            figs.append(f"<a href='{e(rel)}/{e(name)}.html'><img src='{e(rel)}/{e(name)}.png' alt='{e(name)}' "
+                        f"title='{e(name)}'></a>")
+        elif (folder / f"{name}.html").is_file():
+            figs.append(f"<a class='fig' href='{e(rel)}/{e(name)}.html'>{e(name)} (interactive)</a>")
+    dur = f", {st['duration_s']} s" if st.get("duration_s") is not None else ""
+    return (f"<div class='card'><h3>{title}</h3><p class='meta'>{e(kind)} · <span class='{e(status.split()[0])}'>"
+            f"{e(status)}</span>{e(dur)} · {link}</p>"
+            + (f"<p class='failed'>{e(st['error'])}</p>" if st.get("error") else "")
+            + ("<div class='figs'>" + "".join(figs) + "</div>" if figs else "<p class='meta'>no figures</p>")
+            + "</div>")
+
+
+_CSS = """
+body { font-family: system-ui, sans-serif; margin: 1.5em auto; max-width: 1500px; padding: 0 1em; color: #222; }
+.grid { display: grid; grid-template-columns: repeat(auto-fill, minmax(440px, 1fr)); gap: 1em; }
+.card { border: 1px solid #ddd; border-radius: 6px; padding: 0.6em 0.9em; background: #fafafa; }
+.card h3 { margin: 0.2em 0; font-size: 1.02em; } .meta { color: #555; font-size: 0.88em; margin: 0.3em 0; }
+.figs { display: flex; flex-wrap: wrap; gap: 6px; } .figs img { width: 200px; border: 1px solid #e4e4e4; background: white; }
+.fig { font-size: 0.85em; margin-right: 0.8em; }
+.ok { color: #1a7f37; font-weight: 600; } .failed { color: #c62828; font-weight: 600; } .skipped, .not { color: #8a6d00; }
+"""
+
+
+def write_gallery(out_root: Path, specs: list[Spec], tutorials: list[Path] | None = None) -> Path:
+    """Write <out>/gallery.html from the experiments' and tutorials' status.json files."""
+    cards_exp, cards_tut = [], []
+    for spec in specs:
+        folder = out_root / spec.name
+        path = folder / "status.json"
+        st = json.loads(path.read_text()) if path.is_file() else {"name": spec.name, "title": spec.title,
+                                                                   "status": "not run"}
+        cards_exp.append(_card(spec.name, st, folder, spec.notebook.name))
+    for nb in tutorial_notebooks() if tutorials is None else tutorials:
+        folder = out_root / TUTORIALS_OUT / nb.stem
+        path = folder / "status.json"
+        st = json.loads(path.read_text()) if path.is_file() else {"name": nb.stem, "title": _title(nb),
+                                                                   "status": "not run"}
+        cards_tut.append(_card(f"{TUTORIALS_OUT}/{nb.stem}", st, folder, f"tutorials/{nb.name}"))
+    page = ("<!DOCTYPE html><html><head><meta charset='utf-8'><title>Stanza workbench: gallery</title>"
+            f"<style>{_CSS}</style></head><body><h1>Stanza workbench: gallery</h1>"
+            "<p>Every executed notebook and tutorial of the last <code>make reproduce</code>, rendered to HTML "
+            "(nbconvert), with its figures; click a figure for its interactive version. "
+            f"Generated {time.strftime('%Y-%m-%d %H:%M:%S')}. The claims and their checks: "
+            "<a href='index.html'>the report</a>.</p>"
+            "<h2>Course: tutorials</h2><div class='grid'>" + "".join(cards_tut) + "</div>"
+            "<h2>Paper reproductions: notebooks</h2><div class='grid'>" + "".join(cards_exp) + "</div>"
+            "</body></html>\n")
+    out = out_root / GALLERY
+    out.write_text(page)
+    return out

@@ -1,0 +1,58 @@
+"""One label format for configurations and one set of parameter checks, shared by experiments,
+the bench and viz."""
+import pytest
+
+from stanza_core.experiments import checks
+from stanza_core.experiments.spec import RunConfig
+from stanza_core.labels import config_key, config_label, run_key, run_label
+
+
+def test_labels_and_keys():
+    assert config_label("stanza", 1) == "stanza k=1" and config_key("stanza", 2) == "stanza_k2"
+    assert config_label("ddp") == "ddp" and config_label("ps") == "ps"
+    assert config_label("ps", ps_servers=1, ps_overlap=True) == "ps S=1 overlap"
+    assert config_key("ps", ps_servers=1, ps_overlap=True) == "ps_S1_overlap"
+    assert config_label("ps", ps_overlap=True) == "ps overlap"
+    row = {"strategy": "stanza", "fc_workers": 3}
+    assert run_label(row) == "stanza k=3" and run_key(row) == "stanza_k3"
+
+
+@pytest.mark.parametrize("call, message", [
+    (lambda: checks.int_list("nodes", [1, 2], 2), "nodes must be a non-empty list of integers >= 2, got [1, 2]"),
+    (lambda: checks.int_list("k", "1,1", unique=True), "k lists a value twice: [1, 1]"),
+    (lambda: checks.positive_floats("gbps", "10,x"), "gbps must be a non-empty list of positive numbers, got '10,x'"),
+    (lambda: checks.model_names(["alexnet"], 32), "alexnet needs image_size >= 63, got 32"),
+    (lambda: checks.model_names("nope"), "unknown model 'nope'; expected one of:"),
+    (lambda: checks.device_name("target_device", "p100"), "unknown target_device 'p100'; expected one of"),
+    (lambda: checks.fc_workers(3, 5), "fc_workers 3 with 5 nodes: expected 1 <= k <= 2"),
+    (lambda: checks.batch_divides(7, "stanza", 4, 1), "global_batch 7 is not divisible by the 3 data workers of "
+                                                      "stanza k=1 on 4 nodes"),
+])
+def test_checks_fail_in_one_line(call, message):
+    with pytest.raises(ValueError) as e:
+        call()
+    assert str(e.value).startswith(message) and "\n" not in str(e.value)
+
+
+def test_checks_accept_papermill_strings():
+    assert checks.int_list("nodes", "4,2,4", 2) == [2, 4]
+    assert checks.positive_floats("gbps", 10) == [10.0]
+    assert checks.model_names("alexnet, vgg16", 224) == ["alexnet", "vgg16"]
+
+
+def test_run_config_builds_the_cli_and_refuses_bad_combinations():
+    base = dict(model="tiny_cnn", image_size=16, num_classes=10, nodes=3, global_batch=6, steps=2, link_mbit=100.0)
+    c = RunConfig(**base, strategy="stanza", fc_workers=1)
+    args = c.train_args("m.json")
+    assert c.label == "stanza k=1" and args[args.index("--fc-workers") + 1] == "1"
+    assert "--compute" not in args and "--ps-servers" not in args  # defaults stay off the command line
+    r = RunConfig(**base, strategy="ddp", compute="replay", replay_device="v100", dilation=20.0)
+    a = r.train_args("m.json")
+    assert a[a.index("--compute") + 1] == "replay" and a[a.index("--dilation") + 1] == "20.0"
+    assert RunConfig(**base, strategy="ps", ps_servers=1).cluster_nodes == 4
+    for change, msg in [({"strategy": "ddp", "fc_workers": 1}, "fc_workers 1 given for ddp"),
+                        ({"strategy": "ddp", "ps_overlap": True}, "ps_servers / ps_overlap given for ddp"),
+                        ({"strategy": "ddp", "compute": "replay"}, "compute 'replay' needs a replay_device"),
+                        ({"strategy": "ddp", "compute": "fake"}, "compute must be one of real, replay")]:
+        with pytest.raises(ValueError, match="^" + msg):
+            RunConfig(**{**base, **change})
