@@ -10,6 +10,14 @@ node, every link shaped in both directions); the grid is `experiments.run.measur
 path notebooks 03-07 take. Runs interleave — for each
 bandwidth and repeat, A B C then A B C — so drift of this shared machine hits all alike.
 
+Parameter-server deployments: `--ps-servers 0,1` runs ps with its shards colocated on the N
+workers (0) and with 1 dedicated server; dedicated servers are extra nodes (N workers + S
+servers, each server its own namespace and shaped link: `RunConfig.cluster_nodes`), so every
+ps variant trains the same G/N samples per worker as colocated ps and ddp. `--ps-overlap
+off|on|both` adds the overlapped push (wait-free backprop). Stanza's N nodes include its k FC
+workers. `vs ps` is against colocated ps without overlap; the results' summary also gives
+`speedup_vs_best_ps`, against the fastest ps variant measured.
+
 Bandwidth either as emulated rates (`--link-mbit 100,200`) or as targets (`--target-gbps`):
 a target maps to the rate that gives this machine the target's communication-to-compute ratio
 (PAPER.md; perf.emulated_bandwidth):
@@ -42,14 +50,16 @@ def run_bench(*, model: str, image_size: int, nodes: int, strategies: list[str],
               global_batch: int, steps: int, warmup: int = 1, num_classes: int = 1000,
               link_mbit: list[float] | None = None, target_gbps: list[float] | None = None,
               target_device: str = "v100", repeats: int = 1, delay_ms: float = 0.0, boundary: str | None = None,
-              mtu: int = 9000, progress: bool = True) -> dict:
+              mtu: int = 9000, progress: bool = True, ps_servers: list[int] | None = None,
+              ps_overlap: list[bool] | None = None) -> dict:
     """Run every configuration at every bandwidth (experiments.run.measure, uncached); the results
     dict. Bad input raises ValueError, an unusable emulator RuntimeError, before any run."""
     spec = MeasureSpec(model=model, image_size=image_size, num_classes=num_classes, nodes=nodes,
                        strategies=strategies, fc_workers=fc_workers, global_batch=global_batch, steps=steps,
                        warmup=warmup, target_gbps=target_gbps, link_mbit=link_mbit, target_device=target_device,
                        repeats=repeats, delay_ms=delay_ms, mtu=mtu, boundary=boundary,
-                       max_link_mbit=float("inf"))  # the bench runs whatever rate it is asked for
+                       max_link_mbit=float("inf"),  # the bench runs whatever rate it is asked for
+                       ps_servers=ps_servers or [0], ps_overlap=ps_overlap or [False])
     if reason := netem_unavailable():
         raise RuntimeError(reason)
     return measure(spec, None, progress=progress)
@@ -75,6 +85,11 @@ def main(argv=None) -> int:
     ap.add_argument("--nodes", type=int, default=4)
     ap.add_argument("--strategies", default="ps,ddp,stanza")
     ap.add_argument("--fc-workers", default="1", help="comma list of k, or 'auto' (the optimiser's choice)")
+    ap.add_argument("--ps-servers", default="0",
+                    help="comma list of dedicated ps server counts S, extra nodes beside the N workers "
+                         "(0: shards colocated with the workers)")
+    ap.add_argument("--ps-overlap", choices=("off", "on", "both"), default="off",
+                    help="ps with the overlapped push (wait-free backprop), without it, or both")
     ap.add_argument("--global-batch", type=int, default=96)
     ap.add_argument("--steps", type=int, default=4)
     ap.add_argument("--warmup", type=int, default=1)
@@ -102,7 +117,9 @@ def main(argv=None) -> int:
                            link_mbit=positive_floats("--link-mbit", args.link_mbit) if args.link_mbit else None,
                            target_gbps=positive_floats("--target-gbps", args.target_gbps) if args.target_gbps else None,
                            target_device=args.target_device, repeats=args.repeats, delay_ms=args.delay_ms,
-                           boundary=args.boundary, mtu=args.mtu)
+                           boundary=args.boundary, mtu=args.mtu,
+                           ps_servers=int_list("--ps-servers", args.ps_servers, 0),
+                           ps_overlap={"off": [False], "on": [True], "both": [False, True]}[args.ps_overlap])
     except (BenchError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

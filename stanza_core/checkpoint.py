@@ -11,7 +11,7 @@ from .config import ConfigError
 
 # Fields that must match for a resumed run to continue the same training.
 LAYOUT_FIELDS = ("strategy", "model", "num_classes", "image_size", "global_batch", "seed", "fc_workers",
-                 "ps_shards", "dataset", "lr", "momentum", "weight_decay", "boundary", "bucket_mb")
+                 "ps_shards", "ps_servers", "ps_overlap", "dataset", "lr", "momentum", "weight_decay", "boundary", "bucket_mb")
 
 
 def path_for(directory: str, rank: int, world_size: int) -> str:
@@ -36,7 +36,7 @@ def load(directory: str, rank: int, world_size: int, cfg_dict: dict) -> tuple[in
     if not os.path.isfile(path):
         found = sorted(f for f in os.listdir(directory) if f.endswith(".pt")) if os.path.isdir(directory) else []
         raise ConfigError(f"--resume: no checkpoint {os.path.basename(path)} in {directory} for world size "
-                          f"{world_size} (found: {', '.join(found) or 'nothing'})")
+                          f"{world_size} (found: {', '.join(found) or 'nothing'})", scope="rank")
     ckpt = torch.load(path, map_location="cpu", weights_only=True)
     layout = {k: cfg_dict[k] for k in LAYOUT_FIELDS}
     diff = [k for k in LAYOUT_FIELDS if ckpt["layout"].get(k) != layout[k]]

@@ -8,6 +8,7 @@ from typing import Any
 
 STRATEGIES = ("local", "ddp", "ps", "stanza")
 DEVICES = ("auto", "cpu", "cuda")
+BACKENDS = ("auto", "gloo", "nccl")
 BOUNDARY_DTYPES = ("fp32", "bf16", "fp16")
 GRAD_COMPRESSIONS = ("none", "fp16", "bf16", "powersgd")
 COMPUTE = ("real", "replay")
@@ -20,7 +21,15 @@ MAX_BUCKET_MB = 1e5
 
 
 class ConfigError(ValueError):
-    """Bad user input; the message is one line saying what was wrong and what was expected."""
+    """Bad user input; the message is one line saying what was wrong and what was expected.
+
+    `scope` says who can see it: "job" (the same on every rank: only rank 0 prints it), "host"
+    (this machine's GPUs: local rank 0 of each machine prints it) or "rank" (this rank's own
+    device or checkpoint: every rank that hits it prints it, prefixed with its rank)."""
+
+    def __init__(self, message: str = "", *, scope: str = "job"):
+        super().__init__(message)
+        self.scope = scope
 
 
 @dataclasses.dataclass(kw_only=True)
@@ -38,6 +47,8 @@ class TrainConfig:
     seed: int = 0  # model init, data order, dropout masks
     fc_workers: int = 1  # k: ranks training the FC head (stanza)
     ps_shards: int = 0  # parameter-server shards S (0: one per rank)
+    ps_servers: int = 0  # ps: dedicated server ranks holding the shards, no compute (0: colocated shards)
+    ps_overlap: bool = False  # ps: push each gradient bucket as the backward produces it (wait-free backprop)
     dataset: str = "synthetic"  # synthetic | digits | cifar10:PATH | imagefolder:PATH
     device: str = "auto"  # auto | cpu | cuda
     boundary: str | None = None  # force the CONV|FC cut before this module (None: automatic)
@@ -50,6 +61,8 @@ class TrainConfig:
     bucket_mb: float = 25.0  # gradient bucket size for overlapped allreduce (stanza, ddp)
     overwrite: bool = False  # allow --save/--metrics to replace existing files
     quiet: bool = False  # no progress bar
+    exact: bool = False  # GPU numerics equal to CPU within fp32 tolerance: TF32 off, deterministic cuDNN
+    backend: str = "auto"  # auto (nccl on cuda, gloo on cpu) | gloo (also: several ranks share a GPU) | nccl
     fc_conv_share: float = 0.0  # stanza: share of the global batch each FC worker also trains the CONV body on
     micro_batches: int = 1  # stanza: M chunks per CONV worker, exchanged as a pipeline (1: whole batch)
     boundary_dtype: str = "fp32"  # stanza: dtype of activations and their gradients on the wire (fp32|bf16|fp16)
@@ -79,10 +92,14 @@ class TrainConfig:
             raise ConfigError(f"unknown strategy {self.strategy!r}; expected one of {', '.join(STRATEGIES)}")
         if self.device not in DEVICES:
             raise ConfigError(f"unknown device {self.device!r}; expected one of {', '.join(DEVICES)}")
+        if self.backend not in BACKENDS:
+            raise ConfigError(f"unknown backend {self.backend!r}; expected one of {', '.join(BACKENDS)}")
+        if self.backend == "nccl" and self.device == "cpu":
+            raise ConfigError("--backend nccl needs CUDA tensors; use --device cuda (or --backend gloo on CPU)")
         for name in ("num_classes", "image_size", "global_batch", "steps"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(self, name)}")
-        for name in ("warmup", "checkpoint_every", "ps_shards"):
+        for name in ("warmup", "checkpoint_every", "ps_shards", "ps_servers"):
             if getattr(self, name) < 0:
                 raise ConfigError(f"--{name.replace('_', '-')} must be >= 0, got {getattr(self, name)}")
         if self.lr <= 0:
@@ -101,6 +118,9 @@ class TrainConfig:
             raise ConfigError("--checkpoint-every needs --checkpoint-dir")
         if self.strategy == "stanza" and self.fc_workers < 1:
             raise ConfigError(f"--fc-workers must be >= 1 with stanza, got {self.fc_workers}")
+        if self.strategy != "ps" and (self.ps_servers or self.ps_overlap):
+            flag = "--ps-servers" if self.ps_servers else "--ps-overlap"
+            raise ConfigError(f"{flag} applies to --strategy ps only, not {self.strategy}")
         if self.micro_batches < 1:
             raise ConfigError(f"--micro-batches must be >= 1, got {self.micro_batches}")
         if not 0 <= self.fc_conv_share < 1:

@@ -42,6 +42,27 @@ def sample_keys(seed: int, step: int, positions: torch.Tensor):
         _SAMPLE_KEYS.reset(token)
 
 
+def keep_mask(seed: int, step: int, positions: torch.Tensor, layer_id: int, shape: tuple[int, ...], p: float,
+              device: torch.device | str = "cpu") -> torch.Tensor:
+    """Boolean keep-mask (len(positions), *shape) on `device`: row i from the generator keyed by
+    (seed, step, positions[i], layer_id), drawn on the CPU so every device draws the same bits.
+
+    For a CUDA device the uniforms are drawn into pinned host memory and copied without
+    blocking the host (a pageable copy would stall every forward until the GPU caught up);
+    the caching host allocator keeps the buffer alive until the copy is done."""
+    device = torch.device(device)
+    pinned = device.type == "cuda"
+    u = torch.empty((positions.numel(), *shape), pin_memory=pinned)
+    gen = torch.Generator(device="cpu")
+    for i, pos in enumerate(positions.tolist()):
+        # One generator stream per (seed, step, position, layer): a 64-bit mix of the four.
+        gen.manual_seed((seed * 1_000_003 + step) * 1_000_033 + pos * 101 + layer_id)
+        torch.rand(shape, generator=gen, out=u[i])
+    if pinned:
+        u = u.to(device, non_blocking=True)
+    return u >= p
+
+
 class SampleDropout(nn.Module):
     """nn.Dropout whose mask depends on the sample's key, not on the process's RNG state.
 
@@ -63,14 +84,8 @@ class SampleDropout(nn.Module):
         seed, step, positions = keys
         if positions.numel() != x.shape[0]:
             raise RuntimeError(f"sample_keys holds {positions.numel()} positions, batch has {x.shape[0]}")
-        gen = torch.Generator(device="cpu")
-        rows = []
-        for pos in positions.tolist():
-            # One generator stream per (seed, step, position, layer): a 64-bit mix of the four.
-            gen.manual_seed((seed * 1_000_003 + step) * 1_000_033 + pos * 101 + self.layer_id)
-            rows.append(torch.rand(x.shape[1:], generator=gen))
-        keep = (torch.stack(rows) >= self.p).to(device=x.device, dtype=x.dtype)
-        return x * keep / (1.0 - self.p)
+        keep = keep_mask(seed, step, positions, self.layer_id, tuple(x.shape[1:]), self.p, x.device)
+        return x * keep.to(x.dtype) / (1.0 - self.p)
 
     def extra_repr(self) -> str:
         return f"p={self.p}, layer_id={self.layer_id}"

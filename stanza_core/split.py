@@ -96,9 +96,17 @@ def _has_conv(modules) -> bool:
     return any(isinstance(s, _CONV_TYPES) for m in modules for s in m.modules())
 
 
+def module_device(module: nn.Module) -> torch.device:
+    """Where `module` lives: the device of its first parameter or buffer (CPU if it has none)."""
+    for t in (*module.parameters(), *module.buffers()):
+        return t.device
+    return torch.device("cpu")
+
+
 def _boundary_values(model: nn.Module, cuts: list[_Cut], run_prefix, input_shape) -> list[int]:
-    """Boundary size per sample of each cut, from one forward pass on a 1-sample input."""
-    x = torch.zeros((1, *input_shape))
+    """Boundary size per sample of each cut, from one forward pass on a 1-sample input (eval
+    mode, on the model's device: BatchNorm running statistics are left untouched)."""
+    x = torch.zeros((1, *input_shape), device=module_device(model))
     was_training = model.training
     model.eval()
     try:

@@ -2,13 +2,19 @@
 
 Roles (named, never magic rank numbers):
   LOCAL        the single process of the `local` oracle
-  WORKER       a data-parallel worker of ddp / ps (ps: also the server of its shard, if any)
+  WORKER       a data-parallel worker of ddp / ps (colocated ps: also the server of its shard, if any)
+  PS_SERVER    ps with dedicated servers: holds one parameter shard, computes nothing
   CONV_WORKER  stanza: trains the CONV body on its slice of the global batch
   FC_WORKER    stanza: trains the FC head on the activations of the CONV workers it serves
 
 Stanza layout with N ranks and k FC workers: CONV workers are ranks 0..N-k-1, FC workers are
 ranks N-k..N-1, and CONV worker i is served by FC worker i % k, which balances the load to
 within one CONV worker. Every rank creates every process group in the order of `groups()`.
+
+Parameter-server layouts, S shards:
+  colocated (ps_servers = 0)  N ranks, all data workers; shard s lives on rank s (S <= N).
+  dedicated (ps_servers = S)  world size N + S: data workers are ranks 0..N-1, server s is
+                              rank N + s and holds shard s (one shard per server).
 
 Hybrid FC workers (`fc_batch` > 0): each FC worker also computes the CONV body on `fc_batch`
 samples of the global batch G and joins the CONV allreduce. The global batch is laid out in
@@ -23,7 +29,7 @@ import dataclasses
 
 from .config import STRATEGIES, ConfigError
 
-LOCAL, WORKER, CONV_WORKER, FC_WORKER = "local", "worker", "conv_worker", "fc_worker"
+LOCAL, WORKER, CONV_WORKER, FC_WORKER, PS_SERVER = "local", "worker", "conv_worker", "fc_worker", "ps_server"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -33,19 +39,25 @@ class Topology:
     fc_workers: int  # k (stanza), else 0
     ps_shards: int  # S (ps), else 0
     fc_batch: int = 0  # bh: samples each FC worker also runs the CONV body on (stanza, hybrid), else 0
+    ps_servers: int = 0  # dedicated server ranks (ps), the last ones; 0: shards colocated with workers
 
     @property
     def conv_ranks(self) -> list[int]:
         """Ranks that compute the CONV body on data (every data worker for local/ddp/ps)."""
         if self.strategy == "stanza":
             return list(range(self.world_size - self.fc_workers))
-        return list(range(self.world_size))
+        return list(range(self.world_size - self.ps_servers))
 
     @property
     def fc_ranks(self) -> list[int]:
         if self.strategy == "stanza":
             return list(range(self.world_size - self.fc_workers, self.world_size))
-        return list(range(self.world_size))
+        return list(range(self.world_size - self.ps_servers))
+
+    @property
+    def server_ranks(self) -> list[int]:
+        """Ranks that hold a parameter-server shard, in shard order (ps), else []."""
+        return [self.shard_owner(s) for s in range(self.ps_shards)]
 
     @property
     def data_workers(self) -> int:
@@ -63,6 +75,8 @@ class Topology:
         self._check_rank(rank)
         if self.strategy == "local":
             return LOCAL
+        if self.strategy == "ps" and rank >= self.world_size - self.ps_servers:
+            return PS_SERVER
         if self.strategy in ("ddp", "ps"):
             return WORKER
         return CONV_WORKER if rank < self.world_size - self.fc_workers else FC_WORKER
@@ -92,16 +106,32 @@ class Topology:
         return slice(i * b, (i + 1) * b)
 
     def groups(self) -> dict[str, list[int]]:
-        """Process groups beyond WORLD, by name, in creation order (identical on every rank)."""
+        """Process groups beyond WORLD, by name, in creation order (identical on every rank).
+
+        Stanza also gets one two-rank group per CONV-FC pair (`pair_group`), which carries that
+        pair's activations and activation gradients: on NCCL each group is its own
+        communicator and stream, so an FC worker's exchanges with different CONV workers do
+        not run in posting order behind each other."""
         if self.strategy != "stanza":
             return {}
-        return {"conv": self.conv_group, "fc": self.fc_ranks}
+        pairs = {self.pair_group(i): [i, self.fc_worker_of(i)] for i in self.conv_ranks}
+        return {"conv": self.conv_group, "fc": self.fc_ranks, **pairs}
+
+    def pair_group(self, conv_rank: int) -> str:
+        """Name of the process group of CONV worker `conv_rank` and the FC worker serving it."""
+        return f"pair{conv_rank}"
 
     def shard_owner(self, shard: int) -> int:
-        """Rank that serves parameter-server shard `shard` (ps: shard s on rank s)."""
+        """Rank that serves parameter-server shard `shard` (colocated: rank s; dedicated: N + s)."""
         if not 0 <= shard < self.ps_shards:
             raise ValueError(f"shard {shard} out of range 0..{self.ps_shards - 1}")
-        return shard
+        return self.world_size - self.ps_servers + shard if self.ps_servers else shard
+
+    def shard_of(self, rank: int) -> int | None:
+        """The shard `rank` serves (ps), or None."""
+        self._check_rank(rank)
+        first = self.world_size - self.ps_servers if self.ps_servers else 0
+        return rank - first if first <= rank < first + self.ps_shards else None
 
     def _check_rank(self, rank: int):
         if not 0 <= rank < self.world_size:
@@ -144,7 +174,8 @@ def chunk_slices(s: slice, micro_batches: int) -> list[slice]:
 
 
 def make_topology(strategy: str, world_size: int, global_batch: int, fc_workers: int = 1,
-                  ps_shards: int = 0, fc_conv_share: float = 0.0, micro_batches: int = 1) -> Topology:
+                  ps_shards: int = 0, fc_conv_share: float = 0.0, micro_batches: int = 1,
+                  ps_servers: int = 0) -> Topology:
     """Validate a layout; every error is one line saying what is wrong and what is expected."""
     if strategy not in STRATEGIES:
         raise ConfigError(f"unknown strategy {strategy!r}; expected one of {', '.join(STRATEGIES)}")
@@ -165,19 +196,33 @@ def make_topology(strategy: str, world_size: int, global_batch: int, fc_workers:
                               f"worker to serve; expected k <= N - k, i.e. k <= {world_size // 2}")
     else:
         fc_workers = 0
-    if strategy == "ps":
+    if ps_servers < 0:
+        raise ConfigError(f"--ps-servers must be >= 0, got {ps_servers}")
+    if strategy == "ps" and ps_servers:
+        if ps_servers >= world_size:
+            raise ConfigError(f"--ps-servers {ps_servers} leaves no data worker among {world_size} ranks "
+                              f"(world size = data workers + servers); expected S <= {world_size - 1}")
+        if ps_shards not in (0, ps_servers):
+            raise ConfigError(f"--ps-shards {ps_shards} with --ps-servers {ps_servers}: each dedicated server "
+                              f"holds one shard; leave --ps-shards at 0 or set it to {ps_servers}")
+        ps_shards = ps_servers
+    elif strategy == "ps":
         ps_shards = ps_shards or world_size
         if ps_shards > world_size:
             raise ConfigError(f"--ps-shards {ps_shards} exceeds the {world_size} ranks that serve them")
     else:
+        if ps_servers:
+            raise ConfigError(f"--ps-servers applies to --strategy ps only, not {strategy}")
         ps_shards = 0
     fc_batch = 0
     if strategy == "stanza" and fc_conv_share:
         _, fc_batch = hybrid_batches(global_batch, world_size - fc_workers, fc_workers, fc_conv_share)
-    topo = Topology(strategy, world_size, fc_workers, ps_shards, fc_batch)
+    topo = Topology(strategy, world_size, fc_workers, ps_shards, fc_batch,
+                    ps_servers=ps_servers if strategy == "ps" else 0)
     if not fc_batch and global_batch % topo.data_workers:
+        servers = f" ({topo.ps_servers} of them dedicated servers)" if topo.ps_servers else ""
         raise ConfigError(f"--global-batch {global_batch} is not divisible by the {topo.data_workers} data "
-                          f"workers of {strategy} on {world_size} ranks")
+                          f"workers of {strategy} on {world_size} ranks{servers}")
     if strategy == "stanza":
         smallest = min(b for b in ((global_batch - fc_workers * fc_batch) // topo.data_workers, fc_batch) if b)
         if micro_batches > smallest:

@@ -25,6 +25,7 @@ from .comm import Comm, PeerError, report
 from .config import ConfigError, TrainConfig
 from .data import batch_indices, open_dataset
 from .models import MIN_IMAGE_SIZE, check_model, get_model
+from .numerics import numerics_record, set_numerics
 from .split import SplitError, SplitModel, split_model
 from .strategies import STRATEGY_CLASSES
 from .strategies.base import Batch, positions_of
@@ -69,15 +70,23 @@ def parse_config(argv: list[str] | None) -> TrainConfig:
     return TrainConfig(**vars(ns))
 
 
-def resolve_device(cfg: TrainConfig, local_rank: int) -> torch.device:
+def resolve_device(cfg: TrainConfig, local_rank: int, local_world: int | None = None) -> torch.device:
+    """This rank's device. CUDA: local rank i takes GPU i. More ranks on this machine than GPUs
+    is refused (NCCL cannot put two ranks on one GPU) unless --backend gloo, under which ranks
+    share the GPUs round-robin (collectives on CUDA tensors, P2P staged through host memory)."""
+    if local_world is None:
+        local_world = int(os.environ.get("LOCAL_WORLD_SIZE", 1))
     if cfg.device == "cuda" or (cfg.device == "auto" and torch.cuda.is_available()):
         if not torch.cuda.is_available():
-            raise ConfigError("--device cuda: no CUDA GPU is visible to this process (use --device cpu)")
-        if local_rank >= torch.cuda.device_count():
-            raise ConfigError(f"--device cuda: local rank {local_rank} has no GPU "
-                              f"({torch.cuda.device_count()} visible; one GPU per rank)")
-        torch.cuda.set_device(local_rank)
-        return torch.device("cuda", local_rank)
+            raise ConfigError("--device cuda: no CUDA GPU is visible to this process (use --device cpu)",
+                              scope="host")
+        count = torch.cuda.device_count()
+        if local_world > count and cfg.backend != "gloo":
+            raise ConfigError(f"--device {cfg.device}: {local_world} ranks on this machine but {count} GPU(s) "
+                              f"visible, and NCCL needs one GPU per rank; run at most {count} ranks per machine, "
+                              "add --backend gloo (ranks share GPUs), or use --device cpu", scope="host")
+        torch.cuda.set_device(local_rank % count)
+        return torch.device("cuda", local_rank % count)
     return torch.device("cpu")
 
 
@@ -98,8 +107,11 @@ def prepare(cfg: TrainConfig) -> Prepared:
     """Everything that can fail on bad input, before any process group forms."""
     rank, world = int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
     topo = make_topology(cfg.strategy, world, cfg.global_batch, cfg.fc_workers, cfg.ps_shards,
-                         cfg.fc_conv_share, cfg.micro_batches)
+                         cfg.fc_conv_share, cfg.micro_batches, ps_servers=cfg.ps_servers)
+    set_numerics(cfg.exact)  # before any CUDA work: cuBLAS reads its workspace setting at init
     device = resolve_device(cfg, int(os.environ.get("LOCAL_RANK", 0)))
+    if cfg.backend == "nccl" and device.type != "cuda":
+        raise ConfigError("--backend nccl: no CUDA GPU here; use --backend gloo or auto", scope="host")
     if cfg.image_size < MIN_IMAGE_SIZE.get(cfg.model, 1):
         raise ConfigError(f"--image-size {cfg.image_size} is too small for {cfg.model}; "
                           f"expected >= {MIN_IMAGE_SIZE[cfg.model]}")
@@ -138,15 +150,18 @@ class NonFiniteLoss(RuntimeError):
 
 def run(cfg: TrainConfig) -> dict | None:
     prep = prepare(cfg)
-    comm = Comm.from_env(cfg.timeout_s, prep.device)
+    comm = Comm.from_env(cfg.timeout_s, prep.device, None if cfg.backend == "auto" else cfg.backend)
+    failed = True
     try:
-        result = _train(cfg, prep, comm)
+        out = _train(cfg, prep, comm)
+        failed = False
+        return out
     except NonFiniteLoss:
         raise
     except Exception as e:  # a dead peer surfaces wherever it is noticed: make it a PeerError
-        raise comm.peer_error(e) from None  # (no close: tearing down a broken group can hang or abort)
-    comm.close()
-    return result
+        raise comm.peer_error(e) from None
+    finally:
+        comm.close(failed=failed)  # after a failure: abort, never a destroy that can block
 
 
 def _train(cfg, prep: Prepared, comm) -> dict | None:
@@ -259,7 +274,9 @@ def build_metrics(cfg, topo, device, start, everyone, replayed: dict | None = No
         "compute": cfg.compute,
         "config": {**cfg.to_dict(), "world_size": topo.world_size, "data_workers": topo.data_workers,
                    "fc_workers_effective": topo.fc_workers, "ps_shards_effective": topo.ps_shards,
-                   "device_type": device.type, "torch": torch.__version__},
+                   "ps_server_ranks": topo.server_ranks if topo.ps_servers else [],
+                   "device_type": device.type, "torch": torch.__version__,
+                   "backend": _backend_name(), "numerics": numerics_record(cfg.exact)},
         "steps": steps,
         "throughput": cfg.global_batch * len(timed) / sum(timed) if timed and sum(timed) > 0 else None,
         "step_time_median_s": statistics.median(timed) if timed else None,
@@ -294,6 +311,12 @@ def _step_origins(everyone) -> list[float]:
     return [min(s[i] for s in starts if i < len(s)) for i in range(max(map(len, starts), default=0))]
 
 
+def _backend_name() -> str:
+    import torch.distributed as dist
+
+    return dist.get_backend() if dist.is_available() and dist.is_initialized() else "none"
+
+
 def _atomic_write(path: str, text: str):
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     tmp = path + ".tmp"
@@ -309,14 +332,29 @@ def _atomic_torch_save(obj, path: str):
     os.replace(tmp, path)
 
 
+def error_line(e: Exception, rank: int, local_rank: int) -> str | None:
+    """The line this rank prints for bad input, or None when another rank prints it.
+
+    A job-wide error (the same on every rank) is printed once, by rank 0; an error about this
+    machine's GPUs once per machine, by its local rank 0; an error about this rank's own
+    device or checkpoint by every rank that hits it, prefixed with its rank."""
+    scope = getattr(e, "scope", "job")
+    if scope == "rank":
+        return f"error: rank {rank}: {e}"
+    if scope == "host":
+        return f"error: rank {rank}: {e}" if local_rank == 0 else None
+    return f"error: {e}" if rank == 0 else None
+
+
 def main(argv: list[str] | None = None) -> int:
     rank = int(os.environ.get("RANK", 0))
     try:
         cfg = parse_config(argv)
         run(cfg)
     except (ConfigError, SplitError, _ArgError) as e:
-        if rank == 0:
-            print(f"error: {e}", file=sys.stderr)
+        line = error_line(e, rank, int(os.environ.get("LOCAL_RANK", 0)))
+        if line:
+            print(line, file=sys.stderr)
         return 2
     except NonFiniteLoss as e:  # every rank knows (the loss is summed over ranks): rank 0 says it
         if rank == 0:

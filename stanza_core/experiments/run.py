@@ -81,10 +81,12 @@ def summarize(runs: list[dict]) -> list[dict]:
                          "label": label, "link_mbit": mbit, "target_gbps": first["target_gbps"],
                          "throughput": med[label], "throughput_min": min(tp), "throughput_max": max(tp),
                          "repeats": len(tp), "bytes_per_step": first["bytes_per_step"]})
+        best_ps = max((v for r, v in zip(rows[-len(med):], med.values()) if r["strategy"] == "ps"), default=None)
         for row in rows[-len(med):]:
-            for base in ("ps", "ddp"):
+            for base in ("ps", "ddp"):  # ps: colocated shards, no overlap
                 ref = med.get(base)
                 row[f"speedup_vs_{base}"] = row["throughput"] / ref if ref else None
+            row["speedup_vs_best_ps"] = row["throughput"] / best_ps if best_ps else None  # the fastest ps variant
     return rows
 
 
@@ -173,8 +175,8 @@ def measure(spec: MeasureSpec, cache_dir: str | None = None, progress: bool = Tr
             points = [(g, m) for g, m in points if m <= spec.max_link_mbit]
         else:
             points = [(None, m) for m in spec.link_mbit]
-        todo = [(g, spec.run_config(s, k, m), rep) for g, m in points for rep in range(spec.repeats)
-                for s, k in spec.configs()]
+        todo = [(g, spec.run_config(s, k, m, srv, ov), rep) for g, m in points for rep in range(spec.repeats)
+                for s, k, srv, ov in spec.variants()]
         bar = None
         if progress:
             from tqdm import tqdm
@@ -211,8 +213,8 @@ def _measure_replay(spec: MeasureSpec, cache: Cache, out: dict[str, Any], progre
                           "target_device": spec.replay_device, "ratio": there / here}
     points = [(g, 1000 * emulated_bandwidth(g, there, here)) for g in spec.target_gbps]
     out["modelled_only_gbps"] = [g for g, m in points if m > spec.max_link_mbit]
-    todo = [(g, spec.run_config(s, k, m), rep) for g, m in points if m <= spec.max_link_mbit
-            for rep in range(spec.repeats) for s, k in spec.configs()]
+    todo = [(g, spec.run_config(s, k, m, srv, ov), rep) for g, m in points if m <= spec.max_link_mbit
+            for rep in range(spec.repeats) for s, k, srv, ov in spec.variants()]
     bar = None
     if progress:
         from tqdm import tqdm

@@ -120,9 +120,18 @@ class MeasureSpec:
     compute: str = "real"  # real arithmetic, or "replay": per-layer waits of dilation x replay_device's times
     replay_device: str | None = None  # replay: the device profile the compute follows (perf device table)
     dilation: float = 1.0  # replay: D; every target maps to the link rate target / D
+    ps_servers: list[int] = dataclasses.field(default_factory=lambda: [0])  # ps deployments: S extra server nodes (0: colocated)
+    ps_overlap: list[bool] = dataclasses.field(default_factory=lambda: [False])  # ps: without / with the overlapped push
 
     def __post_init__(self):
         checks.model_fits(self.model, self.image_size)
+        self.ps_servers = [self.ps_servers] if isinstance(self.ps_servers, int) else list(self.ps_servers)
+        self.ps_overlap = [self.ps_overlap] if isinstance(self.ps_overlap, bool) else list(self.ps_overlap)
+        for srv in self.ps_servers:
+            checks.positive_int("ps_servers", srv, 0)
+        if not self.ps_servers or not self.ps_overlap or any(not isinstance(o, bool) for o in self.ps_overlap):
+            raise ValueError(f"ps_servers and ps_overlap need one value or more (ints >= 0, bools), got "
+                             f"{self.ps_servers!r}, {self.ps_overlap!r}")
         if self.compute not in COMPUTE_MODES:
             raise ValueError(f"compute must be one of {', '.join(COMPUTE_MODES)}, got {self.compute!r}")
         if self.compute == "replay":
@@ -166,13 +175,20 @@ class MeasureSpec:
     def configs(self) -> list[tuple[str, int]]:
         return [(s, k) for s in self.strategies for k in (self.fc_workers if s == "stanza" else [0])]
 
-    def run_config(self, strategy: str, fc_workers: int, link_mbit: float) -> RunConfig:
+    def variants(self) -> list[tuple[str, int, int, bool]]:
+        """(strategy, k, S, overlap) of every configuration: ps once per deployment asked for."""
+        return [(s, k, srv, ov) for s, k in self.configs()
+                for srv, ov in ([(a, b) for a in self.ps_servers for b in self.ps_overlap] if s == "ps" else [(0, False)])]
+
+    def run_config(self, strategy: str, fc_workers: int, link_mbit: float, ps_servers: int = 0,
+                   ps_overlap: bool = False) -> RunConfig:
         """The RunConfig of one configuration of this grid at one link rate."""
         return RunConfig(model=self.model, image_size=self.image_size, num_classes=self.num_classes,
                          nodes=self.nodes, strategy=strategy, fc_workers=fc_workers,
                          global_batch=self.global_batch_of(strategy, fc_workers),
                          steps=self.steps, warmup=self.warmup, link_mbit=round(link_mbit, 6),
                          delay_ms=self.delay_ms, mtu=self.mtu, boundary=self.boundary if strategy == "stanza" else None,
+                         ps_servers=ps_servers, ps_overlap=ps_overlap,
                          compute=self.compute, replay_device=self.replay_device if self.compute == "replay" else None,
                          dilation=self.dilation if self.compute == "replay" else 1.0)
 

@@ -3,6 +3,8 @@
   python -m stanza_core.perf --model vgg16 --nodes 16 --gbps 10 --device v100
   python -m stanza_core.perf --model alexnet --sweep --out sweep.json
   python -m stanza_core.perf --profile measured.json --device measured --nodes 4 --gbps 0.08
+  python -m stanza_core.perf calibrate --model vgg16 --batch 32 --out gpu.json   (on a GPU)
+  python -m stanza_core.perf --model vgg16 --device gpu.json                     (a DeviceProfile JSON)
 
 Bad arguments print one line and exit with status 2.
 """
@@ -59,12 +61,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--latency-us", type=float, default=DEFAULT_LATENCY_S * 1e6,
                    help=f"per-message latency in microseconds (default {DEFAULT_LATENCY_S * 1e6:g})")
     p.add_argument("--device", default="v100",
-                   help=f"{', '.join(DEVICE_TABLE)} (table) or 'measured' (times of --profile)")
+                   help=f"{', '.join(DEVICE_TABLE)} (table), 'measured' (times of --profile) "
+                   "or PATH.json (a DeviceProfile, e.g. from `perf calibrate`)")
     batch = p.add_mutually_exclusive_group()
     batch.add_argument("--global-batch", type=int, help="global batch, split over the data workers")
     batch.add_argument("--batch-per-worker", type=int,
                        help=f"samples per data worker (default {DEFAULT_BATCH_PER_WORKER})")
-    p.add_argument("--ps-shards", type=int, help="parameter-server shards (default: one per node)")
+    p.add_argument("--ps-shards", type=int, help="colocated parameter-server shards (default: one per node)")
+    p.add_argument("--ps-servers", type=_ints, default=None,
+                   help="dedicated parameter-server counts to try, e.g. 1,2 (default 1,2,4,.. <= N/2)")
+    p.add_argument("--ps-overlap", choices=("both", "on", "off"), default="both",
+                   help="ps candidates with the overlapped push, without it, or both (default both)")
     p.add_argument("--bucket-mb", type=float, default=DEFAULT_BUCKET_MB,
                    help=f"gradient bucket cap in MiB, as the engine's --bucket-mb (default {DEFAULT_BUCKET_MB:g})")
     p.add_argument("--top", type=int, default=12, help="rows of the ranking to print (default 12)")
@@ -81,16 +88,29 @@ def build_parser() -> argparse.ArgumentParser:
 def _device(args, profile):
     if args.device == "measured":
         return DeviceProfile.from_profile(profile)
+    if args.device.endswith(".json"):  # e.g. written by `perf calibrate`
+        try:
+            return DeviceProfile(**json.loads(Path(args.device).read_text()))
+        except (OSError, ValueError, TypeError) as e:
+            raise ValueError(f"--device {args.device} is not a DeviceProfile JSON ({type(e).__name__}: {e})") from None
     if args.device.lower() not in DEVICE_TABLE:
         raise ValueError(f"unknown device {args.device!r}; expected one of: {', '.join(DEVICE_TABLE)}, measured")
     return args.device.lower()
+
+
+def ps_layout(p) -> str:
+    """The parameter-server deployment of a prediction, in one word ("-" for ddp and stanza)."""
+    if p.strategy != "ps":
+        return "-"
+    return ("colocated" if not p.ps_servers else f"S={p.ps_servers}") + ("+overlap" if p.ps_overlap else "")
 
 
 def _row(p, a) -> str:
     k = "-" if p.fc_workers is None else str(p.fc_workers)
     return (f"{p.strategy:<7}{k:>5}{p.iteration_s * 1e3:>12.2f}{p.throughput:>12.1f}"
             f"{p.throughput / a.ps.throughput:>8.2f}x{p.throughput / a.ddp.throughput:>8.2f}x"
-            f"{p.max_node_sent / 1e6:>11.1f}{p.max_node_recv / 1e6:>11.1f}{p.bytes_per_step / 1e6:>12.1f}")
+            f"{p.max_node_sent / 1e6:>11.1f}{p.max_node_recv / 1e6:>11.1f}{p.bytes_per_step / 1e6:>12.1f}"
+            f"  {ps_layout(p)}")
 
 
 def _print_ranking(profile, cluster, a, top: int) -> None:
@@ -99,17 +119,24 @@ def _print_ranking(profile, cluster, a, top: int) -> None:
     print(f"cluster: {cluster.nodes} nodes, {cluster.bandwidth_gbps:g} Gb/s, {cluster.latency_s * 1e6:g} us/message, "
           f"device {a.best.device}")
     print(f"best: {a.best.strategy}" + (f" k={a.best.fc_workers}" if a.best.fc_workers else "")
-          + f"  {a.best.throughput:.1f} samples/s  ({a.speedup_vs_ps:.2f}x ps, {a.speedup_vs_ddp:.2f}x ddp)")
+          + (f" {ps_layout(a.best)}" if a.best.strategy == "ps" else "")
+          + f"  {a.best.throughput:.1f} samples/s  ({a.speedup_vs_ps:.2f}x ps, {a.speedup_vs_ddp:.2f}x ddp, "
+          f"{a.speedup_vs_best_ps:.2f}x the fastest ps: {ps_layout(a.best_ps)})")
     print(f"{'strategy':<7}{'k':>5}{'iter ms':>12}{'samples/s':>12}{'vs ps':>9}{'vs ddp':>9}"
-          f"{'MB sent':>11}{'MB recv':>11}{'MB/step':>12}")
+          f"{'MB sent':>11}{'MB recv':>11}{'MB/step':>12}  ps layout")
     shown = a.ranking[:top]
     shown += [p for p in (a.ddp, a.ps) if p not in shown]  # baselines always shown
     for p in shown:
         print(_row(p, a))
-    print("(MB sent/recv: busiest node per step; MB/step: whole cluster, sum of bytes sent)")
+    print("(MB sent/recv: busiest node per step; MB/step: whole cluster, sum of bytes sent; vs ps: against "
+          "colocated ps without overlap; ps layout S=s: s of the nodes are dedicated servers)")
 
 
 def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["calibrate"]:
+        from .calibrate import main as calibrate_main
+        return calibrate_main(argv[1:])
     args = build_parser().parse_args(argv)
     try:
         for name in ("nodes", "image_size", "num_classes", "top", "global_batch", "batch_per_worker", "ps_shards"):
@@ -136,7 +163,8 @@ def main(argv=None) -> int:
             print(f"wrote {args.out} ({len(result['rows'])} points)")
             return 0
         cluster = Cluster(args.nodes, args.gbps, args.latency_us * 1e-6, device)
-        a = best_assignment(profile, cluster, **batch)
+        a = best_assignment(profile, cluster, **batch, ps_servers=args.ps_servers,
+                            ps_overlap={"both": None, "on": True, "off": False}[args.ps_overlap])
     except (ValueError, OSError) as e:
         print(f"python -m stanza_core.perf: error: {e}", file=sys.stderr)
         return 2

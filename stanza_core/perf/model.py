@@ -9,10 +9,15 @@ ddp     forward, then backward with gradient buckets (reverse parameter order, 2
         each bucket is ring-allreduced among N as soon as the backward has produced it and
         the previous bucket's allreduce is done. Step = fwd + max(bwd, end of the last
         allreduce) + optimizer step over P.
-ps      fwd + bwd, then push (every rank sends each shard's gradient slice to its owner),
-        the owners' optimizer step, then pull (the mirror image). A phase lasts as long as
-        the busiest link: shard r's owner takes in (N-1) shard-sized messages; a rank sends
-        one message per shard it does not hold. No overlap with compute.
+ps      fwd + bwd, then push (every data worker sends each shard's gradient slice to its
+        owner), the owners' optimizer step, then pull (the mirror image). A phase lasts as
+        long as the busiest link: a shard's owner takes in one shard-sized message per other
+        data worker; a worker sends one message per shard it does not hold. Colocated
+        (shards on N ranks that also compute) or dedicated (S server ranks of the N that
+        compute nothing, whose links carry every worker's slice of their shard). With the
+        overlapped push, the gradient goes in buckets (engine rule, 25 MiB cap): bucket j is
+        pushed once the backward has produced it, its pieces are updated as they arrive and
+        pulled back once the worker's backward is done (`_ps`).
 stanza  CONV workers forward b samples, send activations and labels (2 messages) to FC worker
         i % k. The FC worker serving m = ceil(Nc/k) CONV workers takes them in one after
         another on its ingress link, runs FC forward+backward per chunk, and returns each
@@ -25,6 +30,7 @@ stanza  CONV workers forward b samples, send activations and labels (2 messages)
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import math
 from typing import Any
 
@@ -41,6 +47,7 @@ DEFAULT_BATCH_PER_WORKER = 32
 OVERLAP = {
     "ddp": "bucketed gradient allreduce overlaps the backward pass",
     "ps": "none: compute, push, shard update, pull run one after another",
+    "ps_overlap": "gradient buckets pushed as the backward produces them; pieces updated and pulled as they arrive",
     "stanza": "activation exchange pipelined with FC compute; CONV backward+allreduce overlaps FC allreduce",
     "local": "no communication",
 }
@@ -67,6 +74,8 @@ class Prediction:
     max_node_recv: int
     bytes_per_node: dict[str, dict]  # role -> {"sent": {cat: int}, "recv": {...}} of its busiest rank
     ranks: list[dict] | None = None  # every rank's figures (expected_bytes rows), when asked for
+    ps_servers: int = 0  # ps: dedicated server nodes among `nodes` (0: shards colocated with workers)
+    ps_overlap: bool = False  # ps: gradient buckets pushed as the backward produces them
     fc_conv_share: float = 0.0  # stanza: share of the global batch each FC worker runs the CONV body on
     fc_batch: int = 0  # the same in samples (bh)
     micro_batches: int = 1  # stanza: M
@@ -75,7 +84,11 @@ class Prediction:
 
     @property
     def label(self) -> str:
-        """"ddp", "ps", "stanza k=1", "stanza k=1 share=0.25 M=4 bf16|powersgd"."""
+        """"ddp", "ps", "ps S=2 overlap", "stanza k=1", "stanza k=1 share=0.25 M=4 bf16|powersgd"."""
+        if self.strategy == "ps":
+            from ..labels import config_label
+
+            return config_label("ps", ps_servers=self.ps_servers, ps_overlap=self.ps_overlap)
         if self.strategy != "stanza":
             return self.strategy
         parts = [f"stanza k={self.fc_workers}"]
@@ -178,24 +191,136 @@ def _ddp(profile, dev, cluster, b, cap):
     return total, fwd + bwd + update, terms
 
 
-def _ps(profile, dev, cluster, b, shards):
-    N, P = cluster.nodes, profile.params
-    compute = dev.step_overhead_s + sum(dev.time_s(p, ph, b) for p in ("conv", "fc") for ph in ("fwd", "bwd"))
-    sizes = [DTYPE_BYTES * v for v in ps_shard_sizes(P, shards)]
-    phase, lat = 0.0, 0.0
-    if N > 1:
-        for r in range(N):
-            own = sizes[r] if r < shards else 0
-            out_msgs = shards - (1 if r < shards else 0)
-            link_out = cluster.transfer_s(DTYPE_BYTES * P - own, out_msgs)
-            link_in = cluster.transfer_s((N - 1) * own, N - 1) if own else 0.0
-            if max(link_out, link_in) > phase:
-                phase = max(link_out, link_in)
-                lat = (out_msgs if link_out >= link_in else N - 1) * cluster.latency_s
-    update = max(sizes) // DTYPE_BYTES * dev.update_s_per_param  # the largest shard's owner
-    total = compute + phase + update + phase
-    return total, compute + update, {"ps_push_s": phase, "ps_pull_s": phase, "latency_s": 2 * lat,
-                                     "update_s": update}
+def _ps_buckets(profile, dev, b, cap, overlap, bwd_total):
+    """(ready time from the backward's start, flat range [lo, hi) in values) of each push
+    bucket, in backward order; without overlap one bucket, the whole vector, after the backward."""
+    P = profile.params
+    if not overlap:
+        return [(bwd_total, 0, P)]
+    units = _backward_units(profile, dev, ("conv", "fc"), b)
+    out, t, hi, size = [], 0.0, P, 0
+    for params, dt in units:  # engine rule (GradBuckets): a new bucket before one would exceed cap
+        if size and (size + params) * DTYPE_BYTES > cap:
+            out.append((t, hi - size, hi))
+            hi, size = hi - size, 0
+        t += dt
+        size += params
+    if size:
+        out.append((t, hi - size, hi))
+    return out
+
+
+def _ps_pieces(lo, hi, starts, sizes):
+    """Values of each shard inside [lo, hi): [(shard, values)] for the shards it touches."""
+    import bisect
+
+    first = bisect.bisect_right(starts, lo) - 1
+    out = []
+    for s in range(first, len(starts)):
+        if starts[s] >= hi:
+            break
+        n = min(hi, starts[s] + sizes[s]) - max(lo, starts[s])
+        if n > 0:
+            out.append((s, n))
+    return out
+
+
+def _ps(profile, dev, cluster, b, shards, servers, overlap, cap):
+    """Push, update and pull of each bucket's pieces, link by link (module docstring).
+
+    Links (each direction its own, one message at a time): every shard owner's egress and
+    ingress, and those of a data worker that holds no shard (all workers alike). A bucket's
+    push occupies each worker's egress (the bucket less the worker's own piece, one message
+    per other owner) and each owner's ingress (its piece from every other data worker); it
+    starts on a link at max(bucket ready, link free) and is in when every link is done. An
+    owner updates its piece once the push is in (a colocated owner: not before its own
+    backward ends), then the pull mirrors the push (posted by the workers once their backward
+    is done). Colocated owners are workers too: their links carry pushes and pulls alike.
+    Pushes and pulls are laid on the links in the order they become ready."""
+    N = cluster.nodes
+    nw = N - servers
+    fwd = dev.step_overhead_s + dev.time_s("conv", "fwd", b) + dev.time_s("fc", "fwd", b)
+    bwd = dev.time_s("conv", "bwd", b) + dev.time_s("fc", "bwd", b)
+    sizes = ps_shard_sizes(profile.params, shards)
+    starts = [0, *itertools.accumulate(sizes)][:-1]
+    buckets = [(r, hi - lo, dict(_ps_pieces(lo, hi, starts, sizes)))
+               for r, lo, hi in _ps_buckets(profile, dev, b, cap, overlap, bwd)]
+    plain = servers or N > shards  # a data worker that holds no shard exists
+    others = nw if servers else N - 1  # pushes an owner takes in per piece
+
+    def run(xfer, free=False):
+        out, inn, upd_free = [0.0] * shards, [0.0] * shards, [0.0] * shards
+        w_out = w_in = 0.0
+        busy = {}  # (direction, link) -> seconds of push or pull traffic it carries
+
+        def lay(t0, owners_load, worker_load, direction):
+            """Lay one push or pull from t0; return when its last link is done."""
+            nonlocal w_out, w_in
+            if free:
+                return t0
+            end = t0
+            own_links, worker_link = (inn, out) if direction == "push" else (out, inn)
+            for s, (own_t, work_t) in owners_load.items():
+                if own_t:
+                    own_links[s] = max(t0, own_links[s]) + own_t
+                    end = max(end, own_links[s])
+                    busy[direction, "owner", s, direction == "push"] = busy.get((direction, "owner", s, direction == "push"), 0.0) + own_t
+                if work_t:  # a colocated owner is a worker too: its other link
+                    worker_link[s] = max(t0, worker_link[s]) + work_t
+                    end = max(end, worker_link[s])
+                    busy[direction, "owner", s, direction != "push"] = busy.get((direction, "owner", s, direction != "push"), 0.0) + work_t
+            if plain and worker_load:
+                if direction == "push":
+                    w_out = max(t0, w_out) + worker_load
+                    end = max(end, w_out)
+                else:
+                    w_in = max(t0, w_in) + worker_load
+                    end = max(end, w_in)
+                busy[direction, "worker"] = busy.get((direction, "worker"), 0.0) + worker_load
+            return end
+
+        def loads(pieces, nbytes):
+            m = len(pieces)
+            worker_t = xfer(nbytes, m)
+            owners = {s: (xfer(others * DTYPE_BYTES * n, others), 0.0) for s, n in pieces.items()}
+            if not servers:  # every owner also sends (receives) the bucket less its own piece
+                for s in range(shards):
+                    own = pieces.get(s, 0)
+                    owners[s] = (owners.get(s, (0.0, 0.0))[0],
+                                 xfer(nbytes - DTYPE_BYTES * own, m - (1 if own else 0)))
+            return owners, worker_t
+
+        pull_ready, pulls, end, i, k = [], [], 0.0, 0, 0
+        nb = len(buckets)
+        while k < nb:
+            if i < nb and (k >= i or buckets[i][0] <= pull_ready[k]):
+                ready, nvals, pieces = buckets[i]
+                owners, worker_t = loads(pieces, DTYPE_BYTES * nvals)
+                pulls.append((owners, worker_t))
+                t_in = lay(ready, owners, worker_t, "push")
+                done = t_in
+                for s, n in pieces.items():
+                    upd_free[s] = max(t_in, upd_free[s], 0.0 if servers else bwd) + n * dev.update_s_per_param
+                    done = max(done, upd_free[s])
+                pull_ready.append(max(done, bwd))
+                i += 1
+            else:
+                owners, worker_t = pulls[k]
+                end = max(end, lay(pull_ready[k], owners, worker_t, "pull"))
+                k += 1
+        phases = {d: max([v for key, v in busy.items() if key[0] == d], default=0.0) for d in ("push", "pull")}
+        return end, phases
+
+    xfer = cluster.transfer_s if N > 1 else (lambda nbytes, msgs: 0.0)
+    end, phases = run(xfer)
+    free, _ = run(lambda nbytes, msgs: 0.0, free=True)  # the same step with free communication
+    # per-message latency on the busiest link of each push and pull
+    msgs = [max(len(p), others if N > 1 else 0) if N > 1 else 0 for _, _, p in buckets]
+    lat = 2 * sum(msgs) * cluster.latency_s
+    upd = max(sizes)  # values the busiest server updates per step
+    return fwd + max(bwd, end), fwd + max(bwd, free), {
+        "ps_push_s": phases["push"], "ps_pull_s": phases["pull"], "latency_s": lat,
+        "update_s": upd * dev.update_s_per_param, "ps_buckets": len(buckets)}
 
 
 def _stanza(profile, dev, cluster, b, k, cap, opt=None):
@@ -214,31 +339,36 @@ def predict(profile: Profile, cluster: Cluster, strategy: str, fc_workers: int |
             global_batch: int | None = None, *, batch_per_worker: int | None = None,
             ps_shards: int | None = None, bucket_mb: float = DEFAULT_BUCKET_MB,
             with_ranks: bool = True, fc_conv_share: float = 0.0, micro_batches: int = 1,
-            boundary_dtype: str = "fp32", grad_compression: str = "none") -> Prediction:
+            boundary_dtype: str = "fp32", grad_compression: str = "none", ps_servers: int = 0,
+            ps_overlap: bool = False) -> Prediction:
     """Predicted step time, throughput, traffic and breakdown of `strategy` on `cluster`.
 
     The batch is `global_batch` split over the data workers (N, or N - k for stanza; an uneven
     split is modelled by its largest share) or `batch_per_worker` per data worker (default 32).
     `cluster.device` may be a DeviceProfile (e.g. measured here) or a device-table name;
-    bucket_mb is the gradient bucket cap of ddp and of stanza's CONV allreduce (--bucket-mb).
+    bucket_mb is the gradient bucket cap of ddp, of stanza's CONV allreduce and of the overlapped
+    ps push (--bucket-mb). ps only: ps_servers (S of the cluster's nodes are dedicated parameter
+    servers; world size = data workers + S, as the engine's), ps_overlap (the overlapped push).
     Stanza only: fc_conv_share (each FC worker also runs the CONV body on this share of the global
     batch, the engine's --fc-conv-share), micro_batches, boundary_dtype, grad_compression."""
     if not isinstance(cluster, Cluster):
         raise ValueError(f"cluster must be a Cluster, got {type(cluster).__name__}")
-    fc_workers, ps_shards = check_config(strategy, cluster.nodes, fc_workers, ps_shards)
-    n = data_workers(strategy, cluster.nodes, fc_workers)
+    fc_workers, ps_shards = check_config(strategy, cluster.nodes, fc_workers, ps_shards, ps_servers)
+    if ps_overlap and strategy != "ps":
+        raise ValueError(f"ps_overlap applies to ps only, not {strategy}")
+    n = data_workers(strategy, cluster.nodes, fc_workers, ps_servers)
     G = _resolve_batch(n, global_batch, batch_per_worker)
     if isinstance(bucket_mb, bool) or not isinstance(bucket_mb, (int, float)) or not bucket_mb > 0:
         raise ValueError(f"bucket_mb must be > 0, got {bucket_mb!r}")
     cap = int(bucket_mb * 2**20)
     opt, batches = stanza_options(strategy, cluster.nodes, fc_workers, G, fc_conv_share, micro_batches,
-                                  boundary_dtype, grad_compression)
+                                  boundary_dtype, grad_compression, ps_servers)
     b = batches[0]
     dev = resolve_device(cluster.device, profile)
     if strategy in ("ddp", "local"):
         total, crit, terms = _ddp(profile, dev, cluster, b, cap)
     elif strategy == "ps":
-        total, crit, terms = _ps(profile, dev, cluster, b, ps_shards)
+        total, crit, terms = _ps(profile, dev, cluster, b, ps_shards, ps_servers, bool(ps_overlap), cap)
     else:
         total, crit, terms = _stanza(profile, dev, cluster, b, fc_workers, cap, opt)
     if not total > 0:
@@ -247,17 +377,20 @@ def predict(profile: Profile, cluster: Cluster, strategy: str, fc_workers: int |
                  "fc_compute_s": dev.time_s("fc", "fwd", b) + dev.time_s("fc", "bwd", b),
                  "step_overhead_s": dev.step_overhead_s, **terms}
     counts = ModelCounts.of(profile)
-    summary = summary_bytes(counts, strategy, cluster.nodes, fc_workers, batches, ps_shards, opt)
-    reps = [0, n] if strategy == "stanza" else [0]  # busiest rank of each role
+    summary = summary_bytes(counts, strategy, cluster.nodes, fc_workers, batches, ps_shards, opt, ps_servers)
+    reps = [0, n] if strategy == "stanza" or ps_servers else [0]  # busiest rank of each role
     per_role = {r["role"]: {"sent": r["sent"], "recv": r["recv"]}
                 for r in rank_bytes(counts, strategy, cluster.nodes, fc_workers, batches, ps_shards, ranks=reps,
-                                    options=opt)}
-    ranks = rank_bytes(counts, strategy, cluster.nodes, fc_workers, batches, ps_shards, options=opt) \
-        if with_ranks else None
+                                    options=opt, ps_servers=ps_servers)}
+    ranks = rank_bytes(counts, strategy, cluster.nodes, fc_workers, batches, ps_shards, options=opt,
+                       ps_servers=ps_servers) if with_ranks else None
     return Prediction(strategy=strategy, nodes=cluster.nodes, fc_workers=fc_workers, ps_shards=ps_shards,
                       global_batch=G, batch_per_worker=b, bandwidth_gbps=cluster.bandwidth_gbps,
                       latency_s=cluster.latency_s, device=dev.name, iteration_s=total, throughput=G / total,
-                      breakdown=breakdown, exposed_comm_s=max(total - crit, 0.0), overlap=OVERLAP[strategy],
-                      **summary, bytes_per_node=per_role, ranks=ranks, fc_conv_share=fc_conv_share if
+                      breakdown=breakdown, exposed_comm_s=max(total - crit, 0.0),
+                      overlap=OVERLAP["ps_overlap" if ps_overlap else strategy],
+                      **summary, bytes_per_node=per_role, ranks=ranks,
+                      ps_servers=ps_servers if strategy == "ps" else 0, ps_overlap=bool(ps_overlap),
+                      fc_conv_share=fc_conv_share if
                       strategy == "stanza" else 0.0, fc_batch=opt.fc_batch, micro_batches=opt.micro_batches,
                       boundary_dtype=opt.boundary_dtype, grad_compression=opt.grad_compression)

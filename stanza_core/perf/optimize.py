@@ -1,10 +1,14 @@
 """Node assignment: which strategy, and how many FC workers k, trains fastest on a cluster.
 
 The paper's offline optimisation, solved exhaustively (the stanza splits k = 1..N//2, every
-one the engine can run, since each FC worker must serve a CONV worker, plus two baselines,
-all cheap to evaluate in closed form): rank every candidate by predicted throughput in
-samples/s. ddp is always a candidate, so the winner is never predicted slower than ddp; on
-a tie the simpler candidate wins (ddp, then ps, then stanza with the smaller k).
+one the engine can run, since each FC worker must serve a CONV worker, plus the baselines,
+all cheap to evaluate): rank every candidate by predicted throughput in samples/s. The
+baselines are ddp and every parameter-server variant on the same N nodes: colocated shards
+and dedicated servers (S of the N nodes serve, N - S compute; S = 1, 2, 4, ... <= N//2 by
+default), each with and without the overlapped push, so the ps baseline is its strongest
+deployment, never a strawman. ddp is always a candidate, so the winner is never predicted
+slower than ddp; on a tie the simpler candidate wins (ddp, then colocated ps, then
+dedicated ps with fewer servers, no overlap before overlap, then stanza with the smaller k).
 """
 from __future__ import annotations
 
@@ -23,7 +27,8 @@ class Assignment:
     best: Prediction  # with every rank's bytes
     ranking: list[Prediction]  # all candidates, fastest first (ranks omitted)
     ddp: Prediction
-    ps: Prediction
+    ps: Prediction  # colocated shards, no overlap (the engine's default ps)
+    best_ps: Prediction | None = None  # the fastest parameter-server variant among the candidates
 
     @property
     def speedup_vs_ddp(self) -> float:
@@ -32,6 +37,10 @@ class Assignment:
     @property
     def speedup_vs_ps(self) -> float:
         return self.best.throughput / self.ps.throughput
+
+    @property
+    def speedup_vs_best_ps(self) -> float:
+        return self.best.throughput / (self.best_ps or self.ps).throughput
 
     def best_stanza(self) -> Prediction | None:
         return next((p for p in self.ranking if p.strategy == "stanza"), None)
@@ -43,7 +52,8 @@ class Assignment:
 
     def to_dict(self) -> dict[str, Any]:
         return {"best": self.best.to_dict(), "speedup_vs_ddp": self.speedup_vs_ddp,
-                "speedup_vs_ps": self.speedup_vs_ps, "ranking": [p.to_dict() for p in self.ranking]}
+                "speedup_vs_ps": self.speedup_vs_ps, "speedup_vs_best_ps": self.speedup_vs_best_ps,
+                "ranking": [p.to_dict() for p in self.ranking]}
 
 
 PAPER = (("fp32", "none"),)  # boundary dtype, CONV gradient compression: exact training
@@ -54,10 +64,21 @@ MAX_SHARES = 9  # share values tried per k (evenly spread over the valid ones, 0
 
 def _key(p: Prediction):
     # 12 significant digits: candidates equal up to float summation order count as a tie;
-    # then the simpler one wins: fewer FC workers, no share, fewer chunks, no compression
+    # then the simpler one wins: fewer FC workers, no share, fewer chunks, no compression;
+    # for ps: colocated, then fewer servers, no overlap before overlap
     comp = COMPRESSIONS.index((p.boundary_dtype, p.grad_compression)) if p.strategy == "stanza" else 0
-    return (-float(f"{p.throughput:.12g}"), _SIMPLICITY[p.strategy], p.fc_workers or 0, p.fc_batch,
-            p.micro_batches, comp)
+    return (-float(f"{p.throughput:.12g}"), _SIMPLICITY[p.strategy], p.ps_servers, p.ps_overlap, p.fc_workers or 0,
+            p.fc_batch, p.micro_batches, comp)
+
+
+def default_ps_servers(nodes: int) -> list[int]:
+    """Dedicated-server counts tried by default: 1, 2, 4, ... up to N//2 (powers of two keep a
+    1,024-node sweep fast; a list passed to best_assignment replaces them)."""
+    out, s = [], 1
+    while s <= nodes // 2:
+        out.append(s)
+        s *= 2
+    return out
 
 
 def share_grid(global_batch: int, nodes: int, fc_workers: int, limit: int = MAX_SHARES) -> list[float]:
@@ -75,9 +96,14 @@ def share_grid(global_batch: int, nodes: int, fc_workers: int, limit: int = MAX_
 def best_assignment(profile: Profile, cluster: Cluster, global_batch: int | None = None, *,
                     batch_per_worker: int | None = None, ps_shards: int | None = None,
                     fc_workers: range | list[int] | None = None, bucket_mb: float = DEFAULT_BUCKET_MB,
-                    shares: str | list[float] = (0.0,), micro_batches=(1,), compressions=PAPER) -> Assignment:
-    """Evaluate ddp, ps (ps_shards, default N) and stanza k = 1..N//2 (or the given k values)
-    with the same batch rule, and return the fastest with the full ranking.
+                    shares: str | list[float] = (0.0,), micro_batches=(1,), compressions=PAPER,
+                    ps_servers: range | list[int] | None = None, ps_overlap: bool | None = None) -> Assignment:
+    """Evaluate ddp, ps and stanza k = 1..N//2 (or the given k values) with the same batch rule,
+    and return the fastest with the full ranking.
+
+    ps candidates: colocated (ps_shards, default N) and dedicated servers S in ps_servers
+    (default 1, 2, 4, ... <= N//2; [] for colocated only), each with and without the
+    overlapped push (ps_overlap=False or True: only that one).
 
     Beyond the paper (defaults: the paper's space): `shares` ("auto": share_grid per k, or the
     FC workers' shares to try), `micro_batches` (M values; MICRO_BATCHES for all), `compressions`
@@ -87,8 +113,19 @@ def best_assignment(profile: Profile, cluster: Cluster, global_batch: int | None
     batch = {"global_batch": global_batch, "batch_per_worker": batch_per_worker, "bucket_mb": bucket_mb}
     ddp = predict(profile, cluster, "ddp", **batch, with_ranks=False)
     ps = predict(profile, cluster, "ps", **batch, ps_shards=ps_shards, with_ranks=False)
+    overlaps = (False, True) if ps_overlap is None else (bool(ps_overlap),)
+    servers = default_ps_servers(cluster.nodes) if ps_servers is None else list(ps_servers)
+    ps_cands = [ps] if False in overlaps else []
+    if True in overlaps:
+        ps_cands.append(predict(profile, cluster, "ps", **batch, ps_shards=ps_shards, ps_overlap=True,
+                                with_ranks=False))
+    for s in servers:
+        if global_batch is not None and global_batch < cluster.nodes - s:
+            continue
+        ps_cands += [predict(profile, cluster, "ps", **batch, ps_servers=s, ps_overlap=o, with_ranks=False)
+                     for o in overlaps]
     ks = range(1, cluster.nodes // 2 + 1) if fc_workers is None else fc_workers
-    cands = [ddp, ps]
+    cands = [ddp, *ps_cands]
     can_psgd = bool(getattr(profile, "conv_shapes", None))
     for k in ks:
         if global_batch is not None and global_batch < cluster.nodes - k:
@@ -113,5 +150,7 @@ def best_assignment(profile: Profile, cluster: Cluster, global_batch: int | None
                        boundary_dtype=top.boundary_dtype, grad_compression=top.grad_compression)
     else:
         best = predict(profile, cluster, top.strategy, None, **batch,
-                       ps_shards=top.ps_shards if top.strategy == "ps" else None)
-    return Assignment(best=best, ranking=ranking, ddp=ddp, ps=ps)
+                       ps_shards=top.ps_shards if top.strategy == "ps" and not top.ps_servers else None,
+                       ps_servers=top.ps_servers, ps_overlap=top.ps_overlap)
+    best_ps = min(ps_cands, key=_key)
+    return Assignment(best=best, ranking=ranking, ddp=ddp, ps=ps, best_ps=best_ps)

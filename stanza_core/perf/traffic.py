@@ -1,9 +1,11 @@
 """Bytes each rank sends and receives per step, by category: the formulas of the traffic table
 in docs/architecture.md, which the engine's measured counters must equal.
 
-Roles (same words as the metrics JSON): "worker" (ddp, ps: every rank computes the whole
-model; under ps, ranks 0..S-1 also hold one parameter shard each), "conv_worker" and
-"fc_worker" (stanza: ranks 0..Nc-1 and Nc..N-1), "local" (one process, no traffic).
+Roles (same words as the metrics JSON): "worker" (ddp, ps: every data worker computes the
+whole model; under colocated ps, ranks 0..S-1 also hold one parameter shard each),
+"ps_server" (ps with dedicated servers: the last S of the N ranks, one shard each, no
+compute), "conv_worker" and "fc_worker" (stanza: ranks 0..Nc-1 and Nc..N-1), "local" (one
+process, no traffic). `nodes` is always the world size: every rank, servers included.
 A category with zero bytes is left out of a rank's `sent`/`recv` (nothing crossed a link).
 """
 from __future__ import annotations
@@ -145,9 +147,11 @@ def ps_shard_sizes(params: int, shards: int) -> list[int]:
     return [params // shards + (1 if s < params % shards else 0) for s in range(shards)]
 
 
-def data_workers(strategy: str, nodes: int, fc_workers: int | None) -> int:
-    """How many ranks split the global batch: N, or N - k for stanza."""
-    return nodes - fc_workers if strategy == "stanza" else nodes
+def data_workers(strategy: str, nodes: int, fc_workers: int | None, ps_servers: int = 0) -> int:
+    """How many ranks split the global batch: N, N - k for stanza, N - S for dedicated ps servers."""
+    if strategy == "stanza":
+        return nodes - fc_workers
+    return nodes - ps_servers if strategy == "ps" else nodes
 
 
 def split_batch(global_batch: int, workers: int) -> list[int]:
@@ -155,8 +159,10 @@ def split_batch(global_batch: int, workers: int) -> list[int]:
     return [global_batch // workers + (1 if i < global_batch % workers else 0) for i in range(workers)]
 
 
-def check_config(strategy: str, nodes: int, fc_workers: int | None, ps_shards: int | None) -> tuple[int | None, int | None]:
-    """Validate a configuration; return (k, S) resolved (S defaults to N: a shard on every rank)."""
+def check_config(strategy: str, nodes: int, fc_workers: int | None, ps_shards: int | None,
+                 ps_servers: int = 0) -> tuple[int | None, int | None]:
+    """Validate a configuration; return (k, S) resolved (S defaults to N: a shard on every
+    rank; with dedicated servers S = ps_servers, one shard per server)."""
     if strategy not in STRATEGIES:
         raise ValueError(f"unknown strategy {strategy!r}; expected one of: {', '.join(STRATEGIES)}")
     if isinstance(nodes, bool) or not isinstance(nodes, int) or nodes < 1:
@@ -172,6 +178,17 @@ def check_config(strategy: str, nodes: int, fc_workers: int | None, ps_shards: i
                              f"(k <= N - k), got {fc_workers!r}")
     elif fc_workers is not None:
         raise ValueError(f"fc_workers applies to stanza only, not {strategy}")
+    if isinstance(ps_servers, bool) or not isinstance(ps_servers, int) or ps_servers < 0:
+        raise ValueError(f"ps_servers must be an integer >= 0, got {ps_servers!r}")
+    if ps_servers and strategy != "ps":
+        raise ValueError(f"ps_servers applies to ps only, not {strategy}")
+    if strategy == "ps" and ps_servers:
+        if ps_servers >= nodes:
+            raise ValueError(f"ps_servers {ps_servers} leaves no data worker among {nodes} nodes "
+                             f"(nodes = data workers + servers)")
+        if ps_shards not in (None, ps_servers):
+            raise ValueError(f"ps_shards {ps_shards!r} with {ps_servers} dedicated servers: one shard per server")
+        return fc_workers, ps_servers
     if strategy == "ps":
         ps_shards = nodes if ps_shards is None else ps_shards
         if isinstance(ps_shards, bool) or not isinstance(ps_shards, int) or not 1 <= ps_shards <= nodes:
@@ -187,7 +204,7 @@ def _clean(d: dict[str, Fraction | int]) -> dict[str, int]:
 
 def rank_bytes(counts: ModelCounts, strategy: str, nodes: int, fc_workers: int | None,
                batches: list[int], ps_shards: int | None, ranks=None, options: StanzaOptions | None = None,
-               step: int | None = None) -> list[dict]:
+               step: int | None = None, ps_servers: int = 0) -> list[dict]:
     """Per-rank figures for given per-data-worker batches (the engine splits evenly: see
     expected_bytes); `ranks` limits the rows computed (default: all N). Stanza `options`: a
     hybrid FC worker joins the CONV allreduce (its own activations never cross a link), the
@@ -213,6 +230,15 @@ def rank_bytes(counts: ModelCounts, strategy: str, nodes: int, fc_workers: int |
             g = ring_share(DTYPE_BYTES * P, N)
             return {"rank": r, "role": "worker", "sent": _clean({"grads": g, "bn_stats": bn}),
                     "recv": _clean({"grads": g, "bn_stats": bn})}
+        if strategy == "ps" and ps_servers:
+            nw = N - ps_servers  # data workers; server s is rank nw + s
+            if r < nw:  # pushes every shard's slice, pulls every shard back
+                bn_w = bn_stats_share(counts.bn_conv_channels + counts.bn_fc_channels, nw)  # among the workers
+                return {"rank": r, "role": "worker", "sent": _clean({"grads": DTYPE_BYTES * P, "bn_stats": bn_w}),
+                        "recv": _clean({"params": DTYPE_BYTES * P, "bn_stats": bn_w})}
+            served = nw * sizes[r - nw]
+            return {"rank": r, "role": "ps_server", "sent": _clean({"params": served}),
+                    "recv": _clean({"grads": served})}
         if strategy == "ps":
             own = sizes[r] if r < ps_shards else 0
             others = DTYPE_BYTES * P - own  # pushed to / pulled from the other ranks' shards
@@ -236,7 +262,8 @@ def rank_bytes(counts: ModelCounts, strategy: str, nodes: int, fc_workers: int |
 
 
 def summary_bytes(counts: ModelCounts, strategy: str, nodes: int, fc_workers: int | None,
-                  batches: list[int], ps_shards: int | None, options: StanzaOptions | None = None) -> dict[str, int]:
+                  batches: list[int], ps_shards: int | None, options: StanzaOptions | None = None,
+                  ps_servers: int = 0) -> dict[str, int]:
     """`totals(rank_bytes(...))` in O(1) rows: the cluster's bytes per step and the busiest
     node's sent/received bytes (what sweeps over 1,000 nodes need, without 1,000 rows)."""
     N, P, A = nodes, counts.params, counts.boundary_values
@@ -246,6 +273,12 @@ def summary_bytes(counts: ModelCounts, strategy: str, nodes: int, fc_workers: in
     if strategy == "ddp":
         g = report(ring_share(DTYPE_BYTES * P, N)) + report(bn_stats_share(bn_all, N))
         return {"bytes_per_step": N * g, "max_node_sent": g, "max_node_recv": g}
+    if strategy == "ps" and ps_servers:
+        # a worker moves 4P each way; server 0 holds the largest shard and serves every worker
+        nw = N - ps_servers
+        server = nw * DTYPE_BYTES * ps_shard_sizes(P, ps_servers)[0]
+        busiest = max(DTYPE_BYTES * P, server)
+        return {"bytes_per_step": 2 * nw * DTYPE_BYTES * P, "max_node_sent": busiest, "max_node_recv": busiest}
     if strategy == "ps":
         # rank r < S moves 4P - own + (N-1) own each way; rank 0 holds the largest shard
         bn = report(bn_stats_share(bn_all, N))
@@ -269,7 +302,8 @@ def summary_bytes(counts: ModelCounts, strategy: str, nodes: int, fc_workers: in
 
 
 def stanza_options(strategy: str, nodes: int, fc_workers: int | None, global_batch: int, fc_conv_share: float,
-                   micro_batches: int, boundary_dtype: str, grad_compression: str) -> tuple[StanzaOptions, list[int]]:
+                   micro_batches: int, boundary_dtype: str, grad_compression: str,
+                   ps_servers: int = 0) -> tuple[StanzaOptions, list[int]]:
     """Validated options and the CONV workers' batches, with the engine's own batch rule
     (topology.hybrid_batches) for a hybrid FC worker's share of the global batch."""
     from ..config import ConfigError
@@ -278,7 +312,7 @@ def stanza_options(strategy: str, nodes: int, fc_workers: int | None, global_bat
     if strategy != "stanza":
         if (fc_conv_share, micro_batches, boundary_dtype, grad_compression) != (0.0, 1, "fp32", "none"):
             raise ValueError(f"share, micro-batches and compression apply to stanza only, not {strategy}")
-        n = data_workers(strategy, nodes, fc_workers)
+        n = data_workers(strategy, nodes, fc_workers, ps_servers)
         return StanzaOptions(), split_batch(global_batch, n)
     nc = nodes - fc_workers
     try:
@@ -295,25 +329,28 @@ def stanza_options(strategy: str, nodes: int, fc_workers: int | None, global_bat
 def expected_bytes(profile_or_counts, strategy: str, nodes: int, fc_workers: int | None = None,
                    global_batch: int = 32, ps_shards: int | None = None, *, fc_conv_share: float = 0.0,
                    micro_batches: int = 1, boundary_dtype: str = "fp32", grad_compression: str = "none",
-                   step: int | None = None, bn_stats: str = "global") -> list[dict]:
+                   step: int | None = None, ps_servers: int = 0, bn_stats: str = "global") -> list[dict]:
     """What every rank sends and receives per step: [{rank, role, sent: {cat: int}, recv: {cat: int}}].
 
-    The global batch must split evenly over the data workers (N, or N - k for stanza), as in
-    the engine (with a hybrid share: what the FC workers leave, over the N - k CONV workers).
-    ps_shards defaults to N. `step` matters for PowerSGD only (vanilla before its start step;
+    The global batch must split evenly over the data workers (N, N - k for stanza, N - S for
+    ps with S dedicated servers), as in the engine (with a hybrid share: what the FC workers
+    leave, over the N - k CONV workers). ps_shards defaults to N (colocated) or to ps_servers
+    (dedicated). The overlapped push (ps_overlap) moves the same bytes in more messages, so
+    it does not appear here. `step` matters for PowerSGD only (vanilla before its start step;
     None: the steady state). bn_stats as the engine's --bn-stats ("local": no batch-norm traffic)."""
     counts = ModelCounts.of(profile_or_counts)
     if bn_stats == "local":
         counts = counts.local_bn()
-    fc_workers, ps_shards = check_config(strategy, nodes, fc_workers, ps_shards)
-    n = data_workers(strategy, nodes, fc_workers)
+    fc_workers, ps_shards = check_config(strategy, nodes, fc_workers, ps_shards, ps_servers)
+    n = data_workers(strategy, nodes, fc_workers, ps_servers)
     if isinstance(global_batch, bool) or not isinstance(global_batch, int) or global_batch < n:
         raise ValueError(f"global_batch must be an integer >= {n} (the data workers), got {global_batch!r}")
     if global_batch % n and not fc_conv_share:
         raise ValueError(f"global_batch {global_batch} does not split evenly over {n} data workers")
     opt, batches = stanza_options(strategy, nodes, fc_workers, global_batch, fc_conv_share, micro_batches,
-                                  boundary_dtype, grad_compression)
-    return rank_bytes(counts, strategy, nodes, fc_workers, batches, ps_shards, options=opt, step=step)
+                                  boundary_dtype, grad_compression, ps_servers)
+    return rank_bytes(counts, strategy, nodes, fc_workers, batches, ps_shards, options=opt, step=step,
+                      ps_servers=ps_servers)
 
 
 def totals(rank_rows: list[dict]) -> dict[str, int]:

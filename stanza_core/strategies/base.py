@@ -23,7 +23,7 @@ from ..comm import Comm
 from ..config import TrainConfig
 from ..models import sample_keys
 from ..split import SplitModel
-from ..topology import FC_WORKER, LOCAL, Topology
+from ..topology import FC_WORKER, LOCAL, PS_SERVER, Topology
 
 
 
@@ -74,7 +74,7 @@ class Strategy:
 
     def data_slice(self) -> slice | None:
         """Positions of the global batch this rank loads (None: it loads no data)."""
-        if self.role == FC_WORKER:
+        if self.role in (FC_WORKER, PS_SERVER):
             return None
         if self.role == LOCAL:
             return slice(0, self.cfg.global_batch)

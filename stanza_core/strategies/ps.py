@@ -1,17 +1,31 @@
 """`ps`: the paper's baseline, a sharded parameter server with true push/pull P2P traffic.
 
 The flat parameter vector (P values, `model.parameters()` order) is cut into S contiguous,
-near-equal shards; shard s is served by rank s (servers colocated with workers). Each step:
-  push  every worker sends its gradient slice of each shard to the shard's server;
-  apply the server adds the N gradient slices (in rank order) and steps SGD on its shard;
-  pull  every worker receives each updated shard from its server.
+near-equal shards. Two deployments (topology.py):
+  colocated  shard s is served by rank s, which is also a data worker (ps_servers = 0);
+  dedicated  shard s is served by rank N + s, a server that computes nothing (ps_servers = S).
+Each step, for every data worker w and shard s:
+  push  w sends its gradient slice of shard s to the shard's server;
+  apply the server adds the N workers' slices (in worker rank order) and steps SGD on them;
+  pull  w receives the updated slice back into its model.
 A worker's own shard never crosses the network. With loss = sum / G on every worker, the sum
 the server forms is the gradient of the global mean loss.
+
+Granularity: the gradient is cut into buckets (contiguous ranges of the flat vector, in
+backward order: the last layers first) and a bucket's intersection with a shard is a
+*piece*, the unit of push, update and pull. Without overlap there is one bucket (the whole
+vector, pushed once the backward is done), so the pieces are the shards. With `ps_overlap`
+(wait-free backprop, as Poseidon and BytePS) the buckets are ~bucket_mb each and a bucket is
+pushed from a post-accumulate-grad hook as soon as the backward has produced all of its
+gradients; a server updates a piece as soon as every worker's push of it has arrived and sends
+it straight back. SGD is elementwise, so updating piece by piece equals updating the shard.
+Message tags are piece indices, so the many messages a pair has in flight never mix.
 """
 from __future__ import annotations
 
 import torch
 
+from ..topology import WORKER
 from .base import Strategy, make_sgd
 
 
@@ -19,77 +33,181 @@ def shard_sizes(total: int, shards: int) -> list[int]:
     return [total // shards + (1 if s < total % shards else 0) for s in range(shards)]
 
 
+def bucket_ranges(numels: list[int], cap_bytes: int, elem_bytes: int = 4) -> list[slice]:
+    """Flat ranges of gradient buckets in backward order (reverse parameter order); a new
+    bucket starts before one would exceed the cap (the rule of stanza's GradBuckets)."""
+    offsets = [sum(numels[:i]) for i in range(len(numels))]
+    out, stop, size = [], None, 0
+    for i in reversed(range(len(numels))):
+        nbytes = numels[i] * elem_bytes
+        if stop is not None and size and size + nbytes > cap_bytes:
+            out.append(slice(offsets[i] + numels[i], stop))
+            stop, size = None, 0
+        if stop is None:
+            stop = offsets[i] + numels[i]
+        size += nbytes
+    if stop is not None:
+        out.append(slice(0, stop))
+    return [r for r in out if r.stop > r.start]
+
+
+def pieces_of(buckets: list[slice], shards: list[slice]) -> list[tuple[int, int, slice]]:
+    """(bucket j, shard s, flat range) for every non-empty intersection, bucket by bucket."""
+    out = []
+    for j, b in enumerate(buckets):
+        for s, r in enumerate(shards):
+            lo, hi = max(b.start, r.start), min(b.stop, r.stop)
+            if lo < hi:
+                out.append((j, s, slice(lo, hi)))
+    return out
+
+
 class ParameterServer(Strategy):
     name = "ps"
 
     def __init__(self, *args):
         super().__init__(*args)
+        topo = self.topo
         self.params = list(self.model.parameters())
-        total = sum(p.numel() for p in self.params)
-        sizes = shard_sizes(total, self.topo.ps_shards)
+        numels = [p.numel() for p in self.params]
+        total = sum(numels)
+        sizes = shard_sizes(total, topo.ps_shards)
         starts = [sum(sizes[:s]) for s in range(len(sizes))]
         self.ranges = [slice(a, a + n) for a, n in zip(starts, sizes)]
         # Parameters and gradients live as views of two flat buffers: a pull writes straight
         # into the model and a push sends slices of the gradients, with no copies of the model.
         self.flat = torch.cat([p.detach().reshape(-1) for p in self.params]).to(self.device)
-        self.flat_grad = torch.zeros_like(self.flat)
+        self.is_worker = self.role == WORKER
+        self.flat_grad = torch.zeros_like(self.flat) if self.is_worker else None
         offset = 0
         for p in self.params:
             p.data = self.flat[offset:offset + p.numel()].view_as(p)
-            p.grad = self.flat_grad[offset:offset + p.numel()].view_as(p)
+            if self.is_worker:
+                p.grad = self.flat_grad[offset:offset + p.numel()].view_as(p)
             offset += p.numel()
-        self.owned = self.rank if self.rank < self.topo.ps_shards else None
-        if self.owned is not None:  # the server's copy of its shard, with its own optimizer state
-            self.shard = torch.nn.Parameter(self.flat[self.ranges[self.owned]].clone())
-            self.optimizer = make_sgd([self.shard], self.cfg)
+        if self.cfg.ps_overlap:
+            self.buckets = bucket_ranges(numels, int(self.cfg.bucket_mb * 2**20), self.flat.element_size())
         else:
-            self.optimizer = make_sgd([torch.nn.Parameter(torch.zeros(1))], self.cfg)  # no state to keep
+            self.buckets = [slice(0, total)]
+        self.pieces = pieces_of(self.buckets, self.ranges)
+        self.workers = topo.conv_ranks
+        self.owner = [topo.shard_owner(s) for s in range(topo.ps_shards)]
+        self.owned = topo.shard_of(self.rank)
+        self.mine = [i for i, (_, s, _) in enumerate(self.pieces) if s == self.owned]
+        # The server's copy of each piece of its shard, each with its own optimizer state.
+        self.slots = {i: torch.nn.Parameter(self.flat[self.pieces[i][2]].clone()) for i in self.mine}
+        self.optimizers = {i: make_sgd([p], self.cfg) for i, p in self.slots.items()}
+        # What the training loop sees as this rank's optimizer: it steps nothing (the pieces'
+        # optimizers above do the work), so replayed compute waits nothing for it and instead
+        # replays each piece's step where it happens.
+        self.optimizer = make_sgd([torch.nn.Parameter(torch.zeros(0, device=self.device))], self.cfg)
+        from ..replay import replayer_of  # late: replay imports the config only
+
+        replayer = replayer_of(self.model)
+        if replayer is not None:
+            for opt in self.optimizers.values():
+                replayer.replay_optimizer(opt)
+        self.pending: list[int] | None = None
+        self.push_works: list = []
+        if self.is_worker and self.cfg.ps_overlap:
+            bucket_of = {}
+            for j, b in enumerate(self.buckets):
+                offset = 0
+                for k, p in enumerate(self.params):
+                    if b.start <= offset < b.stop:
+                        bucket_of[k] = j
+                    offset += p.numel()
+            self.bucket_params = [sum(1 for k in bucket_of if bucket_of[k] == j) for j in range(len(self.buckets))]
+            for k, p in enumerate(self.params):
+                p.register_post_accumulate_grad_hook(lambda _p, j=bucket_of[k]: self._ready(j))
+
+    # -- worker side ------------------------------------------------------------------------
+    def _ready(self, j: int):
+        if self.pending is None:
+            return
+        self.pending[j] -= 1
+        if self.pending[j] == 0:  # every gradient of bucket j is final: push its pieces now
+            self._push(j)
+
+    def _push(self, j: int):
+        self.pending[j] = -1  # pushed
+        ops = [("send", self.flat_grad[r], self.owner[s], "grads", i)
+               for i, (b, s, r) in enumerate(self.pieces) if b == j and self.owner[s] != self.rank]
+        self.push_works += self.comm.p2p(ops)
+
+    def _compute(self, t, batch):
+        self.flat_grad.zero_()
+        self.push_works = []
+        self.pending = list(self.bucket_params) if self.cfg.ps_overlap else [0]
+        try:
+            share = self.forward_loss(self.model, batch.x, batch.y, t, batch.positions)
+            share.backward()  # accumulates into flat_grad; with overlap, hooks push bucket by bucket
+            for j, left in enumerate(self.pending):
+                if left >= 0:  # not pushed yet: the whole vector (no overlap) or unused parameters
+                    self._push(j)
+        finally:
+            self.pending = None
+        return share
+
+    # -- server side ------------------------------------------------------------------------
+    def _serve(self, inbox, recv_works) -> list:
+        """Update each piece of this rank's shard as soon as every worker's push has arrived,
+        and send it back to every worker at once."""
+        sends = []
+        for n in self.comm.as_completed([recv_works[i] for i in self.mine], "parameter-server push"):
+            i = self.mine[n]
+            r = self.pieces[i][2]
+            parts = [self.flat_grad[r] if w == self.rank else inbox[i, w] for w in self.workers]
+            total = parts[0].clone()
+            for g in parts[1:]:  # worker rank order, whoever holds the slice
+                total += g
+            slot = self.slots[i]
+            slot.grad = total
+            self.optimizers[i].step()
+            slot.grad = None
+            with torch.no_grad():
+                self.flat[r] = slot  # the colocated server's own model (a dedicated one's copy)
+            sends += self.comm.p2p([("send", slot.detach(), w, "params", i) for w in self.workers if w != self.rank])
+        return sends
 
     def step(self, t, batch):
-        self.flat_grad.zero_()
-        share = self.forward_loss(self.model, batch.x, batch.y, t, batch.positions)
-        share.backward()  # accumulates in place into the views of flat_grad
-        grad = self.flat_grad
-        n, me = self.topo.world_size, self.rank
-        ops, inbox = [], {}
-        for s, r in enumerate(self.ranges):
-            owner = self.topo.shard_owner(s)
-            if owner != me:
-                ops.append(("send", grad[r].contiguous(), owner, "grads"))
-        if self.owned is not None:
-            size = self.ranges[self.owned].stop - self.ranges[self.owned].start
-            for w in range(n):
+        me = self.rank
+        inbox, recv_works = {}, {}
+        for i in self.mine:  # posted first, so pushes land while this rank still computes
+            size = self.pieces[i][2].stop - self.pieces[i][2].start
+            ops = []
+            for w in self.workers:
                 if w != me:
-                    inbox[w] = torch.empty(size, device=self.device)
-                    ops.append(("recv", inbox[w], w, "grads"))
-        self.comm.wait(self.comm.p2p(ops), "parameter-server push")
-        if self.owned is not None:
-            own = grad[self.ranges[self.owned]]
-            total = own.clone() if me == 0 else inbox[0].clone()
-            for w in range(1, n):  # rank order, whoever holds the slice
-                total += own if w == me else inbox[w]
-            self.shard.grad = total
-            self.optimizer.step()
-            self.flat[self.ranges[self.owned]] = self.shard.detach()
-        ops = []
-        for s, r in enumerate(self.ranges):
-            owner = self.topo.shard_owner(s)
-            if owner == me:
-                ops += [("send", self.shard.detach(), w, "params") for w in range(n) if w != me]
-            else:
-                ops.append(("recv", self.flat[r], owner, "params"))
-        self.comm.wait(self.comm.p2p(ops), "parameter-server pull")  # lands in the model's parameters
-        return float(share.detach())
+                    inbox[i, w] = torch.empty(size, device=self.device)
+                    ops.append(("recv", inbox[i, w], w, "grads", i))
+            recv_works[i] = self.comm.p2p(ops)
+        share, pulls = None, []
+        if self.is_worker:
+            share = self._compute(t, batch)
+            # Pulls land in the model's parameters, so they are posted only once the backward
+            # no longer reads them.
+            pulls = self.comm.p2p([("recv", self.flat[r], self.owner[s], "params", i)
+                                   for i, (_, s, r) in enumerate(self.pieces) if self.owner[s] != me])
+        sends = self._serve(inbox, recv_works) if self.owned is not None else []
+        self.comm.wait(self.push_works, "parameter-server push")
+        self.comm.wait(pulls, "parameter-server pull")
+        self.comm.wait(sends, "parameter-server pull")
+        self.push_works = []
+        return None if share is None else float(share.detach())
 
     def checkpoint_state(self):
         state = {"model": self.model.state_dict()}  # parameters are views of self.flat
         if self.owned is not None:
-            state["shard"], state["optimizer"] = self.shard.detach(), self.optimizer.state_dict()
+            state["shard"] = self.flat[self.ranges[self.owned]].clone()
+            state["optimizers"] = [self.optimizers[i].state_dict() for i in self.mine]
         return state
 
     def load_checkpoint_state(self, state):
         self.model.load_state_dict(state["model"])  # copies in place, into self.flat
         if self.owned is not None:
+            base = self.ranges[self.owned].start
             with torch.no_grad():
-                self.shard.copy_(state["shard"])
-            self.optimizer.load_state_dict(state["optimizer"])
+                for i, opt in zip(self.mine, state["optimizers"]):
+                    r = self.pieces[i][2]
+                    self.slots[i].copy_(state["shard"][r.start - base:r.stop - base])
+                    self.optimizers[i].load_state_dict(opt)

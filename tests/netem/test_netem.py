@@ -386,3 +386,28 @@ def test_failing_training_run_exits_1_with_the_node_and_reason(capsys):
     assert code == 1
     last = capsys.readouterr().err.strip().splitlines()[-1]
     assert last.startswith("netem: node ") and "unknown model 'nosuch'" in last, last
+
+
+@needs_netem
+@pytest.mark.slow
+def test_dedicated_ps_server_on_its_own_node_matches_local_and_expected_bytes(tmp_path, local_params):
+    """2 data workers + 1 dedicated server (3 namespaces), overlapped push in several buckets:
+    the parameters equal local's, every rank's counted bytes equal perf.expected_bytes, and the
+    server's own link carried what it counted."""
+    from stanza_core.perf import expected_bytes, named_profile
+
+    save = tmp_path / "ps.pt"
+    res = run_training(3, 200, ["--strategy", "ps", "--ps-servers", "1", "--ps-overlap", "--bucket-mb", "0.005",
+                                *TRAIN, "--save", str(save)], timeout_s=240, env=RANK_ENV)
+    want = expected_bytes(named_profile("tiny_cnn", 32, 10, 6), "ps", 3, global_batch=12, ps_servers=1)
+    assert [(r["role"], r["sent"], r["recv"]) for r in res["ranks"]] == \
+        [(w["role"], w["sent"], w["recv"]) for w in want]
+    assert res["ranks"][2]["role"] == "ps_server"
+    got = torch.load(save, weights_only=True)
+    for k in got:
+        torch.testing.assert_close(got[k], local_params[k], rtol=1e-5, atol=1e-6,
+                                   msg=lambda m, k=k: f"{k}: {m}")
+    server = res["netem"]["kernel"][2]
+    assert server["tx_bytes"] >= res["ranks"][2]["bytes_sent"] * 3 and \
+        server["rx_bytes"] >= res["ranks"][2]["bytes_recv"] * 3
+    assert ours(res["netem"]["prefix"]) == []

@@ -16,7 +16,9 @@ def test_ranking_table(capsys):
     out = capsys.readouterr().out
     assert "best:" in out and "cluster: 4 nodes, 10 Gb/s" in out
     rows = [line.split() for line in out.splitlines() if line.split() and line.split()[0] in ("ps", "ddp", "stanza")]
-    assert sorted((r[0], r[1]) for r in rows) == [("ddp", "-"), ("ps", "-"), ("stanza", "1"), ("stanza", "2")]
+    assert sorted((r[0], r[1], r[-1]) for r in rows) == [
+        ("ddp", "-", "-"), ("ps", "-", "S=1"), ("ps", "-", "S=1+overlap"), ("ps", "-", "S=2"), ("ps", "-", "S=2+overlap"),
+        ("ps", "-", "colocated"), ("ps", "-", "colocated+overlap"), ("stanza", "1", "-"), ("stanza", "2", "-")]
     ddp = next(r for r in rows if r[0] == "ddp")
     assert ddp[5] == "1.00x"  # the vs-ddp column of ddp itself
 
@@ -24,7 +26,8 @@ def test_ranking_table(capsys):
 def test_json_output_has_the_ranking(capsys):
     assert main(TINY + ["--nodes", "3", "--global-batch", "6", "--json"]) == 0
     res = json.loads(capsys.readouterr().out)
-    assert len(res["ranking"]) == 3 and res["speedup_vs_ddp"] >= 1.0
+    assert len(res["ranking"]) == 6 and res["speedup_vs_ddp"] >= 1.0  # ddp, 4 ps variants, stanza k=1
+    assert res["speedup_vs_best_ps"] <= res["speedup_vs_ps"]
     assert len(res["best"]["ranks"]) == 3
 
 
@@ -71,3 +74,9 @@ def test_real_process_exit_code():
     r = subprocess.run([sys.executable, "-m", "stanza_core.perf", "--nodes", "-3"], capture_output=True, text=True)
     assert r.returncode == 2 and r.stderr.strip().endswith("--nodes must be >= 1, got -3")
     assert r.stdout == ""
+
+
+def test_ps_candidates_can_be_chosen(capsys):
+    assert main(TINY + ["--nodes", "6", "--ps-servers", "3", "--ps-overlap", "on"]) == 0
+    rows = [line.split() for line in capsys.readouterr().out.splitlines() if line.startswith("ps ")]
+    assert sorted(r[-1] for r in rows) == ["S=3+overlap", "colocated", "colocated+overlap"]  # colocated: baseline

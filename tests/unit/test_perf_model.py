@@ -186,3 +186,69 @@ def test_predict_rejects_bad_arguments(kw, fragment):
         predict(hand_profile(), cluster(4), "stanza", **kw)
     with pytest.raises(ValueError, match="cluster must be a Cluster"):
         predict(hand_profile(), 4, "ddp")
+
+
+# ---- ps deployments: dedicated servers, overlapped push --------------------------------------------
+
+def test_ps_dedicated_servers_carry_every_workers_traffic():
+    # N = 4 with S = 1 dedicated server: 3 workers push 4.8 MB each into the server's link ->
+    # 14.4 ms per phase, as a single colocated shard on 4 nodes. S = 2: 2 workers, 2 servers of
+    # 2.4 MB: each server takes in 2 x 2.4 MB = 4.8 ms, each worker sends 4.8 MB = 4.8 ms.
+    one = predict(hand_profile(), cluster(4), "ps", batch_per_worker=10, ps_servers=1)
+    assert one.iteration_s == pytest.approx(0.033 + 2 * 0.0144, rel=REL)
+    assert one.global_batch == 30 and one.ps_shards == 1 and one.ps_servers == 1
+    two = predict(hand_profile(), cluster(4), "ps", batch_per_worker=10, ps_servers=2)
+    assert two.iteration_s == pytest.approx(0.033 + 2 * 0.0048, rel=REL)
+    assert two.breakdown["ps_push_s"] == pytest.approx(0.0048, rel=REL)
+    assert two.bytes_per_node["ps_server"]["recv"] == {"grads": 2 * 2_400_000}
+
+
+def test_ps_overlapped_push_hides_behind_the_backward():
+    # bucket_mb = 1: the FC gradients (4 MB, backward 2 ms) form bucket 0, the CONV ones (0.8 MB,
+    # ready at 22 ms) bucket 1. S = 2 servers hold values [0, 600k) and [600k, 1.2M).
+    # Bucket 0 pushed from 2 ms: the worker sends 4 MB (4 ms), server 1 takes in 2 x 2.4 MB
+    # (4.8 ms): in at 6.8 ms, long before the backward ends. Bucket 1 from 22 ms: server 0 takes
+    # in 2 x 0.8 MB, in at 23.6 ms. Pulls start at 22 ms (workers post them after the
+    # backward): server 1 sends 2 x 2.4 MB -> 26.8 ms; bucket 1 from 25.2 ms on server 0's link
+    # -> 26.8 ms. Step = fwd 11 ms + 26.8 ms; without overlap 11 + 22 + 2 x 4.8 ms.
+    kw = dict(batch_per_worker=10, ps_servers=2, bucket_mb=1)
+    over = predict(hand_profile(), cluster(4), "ps", ps_overlap=True, **kw)
+    plain = predict(hand_profile(), cluster(4), "ps", **kw)
+    assert over.breakdown["ps_buckets"] == 2 and plain.breakdown["ps_buckets"] == 1
+    assert over.iteration_s == pytest.approx(0.0378, rel=REL)
+    assert plain.iteration_s == pytest.approx(0.0426, rel=REL)
+    assert over.bytes_per_step == plain.bytes_per_step and over.ranks == plain.ranks
+    assert over.ps_overlap and "as the backward produces them" in over.overlap
+
+
+@pytest.mark.parametrize("n, s", [(3, 0), (5, 0), (4, 1), (6, 2)])
+def test_ps_overlap_never_slower_and_free_network_costs_nothing(n, s):
+    # without per-message latency (more buckets mean more messages, which can cost more)
+    prof = profile_model(get_model("tiny_cnn", 10), (3, 16, 16), 4)
+    for gbps in (0.01, 1.0):
+        kw = dict(batch_per_worker=4, ps_servers=s, bucket_mb=0.01)
+        plain = predict(prof, Cluster(n, gbps, 0.0), "ps", **kw)
+        over = predict(prof, Cluster(n, gbps, 0.0), "ps", ps_overlap=True, **kw)
+        assert over.breakdown["ps_buckets"] > 1
+        assert over.iteration_s <= plain.iteration_s * (1 + 1e-9)
+    free = predict(prof, Cluster(n, 1e9, 0.0), "ps", ps_overlap=True, **kw)
+    assert free.exposed_comm_s == pytest.approx(0.0, abs=1e-9)
+
+
+def test_ps_dedicated_bytes_are_expected_bytes():
+    p = predict(hand_profile(), cluster(5), "ps", global_batch=12, ps_servers=2, ps_overlap=True)
+    assert p.ranks == expected_bytes(hand_profile(), "ps", 5, global_batch=12, ps_servers=2)
+    assert p.bytes_per_step == 2 * 3 * 4_800_000
+    assert p.max_node_recv == 3 * 2_400_000
+
+
+@pytest.mark.parametrize("kw, fragment", [
+    ({"ps_servers": 4}, "leaves no data worker among 4 nodes"),
+    ({"ps_servers": 2, "ps_shards": 3}, "one shard per server"),
+    ({"ps_servers": -1}, "ps_servers must be an integer >= 0"),
+])
+def test_ps_deployment_rejects_bad_arguments(kw, fragment):
+    with pytest.raises(ValueError, match=fragment):
+        predict(hand_profile(), cluster(4), "ps", **kw)
+    with pytest.raises(ValueError, match="applies to ps only"):
+        predict(hand_profile(), cluster(4), "ddp", ps_overlap=True)

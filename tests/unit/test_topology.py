@@ -10,7 +10,8 @@ def test_stanza_roles_and_service_are_balanced():
     assert [t.role(r) for r in range(7)] == [CONV_WORKER] * 5 + [FC_WORKER] * 2
     assert t.served_by(5) == [0, 2, 4] and t.served_by(6) == [1, 3]
     assert [t.fc_worker_of(i) for i in range(5)] == [5, 6, 5, 6, 5]
-    assert t.groups() == {"conv": [0, 1, 2, 3, 4], "fc": [5, 6]}
+    assert t.groups() == {"conv": [0, 1, 2, 3, 4], "fc": [5, 6], "pair0": [0, 5], "pair1": [1, 6],
+                          "pair2": [2, 5], "pair3": [3, 6], "pair4": [4, 5]}
     assert [t.batch_slice(r, 40) for r in range(5)] == [slice(8 * i, 8 * i + 8) for i in range(5)]
     assert t.data_workers == 5
 
@@ -53,3 +54,30 @@ def test_bad_layouts_are_one_line_errors(args, msg):
 def test_ps_shards_bounded():
     with pytest.raises(ConfigError, match="exceeds the 3 ranks"):
         make_topology("ps", 3, 9, ps_shards=4)
+
+
+def test_ps_dedicated_servers_are_the_last_ranks():
+    from stanza_core.topology import PS_SERVER
+
+    t = make_topology("ps", 5, 6, ps_servers=2)  # 3 data workers + 2 servers
+    assert [t.role(r) for r in range(5)] == [WORKER] * 3 + [PS_SERVER] * 2
+    assert t.data_workers == 3 and t.conv_ranks == [0, 1, 2] and t.ps_shards == 2
+    assert t.server_ranks == [3, 4] and [t.shard_of(r) for r in range(5)] == [None, None, None, 0, 1]
+    assert [t.batch_slice(r, 6) for r in range(3)] == [slice(0, 2), slice(2, 4), slice(4, 6)]
+    assert t.groups() == {}
+    c = make_topology("ps", 4, 8, ps_shards=2)  # colocated: shard s on rank s
+    assert c.server_ranks == [0, 1] and [c.shard_of(r) for r in range(4)] == [0, 1, None, None]
+    assert c.role(0) == WORKER and c.ps_servers == 0
+
+
+@pytest.mark.parametrize("args,kw,msg", [
+    (("ps", 3, 6), {"ps_servers": 3}, "leaves no data worker among 3 ranks"),
+    (("ps", 3, 6), {"ps_servers": 5}, "leaves no data worker"),
+    (("ps", 4, 6), {"ps_servers": 2, "ps_shards": 3}, "each dedicated server holds one shard"),
+    (("ddp", 4, 8), {"ps_servers": 1}, "applies to --strategy ps only"),
+    (("ps", 4, 8), {"ps_servers": 1}, "not divisible by the 3 data workers of ps on 4 ranks (1 of them"),
+])
+def test_bad_ps_deployments_are_one_line_errors(args, kw, msg):
+    with pytest.raises(ConfigError, match=msg.replace("(", r"\(")) as e:
+        make_topology(*args, **kw)
+    assert "\n" not in str(e.value)

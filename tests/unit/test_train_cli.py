@@ -73,6 +73,10 @@ CASES = [
     (3, ["--strategy", "stanza", "--global-batch", "12", "--model", "test_train_cli:conv_only"], "no single-tensor cut"),
     (3, ["--strategy", "stanza", "--global-batch", "12", "--model", "test_train_cli:bn_in_head"], "batch norm on the FC side"),
     (2, ["--strategy", "ddp", "--model", "/nonexistent/m.model.pkl"], "no such file"),
+    (2, ["--strategy", "ps", "--ps-servers", "2"], "--ps-servers 2 leaves no data worker among 2 ranks"),
+    (4, ["--strategy", "ps", "--ps-servers", "-1"], "--ps-servers must be >= 0"),
+    (4, ["--strategy", "ddp", "--ps-servers", "1"], "--ps-servers applies to --strategy ps only"),
+    (4, ["--strategy", "stanza", "--ps-overlap"], "--ps-overlap applies to --strategy ps only"),
 ]
 
 

@@ -1,0 +1,56 @@
+"""Both parameter-server deployments, with and without the overlapped push, equal `local`.
+
+Dedicated servers (--ps-servers S: world size = data workers + S, the servers compute nothing)
+and the colocated layout with wait-free backprop (--ps-overlap, buckets pushed from backward
+hooks). A bucket cap of 5 KB cuts tiny_cnn's 35,610 parameters into several buckets, so pieces
+cross shard boundaries and pushes, updates and pulls really run piece by piece. Same
+tolerances as test_exactness.py (summation order only). Every rank's counted bytes per step,
+by category, equal perf.expected_bytes exactly.
+"""
+from __future__ import annotations
+
+import pytest
+
+from stanza_core.models import get_model
+from stanza_core.perf import expected_bytes, named_profile
+
+from dist_launch import assert_same_params, train
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
+
+COMMON = ["--model", "tiny_cnn", "--image-size", "32", "--global-batch", "12", "--steps", "3", "--lr", "0.05"]
+
+CASES = [  # (world size, ps servers, overlap)
+    (3, 1, False),
+    (3, 1, True),
+    (4, 2, True),
+    (3, 2, False),
+    (3, 0, True),
+]
+
+
+@pytest.fixture(scope="module")
+def oracle(tmp_path_factory):
+    return train(tmp_path_factory.mktemp("oracle"), "local", 1, "--strategy", "local", *COMMON)
+
+
+@pytest.mark.parametrize("world,servers,overlap", CASES,
+                         ids=[f"N{w - s}+S{s}{'-overlap' if o else ''}" for w, s, o in CASES])
+def test_ps_deployment_equals_local_and_counts_expected_bytes(tmp_path, oracle, world, servers, overlap):
+    ref_metrics, ref_state, _ = oracle
+    args = ["--strategy", "ps", *COMMON, "--ps-servers", str(servers)]
+    if overlap:
+        args += ["--ps-overlap", "--bucket-mb", "0.005"]
+    metrics, state, _ = train(tmp_path, "ps", world, *args)
+    assert_same_params(state, ref_state)
+    for mine, ref in zip(metrics["steps"], ref_metrics["steps"]):
+        assert mine["loss"] == pytest.approx(ref["loss"], rel=1e-5)
+    assert ref_metrics["steps"][0]["loss"] != ref_metrics["steps"][-1]["loss"]  # it did train
+
+    profile = named_profile("tiny_cnn", 32, 10, 12 // (world - servers))
+    assert profile.params == sum(p.numel() for p in get_model("tiny_cnn", 10).parameters())
+    want = expected_bytes(profile, "ps", world, global_batch=12, ps_servers=servers)
+    got = sorted(metrics["ranks"], key=lambda r: r["rank"])
+    assert [(r["role"], r["sent"], r["recv"]) for r in got] == [(r["role"], r["sent"], r["recv"]) for r in want]
+    assert metrics["bytes_per_step"] == sum(sum(r["sent"].values()) for r in want)
+    assert [r["role"] for r in got].count("ps_server") == servers
