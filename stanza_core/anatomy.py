@@ -56,6 +56,14 @@ class Profile:
     layers: list[LayerRow]
     timed_on: str | None = None  # device the times were measured on
     conv_shapes: list[list[int]] | None = None  # CONV parameter shapes, in parameters() order (PowerSGD sizes)
+    bn_conv_channels: int = 0  # batch-norm channels of each part (their global statistics are traffic)
+    bn_fc_channels: int = 0
+    notes: list[str] = dataclasses.field(default_factory=list)  # the split's warnings (e.g. FC side compute-heavy)
+
+    @property
+    def fc_compute_heavy(self) -> bool:
+        """The FC side carries most of the forward FLOPs: this cut is not layer separation."""
+        return self.fc_flop_share() > 0.5
 
     @property
     def boundary_bytes(self) -> int:
@@ -207,5 +215,8 @@ def profile_model(model: nn.Module, input_shape=(3, 224, 224), batch_size: int =
         fc.fwd_s, fc.bwd_s = ff / batch_size, fb / batch_size
         timed_on = torch.cuda.get_device_name(0) if device.startswith("cuda") else "cpu"
     model.train(was_training)
+    from .batchnorm import bn_channels
+
     return Profile(name or type(model).__name__.lower(), input_shape, batch_size, split.boundary,
-                   a.numel(), conv, fc, rows, timed_on, [list(p.shape) for p in split.conv.parameters()])
+                   a.numel(), conv, fc, rows, timed_on, [list(p.shape) for p in split.conv.parameters()],
+                   bn_channels(split.conv), bn_channels(split.fc), list(split.notes))

@@ -29,7 +29,7 @@ import torch
 import torch.distributed as dist
 
 STAGED_P2P_ENV = "STANZA_STAGED_P2P"
-CATEGORIES = ("activations", "labels", "activation_grads", "conv_grads", "fc_grads", "grads", "params")
+CATEGORIES = ("activations", "labels", "activation_grads", "conv_grads", "fc_grads", "grads", "params", "bn_stats")
 
 
 POWERSGD_START = 2  # PowerSGD runs vanilla allreduce for its first 2 steps (the minimum torch allows
@@ -288,6 +288,31 @@ class Comm:
             return work
         self._wait_one(work, f"allreduce of {category}")
         return None
+
+    def sum_scalar(self, value) -> float:
+        """Sum of one number over every rank (None counts 0), uncounted: the step's global loss,
+        which every rank checks for NaN/inf (a float or a 0-d tensor)."""
+        v = 0.0 if value is None else value
+        if self.world_size == 1:
+            return float(v)
+        t = (v.detach().reshape(1).float() if isinstance(v, torch.Tensor) else torch.tensor([float(v)]))
+        if self.backend == "nccl":
+            t = t.cuda()
+        work = dist.all_reduce(t, async_op=True)
+        self._wait_one(work, "allreduce of the loss")
+        return float(t)
+
+    def peer_error(self, e: BaseException) -> BaseException:
+        """A failure of a distributed run as a one-line PeerError when it is a communication
+        failure (a peer died, a connection closed, a timeout); anything else unchanged."""
+        if isinstance(e, PeerError):
+            return e
+        comm_failure = isinstance(e, getattr(dist, "DistError", ())) or any(
+            s in str(e) for s in ("gloo", "Gloo", "NCCL", "Connection", "connection", "Timed out", "timed out",
+                                  "Socket", "Broken pipe", "peer"))
+        if self.world_size > 1 and comm_failure:
+            return PeerError(f"rank {self.rank}: communication failed: {_first_line(e)}")
+        return e
 
     def hook_allreduce(self, bucket: "FlatBucket", group: str, category: str, compression: str):
         """Sum `bucket`'s buffer in place over `group` through one of DDP's own comm hooks

@@ -15,6 +15,7 @@ import contextlib
 import contextvars
 import importlib
 import inspect
+import os
 from typing import Callable
 
 import torch
@@ -174,9 +175,48 @@ MODEL_NAMES: tuple[str, ...] = tuple(_TORCHVISION) + tuple(_SMALL)
 MIN_IMAGE_SIZE = {"alexnet": 63, "inception_v3": 75, **{n: 32 for n in _TORCHVISION if n.startswith("vgg")}}
 
 
+PICKLED_SUFFIX = ".model.pkl"  # a model object saved by save_model_object (stanza_core.train_model)
+
+
 def is_factory_spec(name: str) -> bool:
     """True for a `package.module:factory` model spec (a user's model, not a zoo name)."""
-    return isinstance(name, str) and ":" in name
+    return isinstance(name, str) and ":" in name and not name.endswith(PICKLED_SUFFIX)
+
+
+def is_pickled_spec(name: str) -> bool:
+    return isinstance(name, str) and name.endswith(PICKLED_SUFFIX)
+
+
+def known_model(name: str) -> bool:
+    """A zoo name, a package.module:factory spec, or a saved model object (checked when built)."""
+    return isinstance(name, str) and (name in MODEL_NAMES or is_factory_spec(name) or is_pickled_spec(name))
+
+
+def save_model_object(model: nn.Module, path: str) -> str:
+    """Pickle `model` by value (cloudpickle: classes defined in a notebook travel too) to `path`,
+    which must end in .model.pkl; every rank of a job given `--model PATH` loads this object."""
+    import cloudpickle
+
+    if not path.endswith(PICKLED_SUFFIX):
+        raise ValueError(f"a saved model object's file name must end in {PICKLED_SUFFIX}, got {path!r}")
+    with open(path, "wb") as fh:
+        cloudpickle.dump(model, fh)
+    return path
+
+
+def load_model_object(path: str) -> nn.Module:
+    import pickle
+
+    if not os.path.isfile(path):
+        raise ValueError(f"model {path!r}: no such file")
+    try:
+        with open(path, "rb") as fh:
+            model = pickle.load(fh)  # the user's own file, written by save_model_object
+    except Exception as e:
+        raise ValueError(f"model {path!r}: cannot be loaded ({type(e).__name__}: {_one_line(e)})") from None
+    if not isinstance(model, nn.Module):
+        raise ValueError(f"model {path!r} holds a {type(model).__name__}, expected an nn.Module")
+    return model
 
 
 def load_factory(spec: str) -> Callable[..., nn.Module]:
@@ -233,6 +273,8 @@ def get_model(name: str, num_classes: int = 1000) -> nn.Module:
         raise ValueError(f"num_classes must be a positive integer, got {num_classes!r}")
     if is_factory_spec(name):
         return use_sample_dropout(build_from_factory(name, num_classes))
+    if is_pickled_spec(name):
+        return use_sample_dropout(load_model_object(name))
     if name not in MODEL_NAMES:
         raise ValueError(f"unknown model {name!r}; expected one of: {', '.join(MODEL_NAMES)} "
                          f"or package.module:factory")

@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import math
 import os
 import statistics
 import sys
@@ -19,6 +20,7 @@ import time
 import torch
 
 from . import checkpoint, replay
+from .batchnorm import bn_layers, use_global_batch_stats
 from .comm import Comm, PeerError, report
 from .config import ConfigError, TrainConfig
 from .data import batch_indices, open_dataset
@@ -98,6 +100,7 @@ class Prepared:
     model: torch.nn.Module  # on `device`, the same initial parameters on every rank
     split: SplitModel | None  # built once here (stanza), handed to the strategy
     resumed: tuple[int, dict] | None  # (next step, strategy state) when resuming
+    bn_sync: bool = False  # batch-norm statistics over the global batch (process group "bn")
 
 
 def prepare(cfg: TrainConfig) -> Prepared:
@@ -126,11 +129,23 @@ def prepare(cfg: TrainConfig) -> Prepared:
     if cfg.strategy == "stanza":  # split once, here: a model with no valid cut fails before the group forms
         split = split_model(model, cfg.boundary, input_shape=(3, cfg.image_size, cfg.image_size),
                             batch_size=cfg.global_batch // topo.data_workers)
+    bn_sync = cfg.bn_stats == "global" and topo.data_workers > 1 and bool(bn_layers(model))
+    if bn_sync and split is not None and bn_layers(split.fc):
+        raise ConfigError(f"{cfg.model}: batch norm on the FC side ({bn_layers(split.fc)[0][0]}) cannot use global "
+                          "batch statistics under stanza (an FC worker sees one CONV worker's samples at a time); "
+                          "pass --bn-stats local or a --boundary after it")
+    if bn_sync and cfg.fc_conv_share:
+        raise ConfigError(f"--fc-conv-share {cfg.fc_conv_share}: {cfg.model} has batch norm, and global batch statistics "
+                          "need equal CONV batches on every data worker; pass --bn-stats local or --fc-conv-share 0")
     resumed = None
     if cfg.resume:
         resumed = checkpoint.load(cfg.checkpoint_dir, rank, world, dataclasses.asdict(cfg))
     replay.prepare(cfg, model, cfg.global_batch // topo.data_workers)  # --compute replay: waits, no arithmetic
-    return Prepared(topo, device, dataset, model.to(device), split, resumed)
+    return Prepared(topo, device, dataset, model.to(device), split, resumed, bn_sync)
+
+
+class NonFiniteLoss(RuntimeError):
+    """The global loss of a step is NaN or infinite: the run stops before saving anything of it."""
 
 
 def run(cfg: TrainConfig) -> dict | None:
@@ -141,13 +156,23 @@ def run(cfg: TrainConfig) -> dict | None:
         out = _train(cfg, prep, comm)
         failed = False
         return out
+    except NonFiniteLoss:
+        raise
+    except Exception as e:  # a dead peer surfaces wherever it is noticed: make it a PeerError
+        raise comm.peer_error(e) from None
     finally:
         comm.close(failed=failed)  # after a failure: abort, never a destroy that can block
 
 
 def _train(cfg, prep: Prepared, comm) -> dict | None:
     topo, device, dataset, model = prep.topo, prep.device, prep.dataset, prep.model
-    comm.new_groups(topo.groups(), device)
+    groups = dict(topo.groups())
+    if prep.bn_sync:  # batch-norm statistics summed over the data workers, counted as bn_stats
+        groups["bn"] = topo.conv_ranks
+    comm.new_groups(groups, device)
+    if prep.bn_sync and comm.rank in topo.conv_ranks:
+        part = prep.split.conv if prep.split is not None else model
+        use_global_batch_stats(part, lambda t: comm.allreduce(t, "bn", "bn_stats"), topo.data_workers)
     if cfg.timeline:
         comm.enable_timeline()
     strategy = STRATEGY_CLASSES[cfg.strategy](model, cfg, topo, comm, device, prep.split)
@@ -184,11 +209,20 @@ def _train(cfg, prep: Prepared, comm) -> dict | None:
         try:
             with comm.counting():
                 share = strategy.step(t, batch)
-        except PeerError as e:
-            raise PeerError(f"{e} (step {t})") from None
+        except Exception as e:  # a dead peer, wherever the step noticed it: one line naming the step
+            err = comm.peer_error(e)
+            if isinstance(err, PeerError):
+                raise PeerError(f"{err} (step {t})") from None
+            raise
         sync()
         times.append(time.perf_counter() - t0)
         losses.append(share)
+        # every rank learns the global loss (uncounted, outside the step); replayed values mean nothing
+        total = comm.sum_scalar(share) if cfg.compute == "real" else 0.0
+        if not math.isfinite(total):
+            last = _last_checkpoint(cfg, start, t)
+            raise NonFiniteLoss(f"the loss is {total} at step {t}: run stopped, nothing of this step saved"
+                                + (f"; last good checkpoint: step {last} in {cfg.checkpoint_dir}" if last else ""))
         if cfg.checkpoint_dir and cfg.checkpoint_every and (t + 1) % cfg.checkpoint_every == 0 and t + 1 < cfg.steps:
             checkpoint.save(cfg.checkpoint_dir, comm.rank, topo.world_size, t + 1, cfg.to_dict(), strategy.checkpoint_state())
     if cfg.checkpoint_dir:
@@ -207,6 +241,14 @@ def _train(cfg, prep: Prepared, comm) -> dict | None:
     if cfg.metrics:
         _atomic_write(cfg.metrics, json.dumps(metrics, indent=1))
     return metrics
+
+
+def _last_checkpoint(cfg, start: int, t: int) -> int | None:
+    """Step of the newest checkpoint written before step t (None if none)."""
+    if not cfg.checkpoint_dir:
+        return None
+    every = [s for s in range(start + 1, t + 1) if cfg.checkpoint_every and s % cfg.checkpoint_every == 0]
+    return every[-1] if every else (start if start else None)
 
 
 def build_metrics(cfg, topo, device, start, everyone, replayed: dict | None = None) -> dict:
@@ -314,10 +356,26 @@ def main(argv: list[str] | None = None) -> int:
         if line:
             print(line, file=sys.stderr)
         return 2
+    except NonFiniteLoss as e:  # every rank knows (the loss is summed over ranks): rank 0 says it
+        if rank == 0:
+            print(f"error: {e}", file=sys.stderr)
+        return _exit_now(1)
     except PeerError as e:
         print(f"error: {e}", file=sys.stderr)
-        return 1
+        return _exit_now(1)
     return 0
+
+
+def _exit_now(code: int) -> int:
+    """With a process group up, leave at once: interpreter shutdown would tear down a broken group
+    (gloo threads blocked on a dead peer abort the process, 'terminate called...')."""
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        sys.stderr.flush()
+        sys.stdout.flush()
+        os._exit(code)
+    return code
 
 
 if __name__ == "__main__":

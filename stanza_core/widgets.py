@@ -29,7 +29,7 @@ import ipywidgets as W
 import plotly.graph_objects as go
 from IPython.display import display
 
-from .models import MODEL_NAMES
+from .models import MODEL_NAMES, known_model
 from .perf import DEVICE_TABLE, Cluster, best_assignment, named_profile, predict
 from .perf.optimize import COMPRESSIONS, MICRO_BATCHES, PAPER, share_grid
 from .viz import assignment as va
@@ -43,8 +43,8 @@ def _check(models: Sequence[str], model: str, nodes: int, max_nodes: int, bandwi
            global_batch: int, device: str, fc_workers: int, strategy: str, image_size: int) -> None:
     """One-line ValueError for the first bad argument (before any widget exists)."""
     for m in models:
-        if m not in MODEL_NAMES:
-            raise ValueError(f"unknown model {m!r}; expected one of: {', '.join(MODEL_NAMES)}")
+        if not known_model(m):
+            raise ValueError(f"unknown model {m!r}; expected one of: {', '.join(MODEL_NAMES)} or package.module:factory")
     if model not in models:
         raise ValueError(f"model {model!r} is not among models {list(models)}")
     if isinstance(max_nodes, bool) or not isinstance(max_nodes, int) or max_nodes < 2:

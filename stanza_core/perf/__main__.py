@@ -52,7 +52,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="python -m stanza_core.perf",
                 description="Rank ps, ddp and stanza (every k) for a model on a cluster, by the performance model.")
     src = p.add_mutually_exclusive_group()
-    src.add_argument("--model", default="vgg16", help="zoo model name (default vgg16)")
+    src.add_argument("--model", default="vgg16", help="zoo model name or package.module:factory (default vgg16)")
     src.add_argument("--profile", help="Profile JSON (Profile.to_dict), e.g. measured with time=True")
     p.add_argument("--image-size", type=int, default=224, help="square input size for --model (default 224)")
     p.add_argument("--num-classes", type=int, default=1000, help="classes for --model (default 1000)")
