@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 FULL ?=
 PYTEST_ARGS ?=
 
-.PHONY: install reproduce test test-fast clean
+.PHONY: install reproduce test test-fast gpu-check clean
 
 install: $(STAMP)
 
@@ -27,6 +27,11 @@ test: install
 
 test-fast: install
 	$(BIN)/python -m pytest -m "not slow" $(PYTEST_ARGS)
+
+# The GPU path end to end (NCCL, CUDA compute, calibration); about 8 minutes on a GPU machine.
+# Without a CUDA GPU it says so in one line and exits non-zero. Output: gpu-check-out/summary.txt.
+gpu-check: install
+	$(BIN)/python scripts/gpu_check.py --out gpu-check-out
 
 clean:
 	rm -rf reproductions/out .pytest_cache

@@ -45,6 +45,33 @@
 # - Weights are randomly initialised (counts and FLOPs do not depend on their values); timings
 #   are measured on the device this notebook runs on, not on the paper's V100s.
 
+# %% [markdown]
+# ## Layer separation in one picture
+#
+# ```
+#            CONV workers (ranks 0 .. N-k-1)                 FC workers (ranks N-k .. N-1)
+#   images -> [CONV body] --activations a_i, labels y_i-->  [FC head]  -> loss
+#             (little of the params,                        (most of the params,
+#              most of the FLOPs)  <--gradient dL/da_i---    little of the FLOPs)
+#   CONV gradients: allreduce among the CONV workers        FC gradients: allreduce among the
+#   (small: P_conv values)                                   k FC workers (none if k = 1)
+# ```
+#
+# * **Roles.** A *CONV worker* holds a copy of the CONV body and trains it data-parallel on its
+#   slice of the global batch. An *FC worker* holds a copy of the FC head and trains it on the
+#   boundary activations its CONV workers send it. FC parameters never cross the network.
+# * **k** is the number of FC workers; the other N - k nodes are CONV workers.
+# * **Who serves whom.** CONV worker i sends to FC worker `i % k` (counting FC workers from 0),
+#   which spreads the CONV workers over the FC workers to within one. The project computes this
+#   in one place only, `stanza_core.topology.Topology.fc_worker_of`; notebook 02 draws it.
+#
+# This notebook measures what makes the design pay off: how parameters and FLOPs divide between
+# the two sides of the boundary, and how big the boundary tensor is.
+#
+# **Predict, then run.** Before running: AlexNet has 61.1 M parameters and its head is three
+# fully connected layers (9216 -> 4096 -> 4096 -> 1000). Estimate the head's parameters
+# (9216 x 4096 + 4096 x 4096 + 4096 x 1000, plus biases) and its share. Then check the table.
+
 # %% tags=["parameters"]
 models: list[str] = ["alexnet", "vgg16", "vgg19", "resnet50"]  # zoo names to profile (stanza_core.MODEL_NAMES)
 image_size: int = 224  # square input side in pixels (the paper's ImageNet setting: 224)
@@ -71,11 +98,18 @@ nbt.save_figures(figs, out_dir, png=png)
 # %% [markdown]
 # The key numbers. *FC share of params* is large for AlexNet and VGG and small for ResNet-50,
 # whose head is a single 2048x1000 layer after global pooling.
+#
+# **What the table says.** Your estimate for AlexNet's head, 58.6 M of 61.1 M parameters (96 %),
+# is in the *FC params* column; ResNet-50 keeps only 8 % of its parameters in its head, so
+# layer separation has little to save there.
 
 # %%
 figs["table"]
 
 # %% [markdown]
+# **Predict, then run.** An fp32 gradient costs 4 bytes per parameter. How many MB is a full
+# gradient of AlexNet's FC head? How many kB is one boundary activation (9216 values)?
+#
 # Left and middle: the FC head holds most parameters but does a few percent of the FLOPs.
 # Right: a data-parallel step syncs a full gradient of each part (hundreds of MB for the FC
 # head of AlexNet/VGG), while layer separation sends one boundary activation per sample
@@ -85,8 +119,15 @@ figs["table"]
 figs["shares"]
 
 # %% [markdown]
+# **What the figure says.** 58.6 M x 4 B = 235 MB of FC gradient against 9216 x 4 B = 37 kB of
+# activation per sample: even at 32 samples per worker, sending activations (1.2 MB) is about
+# 200 times cheaper than synchronising the head's gradient.
+#
 # Per layer (log scale). The dashed line is the boundary: blue layers run on the CONV workers,
-# red layers on the FC workers.
+# red layers on the FC workers. **What it says:** parameters jump up by orders of magnitude
+# right after the boundary while FLOPs drop; the boundary sits where the convolutions end
+# (`stanza_core.split_model` picks the cut that minimises a CONV worker's bytes per step; tutorial
+# T1 recomputes that choice by hand).
 
 # %%
 figs["layers"]

@@ -44,6 +44,58 @@
 # - Weights are randomly initialised and the data is synthetic: bytes per step do not depend on
 #   either.
 
+# %% [markdown]
+# ## The byte formulas, step by step
+#
+# Notation: N nodes; under Stanza k FC workers and $N_c = N - k$ CONV workers; P parameters,
+# $P = P_c + P_f$ (CONV body, FC head); A values per sample cross the boundary; G samples per
+# step, $b = G / N_c$ per CONV worker; 4 bytes per fp32 value, 8 per int64 label. We count the
+# bytes every node *sends* per step, summed over the cluster (each byte is also received once).
+#
+# **1. Ring allreduce.** n ranks sum a buffer of S bytes: reduce-scatter then all-gather, each
+# $n-1$ steps of $S/n$ bytes per rank. Every member sends $2\frac{n-1}{n}S$; all n together
+# $2(n-1)S$.
+#
+# **2. DDP** allreduces the whole gradient among all N: $\;B_\text{ddp} = 2(N-1)\cdot 4P$.
+#
+# **3. Parameter server**, one shard of $P/N$ values on each node: each worker pushes the
+# $(N-1)/N$ of its gradient that other nodes own, and pulls the same share of parameters back:
+# $\;B_\text{ps} = N \cdot 2\frac{N-1}{N} 4P = 2(N-1)\cdot 4P$, the same total as DDP (the
+# difference is *where*: a shard owner's link takes in N-1 messages at once).
+#
+# **4. Stanza.** Every sample's activation goes out once and its gradient comes back once, with
+# its label; the CONV body is allreduced among $N_c$, the FC head among k:
+#
+# $$B_\text{stanza} = \underbrace{2\cdot 4AG + 8G}_\text{boundary} + \underbrace{2(N_c-1)\cdot 4P_c}_\text{CONV allreduce}
+#   + \underbrace{2(k-1)\cdot 4P_f}_\text{FC allreduce}$$
+#
+# **5. The ratio, k = 1** ($N_c = N - 1$, $G = bN_c$):
+#
+# $$\frac{B_\text{ps}}{B_\text{stanza}} = \frac{2(N-1)\,4P}{(N-1)\,(8Ab + 8b) + 2(N-2)\,4P_c}
+#   \;\xrightarrow{N\to\infty}\; \frac{P}{P_c + b(A+1)} \;\approx\; \frac{P}{P_c}
+#   \quad\text{when } b(A+1) \ll P_c .$$
+#
+# At N = 2 there is a single CONV worker and no allreduce at all, so the ratio is huge; it falls
+# as N grows, towards $P / P_c$ = 9.4 for VGG-16 ($P$ = 138.4 M, $P_c$ = 14.7 M) when the
+# activations are negligible, and to $P/(P_c + b(A+1))$ = 8.9 at b = 32 (25088 x 32 = 0.8 M
+# activation values next to 14.7 M CONV parameters). The paper's "up to 10x" sits on this
+# curve at small clusters (about 10.3 at N = 8).
+#
+# **More FC workers cost bytes:** k > 1 adds $2(k-1)\cdot 4P_f$, the head's gradient, which is
+# the very thing layer separation keeps off the network. k = 1 moves the fewest bytes; a larger
+# k only pays when one FC worker's link or compute is the bottleneck (notebook 04, tutorial T5).
+#
+# ## Who sends what to whom
+#
+# The picture below is drawn by `stanza_core.viz.assignment.assignment_diagram` from the
+# performance model's per-rank bytes, for N = 5 nodes and k = 2 FC workers of a tiny CNN. The
+# arrows follow `stanza_core.topology`: CONV workers 0 and 2 send to FC worker 3, CONV worker 1
+# to FC worker 4 (worker i to FC worker i % k). Hover a node for its bytes.
+#
+# **Predict, then run.** For the jobs below (the parameters cell: model, nodes, k, samples per
+# worker), write down with the formulas which configuration moves the most bytes per step and
+# which the fewest, and by about how much ps exceeds Stanza k = 1. Then run the next cells.
+
 # %% tags=["parameters"]
 models: list[str] = ["alexnet"]  # zoo names to measure (the paper's: alexnet, vgg16)
 nodes: list[int] = [4]  # cluster sizes N (processes on this machine)
@@ -60,10 +112,17 @@ out_dir: str = "../reproductions/out/traffic"  # where results.json and the figu
 # %%
 import stanza_core.nbtools as nbt
 from stanza_core import viz
+from stanza_core import perf
 from stanza_core.experiments import traffic
+from stanza_core.viz.assignment import assignment_diagram
 
 configs = traffic.plan(models, nodes, fc_workers, per_worker=per_worker, steps=steps, image_size=image_size,
                        num_classes=num_classes, boundary=boundary, device=device)
+
+# %%
+picture = assignment_diagram(perf.predict(perf.named_profile("tiny_cnn", image_size=32, num_classes=10),
+                                          perf.Cluster(5, 10.0), "stanza", 2, global_batch=6))
+picture
 
 # %%
 runs = traffic.measure(configs)
@@ -76,6 +135,10 @@ nbt.save_figures(figs, out_dir, png=png)
 print(f"largest |measured - model| over every rank and category: {results['max_abs_diff_bytes']} bytes")
 
 # %% [markdown]
+# **What the line above says.** 0 bytes: the counters in `stanza_core/comm.py`, which count every
+# tensor the engine really sends, agree with the formulas above to the byte, for every rank and
+# category.
+#
 # Every run: the cluster's bytes per step as counted and as modelled, their largest per-rank,
 # per-category difference, the busiest node, and how many times more a parameter server moves.
 
@@ -88,6 +151,10 @@ figs["table"]
 # workers move only the CONV gradients plus one boundary activation per sample, and its FC
 # workers the activations of the CONV workers they serve. With k = 2 the FC workers also
 # allreduce the FC gradients between them, which is why more FC workers cost traffic.
+#
+# **What the figure says.** Check your prediction: ps and ddp have the same cluster total
+# $2(N-1)\cdot 4P$, but ps concentrates it on the shard owners; Stanza k = 1 is the smallest bar
+# by roughly the ratio of step 5, and k = 2 adds the FC head's gradient once more.
 
 # %%
 figs["bytes"]
@@ -97,6 +164,10 @@ figs["bytes"]
 # the runs above. The cluster-total ratio falls from very large values at N = 2 (one CONV worker:
 # no allreduce at all) towards the ratio of whole-model to CONV-part gradients; the dashed line
 # is the paper's "up to 10x" for VGG-16.
+#
+# **What the figure says.** The curves follow step 5: they fall with N and level off near
+# $P/(P_c + b(A+1))$ (8.9 for VGG-16 at 32 samples per worker, 9.4 = $P/P_c$ with few samples);
+# the paper's 10x is reached in small clusters. The markers (counted) lie on the model's curve.
 
 # %%
 figs["ratio"]

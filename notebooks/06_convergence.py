@@ -5,6 +5,8 @@
 #     text_representation:
 #       extension: .py
 #       format_name: percent
+#       format_version: '1.3'
+#       jupytext_version: 1.19.6
 #   kernelspec:
 #     display_name: Python 3 (ipykernel)
 #     language: python
@@ -42,6 +44,10 @@
 # - Training time is the sum of the steps' times on this machine (processes share its cores,
 #   links are unshaped loopback); start-up, checkpoints and evaluation are left out. It shows
 #   the curves against time, not the paper's speedups (see notebooks 03 and 05).
+# - Beyond the paper (the quick and full parameter sets): stanza with a hybrid FC worker and 2
+#   micro-batches (exact, so on top of local), and stanza with each opt-in compression (bf16
+#   boundary, fp16 or PowerSGD CONV gradients through DDP's own comm hooks), whose loss curves
+#   show what each compression costs against exact training over the whole run.
 
 # %% tags=["parameters"]
 model: str = "tiny_cnn"  # zoo model to train (tiny_cnn, cifar_alexnet, ...)
@@ -54,7 +60,7 @@ image_size: int = 32  # digits are upsampled from 8x8 to this square size
 lr: float = 0.05  # SGD learning rate
 momentum: float = 0.5  # SGD momentum (0.9 amplifies float-order noise into visible loss gaps)
 seed: int = 0  # model init, data order, dropout masks
-strategies: list[str] = ["local", "ps", "ddp", "stanza"]  # local is the reference and must be listed
+strategies: list[str] = ["local", "ps", "ddp", "stanza"]  # local is the reference and must be listed; also stanza_hybrid_m2, stanza_bf16, stanza_fp16_grads, stanza_powersgd
 device: str = "cpu"  # where the jobs compute: cpu, cuda or auto
 png: bool = True  # also export PNG figures (needs a Chromium; skipped with a note otherwise)
 out_dir: str = "../reproductions/out/convergence"  # where results.json and the figures are written

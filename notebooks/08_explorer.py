@@ -5,6 +5,8 @@
 #     text_representation:
 #       extension: .py
 #       format_name: percent
+#       format_version: '1.3'
+#       jupytext_version: 1.19.6
 #   kernelspec:
 #     display_name: Python 3 (ipykernel)
 #     language: python
@@ -52,6 +54,11 @@ fc_workers: int = 0  # k shown at start; 0: the optimiser's best k
 strategy: str = "stanza"  # whose communication the diagram draws: stanza, ddp or ps
 image_size: int = 224  # input side the FLOPs are counted at
 max_nodes: int = 64  # upper end of the nodes slider
+fc_conv_share: float = 0.0  # chosen stanza: each FC worker's share of the global batch on the CONV body (0: the paper)
+micro_batches: int = 1  # chosen stanza: micro-batches M of the pipelined exchange (1, 2, 4 or 8)
+compression: str = "fp32|none"  # chosen stanza: boundary dtype | CONV gradient compression
+search_beyond: bool = False  # the optimiser also searches each FC worker's share and M (not only k)
+allow_compression: bool = False  # let the optimiser recommend compressed (not exact) training
 png: bool = True  # also export PNG figures (needs a Chromium; skipped with a note otherwise)
 out_dir: str = "../reproductions/out/explorer"  # where results.json and the figures are written
 
@@ -61,7 +68,9 @@ from stanza_core.widgets import Explorer
 
 explorer = Explorer(models=models, model=model, nodes=nodes, bandwidth_gbps=bandwidth_gbps, latency_us=latency_us,
                     global_batch=global_batch, device=device, fc_workers=fc_workers, strategy=strategy,
-                    image_size=image_size, max_nodes=max_nodes)
+                    image_size=image_size, max_nodes=max_nodes, fc_conv_share=fc_conv_share,
+                    micro_batches=micro_batches, compression=compression, allow_compression=allow_compression,
+                    search_beyond=search_beyond)
 
 # %% [markdown]
 # ## How to read it
@@ -71,6 +80,12 @@ explorer = Explorer(models=models, model=model, nodes=nodes, bandwidth_gbps=band
 #   *bandwidth* is each node's link to the switch, per direction; *latency* is paid once per
 #   message. *global batch* is split over the data workers (N for ps and DDP, N - k for Stanza).
 #   *device profile* sets how fast each node computes. *diagram of* picks the strategy drawn.
+# - **Beyond the paper.** *FC share of batch*: each FC worker also trains the CONV body on this
+#   share of the global batch (snapped to one giving whole samples), so it does not idle;
+#   *micro-batches M*: the exchange is pipelined in M chunks; *boundary|grad compr.*: bf16/fp16
+#   activations and fp16/bf16/PowerSGD CONV gradients (not exact). They set the chosen Stanza;
+#   the optimiser searches k x share x M when *optimiser searches share x M* is ticked, and
+#   compression only when *optimiser may compress* is ticked. The status line gives the model's time per redraw.
 # - **Recommendation.** The fastest of DDP, the parameter server and Stanza with k = 1..N/2, with
 #   its speedups. The k slider follows the recommendation until you move it.
 # - **Throughput against k.** Bars: Stanza for each k (outlined: the best; hatched: the k you

@@ -7,7 +7,7 @@ Names are imported on first use, so command-line tools that need no torch (netem
 import importlib
 
 _EXPORTS = {
-    "MODEL_NAMES": "models", "get_model": "models",
+    "MODEL_NAMES": "models", "get_model": "models", "train_model": "launch", "run_job": "launch",
     "split_model": "split", "SplitModel": "split", "SplitError": "split",
     "profile_model": "anatomy", "Profile": "anatomy", "LayerRow": "anatomy", "PartTotals": "anatomy",
 }

@@ -6,6 +6,7 @@ matmul/conv/attention-class ops are counted, so ReLU, pooling and additions coun
 from __future__ import annotations
 
 import dataclasses
+import math
 import statistics
 import time as _time
 from typing import Any
@@ -29,6 +30,10 @@ class LayerRow:
     flops: float  # forward FLOPs per sample
     out_values: int  # output values per sample
     out_bytes: int  # output bytes per sample (fp32)
+    io_values: int = 0  # input + output values per sample, summed over every call (a ReLU may be reused)
+    calls: int = 1  # forward calls of the module per model forward
+    kernel: int = 0  # convolutions: kernel height x width (e.g. 9 for 3x3); 0 otherwise
+    stride: int = 0  # convolutions: product of the strides (1 for stride 1); 0 otherwise
 
 
 @dataclasses.dataclass
@@ -51,6 +56,14 @@ class Profile:
     layers: list[LayerRow]
     timed_on: str | None = None  # device the times were measured on
     conv_shapes: list[list[int]] | None = None  # CONV parameter shapes, in parameters() order (PowerSGD sizes)
+    bn_conv_channels: int = 0  # batch-norm channels of each part (their global statistics are traffic)
+    bn_fc_channels: int = 0
+    notes: list[str] = dataclasses.field(default_factory=list)  # the split's warnings (e.g. FC side compute-heavy)
+
+    @property
+    def fc_compute_heavy(self) -> bool:
+        """The FC side carries most of the forward FLOPs: this cut is not layer separation."""
+        return self.fc_flop_share() > 0.5
 
     @property
     def boundary_bytes(self) -> int:
@@ -157,8 +170,14 @@ def profile_model(model: nn.Module, input_shape=(3, 224, 224), batch_size: int =
     model.eval()
     x = torch.zeros((1, *input_shape))
     outputs: dict[str, int] = {}
-    hooks = [m.register_forward_hook(lambda mod, i, o, n=n: outputs.__setitem__(n, o[0].numel()))
-             for n, m in _leaf_modules(model)]
+    io: dict[str, list[int]] = {}  # name -> [input+output values summed over calls, calls]
+
+    def record(n, i, o):
+        outputs[n] = o[0].numel()
+        t = io.setdefault(n, [0, 0])
+        t[0] += sum(v[0].numel() for v in i if isinstance(v, torch.Tensor)) + o[0].numel()
+        t[1] += 1
+    hooks = [m.register_forward_hook(lambda mod, i, o, n=n: record(n, i, o)) for n, m in _leaf_modules(model)]
     try:
         _, per_module, _ = _flops(model, x)
     finally:
@@ -170,8 +189,10 @@ def profile_model(model: nn.Module, input_shape=(3, 224, 224), batch_size: int =
             continue
         own = [f"{n}.{p}" for p, _ in m.named_parameters()]
         part = "conv" if own and all(p in conv_names for p in own) else ("fc" if own else None)
+        conv = isinstance(m, nn.modules.conv._ConvNd)
         rows.append(LayerRow(n, type(m).__name__, part or "", sum(p.numel() for p in m.parameters()),
-                             per_module.get(n, 0.0), outputs[n], outputs[n] * DTYPE_BYTES))
+                             per_module.get(n, 0.0), outputs[n], outputs[n] * DTYPE_BYTES, io[n][0], io[n][1],
+                             math.prod(m.kernel_size) if conv else 0, math.prod(m.stride) if conv else 0))
     # Parameterless layers take the part of the layer before them (ReLU after a conv is CONV).
     fc_started = False
     for r in rows:
@@ -194,5 +215,8 @@ def profile_model(model: nn.Module, input_shape=(3, 224, 224), batch_size: int =
         fc.fwd_s, fc.bwd_s = ff / batch_size, fb / batch_size
         timed_on = torch.cuda.get_device_name(0) if device.startswith("cuda") else "cpu"
     model.train(was_training)
+    from .batchnorm import bn_channels
+
     return Profile(name or type(model).__name__.lower(), input_shape, batch_size, split.boundary,
-                   a.numel(), conv, fc, rows, timed_on, [list(p.shape) for p in split.conv.parameters()])
+                   a.numel(), conv, fc, rows, timed_on, [list(p.shape) for p in split.conv.parameters()],
+                   bn_channels(split.conv), bn_channels(split.fc), list(split.notes))

@@ -36,7 +36,7 @@ def load(directory: str, rank: int, world_size: int, cfg_dict: dict) -> tuple[in
     if not os.path.isfile(path):
         found = sorted(f for f in os.listdir(directory) if f.endswith(".pt")) if os.path.isdir(directory) else []
         raise ConfigError(f"--resume: no checkpoint {os.path.basename(path)} in {directory} for world size "
-                          f"{world_size} (found: {', '.join(found) or 'nothing'})")
+                          f"{world_size} (found: {', '.join(found) or 'nothing'})", scope="rank")
     ckpt = torch.load(path, map_location="cpu", weights_only=True)
     layout = {k: cfg_dict[k] for k in LAYOUT_FIELDS}
     diff = [k for k in LAYOUT_FIELDS if ckpt["layout"].get(k) != layout[k]]

@@ -28,7 +28,8 @@ from typing import Iterable, Iterator
 import torch
 import torch.distributed as dist
 
-CATEGORIES = ("activations", "labels", "activation_grads", "conv_grads", "fc_grads", "grads", "params")
+STAGED_P2P_ENV = "STANZA_STAGED_P2P"
+CATEGORIES = ("activations", "labels", "activation_grads", "conv_grads", "fc_grads", "grads", "params", "bn_stats")
 
 
 POWERSGD_START = 2  # PowerSGD runs vanilla allreduce for its first 2 steps (the minimum torch allows
@@ -98,6 +99,8 @@ class Comm:
         self._counting = False
         self.groups: dict[str, object] = {}
         self.group_ranks: dict[str, list[int]] = {}
+        self.staged_p2p = False  # gloo + CUDA tensors: P2P goes through host copies
+        self._ddp_works: list = []  # works of the DDP comm hook in this backward (host-side waits)
         self._powersgd: dict[str, object] = {}  # PowerSGD hook state per group (error feedback, warm start)
         self.timeline: list[dict] | None = None  # a list once enable_timeline() is called
         self.step_starts: list[float] = []  # perf_counter() at each counting() entry (timeline on)
@@ -105,21 +108,34 @@ class Comm:
 
     # -- life cycle ---------------------------------------------------------------------------
     @classmethod
-    def from_env(cls, timeout_s: float, device: torch.device) -> "Comm":
-        """Join the process group torchrun describes in RANK / WORLD_SIZE / MASTER_ADDR."""
+    def from_env(cls, timeout_s: float, device: torch.device, backend: str | None = None) -> "Comm":
+        """Join the process group torchrun describes in RANK / WORLD_SIZE / MASTER_ADDR.
+
+        backend None: NCCL on CUDA, gloo on CPU. gloo with CUDA tensors (several ranks sharing
+        one GPU, which NCCL refuses) stages point-to-point tensors through host memory; its
+        collectives take CUDA tensors directly. On NCCL the watchdog's timeout is set strictly
+        larger than the timeout of our own waits, so a dead peer surfaces as our one-line
+        PeerError (a host-side wait timing out), never as the watchdog's SIGABRT first."""
         rank, world = int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
         if world == 1 and "MASTER_ADDR" not in os.environ:
             return cls(0, 1, timeout_s)
-        backend = "nccl" if device.type == "cuda" else "gloo"
-        kwargs = {"device_id": device} if device.type == "cuda" else {}
+        backend = backend or ("nccl" if device.type == "cuda" else "gloo")
+        pg_timeout = nccl_watchdog_timeout_s(timeout_s) if backend == "nccl" else timeout_s
+        kwargs = {"device_id": device} if backend == "nccl" else {}
         dist.init_process_group(backend, rank=rank, world_size=world,
-                                timeout=datetime.timedelta(seconds=timeout_s), **kwargs)
-        return cls(dist.get_rank(), dist.get_world_size(), timeout_s, backend)
+                                timeout=datetime.timedelta(seconds=pg_timeout), **kwargs)
+        comm = cls(dist.get_rank(), dist.get_world_size(), timeout_s, backend)
+        # STAGED_P2P_ENV=1 stages CPU tensors too: the tests run this GPU path's logic on CPU.
+        comm.staged_p2p = backend == "gloo" and (device.type == "cuda" or os.environ.get(STAGED_P2P_ENV) == "1")
+        return comm
 
     def new_groups(self, groups: dict[str, list[int]], device: torch.device):
         """Create every group in the same order on every rank, then warm each up (uncounted)."""
+        timeout = self.timeout
+        if self.backend == "nccl":  # the watchdog of every group outlives our own waits
+            timeout = datetime.timedelta(seconds=nccl_watchdog_timeout_s(self.timeout.total_seconds()))
         for name, ranks in groups.items():
-            self.groups[name] = dist.new_group(ranks, timeout=self.timeout) if self.world_size > 1 else None
+            self.groups[name] = dist.new_group(ranks, timeout=timeout) if self.world_size > 1 else None
             self.group_ranks[name] = list(ranks)
         for name, ranks in groups.items():
             if self.rank in ranks and len(ranks) > 1:
@@ -130,9 +146,20 @@ class Comm:
         if self.world_size > 1:
             dist.barrier()
 
-    def close(self):
-        if self.world_size > 1 and dist.is_initialized():
-            dist.destroy_process_group()
+    def close(self, failed: bool = False):
+        """Leave the process group. After a failure (a dead peer, a timeout) NCCL's communicators
+        may be stuck in a collective that will never finish, and destroying them would block:
+        they are aborted instead (gloo's destroy is local and never blocks)."""
+        if self.world_size <= 1 or not dist.is_initialized():
+            return
+        if failed and self.backend == "nccl":
+            try:
+                from torch.distributed.distributed_c10d import _abort_process_group
+                _abort_process_group()
+            except Exception:  # best effort: the process is exiting with the error anyway
+                pass
+            return
+        dist.destroy_process_group()
 
     # -- counting -----------------------------------------------------------------------------
     @contextlib.contextmanager
@@ -164,14 +191,17 @@ class Comm:
             self.mark(*info)
 
     # -- point to point -----------------------------------------------------------------------
-    def p2p(self, ops: Iterable[tuple]) -> list:
+    def p2p(self, ops: Iterable[tuple], group: str | None = None) -> list:
         """Post ("send"|"recv", tensor, peer, category[, tag]) ops, sorted by peer; return their works.
 
         Sorting by peer gives every pair of ranks the same order of posting, which keeps
         NCCL's batched P2P deadlock-free; an empty list posts nothing. A tag (default 0) keeps
         messages apart that one pair has in flight at once (a send matches the receive of
-        the same tag, in posting order)."""
+        the same tag, in posting order). `group` names a process group made by new_groups
+        (peers are still global ranks): NCCL runs each communicator on its own stream, so
+        transfers on different groups do not queue behind each other."""
         ops = sorted(ops, key=lambda o: (o[2], o[0]))
+        pg = self.groups.get(group) if group else None
         p2p_ops = []
         for kind, tensor, peer, category, *tag in ops:
             if peer == self.rank:
@@ -180,15 +210,17 @@ class Comm:
                 raise ValueError(f"unknown P2P op {kind!r}")
             n = _nbytes(tensor)
             self._count(category, n if kind == "send" else 0, n if kind == "recv" else 0)
-            p2p_ops.append(dist.P2POp(dist.isend if kind == "send" else dist.irecv, tensor, peer,
+            p2p_ops.append(dist.P2POp(dist.isend if kind == "send" else dist.irecv, tensor, peer, group=pg,
                                       tag=tag[0] if tag else 0))
             self.mark(kind, category, peer, n)
         if not p2p_ops:
             return []
         if self.backend == "nccl":  # one NCCL group call: sends and recvs to a peer cannot deadlock
             works = dist.batch_isend_irecv(p2p_ops)
+        elif self.staged_p2p:
+            works = [_staged(op) for op in p2p_ops]
         else:
-            works = [op.op(op.tensor, op.peer, tag=op.tag) for op in p2p_ops]
+            works = [op.op(op.tensor, op.peer, group=pg, tag=op.tag) for op in p2p_ops]
         if self.timeline is not None and self._counting and len(works) == len(ops):
             for w, (kind, tensor, peer, category, *_) in zip(works, ops):
                 self._pending[id(w)] = (kind + "_done", category, peer, _nbytes(tensor))
@@ -257,6 +289,31 @@ class Comm:
         self._wait_one(work, f"allreduce of {category}")
         return None
 
+    def sum_scalar(self, value) -> float:
+        """Sum of one number over every rank (None counts 0), uncounted: the step's global loss,
+        which every rank checks for NaN/inf (a float or a 0-d tensor)."""
+        v = 0.0 if value is None else value
+        if self.world_size == 1:
+            return float(v)
+        t = (v.detach().reshape(1).float() if isinstance(v, torch.Tensor) else torch.tensor([float(v)]))
+        if self.backend == "nccl":
+            t = t.cuda()
+        work = dist.all_reduce(t, async_op=True)
+        self._wait_one(work, "allreduce of the loss")
+        return float(t)
+
+    def peer_error(self, e: BaseException) -> BaseException:
+        """A failure of a distributed run as a one-line PeerError when it is a communication
+        failure (a peer died, a connection closed, a timeout); anything else unchanged."""
+        if isinstance(e, PeerError):
+            return e
+        comm_failure = isinstance(e, getattr(dist, "DistError", ())) or any(
+            s in str(e) for s in ("gloo", "Gloo", "NCCL", "Connection", "connection", "Timed out", "timed out",
+                                  "Socket", "Broken pipe", "peer"))
+        if self.world_size > 1 and comm_failure:
+            return PeerError(f"rank {self.rank}: communication failed: {_first_line(e)}")
+        return e
+
     def hook_allreduce(self, bucket: "FlatBucket", group: str, category: str, compression: str):
         """Sum `bucket`'s buffer in place over `group` through one of DDP's own comm hooks
         (fp16 / bf16 compression, or PowerSGD rank 1); returns a future (None for a group of one).
@@ -291,6 +348,32 @@ class Comm:
         self._count(category, ring, ring)
         return fut
 
+    def powersgd_states(self) -> dict[str, dict]:
+        """PowerSGD hook state per group (iteration, error feedback, warm-start P and Q), to checkpoint."""
+        out = {}
+        for g, s in self._powersgd.items():
+            d = {slot: getattr(s, slot) for slot in type(s).__slots__ if slot != "process_group"}
+            name, keys, pos, has_gauss, gauss = d.pop("rng").get_state()  # numpy: kept as plain values
+            d["rng"] = [name, torch.from_numpy(keys.astype("int64")), int(pos), int(has_gauss), float(gauss)]
+            out[g] = d
+        return out
+
+    def load_powersgd_states(self, states: dict[str, dict]):
+        from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook as psgd
+
+        for group, slots in states.items():
+            state = psgd.PowerSGDState.__new__(psgd.PowerSGDState)
+            import numpy as np
+
+            for slot, value in slots.items():
+                if slot == "rng":
+                    rng = np.random.RandomState()
+                    rng.set_state((value[0], value[1].numpy().astype("uint32"), *value[2:]))
+                    value = rng
+                setattr(state, slot, value)
+            state.process_group = self.groups[group]
+            self._powersgd[group] = state
+
     def wait_future(self, fut, what: str):
         try:
             return fut.wait()
@@ -299,14 +382,22 @@ class Comm:
 
     def ddp_hook(self):
         """A DistributedDataParallel comm hook: counts each bucket as `grads`, then performs
-        the same averaging allreduce as DDP's default hook."""
+        the same averaging allreduce as DDP's default hook. Its works are kept so that
+        `wait_ddp()` can wait on them on the host with our timeout (on NCCL, DDP itself only
+        makes the compute stream wait: a dead peer would hang the next synchronisation)."""
         def hook(_state, bucket):
             buf = bucket.buffer()
             ring = Fraction(2 * (self.world_size - 1) * _nbytes(buf), self.world_size)
             self._count("grads", ring, ring)
-            fut = dist.all_reduce(buf, async_op=True).get_future()
-            return fut.then(lambda f: f.value()[0].div_(self.world_size))
+            work = dist.all_reduce(buf, async_op=True)
+            self._ddp_works.append(work)
+            return work.get_future().then(lambda f: f.value()[0].div_(self.world_size))
         return hook
+
+    def wait_ddp(self):
+        """Host-side wait, with the timeout, on the gradient allreduces of the last backward."""
+        works, self._ddp_works = self._ddp_works, []
+        self.wait(works, "allreduce of grads")
 
     def wrap_ddp(self, model: torch.nn.Module, device: torch.device, bucket_mb: float):
         from torch.nn.parallel import DistributedDataParallel as DDP
@@ -329,6 +420,39 @@ class Comm:
 
     def recv_tensors(self, tensors: list[torch.Tensor], src: int):
         self.wait(self.p2p([("recv", t, src, "gather") for t in tensors]), "gather")
+
+
+def nccl_watchdog_timeout_s(wait_timeout_s: float) -> float:
+    """NCCL watchdog timeout for a given wait timeout: strictly larger (by half, at least 30 s),
+    so our own host-side wait always fails first, with its one-line message."""
+    return wait_timeout_s + max(30.0, 0.5 * wait_timeout_s)
+
+
+class _StagedWork:
+    """A gloo P2P transfer of a CUDA tensor through a host copy (gloo's send/recv read and
+    write host memory only). A receive copies into the CUDA tensor once it has completed."""
+
+    def __init__(self, work, host: torch.Tensor, target: torch.Tensor | None):
+        self.work, self.host, self.target = work, host, target
+
+    def wait(self, timeout=None):
+        ok = self.work.wait() if timeout is None else self.work.wait(timeout)
+        if self.target is not None:
+            self.target.copy_(self.host)
+            self.target = None
+        return ok
+
+    def is_completed(self) -> bool:
+        return self.work.is_completed()
+
+
+def _staged(op) -> _StagedWork:
+    if op.op is dist.irecv:  # a receive lands in host memory first
+        host = torch.empty(op.tensor.shape, dtype=op.tensor.dtype)
+    else:  # a send's payload, copied out (synchronously) before gloo reads it
+        host = op.tensor.detach().to("cpu", copy=True)
+    work = op.op(host, op.peer, group=op.group, tag=op.tag)
+    return _StagedWork(work, host, op.tensor if op.op is dist.irecv else None)
 
 
 def _first_line(e: BaseException) -> str:

@@ -8,13 +8,28 @@ from typing import Any
 
 STRATEGIES = ("local", "ddp", "ps", "stanza")
 DEVICES = ("auto", "cpu", "cuda")
+BACKENDS = ("auto", "gloo", "nccl")
 BOUNDARY_DTYPES = ("fp32", "bf16", "fp16")
 GRAD_COMPRESSIONS = ("none", "fp16", "bf16", "powersgd")
 COMPUTE = ("real", "replay")
 
 
+BN_STATS = ("global", "local")
+MAX_SEED = 2**23  # seeds are mixed with step and position into 64-bit generator keys
+MAX_TIMEOUT_S = 7 * 86400.0
+MAX_BUCKET_MB = 1e5
+
+
 class ConfigError(ValueError):
-    """Bad user input; the message is one line saying what was wrong and what was expected."""
+    """Bad user input; the message is one line saying what was wrong and what was expected.
+
+    `scope` says who can see it: "job" (the same on every rank: only rank 0 prints it), "host"
+    (this machine's GPUs: local rank 0 of each machine prints it) or "rank" (this rank's own
+    device or checkpoint: every rank that hits it prints it, prefixed with its rank)."""
+
+    def __init__(self, message: str = "", *, scope: str = "job"):
+        super().__init__(message)
+        self.scope = scope
 
 
 @dataclasses.dataclass(kw_only=True)
@@ -46,6 +61,8 @@ class TrainConfig:
     bucket_mb: float = 25.0  # gradient bucket size for overlapped allreduce (stanza, ddp)
     overwrite: bool = False  # allow --save/--metrics to replace existing files
     quiet: bool = False  # no progress bar
+    exact: bool = False  # GPU numerics equal to CPU within fp32 tolerance: TF32 off, deterministic cuDNN
+    backend: str = "auto"  # auto (nccl on cuda, gloo on cpu) | gloo (also: several ranks share a GPU) | nccl
     fc_conv_share: float = 0.0  # stanza: share of the global batch each FC worker also trains the CONV body on
     micro_batches: int = 1  # stanza: M chunks per CONV worker, exchanged as a pipeline (1: whole batch)
     boundary_dtype: str = "fp32"  # stanza: dtype of activations and their gradients on the wire (fp32|bf16|fp16)
@@ -54,12 +71,31 @@ class TrainConfig:
     compute: str = "real"  # real | replay (layer arithmetic replaced by waits: stanza_core/replay.py)
     replay_device: str | None = None  # replay: v100 | a100 | h100 (perf device table) or PATH.json profile
     dilation: float = 1.0  # replay: D, each replayed compute time is D x the device's
+    bn_stats: str = "global"  # batch-norm statistics: global (over the global batch, SyncBatchNorm semantics: equals local) | local (per data worker: not equal to local)
 
     def __post_init__(self):
+        for f in dataclasses.fields(self):  # every number finite, before any range check
+            value = getattr(self, f.name)
+            if isinstance(value, float) and not math.isfinite(value):
+                raise ConfigError(f"--{f.name.replace('_', '-')} must be a finite number, got {value}")
+        if self.bn_stats not in BN_STATS:
+            raise ConfigError(f"unknown --bn-stats {self.bn_stats!r}; expected one of {', '.join(BN_STATS)}")
+        if not 0 <= self.seed < MAX_SEED:
+            raise ConfigError(f"--seed must be in [0, {MAX_SEED}), got {self.seed}")
+        if self.fc_workers < 0:
+            raise ConfigError(f"--fc-workers must be >= 0, got {self.fc_workers}")
+        if self.timeout_s > MAX_TIMEOUT_S:
+            raise ConfigError(f"--timeout-s must be <= {MAX_TIMEOUT_S:.0f} (a week), got {self.timeout_s}")
+        if self.bucket_mb > MAX_BUCKET_MB:
+            raise ConfigError(f"--bucket-mb must be <= {MAX_BUCKET_MB:.0f}, got {self.bucket_mb}")
         if self.strategy not in STRATEGIES:
             raise ConfigError(f"unknown strategy {self.strategy!r}; expected one of {', '.join(STRATEGIES)}")
         if self.device not in DEVICES:
             raise ConfigError(f"unknown device {self.device!r}; expected one of {', '.join(DEVICES)}")
+        if self.backend not in BACKENDS:
+            raise ConfigError(f"unknown backend {self.backend!r}; expected one of {', '.join(BACKENDS)}")
+        if self.backend == "nccl" and self.device == "cpu":
+            raise ConfigError("--backend nccl needs CUDA tensors; use --device cuda (or --backend gloo on CPU)")
         for name in ("num_classes", "image_size", "global_batch", "steps"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(self, name)}")
@@ -99,6 +135,7 @@ class TrainConfig:
                                   ("grad_compression", "none")):
                 if getattr(self, name) != default:
                     raise ConfigError(f"--{name.replace('_', '-')} applies to stanza only, not {self.strategy}")
+        self._check_paths()
         for name in ("save", "metrics"):
             path = getattr(self, name)
             if path and os.path.exists(path) and not self.overwrite and not self.resume:
@@ -118,5 +155,40 @@ class TrainConfig:
         elif self.replay_device or self.dilation != 1.0:
             raise ConfigError("--replay-device and --dilation need --compute replay")
 
+    def _check_paths(self):
+        """Every output path can be written, checked now: a run never trains and then fails to save."""
+        if self.save and self.metrics and os.path.abspath(self.save) == os.path.abspath(self.metrics):
+            raise ConfigError(f"--save and --metrics name the same file {self.save}")
+        for name in ("save", "metrics"):
+            path = getattr(self, name)
+            if path:
+                check_writable(f"--{name}", path, folder=False)
+        if self.checkpoint_dir:
+            check_writable("--checkpoint-dir", self.checkpoint_dir, folder=True)
+
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
+
+
+def check_writable(flag: str, path: str, folder: bool) -> None:
+    """ConfigError (one line) unless `path` can be written as a file (folder=False) or used as a
+    folder (folder=True; created if missing). Missing parent folders are fine if they can be created."""
+    if path.strip() == "":
+        raise ConfigError(f"{flag}: empty path")
+    full = os.path.abspath(path)
+    if os.path.exists(full):
+        if folder and not os.path.isdir(full):
+            raise ConfigError(f"{flag} {path} is a file; expected a folder")
+        if not folder and os.path.isdir(full):
+            raise ConfigError(f"{flag} {path} is a folder; expected a file path")
+        if not os.access(full, os.W_OK):
+            raise ConfigError(f"{flag} {path} is not writable")
+        if folder:
+            return
+    parent = os.path.dirname(full)
+    while not os.path.exists(parent):  # the nearest existing ancestor must be a writable folder
+        parent = os.path.dirname(parent)
+    if not os.path.isdir(parent):
+        raise ConfigError(f"{flag} {path}: {parent} is a file, not a folder")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise ConfigError(f"{flag} {path}: folder {parent} is not writable")

@@ -6,13 +6,24 @@
 
 k = FC workers (stanza), S = dedicated parameter-server nodes (ps; 0 = one shard colocated with
 every worker), overlap = each gradient bucket pushed as the backward produces it.
+Stanza beyond the paper: share = each FC worker's share of the global batch on the CONV body,
+M = micro-batches, then "boundary dtype|gradient compression" when either is not exact:
+    config_label("stanza", 1, fc_conv_share=0.25, micro_batches=2)  -> "stanza k=1 share=0.25 M=2"
 """
 from __future__ import annotations
 
 
-def _parts(strategy: str, fc_workers: int | None, ps_servers: int, ps_overlap: bool) -> list[tuple[str, str]]:
+def _parts(strategy: str, fc_workers: int | None, ps_servers: int, ps_overlap: bool, fc_conv_share: float = 0.0,
+           micro_batches: int = 1, boundary_dtype: str = "fp32", grad_compression: str = "none") -> list[tuple[str, str]]:
     if strategy == "stanza":
-        return [("k", str(fc_workers or 1))]
+        out = [("k", str(fc_workers or 1))]
+        if fc_conv_share:
+            out.append(("share", f"{fc_conv_share:.3g}"))
+        if micro_batches > 1:
+            out.append(("M", str(micro_batches)))
+        if (boundary_dtype, grad_compression) != ("fp32", "none"):
+            out.append((f"{boundary_dtype}|{grad_compression}", ""))
+        return out
     out = []
     if strategy == "ps":
         if ps_servers:
@@ -22,9 +33,10 @@ def _parts(strategy: str, fc_workers: int | None, ps_servers: int, ps_overlap: b
     return out
 
 
-def config_label(strategy: str, fc_workers: int | None = 0, *, ps_servers: int = 0, ps_overlap: bool = False) -> str:
-    """The label a person reads: "ddp", "ps", "ps S=1 overlap", "stanza k=2"."""
-    parts = _parts(strategy, fc_workers, ps_servers, ps_overlap)
+def config_label(strategy: str, fc_workers: int | None = 0, *, ps_servers: int = 0, ps_overlap: bool = False,
+                 **stanza_options) -> str:
+    """The label a person reads: "ddp", "ps", "ps S=1 overlap", "stanza k=2", "stanza k=1 M=4"."""
+    parts = _parts(strategy, fc_workers, ps_servers, ps_overlap, **stanza_options)
     return " ".join([strategy] + [f"{a}={b}" if b else a for a, b in parts])
 
 

@@ -5,7 +5,8 @@
 Every keyword is a training CLI flag (`fc_workers=1` -> `--fc-workers 1`; True -> a bare flag).
 The job writes its metrics JSON (and, with save=..., the model) into `workdir`; the parsed
 metrics come back. A failing job raises JobError with the job's own one-line error if it printed
-one. For jobs on the emulated cluster (one network namespace per node) see stanza_core.netem.
+one. `train_model(model, ...)` does the same for a model object (say, a class defined in a
+notebook): no module file needed. For jobs on the emulated cluster (one network namespace per node) see stanza_core.netem.
 """
 from __future__ import annotations
 
@@ -47,7 +48,8 @@ def run_job(nodes: int, workdir: str | None = None, timeout_s: float = 1800, thr
     own_dir = workdir is None
     workdir = workdir or tempfile.mkdtemp(prefix="stanza-job-")
     os.makedirs(workdir, exist_ok=True)
-    name = f"{strategy}-{flags.get('model', 'model')}-n{nodes}-k{flags.get('fc_workers', 0)}"
+    model_tag = os.path.basename(str(flags.get("model", "model"))).replace(":", "_")  # a spec or a path: a file name
+    name = f"{strategy}-{model_tag}-n{nodes}-k{flags.get('fc_workers', 0)}"
     flags.setdefault("metrics", os.path.join(workdir, name + ".json"))
     flags.setdefault("quiet", True)
     flags.setdefault("overwrite", True)
@@ -68,3 +70,59 @@ def run_job(nodes: int, workdir: str | None = None, timeout_s: float = 1800, thr
 
         shutil.rmtree(workdir, ignore_errors=True)
     return metrics
+
+
+def train_model(model, *, nodes: int = 2, strategy: str = "stanza", image_size: int = 32,
+                workdir: str | None = None, timeout_s: float = 1800, threads: int = 1, **flags) -> dict:
+    """Train the nn.Module `model` itself on `nodes` local processes; its metrics JSON (parsed).
+
+        import torch.nn as nn, stanza_core
+        net = nn.Sequential(nn.Conv2d(3, 8, 3), nn.ReLU(), nn.AdaptiveAvgPool2d(4), nn.Flatten(),
+                            nn.Linear(128, 64), nn.ReLU(), nn.Linear(64, 10))
+        m = stanza_core.train_model(net, nodes=3, strategy="stanza", global_batch=24, steps=5)
+
+    The object is pickled by value (cloudpickle) to `workdir/model.model.pkl` and every rank
+    loads that copy, so all start from `model`'s current parameters (the seed no longer picks
+    them); `model` itself is left untouched (pass save=PATH to get the trained state_dict).
+    num_classes is read from the model's output. Other keywords are training CLI flags, as for
+    run_job. The model is checked here first (it runs on the input, returns logits, and under
+    stanza splits), so a bad model is a one-line ValueError before any process starts."""
+    import copy
+
+    import torch
+
+    from .models import PICKLED_SUFFIX, check_model, save_model_object
+    from .split import split_model
+
+    if not isinstance(model, torch.nn.Module):
+        raise ValueError(f"train_model needs an nn.Module, got {type(model).__name__}")
+    probe = copy.deepcopy(model).cpu()
+    shape = (3, image_size, image_size)
+    was = probe.training
+    probe.eval()
+    try:
+        with torch.no_grad():
+            out = probe(torch.zeros((1, *shape)))
+    except Exception as e:
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise ValueError(f"the model fails on an input of shape (1, {', '.join(map(str, shape))}): {first}") from None
+    probe.train(was)
+    if not isinstance(out, torch.Tensor) or out.dim() != 2:
+        raise ValueError(f"the model must return logits (batch, classes), got {type(out).__name__} "
+                         f"{tuple(out.shape) if isinstance(out, torch.Tensor) else ''}")
+    num_classes = flags.setdefault("num_classes", int(out.shape[1]))
+    check_model(probe, shape, num_classes, "the model")
+    if strategy == "stanza":
+        split_model(probe, flags.get("boundary"), input_shape=shape)  # SplitError: one line, nothing launched
+    own_dir = workdir is None
+    workdir = workdir or tempfile.mkdtemp(prefix="stanza-model-")
+    os.makedirs(workdir, exist_ok=True)
+    path = save_model_object(model, os.path.join(workdir, "model" + PICKLED_SUFFIX))
+    try:
+        return run_job(nodes, workdir=workdir, timeout_s=timeout_s, threads=threads, strategy=strategy,
+                       model=path, image_size=image_size, **flags)
+    finally:
+        if own_dir and "save" not in flags:
+            import shutil
+
+            shutil.rmtree(workdir, ignore_errors=True)

@@ -15,6 +15,7 @@ import contextlib
 import contextvars
 import importlib
 import inspect
+import os
 from typing import Callable
 
 import torch
@@ -41,6 +42,27 @@ def sample_keys(seed: int, step: int, positions: torch.Tensor):
         _SAMPLE_KEYS.reset(token)
 
 
+def keep_mask(seed: int, step: int, positions: torch.Tensor, layer_id: int, shape: tuple[int, ...], p: float,
+              device: torch.device | str = "cpu") -> torch.Tensor:
+    """Boolean keep-mask (len(positions), *shape) on `device`: row i from the generator keyed by
+    (seed, step, positions[i], layer_id), drawn on the CPU so every device draws the same bits.
+
+    For a CUDA device the uniforms are drawn into pinned host memory and copied without
+    blocking the host (a pageable copy would stall every forward until the GPU caught up);
+    the caching host allocator keeps the buffer alive until the copy is done."""
+    device = torch.device(device)
+    pinned = device.type == "cuda"
+    u = torch.empty((positions.numel(), *shape), pin_memory=pinned)
+    gen = torch.Generator(device="cpu")
+    for i, pos in enumerate(positions.tolist()):
+        # One generator stream per (seed, step, position, layer): a 64-bit mix of the four.
+        gen.manual_seed((seed * 1_000_003 + step) * 1_000_033 + pos * 101 + layer_id)
+        torch.rand(shape, generator=gen, out=u[i])
+    if pinned:
+        u = u.to(device, non_blocking=True)
+    return u >= p
+
+
 class SampleDropout(nn.Module):
     """nn.Dropout whose mask depends on the sample's key, not on the process's RNG state.
 
@@ -62,14 +84,8 @@ class SampleDropout(nn.Module):
         seed, step, positions = keys
         if positions.numel() != x.shape[0]:
             raise RuntimeError(f"sample_keys holds {positions.numel()} positions, batch has {x.shape[0]}")
-        gen = torch.Generator(device="cpu")
-        rows = []
-        for pos in positions.tolist():
-            # One generator stream per (seed, step, position, layer): a 64-bit mix of the four.
-            gen.manual_seed((seed * 1_000_003 + step) * 1_000_033 + pos * 101 + self.layer_id)
-            rows.append(torch.rand(x.shape[1:], generator=gen))
-        keep = (torch.stack(rows) >= self.p).to(device=x.device, dtype=x.dtype)
-        return x * keep / (1.0 - self.p)
+        keep = keep_mask(seed, step, positions, self.layer_id, tuple(x.shape[1:]), self.p, x.device)
+        return x * keep.to(x.dtype) / (1.0 - self.p)
 
     def extra_repr(self) -> str:
         return f"p={self.p}, layer_id={self.layer_id}"
@@ -159,9 +175,48 @@ MODEL_NAMES: tuple[str, ...] = tuple(_TORCHVISION) + tuple(_SMALL)
 MIN_IMAGE_SIZE = {"alexnet": 63, "inception_v3": 75, **{n: 32 for n in _TORCHVISION if n.startswith("vgg")}}
 
 
+PICKLED_SUFFIX = ".model.pkl"  # a model object saved by save_model_object (stanza_core.train_model)
+
+
 def is_factory_spec(name: str) -> bool:
     """True for a `package.module:factory` model spec (a user's model, not a zoo name)."""
-    return isinstance(name, str) and ":" in name
+    return isinstance(name, str) and ":" in name and not name.endswith(PICKLED_SUFFIX)
+
+
+def is_pickled_spec(name: str) -> bool:
+    return isinstance(name, str) and name.endswith(PICKLED_SUFFIX)
+
+
+def known_model(name: str) -> bool:
+    """A zoo name, a package.module:factory spec, or a saved model object (checked when built)."""
+    return isinstance(name, str) and (name in MODEL_NAMES or is_factory_spec(name) or is_pickled_spec(name))
+
+
+def save_model_object(model: nn.Module, path: str) -> str:
+    """Pickle `model` by value (cloudpickle: classes defined in a notebook travel too) to `path`,
+    which must end in .model.pkl; every rank of a job given `--model PATH` loads this object."""
+    import cloudpickle
+
+    if not path.endswith(PICKLED_SUFFIX):
+        raise ValueError(f"a saved model object's file name must end in {PICKLED_SUFFIX}, got {path!r}")
+    with open(path, "wb") as fh:
+        cloudpickle.dump(model, fh)
+    return path
+
+
+def load_model_object(path: str) -> nn.Module:
+    import pickle
+
+    if not os.path.isfile(path):
+        raise ValueError(f"model {path!r}: no such file")
+    try:
+        with open(path, "rb") as fh:
+            model = pickle.load(fh)  # the user's own file, written by save_model_object
+    except Exception as e:
+        raise ValueError(f"model {path!r}: cannot be loaded ({type(e).__name__}: {_one_line(e)})") from None
+    if not isinstance(model, nn.Module):
+        raise ValueError(f"model {path!r} holds a {type(model).__name__}, expected an nn.Module")
+    return model
 
 
 def load_factory(spec: str) -> Callable[..., nn.Module]:
@@ -218,6 +273,8 @@ def get_model(name: str, num_classes: int = 1000) -> nn.Module:
         raise ValueError(f"num_classes must be a positive integer, got {num_classes!r}")
     if is_factory_spec(name):
         return use_sample_dropout(build_from_factory(name, num_classes))
+    if is_pickled_spec(name):
+        return use_sample_dropout(load_model_object(name))
     if name not in MODEL_NAMES:
         raise ValueError(f"unknown model {name!r}; expected one of: {', '.join(MODEL_NAMES)} "
                          f"or package.module:factory")

@@ -96,9 +96,17 @@ def _has_conv(modules) -> bool:
     return any(isinstance(s, _CONV_TYPES) for m in modules for s in m.modules())
 
 
+def module_device(module: nn.Module) -> torch.device:
+    """Where `module` lives: the device of its first parameter or buffer (CPU if it has none)."""
+    for t in (*module.parameters(), *module.buffers()):
+        return t.device
+    return torch.device("cpu")
+
+
 def _boundary_values(model: nn.Module, cuts: list[_Cut], run_prefix, input_shape) -> list[int]:
-    """Boundary size per sample of each cut, from one forward pass on a 1-sample input."""
-    x = torch.zeros((1, *input_shape))
+    """Boundary size per sample of each cut, from one forward pass on a 1-sample input (eval
+    mode, on the model's device: BatchNorm running statistics are left untouched)."""
+    x = torch.zeros((1, *input_shape), device=module_device(model))
     was_training = model.training
     model.eval()
     try:
@@ -227,6 +235,7 @@ def split_model(model: nn.Module, boundary: str | None = None, *, input_shape=(3
             split = _split_sequential(model, boundary, input_shape, batch_size)
         else:
             split = _split_traced(model, boundary, input_shape, batch_size)
+        _check_all_params_placed(name, model, split)
         _probe(split, model, input_shape)
     except SplitError:
         raise
@@ -234,6 +243,18 @@ def split_model(model: nn.Module, boundary: str | None = None, *, input_shape=(3
         raise SplitError(f"{name} fails on an input of shape (1, {', '.join(map(str, input_shape))}) "
                          f"({_one_line(e)}); pass input_shape=(C, H, W) the model accepts") from None
     return split
+
+
+def _check_all_params_placed(name: str, model: nn.Module, split: SplitModel) -> None:
+    """Every parameter must live in one part: a module the traced forward never calls (an
+    auxiliary classifier that runs only in training mode, say) would be trained by nobody."""
+    placed = {id(p) for part in (split.conv, split.fc) for p in part.parameters()}
+    missing = [(n, p) for n, p in model.named_parameters() if id(p) not in placed]
+    if missing:
+        mods = sorted({n.rsplit(".", 1)[0].split(".")[0] for n, _ in missing})
+        raise SplitError(f"{name}: {sum(p.numel() for _, p in missing)} parameters ({', '.join(mods[:4])}) are in "
+                         "neither part, the traced forward never uses them (auxiliary heads? build the model "
+                         "without them, e.g. aux_logits=False)")
 
 
 def _one_line(e: BaseException) -> str:

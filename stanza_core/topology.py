@@ -106,10 +106,20 @@ class Topology:
         return slice(i * b, (i + 1) * b)
 
     def groups(self) -> dict[str, list[int]]:
-        """Process groups beyond WORLD, by name, in creation order (identical on every rank)."""
+        """Process groups beyond WORLD, by name, in creation order (identical on every rank).
+
+        Stanza also gets one two-rank group per CONV-FC pair (`pair_group`), which carries that
+        pair's activations and activation gradients: on NCCL each group is its own
+        communicator and stream, so an FC worker's exchanges with different CONV workers do
+        not run in posting order behind each other."""
         if self.strategy != "stanza":
             return {}
-        return {"conv": self.conv_group, "fc": self.fc_ranks}
+        pairs = {self.pair_group(i): [i, self.fc_worker_of(i)] for i in self.conv_ranks}
+        return {"conv": self.conv_group, "fc": self.fc_ranks, **pairs}
+
+    def pair_group(self, conv_rank: int) -> str:
+        """Name of the process group of CONV worker `conv_rank` and the FC worker serving it."""
+        return f"pair{conv_rank}"
 
     def shard_owner(self, shard: int) -> int:
         """Rank that serves parameter-server shard `shard` (colocated: rank s; dedicated: N + s)."""

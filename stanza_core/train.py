@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import math
 import os
 import statistics
 import sys
@@ -19,10 +20,12 @@ import time
 import torch
 
 from . import checkpoint, replay
+from .batchnorm import bn_layers, use_global_batch_stats
 from .comm import Comm, PeerError, report
 from .config import ConfigError, TrainConfig
 from .data import batch_indices, open_dataset
 from .models import MIN_IMAGE_SIZE, check_model, get_model
+from .numerics import numerics_record, set_numerics
 from .split import SplitError, SplitModel, split_model
 from .strategies import STRATEGY_CLASSES
 from .strategies.base import Batch, positions_of
@@ -67,15 +70,23 @@ def parse_config(argv: list[str] | None) -> TrainConfig:
     return TrainConfig(**vars(ns))
 
 
-def resolve_device(cfg: TrainConfig, local_rank: int) -> torch.device:
+def resolve_device(cfg: TrainConfig, local_rank: int, local_world: int | None = None) -> torch.device:
+    """This rank's device. CUDA: local rank i takes GPU i. More ranks on this machine than GPUs
+    is refused (NCCL cannot put two ranks on one GPU) unless --backend gloo, under which ranks
+    share the GPUs round-robin (collectives on CUDA tensors, P2P staged through host memory)."""
+    if local_world is None:
+        local_world = int(os.environ.get("LOCAL_WORLD_SIZE", 1))
     if cfg.device == "cuda" or (cfg.device == "auto" and torch.cuda.is_available()):
         if not torch.cuda.is_available():
-            raise ConfigError("--device cuda: no CUDA GPU is visible to this process (use --device cpu)")
-        if local_rank >= torch.cuda.device_count():
-            raise ConfigError(f"--device cuda: local rank {local_rank} has no GPU "
-                              f"({torch.cuda.device_count()} visible; one GPU per rank)")
-        torch.cuda.set_device(local_rank)
-        return torch.device("cuda", local_rank)
+            raise ConfigError("--device cuda: no CUDA GPU is visible to this process (use --device cpu)",
+                              scope="host")
+        count = torch.cuda.device_count()
+        if local_world > count and cfg.backend != "gloo":
+            raise ConfigError(f"--device {cfg.device}: {local_world} ranks on this machine but {count} GPU(s) "
+                              f"visible, and NCCL needs one GPU per rank; run at most {count} ranks per machine, "
+                              "add --backend gloo (ranks share GPUs), or use --device cpu", scope="host")
+        torch.cuda.set_device(local_rank % count)
+        return torch.device("cuda", local_rank % count)
     return torch.device("cpu")
 
 
@@ -89,6 +100,7 @@ class Prepared:
     model: torch.nn.Module  # on `device`, the same initial parameters on every rank
     split: SplitModel | None  # built once here (stanza), handed to the strategy
     resumed: tuple[int, dict] | None  # (next step, strategy state) when resuming
+    bn_sync: bool = False  # batch-norm statistics over the global batch (process group "bn")
 
 
 def prepare(cfg: TrainConfig) -> Prepared:
@@ -96,7 +108,10 @@ def prepare(cfg: TrainConfig) -> Prepared:
     rank, world = int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
     topo = make_topology(cfg.strategy, world, cfg.global_batch, cfg.fc_workers, cfg.ps_shards,
                          cfg.fc_conv_share, cfg.micro_batches, ps_servers=cfg.ps_servers)
+    set_numerics(cfg.exact)  # before any CUDA work: cuBLAS reads its workspace setting at init
     device = resolve_device(cfg, int(os.environ.get("LOCAL_RANK", 0)))
+    if cfg.backend == "nccl" and device.type != "cuda":
+        raise ConfigError("--backend nccl: no CUDA GPU here; use --backend gloo or auto", scope="host")
     if cfg.image_size < MIN_IMAGE_SIZE.get(cfg.model, 1):
         raise ConfigError(f"--image-size {cfg.image_size} is too small for {cfg.model}; "
                           f"expected >= {MIN_IMAGE_SIZE[cfg.model]}")
@@ -114,25 +129,50 @@ def prepare(cfg: TrainConfig) -> Prepared:
     if cfg.strategy == "stanza":  # split once, here: a model with no valid cut fails before the group forms
         split = split_model(model, cfg.boundary, input_shape=(3, cfg.image_size, cfg.image_size),
                             batch_size=cfg.global_batch // topo.data_workers)
+    bn_sync = cfg.bn_stats == "global" and topo.data_workers > 1 and bool(bn_layers(model))
+    if bn_sync and split is not None and bn_layers(split.fc):
+        raise ConfigError(f"{cfg.model}: batch norm on the FC side ({bn_layers(split.fc)[0][0]}) cannot use global "
+                          "batch statistics under stanza (an FC worker sees one CONV worker's samples at a time); "
+                          "pass --bn-stats local or a --boundary after it")
+    if bn_sync and cfg.fc_conv_share:
+        raise ConfigError(f"--fc-conv-share {cfg.fc_conv_share}: {cfg.model} has batch norm, and global batch statistics "
+                          "need equal CONV batches on every data worker; pass --bn-stats local or --fc-conv-share 0")
     resumed = None
     if cfg.resume:
         resumed = checkpoint.load(cfg.checkpoint_dir, rank, world, dataclasses.asdict(cfg))
     replay.prepare(cfg, model, cfg.global_batch // topo.data_workers)  # --compute replay: waits, no arithmetic
-    return Prepared(topo, device, dataset, model.to(device), split, resumed)
+    return Prepared(topo, device, dataset, model.to(device), split, resumed, bn_sync)
+
+
+class NonFiniteLoss(RuntimeError):
+    """The global loss of a step is NaN or infinite: the run stops before saving anything of it."""
 
 
 def run(cfg: TrainConfig) -> dict | None:
     prep = prepare(cfg)
-    comm = Comm.from_env(cfg.timeout_s, prep.device)
+    comm = Comm.from_env(cfg.timeout_s, prep.device, None if cfg.backend == "auto" else cfg.backend)
+    failed = True
     try:
-        return _train(cfg, prep, comm)
+        out = _train(cfg, prep, comm)
+        failed = False
+        return out
+    except NonFiniteLoss:
+        raise
+    except Exception as e:  # a dead peer surfaces wherever it is noticed: make it a PeerError
+        raise comm.peer_error(e) from None
     finally:
-        comm.close()
+        comm.close(failed=failed)  # after a failure: abort, never a destroy that can block
 
 
 def _train(cfg, prep: Prepared, comm) -> dict | None:
     topo, device, dataset, model = prep.topo, prep.device, prep.dataset, prep.model
-    comm.new_groups(topo.groups(), device)
+    groups = dict(topo.groups())
+    if prep.bn_sync:  # batch-norm statistics summed over the data workers, counted as bn_stats
+        groups["bn"] = topo.conv_ranks
+    comm.new_groups(groups, device)
+    if prep.bn_sync and comm.rank in topo.conv_ranks:
+        part = prep.split.conv if prep.split is not None else model
+        use_global_batch_stats(part, lambda t: comm.allreduce(t, "bn", "bn_stats"), topo.data_workers)
     if cfg.timeline:
         comm.enable_timeline()
     strategy = STRATEGY_CLASSES[cfg.strategy](model, cfg, topo, comm, device, prep.split)
@@ -169,11 +209,20 @@ def _train(cfg, prep: Prepared, comm) -> dict | None:
         try:
             with comm.counting():
                 share = strategy.step(t, batch)
-        except PeerError as e:
-            raise PeerError(f"{e} (step {t})") from None
+        except Exception as e:  # a dead peer, wherever the step noticed it: one line naming the step
+            err = comm.peer_error(e)
+            if isinstance(err, PeerError):
+                raise PeerError(f"{err} (step {t})") from None
+            raise
         sync()
         times.append(time.perf_counter() - t0)
         losses.append(share)
+        # every rank learns the global loss (uncounted, outside the step); replayed values mean nothing
+        total = comm.sum_scalar(share) if cfg.compute == "real" else 0.0
+        if not math.isfinite(total):
+            last = _last_checkpoint(cfg, start, t)
+            raise NonFiniteLoss(f"the loss is {total} at step {t}: run stopped, nothing of this step saved"
+                                + (f"; last good checkpoint: step {last} in {cfg.checkpoint_dir}" if last else ""))
         if cfg.checkpoint_dir and cfg.checkpoint_every and (t + 1) % cfg.checkpoint_every == 0 and t + 1 < cfg.steps:
             checkpoint.save(cfg.checkpoint_dir, comm.rank, topo.world_size, t + 1, cfg.to_dict(), strategy.checkpoint_state())
     if cfg.checkpoint_dir:
@@ -192,6 +241,14 @@ def _train(cfg, prep: Prepared, comm) -> dict | None:
     if cfg.metrics:
         _atomic_write(cfg.metrics, json.dumps(metrics, indent=1))
     return metrics
+
+
+def _last_checkpoint(cfg, start: int, t: int) -> int | None:
+    """Step of the newest checkpoint written before step t (None if none)."""
+    if not cfg.checkpoint_dir:
+        return None
+    every = [s for s in range(start + 1, t + 1) if cfg.checkpoint_every and s % cfg.checkpoint_every == 0]
+    return every[-1] if every else (start if start else None)
 
 
 def build_metrics(cfg, topo, device, start, everyone, replayed: dict | None = None) -> dict:
@@ -218,7 +275,8 @@ def build_metrics(cfg, topo, device, start, everyone, replayed: dict | None = No
         "config": {**cfg.to_dict(), "world_size": topo.world_size, "data_workers": topo.data_workers,
                    "fc_workers_effective": topo.fc_workers, "ps_shards_effective": topo.ps_shards,
                    "ps_server_ranks": topo.server_ranks if topo.ps_servers else [],
-                   "device_type": device.type, "torch": torch.__version__},
+                   "device_type": device.type, "torch": torch.__version__,
+                   "backend": _backend_name(), "numerics": numerics_record(cfg.exact)},
         "steps": steps,
         "throughput": cfg.global_batch * len(timed) / sum(timed) if timed and sum(timed) > 0 else None,
         "step_time_median_s": statistics.median(timed) if timed else None,
@@ -253,6 +311,12 @@ def _step_origins(everyone) -> list[float]:
     return [min(s[i] for s in starts if i < len(s)) for i in range(max(map(len, starts), default=0))]
 
 
+def _backend_name() -> str:
+    import torch.distributed as dist
+
+    return dist.get_backend() if dist.is_available() and dist.is_initialized() else "none"
+
+
 def _atomic_write(path: str, text: str):
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     tmp = path + ".tmp"
@@ -268,19 +332,50 @@ def _atomic_torch_save(obj, path: str):
     os.replace(tmp, path)
 
 
+def error_line(e: Exception, rank: int, local_rank: int) -> str | None:
+    """The line this rank prints for bad input, or None when another rank prints it.
+
+    A job-wide error (the same on every rank) is printed once, by rank 0; an error about this
+    machine's GPUs once per machine, by its local rank 0; an error about this rank's own
+    device or checkpoint by every rank that hits it, prefixed with its rank."""
+    scope = getattr(e, "scope", "job")
+    if scope == "rank":
+        return f"error: rank {rank}: {e}"
+    if scope == "host":
+        return f"error: rank {rank}: {e}" if local_rank == 0 else None
+    return f"error: {e}" if rank == 0 else None
+
+
 def main(argv: list[str] | None = None) -> int:
     rank = int(os.environ.get("RANK", 0))
     try:
         cfg = parse_config(argv)
         run(cfg)
     except (ConfigError, SplitError, _ArgError) as e:
+        line = error_line(e, rank, int(os.environ.get("LOCAL_RANK", 0)))
+        if line:
+            print(line, file=sys.stderr)
+        return 2
+    except NonFiniteLoss as e:  # every rank knows (the loss is summed over ranks): rank 0 says it
         if rank == 0:
             print(f"error: {e}", file=sys.stderr)
-        return 2
+        return _exit_now(1)
     except PeerError as e:
         print(f"error: {e}", file=sys.stderr)
-        return 1
+        return _exit_now(1)
     return 0
+
+
+def _exit_now(code: int) -> int:
+    """With a process group up, leave at once: interpreter shutdown would tear down a broken group
+    (gloo threads blocked on a dead peer abort the process, 'terminate called...')."""
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        sys.stderr.flush()
+        sys.stdout.flush()
+        os._exit(code)
+    return code
 
 
 if __name__ == "__main__":

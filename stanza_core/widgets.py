@@ -5,7 +5,10 @@
 
 Controls: model, nodes N, link bandwidth (Gb/s per direction), per-message latency (us),
 global batch, device profile (a row of the device table), k FC workers and the strategy whose
-communication the diagram draws. Every change re-runs `perf.best_assignment` and `perf.predict`
+communication the diagram draws; beyond the paper, the chosen stanza's FC share (each FC worker
+also runs the CONV body on this share of the global batch, snapped to a share giving whole
+samples), micro-batches M and compression (boundary dtype | CONV gradient compression), and
+whether the optimiser searches k x share x M (off: the paper's k only) and may recommend compression. Every change re-runs `perf.best_assignment` and `perf.predict`
 (closed form, milliseconds) and redraws five views: throughput against k, the time breakdown of
 one step, bytes per node by category, the optimiser's recommendation, and who sends what to
 whom. Figures are plain plotly figures (`viz.assignment`) written into `ipywidgets.Output`s in
@@ -18,6 +21,7 @@ so these are the assignments that can actually be run.
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -25,8 +29,9 @@ import ipywidgets as W
 import plotly.graph_objects as go
 from IPython.display import display
 
-from .models import MODEL_NAMES
+from .models import MODEL_NAMES, known_model
 from .perf import DEVICE_TABLE, Cluster, best_assignment, named_profile, predict
+from .perf.optimize import COMPRESSIONS, MICRO_BATCHES, PAPER, share_grid
 from .viz import assignment as va
 
 DEFAULT_MODELS = ("alexnet", "vgg16", "vgg19", "resnet50")
@@ -38,8 +43,8 @@ def _check(models: Sequence[str], model: str, nodes: int, max_nodes: int, bandwi
            global_batch: int, device: str, fc_workers: int, strategy: str, image_size: int) -> None:
     """One-line ValueError for the first bad argument (before any widget exists)."""
     for m in models:
-        if m not in MODEL_NAMES:
-            raise ValueError(f"unknown model {m!r}; expected one of: {', '.join(MODEL_NAMES)}")
+        if not known_model(m):
+            raise ValueError(f"unknown model {m!r}; expected one of: {', '.join(MODEL_NAMES)} or package.module:factory")
     if model not in models:
         raise ValueError(f"model {model!r} is not among models {list(models)}")
     if isinstance(max_nodes, bool) or not isinstance(max_nodes, int) or max_nodes < 2:
@@ -83,10 +88,18 @@ class Explorer:
     def __init__(self, *, models: Sequence[str] = DEFAULT_MODELS, model: str = "vgg16", nodes: int = 8,
                  bandwidth_gbps: float = 10.0, latency_us: float = 50.0, global_batch: int = 256,
                  device: str = "v100", fc_workers: int = 0, strategy: str = "stanza", image_size: int = 224,
-                 max_nodes: int = 64):
+                 max_nodes: int = 64, fc_conv_share: float = 0.0, micro_batches: int = 1,
+                 compression: str = "fp32|none", allow_compression: bool = False, search_beyond: bool = False):
         models = list(models)
         _check(models, model, nodes, max_nodes, bandwidth_gbps, latency_us, global_batch, device, fc_workers,
                strategy, image_size)
+        if isinstance(fc_conv_share, bool) or not isinstance(fc_conv_share, (int, float)) or not 0 <= fc_conv_share <= 0.5:
+            raise ValueError(f"fc_conv_share must be a number in [0, 0.5], got {fc_conv_share!r}")
+        if micro_batches not in MICRO_BATCHES:
+            raise ValueError(f"micro_batches must be one of {', '.join(map(str, MICRO_BATCHES))}, got {micro_batches!r}")
+        if compression not in [f"{d}|{c}" for d, c in COMPRESSIONS]:
+            raise ValueError(f"compression must be one of {', '.join(f'{d}|{c}' for d, c in COMPRESSIONS)}, "
+                             f"got {compression!r}")
         self.image_size = image_size
         style = {"description_width": "150px"}
         layout = W.Layout(width="460px")
@@ -108,6 +121,17 @@ class Explorer:
                                       style=style, layout=layout, continuous_update=False),
             "strategy": W.ToggleButtons(options=list(STRATEGIES), value=strategy, description="diagram of",
                                         style=style),
+            "fc_conv_share": W.FloatSlider(value=float(fc_conv_share), min=0.0, max=0.5, step=0.005, readout_format=".3f",
+                                           description="FC share of batch", style=style, layout=layout,
+                                           continuous_update=False),
+            "micro_batches": W.Dropdown(options=list(MICRO_BATCHES), value=micro_batches, description="micro-batches M",
+                                        style=style, layout=layout),
+            "compression": W.Dropdown(options=[f"{d}|{c}" for d, c in COMPRESSIONS], value="fp32|none",
+                                      description="boundary|grad compr.", style=style, layout=layout),
+            "search_beyond": W.Checkbox(value=bool(search_beyond), description="optimiser searches share x M",
+                                        style=style, layout=layout),
+            "allow_compression": W.Checkbox(value=bool(allow_compression), description="optimiser may compress", style=style,
+                                            layout=layout),
         }
         self.status = W.HTML()
         self.outputs = {key: W.Output() for key in FIGURES}
@@ -115,6 +139,7 @@ class Explorer:
         self.assignment = None
         self.chosen = None
         self.updates = 0  # how many times the views were recomputed (tests, debugging)
+        self.last_update_ms = None  # wall time of the last redraw (model + figures)
         self._follow_k = fc_workers == 0  # k follows the optimiser until someone moves it
         self._busy = False
         for name, w in self.controls.items():
@@ -164,8 +189,15 @@ class Explorer:
         g, n, k = v["global_batch"], v["nodes"], v["fc_workers"]
         if g < n:
             raise ValueError(f"global batch {g} is smaller than the {n} nodes: every data worker needs a sample")
-        a = best_assignment(profile, cluster, g, fc_workers=range(1, n // 2 + 1))
-        stanza = predict(profile, cluster, "stanza", k, g)
+        wide = v["search_beyond"]
+        a = best_assignment(profile, cluster, g, fc_workers=range(1, n // 2 + 1), shares="auto" if wide else (0.0,),
+                            micro_batches=MICRO_BATCHES if wide else (1,),
+                            compressions=COMPRESSIONS if v["allow_compression"] else PAPER)
+        valid = share_grid(g, n, k, limit=1 << 30)  # the share the engine can run nearest to the slider
+        share = min(valid, key=lambda x: abs(x - v["fc_conv_share"])) if v["fc_conv_share"] > 0 else 0.0
+        dtype, comp = v["compression"].split("|")
+        stanza = predict(profile, cluster, "stanza", k, g, fc_conv_share=share, micro_batches=v["micro_batches"],
+                         boundary_dtype=dtype, grad_compression=comp)
         preds = [predict(profile, cluster, s, None, g) for s in ("ps", "ddp")] + [stanza]
         chosen = {"stanza": stanza, "ps": preds[0], "ddp": preds[1]}[v["strategy"]]
         return a, preds, chosen
@@ -173,8 +205,10 @@ class Explorer:
     def update(self) -> None:
         """Recompute everything and redraw; a refused combination is shown, not raised (a widget
         callback's exception would only reach the browser's log)."""
+        t0 = time.perf_counter()
         try:
             a, preds, chosen = self.compute()
+            model_ms = 1e3 * (time.perf_counter() - t0)
         except ValueError as e:
             self.status.value = f"<span style='color:#b00'>Cannot predict this configuration: {e}</span>"
             return
@@ -185,10 +219,13 @@ class Explorer:
             "bytes": va.bytes_per_node(preds),
             "diagram": va.assignment_diagram(chosen),
         }
-        self.status.value = va.recommendation_html(a, preds[-1])
+        self.status.value = (va.recommendation_html(a, preds[-1])
+                             + f"<br><small>optimiser and model: {model_ms:.0f} ms this redraw "
+                             f"({len(a.ranking)} configurations).</small>")
         for key, out in self.outputs.items():
             out.outputs = (figure_output(self.figures[key]),)
         self.updates += 1
+        self.last_update_ms = 1e3 * (time.perf_counter() - t0)  # model + figures of one redraw
 
     def results(self) -> dict[str, Any]:
         """The current settings and the model's answers (for results.json)."""
@@ -199,6 +236,7 @@ class Explorer:
                 "speedup_vs_ddp": a.speedup_vs_ddp, "speedup_vs_ps": a.speedup_vs_ps,
                 "throughput": {va.describe(p): p.throughput for p in a.ranking},
                 "chosen": {k: v for k, v in self.chosen.to_dict().items() if k != "ranks"},
+                "last_update_ms": self.last_update_ms,
                 "predictions": [{k: v for k, v in p.to_dict().items() if k != "ranks"} for p in self.predictions]}
 
     @property
@@ -206,8 +244,10 @@ class Explorer:
         c = self.controls
         left = W.VBox([c["model"], c["device"], c["nodes"], c["fc_workers"]])
         right = W.VBox([c["bandwidth_gbps"], c["latency_us"], c["global_batch"], c["strategy"]])
+        beyond = W.HBox([W.VBox([c["fc_conv_share"], c["micro_batches"]]),
+                         W.VBox([c["compression"], c["search_beyond"], c["allow_compression"]])])
         o = self.outputs
-        return W.VBox([W.HBox([left, right]), self.status, o["throughput"], o["diagram"], o["bytes"], o["breakdown"]])
+        return W.VBox([W.HBox([left, right]), beyond, self.status, o["throughput"], o["diagram"], o["bytes"], o["breakdown"]])
 
     def _ipython_display_(self) -> None:
         display(self.ui)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from ..models import MIN_IMAGE_SIZE, MODEL_NAMES
+from ..models import MIN_IMAGE_SIZE, MODEL_NAMES, known_model
 
 MEASURED_STRATEGIES = ("ps", "ddp", "stanza")
 
@@ -70,8 +70,8 @@ def model_names(values, image_size: int | None = None, *, name: str = "models") 
 
 
 def model_fits(model: str, image_size: int | None, *, name: str = "image_size") -> str:
-    if model not in MODEL_NAMES:
-        raise ValueError(f"unknown model {model!r}; expected one of: {', '.join(MODEL_NAMES)}")
+    if not known_model(model):
+        raise ValueError(f"unknown model {model!r}; expected one of: {', '.join(MODEL_NAMES)} or package.module:factory")
     if image_size is not None:
         positive_int(name, image_size)
         if image_size < MIN_IMAGE_SIZE.get(model, 1):

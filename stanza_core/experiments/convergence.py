@@ -13,6 +13,11 @@ on all digits (the training distribution) is reported.
 
 Wall time is training time: the sum of the steps' times (slowest rank each step); job start-up,
 checkpoints and evaluation are left out.
+
+Beyond the paper (VARIANTS, listed among `strategies` like the others): stanza with hybrid FC
+workers and micro-batches (exact: it must equal local like stanza), and stanza with each
+opt-in compression (bf16 boundary, fp16 / PowerSGD CONV gradients: not exact), so each option's
+loss is seen against exact training over the whole run.
 """
 from __future__ import annotations
 
@@ -30,6 +35,13 @@ from ..models import get_model
 from ..nbtools import check_models, resolve_device
 
 STRATEGIES = ("local", "ps", "ddp", "stanza")
+# stanza variants: name -> engine options (fc_conv_share "max": the largest share share_grid allows)
+VARIANTS = {
+    "stanza_hybrid_m2": {"fc_conv_share": "max", "micro_batches": 2},  # exact
+    "stanza_bf16": {"boundary_dtype": "bf16"},
+    "stanza_fp16_grads": {"grad_compression": "fp16"},
+    "stanza_powersgd": {"grad_compression": "powersgd"},
+}
 DATASET = "digits"
 EVAL_BATCH = 512
 GAP = 1e-4  # a loss difference from local above this is more than float summation order
@@ -48,13 +60,14 @@ def plan(*, model: str = "tiny_cnn", nodes: int = 3, fc_workers: int = 1, global
         raise ValueError(f"fc_workers {fc_workers} needs nodes >= {2 * fc_workers} (every FC worker serves at "
                          f"least one CONV worker), got nodes {nodes}")
     names = [s.strip() for s in strategies.split(",")] if isinstance(strategies, str) else list(strategies)
-    bad = [s for s in names if s not in STRATEGIES]
+    bad = [s for s in names if s not in STRATEGIES and s not in VARIANTS]
     if bad or not names or len(set(names)) != len(names):
-        raise ValueError(f"strategies must be distinct names from {', '.join(STRATEGIES)}, got {strategies!r}")
+        raise ValueError(f"strategies must be distinct names from {', '.join(STRATEGIES + tuple(VARIANTS))}, "
+                         f"got {strategies!r}")
     if "local" not in names:
         raise ValueError("strategies must include local: it is the reference the others are compared with")
     for s in names:
-        workers = {"local": 1, "stanza": nodes - fc_workers}.get(s, nodes)
+        workers = 1 if s == "local" else (nodes - fc_workers if s.startswith("stanza") else nodes)
         if global_batch % workers:
             raise ValueError(f"global_batch {global_batch} does not split evenly over the {workers} data workers "
                              f"of {s} (N = {nodes}, k = {fc_workers})")
@@ -65,7 +78,23 @@ def plan(*, model: str = "tiny_cnn", nodes: int = 3, fc_workers: int = 1, global
     return {"model": model, "nodes": nodes, "fc_workers": fc_workers, "global_batch": global_batch, "steps": steps,
             "eval_steps": ends, "image_size": image_size, "num_classes": 10, "lr": float(lr),
             "momentum": float(momentum), "seed": seed, "strategies": names, "device": resolve_device(device),
-            "dataset": DATASET}
+            "dataset": DATASET, "options": {s: variant_options(s, nodes, fc_workers, global_batch)
+                                            for s in names if s in VARIANTS}}
+
+
+def variant_options(name: str, nodes: int, fc_workers: int, global_batch: int) -> dict[str, Any]:
+    """The engine options of a stanza variant for this cluster and batch (one-line ValueError
+    when the batch leaves no share of whole samples for a hybrid FC worker)."""
+    from ..perf.optimize import share_grid
+
+    opts = dict(VARIANTS[name])
+    if opts.get("fc_conv_share") == "max":
+        shares = [x for x in share_grid(global_batch, nodes, fc_workers) if x > 0]
+        if not shares:
+            raise ValueError(f"{name}: global_batch {global_batch} gives an FC worker no share of whole samples "
+                             f"on {nodes} nodes with k = {fc_workers}")
+        opts["fc_conv_share"] = shares[-1]
+    return opts
 
 
 def heldout_indices(p: dict[str, Any]) -> tuple[list[int], int]:
@@ -95,18 +124,20 @@ def accuracy(model_name: str, state_path: str, image_size: int, num_classes: int
     return correct / len(idx)
 
 
-def _train_one(p: dict[str, Any], strategy: str, work: str, heldout: list[int]) -> dict[str, Any]:
-    nodes = 1 if strategy == "local" else p["nodes"]
-    ckpt = os.path.join(work, strategy, "ckpt")
+def _train_one(p: dict[str, Any], name: str, work: str, heldout: list[int]) -> dict[str, Any]:
+    nodes = 1 if name == "local" else p["nodes"]
+    options = p.get("options", {}).get(name, {})
+    strategy = "stanza" if name in VARIANTS else name
+    ckpt = os.path.join(work, name, "ckpt")
     steps, evals, start = [], [], 0
     for end in p["eval_steps"]:
-        save = os.path.join(work, strategy, f"model-{end}.pt")
-        m = run_job(nodes, os.path.join(work, strategy), strategy=strategy, model=p["model"],
+        save = os.path.join(work, name, f"model-{end}.pt")
+        m = run_job(nodes, os.path.join(work, name), strategy=strategy, model=p["model"],
                     num_classes=p["num_classes"], image_size=p["image_size"], global_batch=p["global_batch"],
                     steps=end, lr=p["lr"], momentum=p["momentum"], seed=p["seed"], dataset=DATASET,
                     fc_workers=p["fc_workers"] if strategy == "stanza" else None, device=p["device"],
                     checkpoint_dir=ckpt, resume=start > 0, save=save,
-                    metrics=os.path.join(work, strategy, f"metrics-{end}.json"))
+                    metrics=os.path.join(work, name, f"metrics-{end}.json"), **options)
         if [s["step"] for s in m["steps"]] != list(range(start, end)):
             raise RuntimeError(f"{strategy}: segment {start}..{end} reported steps {[s['step'] for s in m['steps']]}")
         steps += [{"step": s["step"], "loss": s["loss"], "time_s": s["time_s"]} for s in m["steps"]]
@@ -120,7 +151,7 @@ def _train_one(p: dict[str, Any], strategy: str, work: str, heldout: list[int]) 
     for s in steps:
         wall += s["time_s"]
         s["wall_s"] = wall
-    return {"strategy": strategy, "nodes": nodes, "fc_workers": p["fc_workers"] if strategy == "stanza" else None,
+    return {"strategy": strategy, "options": options, "nodes": nodes, "fc_workers": p["fc_workers"] if strategy == "stanza" else None,
             "steps": steps, "evals": evals, "final_loss": steps[-1]["loss"], "final_accuracy": evals[-1]["accuracy_all"],
             "final_accuracy_heldout": evals[-1]["accuracy_heldout"], "train_time_s": wall,
             "step_time_median_s": m["step_time_median_s"]}

@@ -95,12 +95,50 @@ def _failure(cl: EmulatedCluster, procs: list, log_dir: Path, grace_s: float) ->
                        prefix=cl.prefix)
 
 
-def node_env(cl: EmulatedCluster, i: int, extra: dict | None = None) -> dict:
+def gpu_plan(nodes: int, device: str = "auto", gpus: int | None = None) -> bool:
+    """Whether the emulated nodes run on GPUs: one GPU per node (node i -> GPU i).
+
+    device "cpu": never. "cuda": refuse (NetemError) when there are fewer GPUs than nodes.
+    "auto": GPUs if there are enough of them, else CPU for every node (said on stderr when
+    some GPUs are present). `gpus` defaults to torch.cuda.device_count()."""
+    if device == "cpu":
+        return False
+    if gpus is None:
+        import torch
+
+        gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if gpus >= nodes:
+        return True
+    if device == "cuda":
+        raise NetemError(f"--device cuda: {nodes} emulated nodes need one GPU each, {gpus} visible; "
+                         f"use at most {gpus} nodes or --device cpu")
+    if gpus:
+        print(f"netem: {nodes} nodes but {gpus} GPU(s): every node runs on CPU", file=sys.stderr)
+    return False
+
+
+def gpu_env(i: int, iface: str, node_id: str, visible: str | None = None) -> dict:
+    """Environment of emulated node i on a GPU host: GPU i only, and NCCL forced onto its socket
+    transport over the node's veth (so every byte crosses the shaped link): peer-to-peer,
+    shared-memory, NVLink SHARP and InfiniBand transports off, and a host id of its own, so
+    NCCL treats the nodes as separate machines. `visible`: the host's CUDA_VISIBLE_DEVICES."""
+    ids = [v.strip() for v in visible.split(",") if v.strip()] if visible else None
+    return {"CUDA_VISIBLE_DEVICES": ids[i] if ids else str(i),
+            "NCCL_SOCKET_IFNAME": iface, "NCCL_NET": "Socket", "NCCL_P2P_DISABLE": "1",
+            "NCCL_SHM_DISABLE": "1", "NCCL_IB_DISABLE": "1", "NCCL_NVLS_ENABLE": "0",
+            "NCCL_HOSTID": node_id}
+
+
+def node_env(cl: EmulatedCluster, i: int, extra: dict | None = None, *, gpu: bool = False) -> dict:
     env = dict(os.environ)
     iface = cl.nodes[i].iface
     env.update(GLOO_SOCKET_IFNAME=iface, NCCL_SOCKET_IFNAME=iface, TP_SOCKET_IFNAME=iface,
                PYTHONUNBUFFERED="1",
                PYTHONPATH=os.pathsep.join(p for p in (PACKAGE_ROOT, env.get("PYTHONPATH")) if p))
+    if gpu:
+        env.update(gpu_env(i, iface, f"{cl.prefix}-node{i}", os.environ.get("CUDA_VISIBLE_DEVICES")))
+    else:  # CPU nodes: hide GPUs, so --device auto means CPU on every node alike
+        env["CUDA_VISIBLE_DEVICES"] = ""
     # All nodes share this host's cores: without a cap each rank would start one thread per
     # core and the ranks would fight over them.
     env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // len(cl.nodes))))
@@ -110,7 +148,7 @@ def node_env(cl: EmulatedCluster, i: int, extra: dict | None = None) -> dict:
 
 def launch(cl: EmulatedCluster, entry: list[str], *, timeout_s: float = 600.0,
            log_dir: str | Path, env: dict | None = None, master_port: int = MASTER_PORT,
-           poll_s: float = 0.1) -> float:
+           poll_s: float = 0.1, gpu: bool = False) -> float:
     """Run ``torchrun ... <entry>`` on every node; returns the wall time once all exit 0.
 
     ``entry`` is what follows torchrun's own options: ``["-m", "stanza_core.train", ...]`` or
@@ -132,7 +170,7 @@ def launch(cl: EmulatedCluster, entry: list[str], *, timeout_s: float = 600.0,
             files += [out, err]
             # Own session: a Ctrl-C in the terminal reaches only this launcher, which then
             # stops the nodes and removes the cluster in order.
-            procs.append(cl.exec(i, argv, stdout=out, stderr=err, env=node_env(cl, i, env),
+            procs.append(cl.exec(i, argv, stdout=out, stderr=err, env=node_env(cl, i, env, gpu=gpu),
                                  start_new_session=True))
         while True:
             codes = [p.poll() for p in procs]
@@ -159,13 +197,17 @@ def launch(cl: EmulatedCluster, entry: list[str], *, timeout_s: float = 600.0,
             f.close()
 
 
-def _metrics_path(train_args: list[str]) -> str | None:
+def _flag(train_args: list[str], name: str) -> str | None:
     for k, a in enumerate(train_args):
-        if a == "--metrics" and k + 1 < len(train_args):
+        if a == name and k + 1 < len(train_args):
             return train_args[k + 1]
-        if a.startswith("--metrics="):
+        if a.startswith(name + "="):
             return a.split("=", 1)[1]
     return None
+
+
+def _metrics_path(train_args: list[str]) -> str | None:
+    return _flag(train_args, "--metrics")
 
 
 def run_training(nodes: int, rate_mbit: float, train_args: list[str], *, delay_ms: float = 0.0,
@@ -187,11 +229,12 @@ def run_training(nodes: int, rate_mbit: float, train_args: list[str], *, delay_m
             metrics = str(Path(tmp) / "metrics.json")
             train_args += ["--metrics", metrics]
         metrics = os.path.abspath(metrics)
+        gpu = gpu_plan(nodes, _flag(train_args, "--device") or "auto")
         with EmulatedCluster(nodes, rate_mbit, delay_ms, mtu=mtu) as cl:
             before = cl.counters()
             try:
                 wall = launch(cl, ["-m", "stanza_core.train", *train_args], timeout_s=timeout_s,
-                              log_dir=log_dir, env=env)
+                              log_dir=log_dir, env=env, gpu=gpu)
             except NodeFailure as e:
                 if not quiet and e.tail:
                     print(f"--- last stderr lines of node {e.node} ---\n{e.tail}",

@@ -3,6 +3,8 @@
   python -m stanza_core.perf --model vgg16 --nodes 16 --gbps 10 --device v100
   python -m stanza_core.perf --model alexnet --sweep --out sweep.json
   python -m stanza_core.perf --profile measured.json --device measured --nodes 4 --gbps 0.08
+  python -m stanza_core.perf calibrate --model vgg16 --batch 32 --out gpu.json   (on a GPU)
+  python -m stanza_core.perf --model vgg16 --device gpu.json                     (a DeviceProfile JSON)
 
 Bad arguments print one line and exit with status 2.
 """
@@ -50,7 +52,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="python -m stanza_core.perf",
                 description="Rank ps, ddp and stanza (every k) for a model on a cluster, by the performance model.")
     src = p.add_mutually_exclusive_group()
-    src.add_argument("--model", default="vgg16", help="zoo model name (default vgg16)")
+    src.add_argument("--model", default="vgg16", help="zoo model name or package.module:factory (default vgg16)")
     src.add_argument("--profile", help="Profile JSON (Profile.to_dict), e.g. measured with time=True")
     p.add_argument("--image-size", type=int, default=224, help="square input size for --model (default 224)")
     p.add_argument("--num-classes", type=int, default=1000, help="classes for --model (default 1000)")
@@ -59,7 +61,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--latency-us", type=float, default=DEFAULT_LATENCY_S * 1e6,
                    help=f"per-message latency in microseconds (default {DEFAULT_LATENCY_S * 1e6:g})")
     p.add_argument("--device", default="v100",
-                   help=f"{', '.join(DEVICE_TABLE)} (table) or 'measured' (times of --profile)")
+                   help=f"{', '.join(DEVICE_TABLE)} (table), 'measured' (times of --profile) "
+                   "or PATH.json (a DeviceProfile, e.g. from `perf calibrate`)")
     batch = p.add_mutually_exclusive_group()
     batch.add_argument("--global-batch", type=int, help="global batch, split over the data workers")
     batch.add_argument("--batch-per-worker", type=int,
@@ -85,6 +88,11 @@ def build_parser() -> argparse.ArgumentParser:
 def _device(args, profile):
     if args.device == "measured":
         return DeviceProfile.from_profile(profile)
+    if args.device.endswith(".json"):  # e.g. written by `perf calibrate`
+        try:
+            return DeviceProfile(**json.loads(Path(args.device).read_text()))
+        except (OSError, ValueError, TypeError) as e:
+            raise ValueError(f"--device {args.device} is not a DeviceProfile JSON ({type(e).__name__}: {e})") from None
     if args.device.lower() not in DEVICE_TABLE:
         raise ValueError(f"unknown device {args.device!r}; expected one of: {', '.join(DEVICE_TABLE)}, measured")
     return args.device.lower()
@@ -125,6 +133,10 @@ def _print_ranking(profile, cluster, a, top: int) -> None:
 
 
 def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["calibrate"]:
+        from .calibrate import main as calibrate_main
+        return calibrate_main(argv[1:])
     args = build_parser().parse_args(argv)
     try:
         for name in ("nodes", "image_size", "num_classes", "top", "global_batch", "batch_per_worker", "ps_shards"):

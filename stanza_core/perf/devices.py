@@ -5,7 +5,10 @@ floor per call; one call on a batch of b samples takes `max(call_s, b * per_samp
 roofline (the part is compute-bound at large b, bound by streaming its weights at small b).
 A measured profile has floors of 0, because its per-sample times were taken at a real batch.
 
-Table-derived times (every number below that is not a vendor peak is an assumption):
+Table-derived times: with layer rows, each layer is costed by kind (compute.py: 3x3 stride-1
+convolutions with an algorithmic factor, other convolutions, GEMMs, memory-bound batch norm /
+ReLU / pooling by bytes moved), with efficiencies fitted to published measurements; without
+layer rows (a hand-made profile):
   forward FLOPs per sample from the profile (torch's FLOP counter, a multiply-add = 2 FLOPs);
   backward = 2 x forward (gradients of inputs and of weights: the usual "fwd+bwd = 3x fwd");
   sustained FLOP/s = vendor peak of the math the framework uses x an efficiency;
@@ -37,6 +40,7 @@ class DeviceSpec:
     fc_efficiency: float  # assumption: sustained / peak for the FC head when compute-bound
     mem_efficiency: float  # assumption: achievable / peak memory bandwidth
     note: str
+    winograd_factor: float = 1.0  # 3x3 stride-1 convs: direct FLOPs / the algorithm's (compute.py)
 
 
 # Vendor peaks: NVIDIA product datasheets (nvidia.com/en-us/data-center/v100, /a100, /h100):
@@ -45,17 +49,27 @@ class DeviceSpec:
 # the datasheet's 989 is with sparsity), 3350 GB/s. PyTorch runs fp32 convolutions in TF32 on
 # Ampere and later by default (torch.backends.cudnn.allow_tf32 = True) and fp32 matmuls in
 # full FP32 (torch.backends.cuda.matmul.allow_tf32 = False since 1.12): hence the two peaks.
-# Efficiencies are assumptions (docs/performance-model.md): fp32 CUDA-core convs sustain a
-# large share of their peak; TF32 tensor-core peaks are far from reached by CNN training that
-# keeps fp32 activations in memory (BN/ReLU/pooling traffic is not in the FLOP count), so
-# their share is set lower.
+# "-fp32" rows: the same GPUs with TF32 off (--exact), convolutions on FP32 CUDA cores.
+#
+# Efficiencies (compute.py; fit and figures in docs/performance-model.md):
+#   FP32 CUDA-core conv/GEMM efficiency 0.66 and 3x3 algorithmic factor 1.95: FITTED to
+#     published V100 training throughput (benchmarks/fit_compute_model.py); a100-fp32 and
+#     h100-fp32 inherit them (datasheet-only rows: no figure of theirs was found);
+#   memory efficiency 0.80: prior (STREAM-like share of HBM bandwidth), not fitted;
+#   TF32 tensor-core conv efficiency 0.25 (A100) / 0.20 (H100): priors kept from the
+#     uncalibrated table; the A100 figure is held out, no H100 fp32/TF32 figure was found.
+FP32_EFFICIENCY, WINOGRAD_FACTOR, MEM_EFFICIENCY = 0.66, 1.95, 0.80
 DEVICE_TABLE: dict[str, DeviceSpec] = {
-    "v100": DeviceSpec("v100", 15.7e12, 15.7e12, 900e9, 0.70, 0.70, 0.80,
-                       "V100 SXM2 (EC2 p3): FP32 CUDA cores for convs and matmuls"),
-    "a100": DeviceSpec("a100", 156e12, 19.5e12, 2039e9, 0.25, 0.70, 0.80,
-                       "A100 SXM4 80 GB: convs on TF32 tensor cores, matmuls FP32"),
-    "h100": DeviceSpec("h100", 494.7e12, 67e12, 3350e9, 0.20, 0.60, 0.80,
-                       "H100 SXM5: convs on TF32 tensor cores, matmuls FP32"),
+    "v100": DeviceSpec("v100", 15.7e12, 15.7e12, 900e9, FP32_EFFICIENCY, FP32_EFFICIENCY, MEM_EFFICIENCY,
+                       "V100 SXM2 (EC2 p3): FP32 CUDA cores for convs and matmuls", WINOGRAD_FACTOR),
+    "a100": DeviceSpec("a100", 156e12, 19.5e12, 2039e9, 0.25, FP32_EFFICIENCY, MEM_EFFICIENCY,
+                       "A100 SXM4 80 GB: convs on TF32 tensor cores (implicit GEMM), matmuls FP32"),
+    "h100": DeviceSpec("h100", 494.7e12, 67e12, 3350e9, 0.20, FP32_EFFICIENCY, MEM_EFFICIENCY,
+                       "H100 SXM5: convs on TF32 tensor cores (implicit GEMM), matmuls FP32"),
+    "a100-fp32": DeviceSpec("a100-fp32", 19.5e12, 19.5e12, 2039e9, FP32_EFFICIENCY, FP32_EFFICIENCY,
+                            MEM_EFFICIENCY, "A100 SXM4 80 GB, TF32 off: FP32 CUDA cores", WINOGRAD_FACTOR),
+    "h100-fp32": DeviceSpec("h100-fp32", 67e12, 67e12, 3350e9, FP32_EFFICIENCY, FP32_EFFICIENCY,
+                            MEM_EFFICIENCY, "H100 SXM5, TF32 off: FP32 CUDA cores", WINOGRAD_FACTOR),
 }
 SGD_MOMENTUM_BYTES_PER_PARAM = 20  # read weight, grad, momentum; write weight, momentum (fp32)
 
@@ -112,12 +126,22 @@ class DeviceProfile:
         key = device.lower()
         if key not in DEVICE_TABLE:
             raise ValueError(f"unknown device {device!r}; expected one of: {', '.join(DEVICE_TABLE)}")
-        s = DEVICE_TABLE[key]
+        return cls.from_spec(DEVICE_TABLE[key], profile, step_overhead_s=step_overhead_s, name=f"{key} (table)")
+
+    @classmethod
+    def from_spec(cls, s: "DeviceSpec", profile: Profile, *, step_overhead_s: float = 0.0,
+                  name: str | None = None) -> "DeviceProfile":
+        """Per-sample times of `profile`'s model on any DeviceSpec, e.g. one written from a
+        datasheet. With layer rows: the calibrated layer-by-layer model (compute.py); without
+        them (a hand-made profile): the part FLOPs at the conv/GEMM rates."""
+        from .compute import part_seconds
+
         conv_rate, fc_rate = s.conv_peak_flops * s.conv_efficiency, s.fc_peak_flops * s.fc_efficiency
         mem = s.mem_bytes_per_s * s.mem_efficiency
-        return cls(name=f"{key} (table)",
-                   conv_fwd_s=profile.conv.flops / conv_rate, conv_bwd_s=2 * profile.conv.flops / conv_rate,
-                   fc_fwd_s=profile.fc.flops / fc_rate, fc_bwd_s=2 * profile.fc.flops / fc_rate,
+        parts = part_seconds(profile, s) or {
+            "conv_fwd_s": profile.conv.flops / conv_rate, "conv_bwd_s": 2 * profile.conv.flops / conv_rate,
+            "fc_fwd_s": profile.fc.flops / fc_rate, "fc_bwd_s": 2 * profile.fc.flops / fc_rate}
+        return cls(name=name or f"{s.name} (datasheet)", **parts,
                    conv_fwd_call_s=4 * profile.conv.params / mem, conv_bwd_call_s=12 * profile.conv.params / mem,
                    fc_fwd_call_s=4 * profile.fc.params / mem, fc_bwd_call_s=12 * profile.fc.params / mem,
                    step_overhead_s=step_overhead_s, update_s_per_param=SGD_MOMENTUM_BYTES_PER_PARAM / mem)

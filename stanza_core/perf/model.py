@@ -84,21 +84,16 @@ class Prediction:
 
     @property
     def label(self) -> str:
-        """"ddp", "ps", "ps S=2 overlap", "stanza k=1", "stanza k=1 share=0.25 M=4 bf16|powersgd"."""
-        if self.strategy == "ps":
-            from ..labels import config_label
+        """labels.config_label of this configuration: "ddp", "ps S=2 overlap", "stanza k=1 share=0.25 M=4"."""
+        from ..labels import config_label
 
+        if self.strategy == "ps":
             return config_label("ps", ps_servers=self.ps_servers, ps_overlap=self.ps_overlap)
         if self.strategy != "stanza":
-            return self.strategy
-        parts = [f"stanza k={self.fc_workers}"]
-        if self.fc_batch:
-            parts.append(f"share={self.fc_conv_share:.3g}")
-        if self.micro_batches > 1:
-            parts.append(f"M={self.micro_batches}")
-        if (self.boundary_dtype, self.grad_compression) != ("fp32", "none"):
-            parts.append(f"{self.boundary_dtype}|{self.grad_compression}")
-        return " ".join(parts)
+            return config_label(self.strategy, self.fc_workers)
+        return config_label("stanza", self.fc_workers, fc_conv_share=self.fc_conv_share,
+                            micro_batches=self.micro_batches, boundary_dtype=self.boundary_dtype,
+                            grad_compression=self.grad_compression)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

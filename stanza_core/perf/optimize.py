@@ -85,8 +85,9 @@ def share_grid(global_batch: int, nodes: int, fc_workers: int, limit: int = MAX_
     """Shares of the global batch a hybrid FC worker can take (whole samples on every worker,
     topology.hybrid_batches), from 0 up to an even split over all N nodes, at most `limit` values."""
     nc = nodes - fc_workers
-    valid = [bh for bh in range(0, global_batch // nodes + 1) if (global_batch - fc_workers * bh) % nc == 0
-             and global_batch - fc_workers * bh >= nc]
+    # 0 (the paper's stanza) is always a candidate: an uneven split over the CONV workers is fine there
+    valid = [0] + [bh for bh in range(1, global_batch // nodes + 1) if (global_batch - fc_workers * bh) % nc == 0
+                   and global_batch - fc_workers * bh >= nc]
     if len(valid) > limit:
         idx = sorted({round(i * (len(valid) - 1) / (limit - 1)) for i in range(limit)})
         valid = [valid[i] for i in idx]

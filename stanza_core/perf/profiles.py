@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 from ..anatomy import Profile, profile_model
-from ..models import MIN_IMAGE_SIZE, MODEL_NAMES, get_model
+from ..models import MIN_IMAGE_SIZE, MODEL_NAMES, get_model, known_model
 
 
 @functools.lru_cache(maxsize=32)
@@ -15,8 +15,8 @@ def named_profile(name: str, image_size: int = 224, num_classes: int = 1000, bat
 
     batch_size only matters for the automatic split point (the per-worker batch it optimises
     for); AlexNet and VGG cut at `avgpool` at any batch."""
-    if name not in MODEL_NAMES:
-        raise ValueError(f"unknown model {name!r}; expected one of: {', '.join(MODEL_NAMES)}")
+    if not known_model(name):
+        raise ValueError(f"unknown model {name!r}; expected one of: {', '.join(MODEL_NAMES)} or package.module:factory")
     low = MIN_IMAGE_SIZE.get(name, 8)
     if isinstance(image_size, bool) or not isinstance(image_size, int) or image_size < low:
         raise ValueError(f"image_size for {name} must be an integer >= {low}, got {image_size!r}")

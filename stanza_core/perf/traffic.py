@@ -31,6 +31,12 @@ class ModelCounts:
     fc_params: int  # Pf
     boundary_values: int  # A, values per sample crossing the CONV|FC cut
     conv_shapes: tuple[tuple[int, ...], ...] = ()  # CONV parameter shapes (only PowerSGD's sizes need them)
+    bn_conv_channels: int = 0  # batch-norm channels on the CONV side (global statistics: stanza_core.batchnorm)
+    bn_fc_channels: int = 0  # batch-norm channels on the FC side
+
+    def local_bn(self) -> "ModelCounts":
+        """The same model with per-worker batch-norm statistics (--bn-stats local): no BN traffic."""
+        return dataclasses.replace(self, bn_conv_channels=0, bn_fc_channels=0)
 
     @property
     def params(self) -> int:
@@ -46,7 +52,8 @@ class ModelCounts:
             if hit is not None and hit[0] is obj and hit[1].conv_params == obj.conv.params:
                 return hit[1]
             shapes = tuple(tuple(int(v) for v in sh) for sh in (obj.conv_shapes or ()))
-            counts = cls(obj.conv.params, obj.fc.params, obj.boundary_values, shapes)
+            counts = cls(obj.conv.params, obj.fc.params, obj.boundary_values, shapes,
+                         getattr(obj, "bn_conv_channels", 0), getattr(obj, "bn_fc_channels", 0))
             if len(_COUNTS_CACHE) > 64:
                 _COUNTS_CACHE.clear()
             _COUNTS_CACHE[id(obj)] = (obj, counts)
@@ -56,7 +63,8 @@ class ModelCounts:
             if missing:
                 raise ValueError(f"model counts need {', '.join(missing)}")
             shapes = tuple(tuple(int(v) for v in sh) for sh in obj.get("conv_shapes") or ())
-            return cls(int(obj["conv_params"]), int(obj["fc_params"]), int(obj["boundary_values"]), shapes)
+            return cls(int(obj["conv_params"]), int(obj["fc_params"]), int(obj["boundary_values"]), shapes,
+                       int(obj.get("bn_conv_channels", 0)), int(obj.get("bn_fc_channels", 0)))
         raise ValueError(f"expected a Profile, ModelCounts or mapping, got {type(obj).__name__}")
 
 
@@ -116,6 +124,12 @@ def conv_grad_bytes(counts: "ModelCounts", compression: str, step: int | None = 
     if not counts.conv_shapes:
         raise ValueError("PowerSGD traffic needs the CONV parameter shapes (a profile with conv_shapes)")
     return DTYPE_BYTES * powersgd_numel(counts.conv_shapes)
+
+
+def bn_stats_share(channels: int, n: int) -> Fraction:
+    """Global batch-norm statistics among n data workers: per layer call, 4 allreduces of C fp32
+    values (sum, centred sum of squares, and their gradients): 2(n-1)/n * 16 * C bytes."""
+    return ring_share(4 * DTYPE_BYTES * channels, n)
 
 
 def ring_share(nbytes: int, n: int) -> Fraction:
@@ -206,18 +220,22 @@ def rank_bytes(counts: ModelCounts, strategy: str, nodes: int, fc_workers: int |
         else 0
     fc_ar = ring_share(DTYPE_BYTES * counts.fc_params, k or 1)
     w = WIRE_BYTES[opt.boundary_dtype]
+    # batch-norm statistics over the global batch: among the data workers (stanza: CONV side only)
+    bn = bn_stats_share(counts.bn_conv_channels + (0 if strategy == "stanza" else counts.bn_fc_channels), nc)
 
     def row(r: int) -> dict:
         if strategy == "local":
             return {"rank": r, "role": "local", "sent": {}, "recv": {}}
         if strategy == "ddp":
             g = ring_share(DTYPE_BYTES * P, N)
-            return {"rank": r, "role": "worker", "sent": _clean({"grads": g}), "recv": _clean({"grads": g})}
+            return {"rank": r, "role": "worker", "sent": _clean({"grads": g, "bn_stats": bn}),
+                    "recv": _clean({"grads": g, "bn_stats": bn})}
         if strategy == "ps" and ps_servers:
             nw = N - ps_servers  # data workers; server s is rank nw + s
             if r < nw:  # pushes every shard's slice, pulls every shard back
-                return {"rank": r, "role": "worker", "sent": _clean({"grads": DTYPE_BYTES * P}),
-                        "recv": _clean({"params": DTYPE_BYTES * P})}
+                bn_w = bn_stats_share(counts.bn_conv_channels + counts.bn_fc_channels, nw)  # among the workers
+                return {"rank": r, "role": "worker", "sent": _clean({"grads": DTYPE_BYTES * P, "bn_stats": bn_w}),
+                        "recv": _clean({"params": DTYPE_BYTES * P, "bn_stats": bn_w})}
             served = nw * sizes[r - nw]
             return {"rank": r, "role": "ps_server", "sent": _clean({"params": served}),
                     "recv": _clean({"grads": served})}
@@ -225,14 +243,14 @@ def rank_bytes(counts: ModelCounts, strategy: str, nodes: int, fc_workers: int |
             own = sizes[r] if r < ps_shards else 0
             others = DTYPE_BYTES * P - own  # pushed to / pulled from the other ranks' shards
             served = (N - 1) * own  # what this rank's shard takes in (grads) and gives out (params)
-            return {"rank": r, "role": "worker", "sent": _clean({"grads": others, "params": served}),
-                    "recv": _clean({"grads": served, "params": others})}
+            return {"rank": r, "role": "worker", "sent": _clean({"grads": others, "params": served, "bn_stats": bn}),
+                    "recv": _clean({"grads": served, "params": others, "bn_stats": bn})}
         if r < nc:
             b = batches[r]
             return {"rank": r, "role": "conv_worker",
                     "sent": _clean({"activations": w * b * A, "labels": LABEL_BYTES * b,
-                                    "conv_grads": conv_ar}),
-                    "recv": _clean({"activation_grads": w * b * A, "conv_grads": conv_ar})}
+                                    "conv_grads": conv_ar, "bn_stats": bn}),
+                    "recv": _clean({"activation_grads": w * b * A, "conv_grads": conv_ar, "bn_stats": bn})}
         served = sum(batches[i] for i in Topology("stanza", N, k, 0).served_by(r))  # its CONV workers' samples
         hybrid = conv_ar if opt.fc_batch else 0
         return {"rank": r, "role": "fc_worker",
@@ -251,8 +269,9 @@ def summary_bytes(counts: ModelCounts, strategy: str, nodes: int, fc_workers: in
     N, P, A = nodes, counts.params, counts.boundary_values
     if strategy == "local" or N == 1:
         return {"bytes_per_step": 0, "max_node_sent": 0, "max_node_recv": 0}
+    bn_all = counts.bn_conv_channels + counts.bn_fc_channels
     if strategy == "ddp":
-        g = report(ring_share(DTYPE_BYTES * P, N))
+        g = report(ring_share(DTYPE_BYTES * P, N)) + report(bn_stats_share(bn_all, N))
         return {"bytes_per_step": N * g, "max_node_sent": g, "max_node_recv": g}
     if strategy == "ps" and ps_servers:
         # a worker moves 4P each way; server 0 holds the largest shard and serves every worker
@@ -262,8 +281,10 @@ def summary_bytes(counts: ModelCounts, strategy: str, nodes: int, fc_workers: in
         return {"bytes_per_step": 2 * nw * DTYPE_BYTES * P, "max_node_sent": busiest, "max_node_recv": busiest}
     if strategy == "ps":
         # rank r < S moves 4P - own + (N-1) own each way; rank 0 holds the largest shard
-        busiest = DTYPE_BYTES * P + (N - 2) * DTYPE_BYTES * ps_shard_sizes(P, ps_shards)[0]
-        return {"bytes_per_step": 2 * (N - 1) * DTYPE_BYTES * P, "max_node_sent": busiest, "max_node_recv": busiest}
+        bn = report(bn_stats_share(bn_all, N))
+        busiest = DTYPE_BYTES * P + (N - 2) * DTYPE_BYTES * ps_shard_sizes(P, ps_shards)[0] + bn
+        return {"bytes_per_step": 2 * (N - 1) * DTYPE_BYTES * P + N * bn, "max_node_sent": busiest,
+                "max_node_recv": busiest}
     opt = options or StanzaOptions()
     k = fc_workers
     nc = N - k
@@ -272,11 +293,12 @@ def summary_bytes(counts: ModelCounts, strategy: str, nodes: int, fc_workers: in
     conv_ar = report(ring_share(conv_grad_bytes(counts, opt.grad_compression), members))
     fc_ar = report(ring_share(DTYPE_BYTES * counts.fc_params, k))
     fc_conv = conv_ar if opt.fc_batch else 0
+    bn = report(bn_stats_share(counts.bn_conv_channels, nc))  # CONV workers' batch-norm statistics
     b0, s0 = batches[0], sum(batches[i] for i in range(0, nc, k))  # rank 0 and FC worker 0 carry the most
     act = WIRE_BYTES[opt.boundary_dtype] * A
-    return {"bytes_per_step": 2 * act * G + LABEL_BYTES * G + members * conv_ar + k * fc_ar,
-            "max_node_sent": max(act * b0 + LABEL_BYTES * b0 + conv_ar, act * s0 + fc_ar + fc_conv),
-            "max_node_recv": max(act * b0 + conv_ar, act * s0 + LABEL_BYTES * s0 + fc_ar + fc_conv)}
+    return {"bytes_per_step": 2 * act * G + LABEL_BYTES * G + members * conv_ar + k * fc_ar + nc * bn,
+            "max_node_sent": max(act * b0 + LABEL_BYTES * b0 + conv_ar + bn, act * s0 + fc_ar + fc_conv),
+            "max_node_recv": max(act * b0 + conv_ar + bn, act * s0 + LABEL_BYTES * s0 + fc_ar + fc_conv)}
 
 
 def stanza_options(strategy: str, nodes: int, fc_workers: int | None, global_batch: int, fc_conv_share: float,
@@ -307,7 +329,7 @@ def stanza_options(strategy: str, nodes: int, fc_workers: int | None, global_bat
 def expected_bytes(profile_or_counts, strategy: str, nodes: int, fc_workers: int | None = None,
                    global_batch: int = 32, ps_shards: int | None = None, *, fc_conv_share: float = 0.0,
                    micro_batches: int = 1, boundary_dtype: str = "fp32", grad_compression: str = "none",
-                   step: int | None = None, ps_servers: int = 0) -> list[dict]:
+                   step: int | None = None, ps_servers: int = 0, bn_stats: str = "global") -> list[dict]:
     """What every rank sends and receives per step: [{rank, role, sent: {cat: int}, recv: {cat: int}}].
 
     The global batch must split evenly over the data workers (N, N - k for stanza, N - S for
@@ -315,8 +337,10 @@ def expected_bytes(profile_or_counts, strategy: str, nodes: int, fc_workers: int
     leave, over the N - k CONV workers). ps_shards defaults to N (colocated) or to ps_servers
     (dedicated). The overlapped push (ps_overlap) moves the same bytes in more messages, so
     it does not appear here. `step` matters for PowerSGD only (vanilla before its start step;
-    None: the steady state)."""
+    None: the steady state). bn_stats as the engine's --bn-stats ("local": no batch-norm traffic)."""
     counts = ModelCounts.of(profile_or_counts)
+    if bn_stats == "local":
+        counts = counts.local_bn()
     fc_workers, ps_shards = check_config(strategy, nodes, fc_workers, ps_shards, ps_servers)
     n = data_workers(strategy, nodes, fc_workers, ps_servers)
     if isinstance(global_batch, bool) or not isinstance(global_batch, int) or global_batch < n:

@@ -104,7 +104,7 @@ body { font-family: system-ui, sans-serif; margin: 1.5em auto; max-width: 1500px
 def write_gallery(out_root: Path, specs: list[Spec], tutorials: list[Path] | None = None) -> Path:
     """Write <out>/gallery.html from the experiments' and tutorials' status.json files."""
     cards_exp, cards_tut = [], []
-    for spec in specs:
+    for spec in sorted(specs, key=lambda s: s.notebook.name):  # notebook order: 01, 02, ...
         folder = out_root / spec.name
         path = folder / "status.json"
         st = json.loads(path.read_text()) if path.is_file() else {"name": spec.name, "title": spec.title,

@@ -21,5 +21,6 @@ class DDP(Strategy):
         # DDP averages gradients over the N ranks; N * (sum/G) = the local mean, so the
         # averaged gradient is the gradient of the global mean loss.
         (share * self.n).backward()
+        self.comm.wait_ddp()  # host-side wait with the timeout: a dead peer fails here, in one line
         self.optimizer.step()
         return float(share.detach())

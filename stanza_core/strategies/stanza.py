@@ -139,9 +139,10 @@ class Stanza(Strategy):
             a = self.part(batch.x)  # (b, *A)
         self.comm.mark("forward_end", "compute")
         grad = torch.empty_like(a)
+        pair = self.topo.pair_group(self.rank)
         sent = self.comm.p2p([("send", a.detach(), self.fc_rank, "activations"),
-                              ("send", batch.y, self.fc_rank, "labels")])
-        back = self.comm.p2p([("recv", grad, self.fc_rank, "activation_grads")])
+                              ("send", batch.y, self.fc_rank, "labels")], pair)
+        back = self.comm.p2p([("recv", grad, self.fc_rank, "activation_grads")], pair)
         self.comm.wait(back, f"activation gradients from FC worker {self.fc_rank}")
         self.comm.mark("backward_start", "compute")
         a.backward(grad)  # CONV grad buckets launch their allreduce from inside this call
@@ -155,9 +156,12 @@ class Stanza(Strategy):
         labels = [torch.empty(b, dtype=torch.int64, device=device) for _ in self.served]
         # One receive of activations+labels per CONV worker, posted separately so each can
         # complete on its own and be processed while the others are still on the wire.
-        works = [self.comm.p2p([("recv", acts[j], src, "activations"), ("recv", labels[j], src, "labels")])
+        works = [self.comm.p2p([("recv", acts[j], src, "activations"), ("recv", labels[j], src, "labels")],
+                               self.topo.pair_group(src))
                  for j, src in enumerate(self.served)]
-        share, sends = 0.0, []
+        # The loss stays on the device until every gradient has been sent: a float() here would
+        # make the host wait for the FC backward before posting the send.
+        share, sends = torch.zeros((), dtype=torch.float64, device=device), []
         for j in self.comm.as_completed(works, "receive of activations"):
             src = self.served[j]
             a = acts[j].requires_grad_(True)
@@ -166,10 +170,11 @@ class Stanza(Strategy):
             loss = self.forward_loss(self.part, a, labels[j], t, pos)
             loss.backward()  # FC grads accumulate over the served CONV workers
             self.comm.mark("backward_end", "compute", src)
-            share += float(loss.detach())
-            sends += self.comm.p2p([("send", a.grad, src, "activation_grads")])  # at once: pipelined
+            share += loss.detach().double()
+            sends += self.comm.p2p([("send", a.grad, src, "activation_grads")],
+                                   self.topo.pair_group(src))  # at once: pipelined
         self.comm.wait(sends, "send of activation gradients")
-        return share
+        return float(share)
 
     def full_state_dict(self):
         """FC worker N-k (the first) sends the FC head's state to rank 0, which holds the CONV body."""
@@ -185,10 +190,14 @@ class Stanza(Strategy):
         state = {"model": self.part.state_dict(), "optimizer": self.optimizer.state_dict()}
         if self.hybrid_buckets is not None:
             state["conv"] = self.split.conv.state_dict()
+        if self.cfg.grad_compression == "powersgd":  # error feedback and step count survive a resume
+            state["powersgd"] = self.comm.powersgd_states()
         return state
 
     def load_checkpoint_state(self, state):
         self.part.load_state_dict(state["model"])
         if self.hybrid_buckets is not None:
             self.split.conv.load_state_dict(state["conv"])
+        if "powersgd" in state:
+            self.comm.load_powersgd_states(state["powersgd"])
         self.optimizer.load_state_dict(state["optimizer"])

@@ -14,7 +14,6 @@ from collections.abc import Sequence
 
 import plotly.graph_objects as go
 
-from ..labels import config_label
 from ..perf import Assignment, Prediction
 from ..topology import Topology
 from ._style import STRATEGY_COLORS, finish, si
@@ -42,7 +41,7 @@ ROLE_COLORS = {"worker": "#2ca02c", "conv_worker": "#1f77b4", "fc_worker": "#d62
 
 
 def describe(p: Prediction) -> str:
-    return config_label(p.strategy, p.fc_workers)
+    return p.label
 
 
 def cluster_text(p: Prediction) -> str:
@@ -53,11 +52,24 @@ def cluster_text(p: Prediction) -> str:
 def throughput_vs_k(a: Assignment, chosen_k: int | None = None) -> go.Figure:
     """Predicted samples/s of stanza for each k (bars), ddp and ps (horizontal lines); the
     optimiser's best stanza k is outlined in black, the chosen k hatched."""
-    stanza = sorted((p for p in a.ranking if p.strategy == "stanza"), key=lambda p: p.fc_workers)
+    everything = [p for p in a.ranking if p.strategy == "stanza"]  # fastest first
+    by_k: dict[int, Prediction] = {}
+    for p in everything:  # the fastest stanza at each k (with its share / M / compression)
+        by_k.setdefault(p.fc_workers, p)
+    stanza = sorted(by_k.values(), key=lambda p: p.fc_workers)
+    paper = {p.fc_workers: p for p in everything[::-1] if not p.fc_batch and p.micro_batches == 1
+             and (p.boundary_dtype, p.grad_compression) == ("fp32", "none")}
     best = a.best_stanza()
     fig = go.Figure()
     ks = [p.fc_workers for p in stanza]
-    fig.add_bar(x=ks, y=[p.throughput for p in stanza], name="stanza (k FC workers)",
+    beyond = any(by_k[k] is not paper.get(k) for k in ks)
+    if beyond:  # the paper's Stanza beside the best options, at each k
+        fig.add_bar(x=sorted(paper), y=[paper[k].throughput for k in sorted(paper)], name="stanza as in the paper",
+                    marker=dict(color="#bbbbbb"),
+                    hovertemplate="paper's stanza, k = %{x}<br>%{y:,.0f} samples/s<extra></extra>")
+    fig.add_bar(x=ks, y=[p.throughput for p in stanza],
+                name="stanza, best share / M / compression" if beyond else "stanza (k FC workers)",
+                text=[p.label.removeprefix(f"stanza k={p.fc_workers}").strip() for p in stanza] if beyond else None,
                 marker=dict(color=STRATEGY_COLORS["stanza"],
                             line=dict(color=["black" if best and p.fc_workers == best.fc_workers else "white"
                                              for p in stanza], width=3),
@@ -111,6 +123,10 @@ def recommendation_html(a: Assignment, chosen: Prediction | None = None) -> str:
     if b.strategy == "stanza":
         lines.append(f"{b.nodes - b.fc_workers} CONV workers train the convolutional body data-parallel; "
                      f"{b.fc_workers} FC worker{'s train' if b.fc_workers > 1 else ' trains'} the FC head.")
+    paper = a.paper_stanza()
+    if paper is not None and paper is not b and b.strategy == "stanza":
+        lines.append(f"Against the paper's Stanza ({html.escape(describe(paper))}, {paper.throughput:,.0f} samples/s): "
+                     f"{b.throughput / paper.throughput:.2f}x.")
     if chosen is not None and describe(chosen) != describe(b):
         lines.append(f"Your choice, {html.escape(describe(chosen))}: {chosen.throughput:,.0f} samples/s "
                      f"({chosen.throughput / b.throughput:.0%} of the recommended).")

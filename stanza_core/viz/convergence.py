@@ -25,8 +25,13 @@ def _name(name: str, run: Mapping[str, Any]) -> str:
     return name if name == "local" else f"{name} (N = {run['nodes']})"
 
 
+VARIANT_COLORS = {"stanza_hybrid_m2": "#17becf", "stanza_bf16": "#bcbd22", "stanza_fp16_grads": "#e377c2",
+                  "stanza_powersgd": "#8c564b"}  # stanza beyond the paper (experiments.convergence.VARIANTS)
+
+
 def _line(name: str) -> dict[str, Any]:
-    return dict(color=STRATEGY_COLORS.get(name, "#999999"), dash=DASH.get(name, "solid"), width=WIDTH.get(name, 2))
+    color = STRATEGY_COLORS.get(name) or VARIANT_COLORS.get(name, "#999999")
+    return dict(color=color, dash=DASH.get(name, "solid"), width=WIDTH.get(name, 2))
 
 
 def loss_curves(results: Mapping[str, Any]) -> go.Figure:
@@ -70,7 +75,7 @@ def accuracy_curves(results: Mapping[str, Any]) -> go.Figure:
                                 name=f"{_name(name, r)}, {results['heldout_size']} held-out digits",
                                 legendgroup=name, showlegend=col == 1, row=1, col=col,
                                 marker=dict(symbol="circle-open", size=8 + WIDTH.get(name, 2), line_width=2,
-                                            color=STRATEGY_COLORS.get(name, "#999999")),
+                                            color=_line(name)["color"]),
                                 hovertemplate=f"{name}, held out<br>%{{x}}<br>%{{y:.1%}}<extra></extra>")
     for col in (1, 2):
         fig.add_hline(y=results["chance_accuracy"], line_dash="dash", line_color="#aaaaaa", row=1, col=col,
@@ -90,7 +95,7 @@ def loss_difference(results: Mapping[str, Any]) -> go.Figure:
         if name == "local":
             continue
         fig.add_scatter(x=[s["step"] for s in r["steps"]], y=[abs(s["loss"] - l) for s, l in zip(r["steps"], ref)],
-                        mode="lines+markers", name=_name(name, r), line=dict(color=STRATEGY_COLORS.get(name)),
+                        mode="lines+markers", name=_name(name, r), line=dict(color=_line(name)["color"]),
                         marker=dict(size=4), hovertemplate=f"{name}<br>step %{{x}}<br>|diff| %{{y:.2e}}<extra></extra>")
     fig.update_xaxes(title_text="step")
     fig.update_yaxes(title_text="|loss - local loss|", exponentformat="e", rangemode="tozero")

@@ -14,7 +14,9 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 
 def rank_env() -> dict[str, str]:
     env = dict(os.environ)
-    env.update(OMP_NUM_THREADS="1", PYTHONPATH=ROOT, CUDA_VISIBLE_DEVICES="", PYTHONWARNINGS="ignore")
+    # tests/dist too: ranks can import models defined in these test modules (--model test_x:factory)
+    env.update(OMP_NUM_THREADS="1", PYTHONPATH=ROOT + os.pathsep + os.path.join(ROOT, "tests", "dist"),
+               CUDA_VISIBLE_DEVICES="", PYTHONWARNINGS="ignore")
     return env
 
 

@@ -22,17 +22,17 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def start_ranks(tmp_path, n, timeout_s):
+def start_ranks(tmp_path, n, timeout_s, strategy="stanza", global_batch=8):
     port, procs = free_port(), []
     for r in range(n):
         env = rank_env()
         env.update(RANK=str(r), LOCAL_RANK=str(r), WORLD_SIZE=str(n), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
         procs.append(subprocess.Popen(
-            [sys.executable, "-m", "stanza_core.train", "--strategy", "stanza", "--model", "tiny_cnn",
-             "--image-size", "32", "--global-batch", "8", "--steps", "100000", "--quiet", "--timeout-s",
+            [sys.executable, "-m", "stanza_core.train", "--strategy", strategy, "--model", "tiny_cnn",
+             "--image-size", "32", "--global-batch", str(global_batch), "--steps", "100000", "--quiet", "--timeout-s",
              str(timeout_s), "--checkpoint-dir", str(tmp_path / "ck"), "--checkpoint-every", "20"],
             cwd=ROOT, env=env, stderr=subprocess.PIPE, text=True))
-    deadline = time.time() + 90
+    deadline = time.time() + 150  # generous: a loaded 2-core machine starts 3 ranks slowly
     while not (tmp_path / "ck").exists() or len(list((tmp_path / "ck").glob("*.pt"))) < n:
         assert time.time() < deadline, "training never started"
         assert all(p.poll() is None for p in procs), [p.stderr.read() for p in procs if p.poll() is not None]
@@ -61,5 +61,32 @@ def test_survivors_fail_clearly(tmp_path, sig, timeout_s, within):
         for p in procs:
             if p.poll() is None:
                 p.send_signal(signal.SIGCONT)
+                p.kill()
+                p.wait()
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("strategy", ["stanza", "ps", "ddp"])
+def test_killed_conv_worker_every_survivor_one_line(tmp_path, strategy):
+    """Kill CONV worker 1 (a data worker under ps/ddp; not rank 0, which also hosts the store):
+    every survivor, whatever its role, exits non-zero within the timeout with one line on stderr."""
+    timeout_s, within = 30, 45
+    procs = start_ranks(tmp_path, 3, timeout_s, strategy, global_batch=6)
+    os.kill(procs[1].pid, signal.SIGKILL)
+    t0 = time.time()
+    try:
+        survivors = [procs[0], procs[2]]
+        for p in survivors:
+            p.wait(timeout=max(1.0, within + t0 - time.time()))
+        assert time.time() - t0 < within
+        for p in survivors:
+            err = p.stderr.read()
+            lines = [ln for ln in err.splitlines() if ln.strip()]
+            assert p.returncode not in (0, None) and p.returncode > 0, (p.returncode, err[-2000:])
+            assert len(lines) <= 1, err[-3000:]
+            assert all(ln.startswith("error: rank ") for ln in lines), err[-2000:]
+    finally:
+        for p in procs:
+            if p.poll() is None:
                 p.kill()
                 p.wait()

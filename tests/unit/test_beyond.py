@@ -136,3 +136,16 @@ def test_optimiser_searches_share_and_m_and_never_loses_to_the_paper():
                            compressions=COMPRESSIONS)
     assert comp.best.throughput >= wide.best.throughput * (1 - 1e-12) or comp.best.micro_batches <= 2
     assert {p.grad_compression for p in comp.ranking if p.strategy == "stanza"} == {"none", "bf16", "powersgd"}
+
+
+# ---- convergence variants (notebook 06) --------------------------------------------------------
+
+
+def test_convergence_variants_resolve_to_engine_options():
+    from stanza_core.experiments import convergence as C
+
+    p = C.plan(steps=4, strategies=["local", "stanza_hybrid_m2", "stanza_powersgd"])
+    assert p["options"]["stanza_hybrid_m2"] == {"fc_conv_share": 8 / 24, "micro_batches": 2}  # 8 of 24: an even split
+    assert p["options"]["stanza_powersgd"] == {"grad_compression": "powersgd"}
+    with pytest.raises(ValueError, match="strategies must be distinct names"):
+        C.plan(strategies=["local", "stanza_int8"])

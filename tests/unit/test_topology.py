@@ -10,7 +10,8 @@ def test_stanza_roles_and_service_are_balanced():
     assert [t.role(r) for r in range(7)] == [CONV_WORKER] * 5 + [FC_WORKER] * 2
     assert t.served_by(5) == [0, 2, 4] and t.served_by(6) == [1, 3]
     assert [t.fc_worker_of(i) for i in range(5)] == [5, 6, 5, 6, 5]
-    assert t.groups() == {"conv": [0, 1, 2, 3, 4], "fc": [5, 6]}
+    assert t.groups() == {"conv": [0, 1, 2, 3, 4], "fc": [5, 6], "pair0": [0, 5], "pair1": [1, 6],
+                          "pair2": [2, 5], "pair3": [3, 6], "pair4": [4, 5]}
     assert [t.batch_slice(r, 40) for r in range(5)] == [slice(8 * i, 8 * i + 8) for i in range(5)]
     assert t.data_workers == 5
 

@@ -34,11 +34,88 @@ CASES = [
     (4, ["--strategy", "ddp", "--model", "alexnet", "--image-size", "32"], "too small for alexnet"),
     (4, ["--strategy", "ddp", "--lr", "abc"], "invalid float value"),
     (1, ["--strategy", "local", "--resume"], "--resume needs --checkpoint-dir"),
+    # every number: finite and in range
+    (2, ["--strategy", "ddp", "--lr", "nan"], "--lr must be a finite number"),
+    (2, ["--strategy", "ddp", "--lr", "inf"], "--lr must be a finite number"),
+    (2, ["--strategy", "ddp", "--lr", "-0.1"], "--lr must be > 0"),
+    (2, ["--strategy", "ddp", "--momentum", "nan"], "--momentum must be a finite number"),
+    (2, ["--strategy", "ddp", "--momentum", "1"], "--momentum must be in [0, 1)"),
+    (2, ["--strategy", "ddp", "--weight-decay=-inf"], "--weight-decay must be a finite number"),
+    (2, ["--strategy", "ddp", "--weight-decay", "-1"], "--weight-decay must be >= 0"),
+    (2, ["--strategy", "ddp", "--timeout-s", "inf"], "--timeout-s must be a finite number"),
+    (2, ["--strategy", "ddp", "--timeout-s", "0"], "--timeout-s must be > 0"),
+    (2, ["--strategy", "ddp", "--timeout-s", "1e12"], "--timeout-s must be <="),
+    (2, ["--strategy", "ddp", "--bucket-mb", "nan"], "--bucket-mb must be a finite number"),
+    (2, ["--strategy", "ddp", "--bucket-mb", "0"], "--bucket-mb must be > 0"),
+    (2, ["--strategy", "ddp", "--bucket-mb", "1e300"], "--bucket-mb must be <="),
+    (2, ["--strategy", "ddp", "--dilation", "nan"], "--dilation must be a finite number"),
+    (2, ["--strategy", "ddp", "--seed", "-1"], "--seed must be in [0, "),
+    (2, ["--strategy", "ddp", "--seed", "99999999999999"], "--seed must be in [0, "),
+    (2, ["--strategy", "ddp", "--seed", "1.5"], "invalid int value"),
+    (2, ["--strategy", "ddp", "--num-classes", "0"], "--num-classes must be >= 1"),
+    (2, ["--strategy", "ddp", "--image-size", "-3"], "--image-size must be >= 1"),
+    (2, ["--strategy", "ddp", "--global-batch", "0"], "--global-batch must be >= 1"),
+    (2, ["--strategy", "ddp", "--warmup", "-1"], "--warmup must be >= 0"),
+    (2, ["--strategy", "ddp", "--checkpoint-every", "-2"], "--checkpoint-every must be >= 0"),
+    (2, ["--strategy", "ps", "--ps-shards", "-1"], "--ps-shards must be >= 0"),
+    (2, ["--strategy", "ps", "--ps-shards", "3"], "exceeds the 2 ranks"),
+    (2, ["--strategy", "ddp", "--fc-workers", "-1"], "--fc-workers must be >= 0"),
+    (2, ["--strategy", "ddp", "--bn-stats", "sync"], "unknown --bn-stats 'sync'"),
+    (2, ["--strategy", "ddp", "--image-size", "4", "--model", "cifar_alexnet"], "fails on an input of shape (2, 3, 4, 4)"),
+    # a user's model: import failures, factories that raise or return no model, wrong outputs, no split
+    (2, ["--strategy", "ddp", "--model", "no_such_pkg.nets:build"], "cannot import 'no_such_pkg.nets'"),
+    (2, ["--strategy", "ddp", "--model", "torch.nn:NoSuchNet"], "has no attribute 'NoSuchNet'"),
+    (2, ["--strategy", "ddp", "--model", "math:pi"], "is not callable"),
+    (2, ["--strategy", "ddp", "--model", "test_train_cli:raising_factory"], "the factory raised RuntimeError: out of ideas"),
+    (2, ["--strategy", "ddp", "--model", "test_train_cli:not_a_model"], "the factory returned dict"),
+    (2, ["--strategy", "ddp", "--model", "test_train_cli:wrong_classes"], "expected (2, 10)"),
+    (2, ["--strategy", "ddp", "--model", "test_train_cli:aux_outputs"], "returns a tuple in training mode"),
+    (3, ["--strategy", "stanza", "--global-batch", "12", "--model", "test_train_cli:conv_only"], "no single-tensor cut"),
+    (3, ["--strategy", "stanza", "--global-batch", "12", "--model", "test_train_cli:bn_in_head"], "batch norm on the FC side"),
+    (2, ["--strategy", "ddp", "--model", "/nonexistent/m.model.pkl"], "no such file"),
     (2, ["--strategy", "ps", "--ps-servers", "2"], "--ps-servers 2 leaves no data worker among 2 ranks"),
     (4, ["--strategy", "ps", "--ps-servers", "-1"], "--ps-servers must be >= 0"),
     (4, ["--strategy", "ddp", "--ps-servers", "1"], "--ps-servers applies to --strategy ps only"),
     (4, ["--strategy", "stanza", "--ps-overlap"], "--ps-overlap applies to --strategy ps only"),
 ]
+
+
+def raising_factory(num_classes=10):
+    raise RuntimeError("out of ideas")
+
+
+def not_a_model():
+    return {"conv": 1}
+
+
+def wrong_classes():  # takes no num_classes: called without it, and its 7 classes are refused
+    import torch.nn as nn
+    return nn.Sequential(nn.Conv2d(3, 4, 3), nn.ReLU(), nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(4, 7))
+
+
+def conv_only(num_classes=10):
+    import torch.nn as nn
+    return nn.Sequential(nn.Conv2d(3, num_classes, 3), nn.AdaptiveAvgPool2d(1), nn.Flatten())
+
+
+def bn_in_head(num_classes=10):
+    import torch.nn as nn
+    return nn.Sequential(nn.Conv2d(3, 4, 3), nn.ReLU(), nn.AdaptiveAvgPool2d(2), nn.Flatten(),
+                         nn.Linear(16, 16), nn.BatchNorm1d(16), nn.ReLU(), nn.Linear(16, num_classes))
+
+
+def aux_outputs(num_classes=10):
+    import torch.nn as nn
+
+    class Aux(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv, self.fc, self.aux = nn.Conv2d(3, 4, 3), nn.Linear(4, num_classes), nn.Linear(4, num_classes)
+
+        def forward(self, x):
+            h = self.conv(x).mean((2, 3))
+            return (self.fc(h), self.aux(h)) if self.training else self.fc(h)
+    return Aux()
 
 
 @pytest.mark.parametrize("world,args,msg", CASES, ids=[c[2][:30] for c in CASES])
@@ -49,6 +126,65 @@ def test_bad_input_one_line_exit_2(as_rank0_of, capsys, world, args, msg):
     assert msg in err
     assert len(err.splitlines()) == 1 and err.startswith("error: ")
     assert not dist.is_initialized()
+
+
+PATH_CASES = [  # (flag, how the path is made bad, message)
+    ("--save", "folder", "is a folder; expected a file path"),
+    ("--metrics", "folder", "is a folder; expected a file path"),
+    ("--save", "under_file", "is a file, not a folder"),
+    ("--metrics", "under_file", "is a file, not a folder"),
+    ("--checkpoint-dir", "file", "is a file; expected a folder"),
+    ("--checkpoint-dir", "under_file", "is a file, not a folder"),
+    ("--metrics", "readonly", "is not writable"),
+]
+
+
+@pytest.mark.parametrize("flag,how,msg", PATH_CASES, ids=[f"{c[0]}-{c[1]}" for c in PATH_CASES])
+def test_bad_output_path_one_line_before_any_work(as_rank0_of, capsys, tmp_path, flag, how, msg):
+    as_rank0_of(2)
+    (tmp_path / "a_file").write_text("a user's file")
+    (tmp_path / "a_folder").mkdir()
+    path = {"folder": tmp_path / "a_folder", "file": tmp_path / "a_file",
+            "under_file": tmp_path / "a_file" / "sub" / "out.json", "readonly": tmp_path / "ro" / "m.json"}[how]
+    if how == "readonly":
+        (tmp_path / "ro").mkdir()
+        import os
+        os.chmod(tmp_path / "ro", 0o500)
+        if os.access(tmp_path / "ro", os.W_OK):  # root ignores mode bits
+            pytest.skip("permission bits are not enforced for this user")
+    assert train.main(["--strategy", "ddp", flag, str(path), "--quiet"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert msg in err and len(err.splitlines()) == 1 and err.startswith("error: "), err
+    assert not dist.is_initialized()
+    assert (tmp_path / "a_file").read_text() == "a user's file"
+
+
+def test_missing_output_folders_are_created(as_rank0_of, tmp_path):
+    as_rank0_of(1)
+    m = tmp_path / "new" / "deeper" / "m.json"
+    assert train.main(["--strategy", "local", "--steps", "1", "--global-batch", "4", "--metrics", str(m), "--quiet"]) == 0
+    assert m.is_file()
+
+
+def test_non_finite_loss_stops_naming_the_step_and_keeps_the_checkpoint(as_rank0_of, capsys, tmp_path):
+    as_rank0_of(1)
+    ck, m = tmp_path / "ck", tmp_path / "m.json"
+    args = ["--strategy", "local", "--global-batch", "4", "--checkpoint-dir", str(ck), "--quiet", "--metrics", str(m)]
+    assert train.main(args + ["--steps", "2", "--lr", "0.01"]) == 0
+    good = (ck / "rank0000-of-0001.pt").read_bytes()
+    # resumed at a learning rate that diverges: refused as another layout, so diverge from scratch in a new dir
+    ck2 = tmp_path / "ck2"
+    args2 = ["--strategy", "local", "--global-batch", "4", "--checkpoint-dir", str(ck2), "--checkpoint-every", "1",
+             "--quiet", "--lr", "1e30", "--steps", "8"]
+    assert train.main(args2) == 1
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and err.startswith("error: the loss is ") and " at step " in err, err
+    step = int(err.split(" at step ")[1].split(":")[0])
+    import torch
+    saved = torch.load(ck2 / "rank0000-of-0001.pt", weights_only=True)
+    assert saved["step"] == step  # the checkpoint before the bad step, intact
+    assert all(torch.isfinite(v).all() for v in saved["state"]["model"].values() if v.is_floating_point())
+    assert (ck / "rank0000-of-0001.pt").read_bytes() == good and not m.with_suffix(".json.tmp").exists()
 
 
 def test_existing_outputs_are_not_overwritten(as_rank0_of, capsys, tmp_path):

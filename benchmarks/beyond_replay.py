@@ -1,0 +1,159 @@
+"""Beyond the paper, replayed in the paper's regime: the optimiser's best stanza option (hybrid
+FC worker share x micro-batches M, exact training: fp32, no compression) against the paper's
+Stanza (k=1, share 0, M=1) and DDP. AlexNet / VGG-16 at 224x224, 1000 classes, 32 samples per
+data worker of the paper's Stanza (the hybrid option keeps that global batch), V100 compute
+replayed, every byte crossing emulated links for real (benchmarks/paper_regime_replay.py's method).
+
+    python benchmarks/beyond_replay.py --models vgg16 --nodes 4 --target-gbps 10 \\
+        --out benchmarks/results/beyond_replay.json
+
+Per (model, N, target): one dilation D for all its runs (perf.replay_dilation), links shaped to
+perf.emulated_bandwidth(target, dilation=D); reported per run: the replayed step time / D,
+the performance model's prediction for the same cluster, and bytes counted vs the model.
+Results are written after every run. Needs root.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import time
+
+from stanza_core.launch import cli_args
+from stanza_core.perf import (Cluster, DeviceProfile, best_assignment, emulated_bandwidth, expected_bytes,
+                              named_profile, predict, replay_dilation)
+from stanza_core.perf.optimize import MICRO_BATCHES
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from paper_regime_replay import max_link_mbit, payload_per_wire_byte  # noqa: E402
+
+OPTION_KEYS = ("fc_conv_share", "micro_batches")
+
+
+def candidates(profile, n, gbps, dev, b) -> dict[str, dict]:
+    """name -> predict() keywords: ddp, the paper's stanza (k=1), the optimiser's best stanza
+    over k x share x M, and the best with micro-batches only (share 0)."""
+    cl = Cluster(n, gbps, device=dev)
+    a = best_assignment(profile, cl, batch_per_worker=b, shares="auto", micro_batches=MICRO_BATCHES)
+    stanza = [p for p in a.ranking if p.strategy == "stanza"]
+    best = stanza[0]
+    m_only = next(p for p in stanza if not p.fc_batch)
+    out = {"ddp": {"strategy": "ddp", "fc_workers": None, "global_batch": b * n},
+           "paper stanza": {"strategy": "stanza", "fc_workers": 1, "global_batch": b * (n - 1)}}
+    for name, p in (("best option", best), ("best M only", m_only)):
+        out[name] = {"strategy": "stanza", "fc_workers": p.fc_workers, "global_batch": p.global_batch,
+                     "fc_conv_share": p.fc_conv_share, "micro_batches": p.micro_batches}
+    return out
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--models", default="vgg16")
+    ap.add_argument("--nodes", default="4")
+    ap.add_argument("--target-gbps", default="10")
+    ap.add_argument("--runs", default="ddp,paper stanza,best option,best M only")
+    ap.add_argument("--device", default="v100")
+    ap.add_argument("--batch-per-worker", type=int, default=32)
+    ap.add_argument("--steps", type=int, default=3)
+    ap.add_argument("--warmup", type=int, default=1)
+    ap.add_argument("--mtu", type=int, default=9000)
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--modelled", action="store_true", help="no runs: the model's figures only (no root needed)")
+    a = ap.parse_args(argv)
+    if a.modelled:
+        print(modelled_table(a))
+        return 0
+    from stanza_core.netem import MAX_AGGREGATE_MBIT, run_training
+
+    ppwb, results, wanted = payload_per_wire_byte(a.mtu), [], a.runs.split(",")
+    for model in a.models.split(","):
+        profile = named_profile(model, 224, 1000, a.batch_per_worker)
+        dev = DeviceProfile.from_table(a.device, profile)
+        for n in [int(v) for v in a.nodes.split(",")]:
+            for gbps in [float(v) for v in a.target_gbps.split(",")]:
+                runs = candidates(profile, n, gbps, dev, a.batch_per_worker)
+                seen = {}
+                preds = {name: predict(profile, Cluster(n, gbps, device=dev), **kw) for name, kw in runs.items()}
+                d = replay_dilation(gbps, n, max_link_mbit=max_link_mbit(a.mtu), max_aggregate_mbit=MAX_AGGREGATE_MBIT,
+                                    target_step_s=min(p.iteration_s for p in preds.values()))
+                payload_gbps = emulated_bandwidth(gbps, dilation=d)
+                link_mbit = 1000 * payload_gbps / ppwb
+                for name in wanted:
+                    kw = runs[name]
+                    key = tuple(sorted((k, v) for k, v in kw.items()))
+                    if key in seen:  # the same configuration as an earlier run: not run twice
+                        results.append(dict(seen[key], run=name, same_as=seen[key]["run"]))
+                        continue
+                    pred = predict(profile, Cluster(n, payload_gbps * d, device=dev), **kw)
+                    opts = {k: kw[k] for k in OPTION_KEYS if k in kw and kw[k] not in (0, 0.0, 1)}
+                    with tempfile.TemporaryDirectory(prefix="beyond-replay-") as tmp:
+                        path = os.path.join(tmp, "m.json")
+                        args = cli_args(strategy=kw["strategy"], model=model, image_size=224, num_classes=1000,
+                                        global_batch=kw["global_batch"], steps=a.steps, warmup=a.warmup,
+                                        fc_workers=kw["fc_workers"], device="cpu", quiet=True, metrics=path,
+                                        overwrite=True, timeout_s=1800, compute="replay", replay_device=a.device,
+                                        dilation=d, **opts)
+                        t0 = time.time()
+                        m = run_training(n, link_mbit, args, mtu=a.mtu, timeout_s=3600, quiet=True)
+                    want = sum(sum(r["sent"].values()) for r in expected_bytes(
+                        profile, kw["strategy"], n, kw["fc_workers"], kw["global_batch"], **opts))
+                    target = m["target_step_time_median_s"]
+                    row = {"run": name, "model": model, "nodes": n, "target_gbps": gbps, **kw, "dilation": d,
+                           "link_mbit": link_mbit, "device": dev.name, "label": pred.label,
+                           "target_step_s": target, "target_steps_s": [x["target_time_s"] for x in m["steps"]],
+                           "throughput_target": kw["global_batch"] / target,
+                           "predicted_step_s": pred.iteration_s, "predicted_throughput": pred.throughput,
+                           "error": target / pred.iteration_s - 1, "bytes_per_step": m["bytes_per_step"],
+                           "expected_bytes_per_step": want, "wall_s": time.time() - t0}
+                    seen[key] = row
+                    results.append(row)
+                    print(f"{model} N={n} {gbps:g} Gb/s {name} ({pred.label}): D={d}, target step {target * 1e3:.1f} ms "
+                          f"= {row['throughput_target']:.0f} samples/s (model {pred.throughput:.0f}), bytes "
+                          f"{'=' if row['bytes_per_step'] == want else '!='} model", file=sys.stderr, flush=True)
+                    os.makedirs(os.path.dirname(os.path.abspath(a.out)), exist_ok=True)
+                    with open(a.out, "w") as fh:
+                        json.dump({"args": vars(a), "runs": results}, fh, indent=1)
+    print(format_table(results))
+    return 0
+
+
+def modelled_table(a) -> str:
+    """Markdown of the model's figures for every (model, N, target): the four runs side by side."""
+    lines = ["| model | N | Gb/s | DDP | paper's stanza | best option (configuration) | best vs paper stanza "
+             "| best vs DDP | best M only (configuration) | M only vs paper stanza |", "|---|---|---|---|---|---|---|---|---|---|"]
+    for model in a.models.split(","):
+        profile = named_profile(model, 224, 1000, a.batch_per_worker)
+        dev = DeviceProfile.from_table(a.device, profile)
+        for n in [int(v) for v in a.nodes.split(",")]:
+            for gbps in [float(v) for v in a.target_gbps.split(",")]:
+                runs = candidates(profile, n, gbps, dev, a.batch_per_worker)
+                p = {k: predict(profile, Cluster(n, gbps, device=dev), **kw) for k, kw in runs.items()}
+                ddp, ps, best, mo = p["ddp"].throughput, p["paper stanza"], p["best option"], p["best M only"]
+                lines.append(f"| {model} | {n} | {gbps:g} | {ddp:.0f} | {ps.throughput:.0f} | {best.throughput:.0f} "
+                             f"({best.label}) | {best.throughput / ps.throughput:.2f}x | {best.throughput / ddp:.2f}x "
+                             f"| {mo.throughput:.0f} ({mo.label}) | {mo.throughput / ps.throughput:.2f}x |")
+    return "\n".join(lines)
+
+
+def format_table(results: list[dict]) -> str:
+    """Markdown: replayed and modelled throughput, and speedups over the paper's stanza and ddp."""
+    lines = ["| model | N | Gb/s | D | run | configuration | replayed samples/s | model samples/s "
+             "| replayed vs paper stanza | model vs paper stanza | replayed vs ddp | bytes = model |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in results:
+        same = {x["run"]: x for x in results if (x["model"], x["nodes"], x["target_gbps"]) ==
+                (r["model"], r["nodes"], r["target_gbps"])}
+        ps, ddp = same.get("paper stanza"), same.get("ddp")
+        vs_ps = f"{r['throughput_target'] / ps['throughput_target']:.2f}x" if ps else "-"
+        m_ps = f"{r['predicted_throughput'] / ps['predicted_throughput']:.2f}x" if ps else "-"
+        vs_ddp = f"{r['throughput_target'] / ddp['throughput_target']:.2f}x" if ddp else "-"
+        lines.append(f"| {r['model']} | {r['nodes']} | {r['target_gbps']:g} | {r['dilation']} | {r['run']} | {r['label']} "
+                     f"| {r['throughput_target']:.0f} | {r['predicted_throughput']:.0f} | {vs_ps} | {m_ps} | {vs_ddp} "
+                     f"| {'yes' if r['bytes_per_step'] == r['expected_bytes_per_step'] else 'NO'} |")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,42 @@
+"""Multi-process checks of the GPU path's host-side logic, on CPU/gloo.
+
+* Staged P2P (the path several ranks sharing one GPU take under --backend gloo: every P2P
+  tensor goes through a host copy, receives copy back after completion), forced on CPU
+  tensors: still equal to `local` and byte-exact, with stanza's per-pair process groups.
+* A config error only some ranks can see (their own checkpoint file) is printed by each of
+  them, once, prefixed with its rank."""
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from stanza_core.comm import STAGED_P2P_ENV
+
+from dist_launch import ROOT, assert_same_params, rank_env, train
+from test_exactness import check_traffic
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
+
+
+@pytest.mark.parametrize("strategy,n,extra", [("stanza", 5, ["--fc-workers", "2"]), ("ps", 3, [])])
+def test_staged_p2p_equals_local_and_counts_the_same_bytes(tmp_path, monkeypatch, strategy, n, extra):
+    common = ["--model", "tiny_cnn", "--image-size", "32", "--global-batch", "24", "--steps", "4", "--lr", "0.05"]
+    _, ref, _ = train(tmp_path, "local", 1, "--strategy", "local", *common)
+    monkeypatch.setenv(STAGED_P2P_ENV, "1")
+    metrics, state, _ = train(tmp_path, strategy, n, "--strategy", strategy, *common, *extra)
+    assert_same_params(state, ref)
+    check_traffic(metrics, "tiny_cnn", 32, strategy, n, 24, 2 if strategy == "stanza" else 1)
+
+
+def test_each_rank_prints_its_own_checkpoint_error_once(tmp_path):
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2", "-m",
+           "stanza_core.train", "--strategy", "ddp", "--global-batch", "4", "--device", "cpu", "--quiet",
+           "--checkpoint-dir", str(tmp_path / "none"), "--resume"]
+    proc = subprocess.run(cmd, cwd=ROOT, env=rank_env(), capture_output=True, text=True, timeout=300)
+    assert proc.returncode != 0
+    ours = [ln for ln in proc.stderr.splitlines() if "error: rank" in ln]
+    for r in (0, 1):
+        mine = [ln for ln in ours if f"error: rank {r}: --resume: no checkpoint rank{r:04d}-of-0002.pt" in ln]
+        assert len(mine) == 1, proc.stderr[-2000:]
