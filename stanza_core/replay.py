@@ -23,6 +23,7 @@ emulated link rate: perf.emulated_bandwidth) is slowed down; target time = measu
 """
 from __future__ import annotations
 
+import contextvars
 import copy
 import json
 import time
@@ -102,8 +103,10 @@ class _Layer:
     def out_shape(self, x: torch.Tensor) -> tuple:
         key = tuple(x.shape[1:])
         if key not in self.shapes:  # the module's own forward on meta tensors: shape, no arithmetic
-            with torch.no_grad():
-                self.shapes[key] = tuple(self.meta(torch.empty(x.shape, device="meta", dtype=x.dtype)).shape[1:])
+            def probe():  # in an empty context: no sample keys, so dropout draws no CPU masks
+                with torch.no_grad():
+                    return tuple(self.meta(torch.empty(x.shape, device="meta", dtype=x.dtype)).shape[1:])
+            self.shapes[key] = contextvars.Context().run(probe)
         return (x.shape[0], *self.shapes[key])
 
     def param_grad(self, p: nn.Parameter) -> torch.Tensor:

@@ -134,8 +134,8 @@ REPLAY = ["--strategy", "ddp", "--compute", "replay"]
 CASES = [
     (REPLAY + ["--replay-device", "v100", "--dilation", "0"], "--dilation must be a finite number > 0"),
     (REPLAY + ["--replay-device", "v100", "--dilation", "-2"], "--dilation must be a finite number > 0"),
-    (REPLAY + ["--replay-device", "v100", "--dilation", "nan"], "--dilation must be a finite number > 0"),
-    (REPLAY + ["--replay-device", "v100", "--dilation", "inf"], "--dilation must be a finite number > 0"),
+    (REPLAY + ["--replay-device", "v100", "--dilation", "nan"], "--dilation must be a finite number"),
+    (REPLAY + ["--replay-device", "v100", "--dilation", "inf"], "--dilation must be a finite number"),
     (REPLAY, "--compute replay needs --replay-device"),
     (REPLAY + ["--replay-device", "v100", "--save", "m.pt"], "--save is refused with --compute replay"),
     (REPLAY + ["--replay-device", "tpu9"], "unknown --replay-device 'tpu9'"),
