@@ -23,6 +23,7 @@ from tqdm import tqdm
 
 from .anatomy import Profile, profile_model
 from .models import get_model
+from .split import SplitError
 
 if "ipykernel" in sys.modules:
     # In a kernel, figures carry plotly's own mimetype (JupyterLab draws it) and an HTML version
@@ -79,7 +80,7 @@ def profile_models(models: Sequence[str] | str, *, image_size: int = 224, num_cl
         try:
             profiles.append(profile_model(model, (3, image_size, image_size), batch_size, time=time,
                                           name=name, device=dev, reps=reps))
-        except RuntimeError as e:  # e.g. a feature map shrinking to zero at a small image_size
+        except (RuntimeError, SplitError) as e:  # e.g. a feature map shrinking to zero at a small image_size
             first = str(e).strip().splitlines()[0]
             raise ValueError(f"{name} cannot run at image_size={image_size}: {first}") from None
         del model  # VGG holds ~0.5 GB of parameters: free it before building the next
