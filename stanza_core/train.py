@@ -9,6 +9,7 @@ rank 0, which writes the metrics JSON and the full model's state_dict.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import json
 import math
@@ -206,19 +207,15 @@ def _train(cfg, prep: Prepared, comm) -> dict | None:
         t0 = time.perf_counter()
         if replayer:
             replayer.begin_step()
-        try:
+        with _naming_step(comm, t):
             with comm.counting():
                 share = strategy.step(t, batch)
-        except Exception as e:  # a dead peer, wherever the step noticed it: one line naming the step
-            err = comm.peer_error(e)
-            if isinstance(err, PeerError):
-                raise PeerError(f"{err} (step {t})") from None
-            raise
         sync()
         times.append(time.perf_counter() - t0)
         losses.append(share)
         # every rank learns the global loss (uncounted, outside the step); replayed values mean nothing
-        total = comm.sum_scalar(share) if cfg.compute == "real" else 0.0
+        with _naming_step(comm, t):
+            total = comm.sum_scalar(share) if cfg.compute == "real" else 0.0
         if not math.isfinite(total):
             last = _last_checkpoint(cfg, start, t)
             raise NonFiniteLoss(f"the loss is {total} at step {t}: run stopped, nothing of this step saved"
@@ -241,6 +238,18 @@ def _train(cfg, prep: Prepared, comm) -> dict | None:
     if cfg.metrics:
         _atomic_write(cfg.metrics, json.dumps(metrics, indent=1))
     return metrics
+
+
+@contextlib.contextmanager
+def _naming_step(comm, t: int):
+    """A dead peer, wherever step t noticed it (the step or its loss allreduce): one line naming the step."""
+    try:
+        yield
+    except Exception as e:
+        err = comm.peer_error(e)
+        if isinstance(err, PeerError):
+            raise PeerError(f"{err} (step {t})") from None
+        raise
 
 
 def _last_checkpoint(cfg, start: int, t: int) -> int | None:
