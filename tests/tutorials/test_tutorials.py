@@ -63,5 +63,6 @@ def test_t5_performance_model_predicts_the_bytes_of_a_run(run_tutorial):
     assert r["by_hand"]["ring_s"] == pytest.approx(r["model_costs"]["ring_s"], rel=1e-12)
     assert r["by_hand"]["transfer_s"] == pytest.approx(r["model_costs"]["transfer_s"], rel=1e-12)
     p = r["predictions"]
-    assert p["stanza"]["bytes_per_step"] < p["ddp"]["bytes_per_step"] < p["ps"]["bytes_per_step"]
+    # a colocated sharded PS moves exactly a ring allreduce's cluster total (even shards)
+    assert p["stanza"]["bytes_per_step"] < p["ddp"]["bytes_per_step"] <= p["ps"]["bytes_per_step"]
     assert r["best"]["strategy"] == "stanza"  # VGG-16, 16 V100s, 10 Gb/s (modelled)
