@@ -274,11 +274,14 @@ def summary_bytes(counts: ModelCounts, strategy: str, nodes: int, fc_workers: in
         g = report(ring_share(DTYPE_BYTES * P, N)) + report(bn_stats_share(bn_all, N))
         return {"bytes_per_step": N * g, "max_node_sent": g, "max_node_recv": g}
     if strategy == "ps" and ps_servers:
-        # a worker moves 4P each way; server 0 holds the largest shard and serves every worker
+        # a worker moves 4P each way plus the batch-norm statistics among the workers (servers
+        # run no forward pass); server 0 holds the largest shard and serves every worker
         nw = N - ps_servers
+        bn_w = report(bn_stats_share(bn_all, nw))
         server = nw * DTYPE_BYTES * ps_shard_sizes(P, ps_servers)[0]
-        busiest = max(DTYPE_BYTES * P, server)
-        return {"bytes_per_step": 2 * nw * DTYPE_BYTES * P, "max_node_sent": busiest, "max_node_recv": busiest}
+        busiest = max(DTYPE_BYTES * P + bn_w, server)
+        return {"bytes_per_step": 2 * nw * DTYPE_BYTES * P + nw * bn_w, "max_node_sent": busiest,
+                "max_node_recv": busiest}
     if strategy == "ps":
         # rank r < S moves 4P - own + (N-1) own each way; rank 0 holds the largest shard
         bn = report(bn_stats_share(bn_all, N))

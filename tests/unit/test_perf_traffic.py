@@ -106,6 +106,20 @@ def test_summary_equals_the_sum_of_rows(strategy, n, k, s, g_per):
         assert summary_bytes(c, strategy, n, k, batches, s if s or strategy != "ps" else n) == totals(rows)
 
 
+@pytest.mark.parametrize("strategy, n, k, servers", [("ddp", 4, None, 0), ("ps", 4, None, 0), ("ps", 5, None, 1),
+                                                     ("ps", 7, None, 3), ("ps", 2, None, 1), ("stanza", 5, 2, 0)])
+def test_summary_counts_batch_norm_traffic_as_the_rows_do(strategy, n, k, servers):
+    """Batch-norm statistics (global) in every layout, dedicated ps servers included (they run
+    no forward pass: the statistics move among the data workers only)."""
+    c = ModelCounts(1001, 70_003, 37, bn_conv_channels=96, bn_fc_channels=24)
+    shards = servers or (n if strategy == "ps" else None)
+    batches = split_batch(12, n - (k or 0) - servers)
+    rows = rank_bytes(c, strategy, n, k, batches, shards, ps_servers=servers)
+    assert summary_bytes(c, strategy, n, k, batches, shards, ps_servers=servers) == totals(rows)
+    data_rows = [r for r in rows if r["role"] in ("worker", "conv_worker")]
+    assert all(r["sent"].get("bn_stats", 0) > 0 for r in data_rows) == (len(data_rows) > 1)
+
+
 def test_expected_bytes_from_a_real_profile():
     prof = profile_model(get_model("tiny_cnn", 10), (3, 16, 16), 2)
     rows = expected_bytes(prof, "stanza", 3, fc_workers=1, global_batch=4)
