@@ -61,6 +61,7 @@ def sweep_one(name: str, sizes=SIZES, batch: int = 2) -> SweepRow:
     for size in sizes:
         if name.startswith("vit_h_14") and size % 14:
             continue
+        model = None  # the largest models hold ~2.5 GB: free one before building the next
         try:
             model = build(name, size).eval()
             x = torch.randn(batch, 3, size, size)
@@ -97,7 +98,19 @@ def markdown(rows: list[SweepRow]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    names = (argv if argv else None) or classification_models()
+    import argparse
+
+    ap = argparse.ArgumentParser(prog="python -m stanza_core.experiments.split_sweep",
+                                 description="Split every torchvision classification model (or NAMES) and "
+                                             "print a markdown table and a one-line summary.")
+    ap.add_argument("names", nargs="*", metavar="NAME", help="torchvision model names (default: all of "
+                    "torchvision.models.list_models(module=torchvision.models))")
+    args = ap.parse_args(argv)
+    unknown = sorted(set(args.names) - set(classification_models()))
+    if unknown:
+        print(f"error: not torchvision classification models: {', '.join(unknown)}", file=sys.stderr)
+        return 2
+    names = args.names or classification_models()
     rows = []
     for n in names:
         rows.append(sweep_one(n))
