@@ -9,9 +9,11 @@ import torch
 
 from .config import ConfigError
 
-# Fields that must match for a resumed run to continue the same training.
+# Fields that must match for a resumed run to continue the same training (bn_stats: batch-norm
+# statistics over the global batch or per worker train differently).
 LAYOUT_FIELDS = ("strategy", "model", "num_classes", "image_size", "global_batch", "seed", "fc_workers",
-                 "ps_shards", "ps_servers", "ps_overlap", "dataset", "lr", "momentum", "weight_decay", "boundary", "bucket_mb")
+                 "ps_shards", "ps_servers", "ps_overlap", "dataset", "lr", "momentum", "weight_decay", "boundary", "bucket_mb",
+                 "bn_stats")
 
 
 def path_for(directory: str, rank: int, world_size: int) -> str:

@@ -202,6 +202,19 @@ def test_missing_checkpoint_is_one_line(as_rank0_of, capsys, tmp_path):
     assert "no checkpoint rank0000-of-0001.pt" in capsys.readouterr().err
 
 
+def test_resume_with_other_bn_stats_is_one_line(as_rank0_of, capsys, tmp_path):
+    """A checkpoint trained with global batch-norm statistics does not continue per worker."""
+    from stanza_core import checkpoint
+
+    as_rank0_of(2)
+    args = ["--strategy", "ddp", "--model", "resnet18", "--image-size", "32", "--checkpoint-dir", str(tmp_path)]
+    checkpoint.save(str(tmp_path), 0, 2, 1, train.parse_config(args).to_dict(), {})
+    assert train.main(args + ["--bn-stats", "local", "--resume", "--quiet"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == "error: --resume: checkpoint was made with bn_stats='global', this run has 'local'"
+    assert not dist.is_initialized()
+
+
 def test_local_run_in_process(as_rank0_of, tmp_path):
     as_rank0_of(1)
     m = tmp_path / "m.json"
