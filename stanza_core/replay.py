@@ -17,6 +17,8 @@ and `DeviceProfile.time_s`), so model and replay agree on compute by constructio
 only by what the real network and engine do. Parameterless layers (ReLU, pooling, dropout)
 are replayed with no wait: their time is folded into the parameterised layers' FLOP shares, as
 in the model. Values are meaningless (losses are not reported as losses; --save is refused).
+Batch-norm layers with global statistics (--bn-stats global) still make their four allreduces of
+C values per step (of zeros), so the bn_stats bytes are those of a real step.
 
 Glossary: D = dilation, the factor by which replayed compute (and, to keep the ratio, the
 emulated link rate: perf.emulated_bandwidth) is slowed down; target time = measured time / D.
@@ -136,6 +138,25 @@ class _ReplayFn(torch.autograd.Function):
         return (None, gx, *grads)
 
 
+class _ReplayedBatchStats(torch.autograd.Function):
+    """A global-statistics batch-norm layer's traffic, without its arithmetic: the two allreduces
+    of C values of its forward (sum, centred sum of squares) and the two of its backward (their
+    gradients), as stanza_core.batchnorm sends them, so the bn_stats bytes are those of a real step."""
+
+    @staticmethod
+    def forward(ctx, out: torch.Tensor, module: nn.Module):
+        ctx.module = module
+        for _ in range(2):
+            module._stanza_reduce(out.new_zeros(module.num_features))
+        return torch.empty_like(out)  # a new tensor, not a view: ResNet adds into it in place
+
+    @staticmethod
+    def backward(ctx, grad):
+        for _ in range(2):
+            ctx.module._stanza_reduce(grad.new_zeros(ctx.module.num_features))
+        return grad, None
+
+
 class Replayer:
     """Waits instead of arithmetic, for one rank. `armed` is off while strategies set up (their
     shape probes wait nothing); the training loop arms it at each step (`begin_step`)."""
@@ -161,15 +182,20 @@ class Replayer:
         for name, module in model.named_modules():
             if name and not list(module.children()):
                 layer = _Layer(self, name, module, meta_of[name])
-                module.forward = self._forward_of(layer)  # instance attribute: nn.Module.__call__ uses it
+                module.forward = self._forward_of(layer, module)  # instance attribute: nn.Module.__call__ uses it
                 self.layers.append(layer)
 
     @staticmethod
-    def _forward_of(layer: _Layer):
+    def _forward_of(layer: _Layer, module: nn.Module):
         def forward(x, *rest, **kw):
             if rest or kw or not isinstance(x, torch.Tensor):
                 raise RuntimeError(f"replay: layer {layer.name} takes more than one tensor; not supported")
-            return _ReplayFn.apply(layer, x, *layer.params)
+            out = _ReplayFn.apply(layer, x, *layer.params)
+            # batch norm switched to global statistics (after this replay was installed): its
+            # allreduces still cross the network, as in a real step
+            if module.training and getattr(module, "_stanza_reduce", None) is not None:
+                out = _ReplayedBatchStats.apply(out, module)
+            return out
         return forward
 
     def wait(self, seconds: float):

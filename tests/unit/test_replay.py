@@ -49,6 +49,29 @@ def test_outputs_and_gradients_have_true_shapes_and_fire_hooks():
         assert p.grad is not None and p.grad.shape == p.shape
 
 
+def test_global_batch_norm_still_moves_its_statistics():
+    """Replay removes arithmetic, never traffic: a global-statistics BN layer allreduces 2 x C
+    values forward and 2 x C backward (stanza_core.batchnorm), here as in a real step."""
+    from stanza_core.anatomy import profile_model
+    from stanza_core.batchnorm import use_global_batch_stats
+
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 6, 3), torch.nn.BatchNorm2d(6), torch.nn.ReLU(),
+                                torch.nn.Conv2d(6, 5, 3), torch.nn.BatchNorm2d(5), torch.nn.AdaptiveAvgPool2d(1),
+                                torch.nn.Flatten(), torch.nn.Linear(5, 10))
+    profile = profile_model(model, (3, 16, 16), 4)
+    rep = Recording(model, profile, DeviceProfile.from_table("v100", profile), 10.0)
+    rep.asked = []
+    sizes = []
+    assert use_global_batch_stats(model, lambda t: sizes.append(t.numel()), 2) == 2
+    out = model(torch.randn(4, 3, 16, 16))
+    assert sizes == [6, 6, 5, 5]
+    out.sum().backward()
+    assert sizes == [6, 6, 5, 5, 5, 5, 6, 6]
+    model.eval()  # running statistics in eval mode: no traffic
+    model(torch.randn(4, 3, 16, 16))
+    assert len(sizes) == 8
+
+
 def test_activation_gradient_reaches_a_leaf_input():
     """An FC worker's boundary activations are a leaf: their gradient (sent back) has their shape."""
     model, rep, _ = replayed()
