@@ -22,12 +22,10 @@ import tempfile
 import time
 
 from stanza_core.launch import cli_args
+from stanza_core.netem.facts import max_link_mbit, payload_per_wire_byte
 from stanza_core.perf import (Cluster, DeviceProfile, best_assignment, emulated_bandwidth, expected_bytes,
                               named_profile, predict, replay_dilation)
 from stanza_core.perf.optimize import MICRO_BATCHES
-
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from paper_regime_replay import max_link_mbit, payload_per_wire_byte  # noqa: E402
 
 OPTION_KEYS = ("fc_conv_share", "micro_batches")
 
@@ -46,6 +44,17 @@ def candidates(profile, n, gbps, dev, b) -> dict[str, dict]:
         out[name] = {"strategy": "stanza", "fc_workers": p.fc_workers, "global_batch": p.global_batch,
                      "fc_conv_share": p.fc_conv_share, "micro_batches": p.micro_batches}
     return out
+
+
+def cells(a):
+    """(model, its profile, the device-table profile, N, target Gb/s, candidates) for every model
+    x N x target the arguments name."""
+    for model in a.models.split(","):
+        profile = named_profile(model, 224, 1000, a.batch_per_worker)
+        dev = DeviceProfile.from_table(a.device, profile)
+        for n in [int(v) for v in a.nodes.split(",")]:
+            for gbps in [float(v) for v in a.target_gbps.split(",")]:
+                yield model, profile, dev, n, gbps, candidates(profile, n, gbps, dev, a.batch_per_worker)
 
 
 def main(argv=None) -> int:
@@ -68,53 +77,48 @@ def main(argv=None) -> int:
     from stanza_core.netem import MAX_AGGREGATE_MBIT, run_training
 
     ppwb, results, wanted = payload_per_wire_byte(a.mtu), [], a.runs.split(",")
-    for model in a.models.split(","):
-        profile = named_profile(model, 224, 1000, a.batch_per_worker)
-        dev = DeviceProfile.from_table(a.device, profile)
-        for n in [int(v) for v in a.nodes.split(",")]:
-            for gbps in [float(v) for v in a.target_gbps.split(",")]:
-                runs = candidates(profile, n, gbps, dev, a.batch_per_worker)
-                seen = {}
-                preds = {name: predict(profile, Cluster(n, gbps, device=dev), **kw) for name, kw in runs.items()}
-                d = replay_dilation(gbps, n, max_link_mbit=max_link_mbit(a.mtu), max_aggregate_mbit=MAX_AGGREGATE_MBIT,
-                                    target_step_s=min(p.iteration_s for p in preds.values()))
-                payload_gbps = emulated_bandwidth(gbps, dilation=d)
-                link_mbit = 1000 * payload_gbps / ppwb
-                for name in wanted:
-                    kw = runs[name]
-                    key = tuple(sorted((k, v) for k, v in kw.items()))
-                    if key in seen:  # the same configuration as an earlier run: not run twice
-                        results.append(dict(seen[key], run=name, same_as=seen[key]["run"]))
-                        continue
-                    pred = predict(profile, Cluster(n, payload_gbps * d, device=dev), **kw)
-                    opts = {k: kw[k] for k in OPTION_KEYS if k in kw and kw[k] not in (0, 0.0, 1)}
-                    with tempfile.TemporaryDirectory(prefix="beyond-replay-") as tmp:
-                        path = os.path.join(tmp, "m.json")
-                        args = cli_args(strategy=kw["strategy"], model=model, image_size=224, num_classes=1000,
-                                        global_batch=kw["global_batch"], steps=a.steps, warmup=a.warmup,
-                                        fc_workers=kw["fc_workers"], device="cpu", quiet=True, metrics=path,
-                                        overwrite=True, timeout_s=1800, compute="replay", replay_device=a.device,
-                                        dilation=d, **opts)
-                        t0 = time.time()
-                        m = run_training(n, link_mbit, args, mtu=a.mtu, timeout_s=3600, quiet=True)
-                    want = sum(sum(r["sent"].values()) for r in expected_bytes(
-                        profile, kw["strategy"], n, kw["fc_workers"], kw["global_batch"], **opts))
-                    target = m["target_step_time_median_s"]
-                    row = {"run": name, "model": model, "nodes": n, "target_gbps": gbps, **kw, "dilation": d,
-                           "link_mbit": link_mbit, "device": dev.name, "label": pred.label,
-                           "target_step_s": target, "target_steps_s": [x["target_time_s"] for x in m["steps"]],
-                           "throughput_target": kw["global_batch"] / target,
-                           "predicted_step_s": pred.iteration_s, "predicted_throughput": pred.throughput,
-                           "error": target / pred.iteration_s - 1, "bytes_per_step": m["bytes_per_step"],
-                           "expected_bytes_per_step": want, "wall_s": time.time() - t0}
-                    seen[key] = row
-                    results.append(row)
-                    print(f"{model} N={n} {gbps:g} Gb/s {name} ({pred.label}): D={d}, target step {target * 1e3:.1f} ms "
-                          f"= {row['throughput_target']:.0f} samples/s (model {pred.throughput:.0f}), bytes "
-                          f"{'=' if row['bytes_per_step'] == want else '!='} model", file=sys.stderr, flush=True)
-                    os.makedirs(os.path.dirname(os.path.abspath(a.out)), exist_ok=True)
-                    with open(a.out, "w") as fh:
-                        json.dump({"args": vars(a), "runs": results}, fh, indent=1)
+    for model, profile, dev, n, gbps, runs in cells(a):
+        seen = {}
+        preds = {name: predict(profile, Cluster(n, gbps, device=dev), **kw) for name, kw in runs.items()}
+        d = replay_dilation(gbps, n, max_link_mbit=max_link_mbit(a.mtu), max_aggregate_mbit=MAX_AGGREGATE_MBIT,
+                            target_step_s=min(p.iteration_s for p in preds.values()))
+        payload_gbps = emulated_bandwidth(gbps, dilation=d)
+        link_mbit = 1000 * payload_gbps / ppwb
+        for name in wanted:
+            kw = runs[name]
+            key = tuple(sorted((k, v) for k, v in kw.items()))
+            if key in seen:  # the same configuration as an earlier run: not run twice
+                results.append(dict(seen[key], run=name, same_as=seen[key]["run"]))
+                continue
+            pred = predict(profile, Cluster(n, payload_gbps * d, device=dev), **kw)
+            opts = {k: kw[k] for k in OPTION_KEYS if k in kw and kw[k] not in (0, 0.0, 1)}
+            with tempfile.TemporaryDirectory(prefix="beyond-replay-") as tmp:
+                path = os.path.join(tmp, "m.json")
+                args = cli_args(strategy=kw["strategy"], model=model, image_size=224, num_classes=1000,
+                                global_batch=kw["global_batch"], steps=a.steps, warmup=a.warmup,
+                                fc_workers=kw["fc_workers"], device="cpu", quiet=True, metrics=path,
+                                overwrite=True, timeout_s=1800, compute="replay", replay_device=a.device,
+                                dilation=d, **opts)
+                t0 = time.time()
+                m = run_training(n, link_mbit, args, mtu=a.mtu, timeout_s=3600, quiet=True)
+            want = sum(sum(r["sent"].values()) for r in expected_bytes(
+                profile, kw["strategy"], n, kw["fc_workers"], kw["global_batch"], **opts))
+            target = m["target_step_time_median_s"]
+            row = {"run": name, "model": model, "nodes": n, "target_gbps": gbps, **kw, "dilation": d,
+                   "link_mbit": link_mbit, "device": dev.name, "label": pred.label,
+                   "target_step_s": target, "target_steps_s": [x["target_time_s"] for x in m["steps"]],
+                   "throughput_target": kw["global_batch"] / target,
+                   "predicted_step_s": pred.iteration_s, "predicted_throughput": pred.throughput,
+                   "error": target / pred.iteration_s - 1, "bytes_per_step": m["bytes_per_step"],
+                   "expected_bytes_per_step": want, "wall_s": time.time() - t0}
+            seen[key] = row
+            results.append(row)
+            print(f"{model} N={n} {gbps:g} Gb/s {name} ({pred.label}): D={d}, target step {target * 1e3:.1f} ms "
+                  f"= {row['throughput_target']:.0f} samples/s (model {pred.throughput:.0f}), bytes "
+                  f"{'=' if row['bytes_per_step'] == want else '!='} model", file=sys.stderr, flush=True)
+            os.makedirs(os.path.dirname(os.path.abspath(a.out)), exist_ok=True)
+            with open(a.out, "w") as fh:
+                json.dump({"args": vars(a), "runs": results}, fh, indent=1)
     print(format_table(results))
     return 0
 
@@ -123,17 +127,12 @@ def modelled_table(a) -> str:
     """Markdown of the model's figures for every (model, N, target): the four runs side by side."""
     lines = ["| model | N | Gb/s | DDP | paper's stanza | best option (configuration) | best vs paper stanza "
              "| best vs DDP | best M only (configuration) | M only vs paper stanza |", "|---|---|---|---|---|---|---|---|---|---|"]
-    for model in a.models.split(","):
-        profile = named_profile(model, 224, 1000, a.batch_per_worker)
-        dev = DeviceProfile.from_table(a.device, profile)
-        for n in [int(v) for v in a.nodes.split(",")]:
-            for gbps in [float(v) for v in a.target_gbps.split(",")]:
-                runs = candidates(profile, n, gbps, dev, a.batch_per_worker)
-                p = {k: predict(profile, Cluster(n, gbps, device=dev), **kw) for k, kw in runs.items()}
-                ddp, ps, best, mo = p["ddp"].throughput, p["paper stanza"], p["best option"], p["best M only"]
-                lines.append(f"| {model} | {n} | {gbps:g} | {ddp:.0f} | {ps.throughput:.0f} | {best.throughput:.0f} "
-                             f"({best.label}) | {best.throughput / ps.throughput:.2f}x | {best.throughput / ddp:.2f}x "
-                             f"| {mo.throughput:.0f} ({mo.label}) | {mo.throughput / ps.throughput:.2f}x |")
+    for model, profile, dev, n, gbps, runs in cells(a):
+        p = {k: predict(profile, Cluster(n, gbps, device=dev), **kw) for k, kw in runs.items()}
+        ddp, ps, best, mo = p["ddp"].throughput, p["paper stanza"], p["best option"], p["best M only"]
+        lines.append(f"| {model} | {n} | {gbps:g} | {ddp:.0f} | {ps.throughput:.0f} | {best.throughput:.0f} "
+                     f"({best.label}) | {best.throughput / ps.throughput:.2f}x | {best.throughput / ddp:.2f}x "
+                     f"| {mo.throughput:.0f} ({mo.label}) | {mo.throughput / ps.throughput:.2f}x |")
     return "\n".join(lines)
 
 

@@ -91,17 +91,7 @@ import stanza_core.nbtools as nbt
 from stanza_core import viz
 from stanza_core.experiments import cache, throughput
 
-params = throughput.ThroughputParams(measured_model=measured_model, measured_image_size=measured_image_size,
-                                     measured_num_classes=measured_num_classes, measured_nodes=measured_nodes,
-                                     strategies=strategies, fc_workers=fc_workers, global_batch=global_batch, steps=steps,
-                                     warmup=warmup, target_gbps=target_gbps, target_device=target_device, repeats=repeats,
-                                     model_names=model_names, model_image_size=model_image_size, model_nodes=model_nodes,
-                                     model_gbps=model_gbps, batch_per_worker=batch_per_worker,
-                                     replay_models=replay_models, replay_nodes=replay_nodes, replay_gbps=replay_gbps,
-                                     replay_device=replay_device, dilation=dilation,
-                                     replay_steps=replay_steps,
-                                     replay_image_size=replay_image_size, replay_num_classes=replay_num_classes,
-                                     measure_runs=measure_runs)
+params = nbt.experiment_params(throughput.ThroughputParams, globals())
 
 # %%
 benches = throughput.run_measured(params, cache.cache_dir_for(cache_dir, out_dir))

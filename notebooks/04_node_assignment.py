@@ -74,15 +74,7 @@ import stanza_core.nbtools as nbt
 from stanza_core import viz
 from stanza_core.experiments import cache, assignment
 
-params = assignment.AssignmentParams(model=model, image_size=image_size, num_classes=num_classes, nodes=nodes,
-                                     global_batch=global_batch, steps=steps, warmup=warmup, target_gbps=target_gbps,
-                                     target_device=target_device, repeats=repeats, paper_models=paper_models,
-                                     paper_nodes=paper_nodes, paper_gbps=paper_gbps, batch_per_worker=batch_per_worker,
-                                     replay_models=replay_models, replay_nodes=replay_nodes, replay_gbps=replay_gbps,
-                                     replay_device=replay_device, dilation=dilation,
-                                     replay_steps=replay_steps,
-                                     replay_image_size=replay_image_size, replay_num_classes=replay_num_classes,
-                                     measure_runs=measure_runs)
+params = nbt.experiment_params(assignment.AssignmentParams, globals())
 
 # %%
 bench = assignment.run_measured(params, cache.cache_dir_for(cache_dir, out_dir))

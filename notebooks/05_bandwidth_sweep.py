@@ -79,15 +79,7 @@ import stanza_core.nbtools as nbt
 from stanza_core import viz
 from stanza_core.experiments import cache, sweep
 
-params = sweep.SweepParams(model=model, image_size=image_size, num_classes=num_classes, nodes=nodes, strategies=strategies,
-                           fc_workers=fc_workers, global_batch=global_batch, steps=steps, warmup=warmup,
-                           target_gbps=target_gbps, measure_gbps=measure_gbps, target_device=target_device, repeats=repeats,
-                           paper_models=paper_models, paper_nodes=paper_nodes, sweep_gbps=sweep_gbps, sweep_nodes=sweep_nodes,
-                           batch_per_worker=batch_per_worker, replay_models=replay_models, replay_nodes=replay_nodes,
-                           replay_gbps=replay_gbps, replay_device=replay_device, dilation=dilation,
-                           replay_steps=replay_steps,
-                           replay_image_size=replay_image_size, replay_num_classes=replay_num_classes,
-                           measure_runs=measure_runs)
+params = nbt.experiment_params(sweep.SweepParams, globals())
 
 # %%
 bench = sweep.run_measured(params, cache.cache_dir_for(cache_dir, out_dir))

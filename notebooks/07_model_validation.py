@@ -82,14 +82,7 @@ import stanza_core.nbtools as nbt
 from stanza_core import viz
 from stanza_core.experiments import cache, validation
 
-params = validation.ValidationParams(model=model, image_size=image_size, num_classes=num_classes, nodes=nodes,
-                                     strategies=strategies, fc_workers=fc_workers, global_batch=global_batch, steps=steps,
-                                     warmup=warmup, target_gbps=target_gbps, target_device=target_device, repeats=repeats,
-                                     bench_json=bench_json, replay_models=replay_models,
-                                     replay_nodes=replay_nodes, replay_gbps=replay_gbps, replay_device=replay_device,
-                                     dilation=dilation, replay_steps=replay_steps,
-                                     replay_image_size=replay_image_size, replay_num_classes=replay_num_classes,
-                                     batch_per_worker=batch_per_worker, measure_runs=measure_runs)
+params = nbt.experiment_params(validation.ValidationParams, globals())
 
 # %%
 benches = validation.run_measured(params, cache.cache_dir_for(cache_dir, out_dir)) + validation.load_benches(params)

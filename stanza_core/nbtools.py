@@ -8,6 +8,7 @@ available for kaleido).
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -57,6 +58,15 @@ def check_models(models: Sequence[str] | str, image_size: int | None = None) -> 
     from .experiments.checks import model_names
 
     return model_names(models, image_size)
+
+
+def experiment_params(cls: type, namespace: Mapping[str, Any]) -> Any:
+    """An experiment's parameters dataclass (e.g. `throughput.ThroughputParams`, checked on
+    creation) from a notebook's `globals()`: every field the `parameters` cell names, by the same
+    name; fields the cell does not name keep their defaults, names that are no field (out_dir,
+    png, cache_dir) stay with the notebook."""
+    names = [f.name for f in dataclasses.fields(cls) if f.init]
+    return cls(**{n: namespace[n] for n in names if n in namespace})
 
 
 # ---------------------------------------------------------------------------------------------

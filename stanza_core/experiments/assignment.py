@@ -17,17 +17,17 @@ from typing import Any
 from ..netem.facts import payload_gbps
 from ..perf import DEFAULT_LATENCY_S, Cluster, best_assignment, named_profile
 from . import checks, compute_rounds, replayed, validation
-from .replayed import ReplaySet
-from .run import measure, modelled_only, skipped
+from .replayed import ReplayParams
+from .run import measure_or_skip, modelled_only
 from .spec import MeasureSpec
-from .throughput import MEASURE_OFF
 
 PIPEDREAM_VGG16 = "PipeDream's planner: VGG-16 on 16 GPUs -> 15 CONV replicas + 1 FC node (k = 1)"
 
 
 @dataclasses.dataclass(kw_only=True)
-class AssignmentParams:
-    """Notebook 04's parameters (its `parameters` cell), checked on creation."""
+class AssignmentParams(ReplayParams):
+    """Notebook 04's parameters (its `parameters` cell), checked on creation; the replay_* ones
+    and measure_runs: replayed.ReplayParams (here one cluster size and one target)."""
 
     model: str  # zoo model run on the emulated cluster
     image_size: int  # square input of the measured runs
@@ -45,17 +45,9 @@ class AssignmentParams:
     paper_gbps: list[float]  # bandwidths of the modelled ranking
     batch_per_worker: int = 32  # modelled samples per CONV worker
     paper_device: str = "v100"  # perf device-table row
-    replay_models: list[str] = dataclasses.field(default_factory=list)  # paper regime, replayed compute
     replay_nodes: int = 4  # emulated cluster size of the replayed runs (k = 1..N/2)
     replay_gbps: float = 10.0  # their target bandwidth
-    replay_device: str = "v100"  # device profile the replayed compute follows
-    dilation: float = 1.0  # smallest D (experiments.replayed: perf.replay_dilation decides)
-    replay_steps: int = 2  # steps per replayed run, warmup included
-    replay_image_size: int = 224
-    replay_num_classes: int = 1000
-    measure_runs: bool = True  # False: skip the measured cells (as without root or tc)
     measured: MeasureSpec = dataclasses.field(init=False)  # stanza at every k = 1..N//2
-    replay: ReplaySet = dataclasses.field(init=False)  # the paper-regime runs: stanza at every k
 
     def __post_init__(self):
         if not checks._is_int(self.nodes) or self.nodes < 2:
@@ -71,16 +63,13 @@ class AssignmentParams:
         checks.device_name("paper_device", self.paper_device)
         self.paper_gbps = checks.positive_floats("paper_gbps", self.paper_gbps)
         n = checks.positive_int("replay_nodes", self.replay_nodes, 2)
-        self.replay = ReplaySet(models=self.replay_models, nodes=[n], strategies=["stanza"],
-                                fc_workers=list(range(1, n // 2 + 1)), target_gbps=[self.replay_gbps],
-                                replay_device=self.replay_device, dilation=self.dilation,
-                                batch_per_worker=self.batch_per_worker,
-                                steps=self.replay_steps, warmup=self.warmup, image_size=self.replay_image_size,
-                                num_classes=self.replay_num_classes)
+        # the paper-regime runs: stanza at every k
+        self.replay = self.replay_set(["stanza"], list(range(1, n // 2 + 1)), nodes=[n],
+                                      target_gbps=[self.replay_gbps])
 
 
 def run_measured(p: AssignmentParams, cache_dir: str | None = None) -> dict[str, Any]:
-    return measure(p.measured, cache_dir) if p.measure_runs else skipped(p.measured, MEASURE_OFF)
+    return measure_or_skip(p.measured, cache_dir, p.measure_runs)
 
 
 def run_replayed(p: AssignmentParams, cache_dir: str | None = None) -> list[dict[str, Any]]:

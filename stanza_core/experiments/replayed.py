@@ -17,7 +17,7 @@ from typing import Any
 
 from ..labels import run_key, run_label
 from . import checks
-from .run import measure, skipped
+from .run import measure_or_skip
 from .spec import MeasureSpec
 
 PAPER_IMAGE, PAPER_CLASSES = 224, 1000
@@ -73,11 +73,38 @@ class ReplaySet:
         return float(max(self.dilation, rule))
 
 
+@dataclasses.dataclass(kw_only=True)
+class ReplayParams:
+    """The paper-regime parameters notebooks 03, 04, 05 and 07 share (their `parameters` cells
+    name them alike), and the switch of every measured cell. A subclass has `warmup` and
+    `batch_per_worker` fields and sets `replay` in its __post_init__ (replay_set)."""
+
+    replay_models: list[str] = dataclasses.field(default_factory=list)  # paper regime, replayed compute
+    replay_nodes: list[int] = dataclasses.field(default_factory=list)  # their emulated cluster sizes
+    replay_gbps: list[float] = dataclasses.field(default_factory=lambda: [10.0])  # their targets
+    replay_device: str = "v100"  # device profile the replayed compute follows
+    dilation: float = 1.0  # smallest D (the module docstring: perf.replay_dilation decides)
+    replay_steps: int = 2  # steps per replayed run, warmup included
+    replay_image_size: int = PAPER_IMAGE  # the paper's ImageNet input (tests use a smaller one)
+    replay_num_classes: int = PAPER_CLASSES
+    measure_runs: bool = True  # False: skip the measured cells (as without root or tc)
+    replay: ReplaySet = dataclasses.field(init=False)  # the paper-regime runs
+
+    def replay_set(self, strategies: list[str], fc_workers: list[int], nodes: list[int] | None = None,
+                   target_gbps: list[float] | None = None) -> ReplaySet:
+        """The replayed runs of these parameters (nodes and targets: replay_nodes, replay_gbps
+        unless given)."""
+        return ReplaySet(models=self.replay_models, nodes=self.replay_nodes if nodes is None else nodes,
+                         strategies=strategies, fc_workers=fc_workers,
+                         target_gbps=self.replay_gbps if target_gbps is None else target_gbps,
+                         replay_device=self.replay_device, dilation=self.dilation,
+                         batch_per_worker=self.batch_per_worker, steps=self.replay_steps, warmup=self.warmup,
+                         image_size=self.replay_image_size, num_classes=self.replay_num_classes)
+
+
 def run_replayed(s: ReplaySet, cache_dir: str | None, measure_runs: bool = True) -> list[dict[str, Any]]:
     """One bench results dict per spec (run.measure; cached, so notebooks share runs)."""
-    from .throughput import MEASURE_OFF
-
-    return [measure(spec, cache_dir) if measure_runs else skipped(spec, MEASURE_OFF) for spec in s.specs]
+    return [measure_or_skip(spec, cache_dir, measure_runs) for spec in s.specs]
 
 
 def caption(s: ReplaySet) -> str:

@@ -126,6 +126,15 @@ def skipped(spec: MeasureSpec, reason: str) -> dict[str, Any]:
     return _empty(spec, reason)
 
 
+MEASURE_OFF = "measure_runs=False: the measured cells were not run (modelled figures only)"
+
+
+def measure_or_skip(spec: MeasureSpec, cache_dir: str | None, measure_runs: bool) -> dict[str, Any]:
+    """measure(spec, cache_dir), or with measuring turned off (a notebook's `measure_runs`) the
+    results of a measurement not run."""
+    return measure(spec, cache_dir) if measure_runs else skipped(spec, MEASURE_OFF)
+
+
 def modelled_only(benches: list[dict[str, Any] | None]) -> str | None:
     """Why an experiment's figures are modelled only: the reason its measurements did not run
     (no root or tc here, measuring turned off); None when something was measured or nothing
@@ -177,26 +186,9 @@ def measure(spec: MeasureSpec, cache_dir: str | None = None, progress: bool = Tr
             points = [(None, m) for m in spec.link_mbit]
         todo = [(g, spec.run_config(s, k, m, srv, ov), rep) for g, m in points for rep in range(spec.repeats)
                 for s, k, srv, ov in spec.variants()]
-        bar = None
-        if progress:
-            from tqdm import tqdm
-            bar = tqdm(total=len(todo), desc="measured runs", unit="run")
-        for g, cfg, rep in todo:
-            key = {**cfg.to_dict(), "repeat": rep, "reps": spec.timing_reps}
-            run = cache.get("run", key)
-            if run is None:
-                run = _run_with_rounds(pool(), spec, cfg)
-                cache.put("run", key, run)
-            out["runs"].append({**run, "target_gbps": g, "repeat": rep})
-            if bar:
-                bar.set_postfix_str(f"{cfg.label} @ {cfg.link_mbit:.1f} Mbit/s")
-                bar.update(1)
-        if bar:
-            bar.close()
-    out["summary"] = summarize(out["runs"]) if out["runs"] else []
-    out["cache"] = cache.report()
-    cache.say_reused()
-    return out
+        _run_all(todo, cache, out, lambda cfg: _run_with_rounds(pool(), spec, cfg),
+                 key_extra={"reps": spec.timing_reps}, desc="measured runs", progress=progress)
+    return _finish(out, cache)
 
 
 def _measure_replay(spec: MeasureSpec, cache: Cache, out: dict[str, Any], progress: bool) -> dict[str, Any]:
@@ -215,22 +207,35 @@ def _measure_replay(spec: MeasureSpec, cache: Cache, out: dict[str, Any], progre
     out["modelled_only_gbps"] = [g for g, m in points if m > spec.max_link_mbit]
     todo = [(g, spec.run_config(s, k, m, srv, ov), rep) for g, m in points if m <= spec.max_link_mbit
             for rep in range(spec.repeats) for s, k, srv, ov in spec.variants()]
+    _run_all(todo, cache, out, run_config, key_extra={}, desc="replayed runs", note=f", D={spec.dilation:g}",
+             progress=progress)
+    return _finish(out, cache)
+
+
+def _run_all(todo: list[tuple[float | None, RunConfig, int]], cache: Cache, out: dict[str, Any], run, *,
+             key_extra: dict[str, Any], desc: str, note: str = "", progress: bool = True) -> None:
+    """Every (target, configuration, repeat) of `todo` into out["runs"]: from the cache (keyed by
+    the configuration, the repeat and `key_extra`) or run by `run(cfg)` and cached."""
     bar = None
     if progress:
         from tqdm import tqdm
-        bar = tqdm(total=len(todo), desc="replayed runs", unit="run")
+        bar = tqdm(total=len(todo), desc=desc, unit="run")
     for g, cfg, rep in todo:
-        key = {**cfg.to_dict(), "repeat": rep}
-        run = cache.get("run", key)
-        if run is None:
-            run = run_config(cfg)
-            cache.put("run", key, run)
-        out["runs"].append({**run, "target_gbps": g, "repeat": rep})
+        key = {**cfg.to_dict(), "repeat": rep, **key_extra}
+        got = cache.get("run", key)
+        if got is None:
+            got = run(cfg)
+            cache.put("run", key, got)
+        out["runs"].append({**got, "target_gbps": g, "repeat": rep})
         if bar:
-            bar.set_postfix_str(f"{cfg.label} @ {cfg.link_mbit:.1f} Mbit/s, D={spec.dilation:g}")
+            bar.set_postfix_str(f"{cfg.label} @ {cfg.link_mbit:.1f} Mbit/s{note}")
             bar.update(1)
     if bar:
         bar.close()
+
+
+def _finish(out: dict[str, Any], cache: Cache) -> dict[str, Any]:
+    """The summary and the cache report of a measurement whose runs are in out["runs"]."""
     out["summary"] = summarize(out["runs"]) if out["runs"] else []
     out["cache"] = cache.report()
     cache.say_reused()

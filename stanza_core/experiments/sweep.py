@@ -15,18 +15,19 @@ from typing import Any
 from ..labels import config_label, run_key, run_label
 from ..perf import Cluster, best_assignment, emulated_bandwidth, named_profile, sweep
 from . import checks, replayed, validation
-from .replayed import ReplaySet
-from .run import measure, modelled_only, skipped
+from .replayed import ReplayParams
+from .run import measure_or_skip, modelled_only
 from .spec import MeasureSpec
-from .throughput import MEASURE_OFF, PAPER
+from .throughput import PAPER
 
 SWEEP_GBPS = (1.0, 2.5, 5.0, 10.0, 25.0, 40.0, 100.0, 200.0, 400.0)
 SWEEP_NODES = tuple(2 ** i for i in range(1, 11))
 
 
 @dataclasses.dataclass(kw_only=True)
-class SweepParams:
-    """Notebook 05's parameters (its `parameters` cell), checked on creation."""
+class SweepParams(ReplayParams):
+    """Notebook 05's parameters (its `parameters` cell), checked on creation; the replay_* ones
+    and measure_runs: replayed.ReplayParams."""
 
     model: str  # zoo model run on the emulated cluster
     image_size: int  # square input of the measured runs
@@ -48,16 +49,6 @@ class SweepParams:
     sweep_nodes: list[int] = dataclasses.field(default_factory=lambda: list(SWEEP_NODES))
     batch_per_worker: int = 32  # modelled samples per data worker
     paper_device: str = "v100"  # perf device-table row
-    replay_models: list[str] = dataclasses.field(default_factory=list)  # paper regime, replayed compute
-    replay_nodes: list[int] = dataclasses.field(default_factory=list)  # their emulated cluster sizes
-    replay_gbps: list[float] = dataclasses.field(default_factory=lambda: [10.0])  # their targets
-    replay_device: str = "v100"  # device profile the replayed compute follows
-    dilation: float = 1.0  # smallest D (experiments.replayed: perf.replay_dilation decides)
-    replay_steps: int = 2  # steps per replayed run, warmup included
-    replay_image_size: int = 224
-    replay_num_classes: int = 1000
-    measure_runs: bool = True  # False: skip the measured cells (as without root or tc)
-    replay: ReplaySet = dataclasses.field(init=False)  # the paper-regime runs
     measured: MeasureSpec | None = dataclasses.field(init=False)  # the measured targets (None: none)
     predicted: MeasureSpec = dataclasses.field(init=False)  # every target: what the model continues to
 
@@ -77,19 +68,14 @@ class SweepParams:
         self.paper_models = checks.model_names(self.paper_models, self.paper_image_size, name="paper_models")
         self.sweep_gbps = checks.positive_floats("sweep_gbps", self.sweep_gbps)
         self.sweep_nodes = checks.int_list("sweep_nodes", self.sweep_nodes, 2)
-        self.replay = ReplaySet(models=self.replay_models, nodes=self.replay_nodes, strategies=self.strategies,
-                                fc_workers=[self.fc_workers], target_gbps=self.replay_gbps,
-                                replay_device=self.replay_device, dilation=self.dilation,
-                                batch_per_worker=self.batch_per_worker,
-                                steps=self.replay_steps, warmup=self.warmup, image_size=self.replay_image_size,
-                                num_classes=self.replay_num_classes)
+        self.replay = self.replay_set(self.strategies, [self.fc_workers])
 
 
 def run_measured(p: SweepParams, cache_dir: str | None = None) -> dict[str, Any] | None:
     """The measured targets' bench results (None: no target is measured)."""
     if p.measured is None:
         return None
-    return measure(p.measured, cache_dir) if p.measure_runs else skipped(p.measured, MEASURE_OFF)
+    return measure_or_skip(p.measured, cache_dir, p.measure_runs)
 
 
 def run_replayed(p: SweepParams, cache_dir: str | None = None) -> list[dict[str, Any]]:

@@ -15,8 +15,8 @@ from typing import Any
 from ..labels import run_key
 from ..perf import Cluster, best_assignment, named_profile
 from . import checks, replayed
-from .replayed import ReplaySet
-from .run import measure, modelled_only, skipped
+from .replayed import ReplayParams
+from .run import MEASURE_OFF, measure_or_skip, modelled_only  # noqa: F401 (MEASURE_OFF: a public name here)
 from .spec import MeasureSpec
 
 PAPER = {"speedup_vs_ps_10gbps": [1.34, 13.9], "alexnet_speedup_vs_ps_100gbps": 1.55,
@@ -25,12 +25,10 @@ PAPER = {"speedup_vs_ps_10gbps": [1.34, 13.9], "alexnet_speedup_vs_ps_100gbps": 
                    "1.55x AlexNet, 1.72x VGG-16 at 100 Gb/s (simulation)"}
 
 
-MEASURE_OFF = "measure_runs=False: the measured cells were not run (modelled figures only)"
-
-
 @dataclasses.dataclass(kw_only=True)
-class ThroughputParams:
-    """Notebook 03's parameters (its `parameters` cell), checked on creation."""
+class ThroughputParams(ReplayParams):
+    """Notebook 03's parameters (its `parameters` cell), checked on creation; the replay_* ones
+    and measure_runs: replayed.ReplayParams."""
 
     measured_model: str  # zoo model run on the emulated cluster
     measured_image_size: int  # square input of the measured runs
@@ -51,17 +49,7 @@ class ThroughputParams:
     model_gbps: list[float]  # modelled bandwidths
     batch_per_worker: int = 32  # samples per data worker in the modelled runs
     model_device: str = "v100"  # perf device-table row
-    replay_models: list[str] = dataclasses.field(default_factory=list)  # paper regime, replayed compute
-    replay_nodes: list[int] = dataclasses.field(default_factory=list)  # their emulated cluster sizes
-    replay_gbps: list[float] = dataclasses.field(default_factory=lambda: [10.0])  # their targets
-    replay_device: str = "v100"  # device profile the replayed compute follows
-    dilation: float = 1.0  # smallest D (experiments.replayed: perf.replay_dilation decides)
-    replay_steps: int = 2  # steps per replayed run, warmup included
-    replay_image_size: int = 224  # the paper's ImageNet input (tests use a smaller one)
-    replay_num_classes: int = 1000
-    measure_runs: bool = True  # False: skip the measured cells (as without root or tc)
     measured: list[MeasureSpec] = dataclasses.field(init=False)  # one per emulated cluster size
-    replay: ReplaySet = dataclasses.field(init=False)  # the paper-regime runs
 
     def __post_init__(self):
         nodes = checks.int_list("measured_nodes", self.measured_nodes, 2) if self.measured_nodes else []
@@ -75,17 +63,12 @@ class ThroughputParams:
         checks.device_name("model_device", self.model_device)
         self.model_nodes = checks.int_list("model_nodes", self.model_nodes, 2)
         self.model_gbps = checks.positive_floats("model_gbps", self.model_gbps)
-        self.replay = ReplaySet(models=self.replay_models, nodes=self.replay_nodes, strategies=self.strategies,
-                                fc_workers=[self.fc_workers], target_gbps=self.replay_gbps,
-                                replay_device=self.replay_device, dilation=self.dilation,
-                                batch_per_worker=self.batch_per_worker,
-                                steps=self.replay_steps, warmup=self.warmup, image_size=self.replay_image_size,
-                                num_classes=self.replay_num_classes)
+        self.replay = self.replay_set(self.strategies, [self.fc_workers])
 
 
 def run_measured(p: ThroughputParams, cache_dir: str | None = None) -> list[dict[str, Any]]:
     """One bench results dict per measured cluster size (see run.measure)."""
-    return [measure(spec, cache_dir) if p.measure_runs else skipped(spec, MEASURE_OFF) for spec in p.measured]
+    return [measure_or_skip(spec, cache_dir, p.measure_runs) for spec in p.measured]
 
 
 def run_replayed(p: ThroughputParams, cache_dir: str | None = None) -> list[dict[str, Any]]:

@@ -19,7 +19,8 @@ from ..netem.facts import payload_gbps
 from ..perf import DEFAULT_LATENCY_S, Cluster, named_profile, predict
 from . import checks
 from .compute_rounds import device_for, mean_rounds, rounds_needed, timing_rounds
-from .run import modelled_only
+from .replayed import ReplayParams, run_replayed
+from .run import measure_or_skip, modelled_only
 
 # ---------------------------------------------------------------------------------------------
 # Predicted against measured
@@ -168,9 +169,10 @@ def term_fit(rows: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 @dataclasses.dataclass(kw_only=True)
-class ValidationParams:
+class ValidationParams(ReplayParams):
     """Notebook 07's parameters (its `parameters` cell), checked on creation: one MeasureSpec per
-    cluster size (stanza at the k of `fc_workers` that fit N) and bench results files."""
+    cluster size (stanza at the k of `fc_workers` that fit N) and bench results files; the
+    replay_* ones and measure_runs: replayed.ReplayParams."""
 
     model: str  # zoo model run on the emulated cluster
     image_size: int  # square input of the measured runs
@@ -185,18 +187,8 @@ class ValidationParams:
     target_device: str = "v100"  # accelerator the targets belong to
     repeats: int = 1  # measured runs per configuration and target
     bench_json: list[str] = dataclasses.field(default_factory=list)  # bench results files validated as well
-    replay_models: list[str] = dataclasses.field(default_factory=list)  # paper regime, replayed compute
-    replay_nodes: list[int] = dataclasses.field(default_factory=list)  # their emulated cluster sizes
-    replay_gbps: list[float] = dataclasses.field(default_factory=lambda: [10.0])  # their targets
-    replay_device: str = "v100"  # device profile the replayed compute follows
-    dilation: float = 1.0  # smallest D (experiments.replayed: perf.replay_dilation decides)
-    replay_steps: int = 2  # steps per replayed run, warmup included
-    replay_image_size: int = 224
-    replay_num_classes: int = 1000
     batch_per_worker: int = 32  # samples per data worker of the replayed runs
-    measure_runs: bool = True  # False: skip the measured cells (as without root or tc)
     specs: list = dataclasses.field(init=False)  # MeasureSpec per cluster size
-    replay: Any = dataclasses.field(init=False)  # replayed.ReplaySet
 
     def __post_init__(self):
         from .spec import MeasureSpec
@@ -213,13 +205,7 @@ class ValidationParams:
                                           nodes=n, strategies=self.strategies, fc_workers=fit or [1],
                                           global_batch=self.global_batch, steps=self.steps, warmup=self.warmup,
                                           target_gbps=gbps, target_device=self.target_device, repeats=self.repeats))
-        from .replayed import ReplaySet
-
-        self.replay = ReplaySet(models=self.replay_models, nodes=self.replay_nodes, strategies=self.strategies,
-                                fc_workers=ks, target_gbps=self.replay_gbps, replay_device=self.replay_device,
-                                dilation=self.dilation,
-                                batch_per_worker=self.batch_per_worker, steps=self.replay_steps, warmup=self.warmup,
-                                image_size=self.replay_image_size, num_classes=self.replay_num_classes)
+        self.replay = self.replay_set(self.strategies, ks)
         self.bench_json = [self.bench_json] if isinstance(self.bench_json, str) else list(self.bench_json)
         for f in self.bench_json:
             if not Path(f).is_file():
@@ -228,11 +214,7 @@ class ValidationParams:
 
 def run_measured(p: ValidationParams, cache_dir: str | None = None) -> list[dict[str, Any]]:
     """The real-compute runs (the fidelity anchor), then the replayed paper-regime runs."""
-    from .replayed import run_replayed
-    from .run import measure, skipped
-    from .throughput import MEASURE_OFF
-
-    real = [measure(s, cache_dir) if p.measure_runs else skipped(s, MEASURE_OFF) for s in p.specs]
+    real = [measure_or_skip(s, cache_dir, p.measure_runs) for s in p.specs]
     return real + run_replayed(p.replay, cache_dir, p.measure_runs)
 
 

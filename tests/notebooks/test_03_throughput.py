@@ -64,7 +64,7 @@ def test_k_too_large_fails_at_the_first_code_cell_with_one_line(spec, run_notebo
         run_notebook(spec, fc_workers=2, measured_nodes=[3])
     assert e.value.ename == "ValueError" and "\n" not in e.value.evalue
     assert e.value.evalue.startswith("fc_workers 2 with 3 nodes: expected 1 <= k <= 1")
-    assert "throughput.ThroughputParams(" in e.value.source
+    assert "experiment_params(throughput.ThroughputParams" in e.value.source
 
 
 def test_unknown_model_fails_with_one_line(spec, run_notebook):

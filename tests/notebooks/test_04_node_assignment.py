@@ -51,4 +51,4 @@ def test_one_node_fails_at_the_first_code_cell_with_one_line(spec, run_notebook)
         run_notebook(spec, nodes=1)
     assert e.value.ename == "ValueError" and "\n" not in e.value.evalue
     assert e.value.evalue.startswith("nodes must be an integer >= 2")
-    assert "assignment.AssignmentParams(" in e.value.source
+    assert "experiment_params(assignment.AssignmentParams" in e.value.source

@@ -53,7 +53,7 @@ def test_measured_target_outside_the_targets_fails_with_one_line(spec, run_noteb
         run_notebook(spec, measure_gbps=[40.0])
     assert e.value.ename == "ValueError" and "\n" not in e.value.evalue
     assert e.value.evalue == "measure_gbps [40.0] are not among target_gbps [10.0, 25.0, 100.0]"
-    assert "sweep.SweepParams(" in e.value.source
+    assert "experiment_params(sweep.SweepParams" in e.value.source
 
 
 def test_negative_bandwidth_fails_with_one_line(spec, run_notebook):

@@ -75,4 +75,4 @@ def test_missing_bench_json_fails_at_the_first_code_cell_with_one_line(spec, run
     with pytest.raises(PapermillExecutionError) as e:
         run_notebook(spec, bench_json=[str(tmp_path / "nope.json")])
     assert e.value.ename == "ValueError" and e.value.evalue == f"bench_json {tmp_path / 'nope.json'}: no such file"
-    assert "validation.ValidationParams(" in e.value.source
+    assert "experiment_params(validation.ValidationParams" in e.value.source

@@ -143,16 +143,6 @@ def test_malformed_profile_file(tmp_path, content, msg):
         replay.load_device(str(path), named_profile("tiny_cnn", 32, 10, 4))
 
 
-@pytest.fixture
-def as_rank0_of(monkeypatch):
-    def setenv(world):
-        monkeypatch.setenv("RANK", "0")
-        monkeypatch.setenv("LOCAL_RANK", "0")
-        monkeypatch.setenv("WORLD_SIZE", str(world))
-        monkeypatch.delenv("MASTER_ADDR", raising=False)
-    return setenv
-
-
 REPLAY = ["--strategy", "ddp", "--compute", "replay"]
 CASES = [
     (REPLAY + ["--replay-device", "v100", "--dilation", "0"], "--dilation must be a finite number > 0"),

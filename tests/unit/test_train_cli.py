@@ -9,16 +9,6 @@ import torch.distributed as dist
 from stanza_core import train
 
 
-@pytest.fixture
-def as_rank0_of(monkeypatch):
-    def setenv(world):
-        monkeypatch.setenv("RANK", "0")
-        monkeypatch.setenv("LOCAL_RANK", "0")
-        monkeypatch.setenv("WORLD_SIZE", str(world))
-        monkeypatch.delenv("MASTER_ADDR", raising=False)
-    return setenv
-
-
 CASES = [
     (4, ["--strategy", "allgather"], "unknown strategy 'allgather'"),
     (4, ["--strategy", "ddp", "--model", "lenet9"], "unknown model 'lenet9'; expected one of"),

@@ -1,0 +1,53 @@
+"""Notebooks build their parameters dataclass from their `parameters` cell by name
+(`nbtools.experiment_params`): every field named there arrives, the rest keep their defaults,
+and no parameter a notebook declares is silently dropped."""
+import ast
+import dataclasses
+import importlib
+import re
+from pathlib import Path
+
+import pytest
+
+from stanza_core.nbtools import experiment_params
+
+NOTEBOOKS = Path(__file__).resolve().parents[2] / "notebooks"
+CALL = re.compile(r"nbt\.experiment_params\((\w+)\.(\w+), globals\(\)\)")
+USERS = [p for p in sorted(NOTEBOOKS.glob("*.py")) if CALL.search(p.read_text())]
+
+
+@dataclasses.dataclass(kw_only=True)
+class _Params:
+    nodes: int
+    steps: int = 3
+    label: str = dataclasses.field(init=False)
+
+    def __post_init__(self):
+        if self.nodes < 2:
+            raise ValueError(f"nodes must be an integer >= 2, got {self.nodes!r}")
+        self.label = f"N={self.nodes}, {self.steps} steps"
+
+
+def test_fields_by_name_defaults_kept_other_names_left_out():
+    p = experiment_params(_Params, {"nodes": 4, "out_dir": "x", "label": "not a parameter", "__name__": "m"})
+    assert (p.nodes, p.steps, p.label) == (4, 3, "N=4, 3 steps")
+    assert experiment_params(_Params, {"nodes": 2, "steps": 5}).steps == 5
+    with pytest.raises(ValueError, match="nodes must be an integer >= 2, got 1"):
+        experiment_params(_Params, {"nodes": 1})
+
+
+def test_the_four_measured_notebooks_build_their_parameters_by_name():
+    assert [p.stem for p in USERS] == ["03_throughput", "04_node_assignment", "05_bandwidth_sweep",
+                                       "07_model_validation"]
+
+
+@pytest.mark.parametrize("nb", USERS, ids=lambda p: p.stem)
+def test_every_parameter_reaches_the_dataclass_or_a_later_cell(nb):
+    src = nb.read_text()
+    module, cls = CALL.search(src).groups()
+    fields = {f.name for f in dataclasses.fields(getattr(importlib.import_module(f"stanza_core.experiments.{module}"),
+                                                         cls)) if f.init}
+    params = [n.target.id for n in ast.parse(src).body if isinstance(n, ast.AnnAssign)]
+    rest = src[src.index("nbt.experiment_params("):]
+    dropped = [n for n in params if n not in fields and not re.search(rf"\b{n}\b", rest)]
+    assert params and not dropped, f"{nb.name}: parameters neither in {cls} nor used by a cell: {dropped}"
