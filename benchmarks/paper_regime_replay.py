@@ -8,11 +8,13 @@ Configurations: ps (one shard colocated with every worker), ps_s1 (one dedicated
 beside the N workers), ps_ov / ps_s1_ov (the same with each gradient bucket pushed as the
 backward produces it), ddp, stanza1 / stanza2 (k FC workers among the N nodes).
 
-Per (model, N, target): one dilation D for all its configurations, from `perf.replay_dilation`
-(the emulator must hold every link at target / D, all links of the largest cluster busy at once;
-optionally the engine's own CPU seconds per step, --engine-s, within 5 % of the shortest
-predicted step; never below --min-dilation); links shaped to `perf.emulated_bandwidth(target,
-dilation=D)` of TCP payload. Every run goes through `experiments.run.run_config`. Reported per
+Per run, the dilation D from `perf.replay_dilation`: the emulator must hold every link at
+target / D with all the cluster's links busy at once, and the engine's own CPU seconds per step
+(which replay keeps: gloo's copies and reductions, Python) must stay within 5 % of the dilated
+step D x the model's step for that configuration (never below --min-dilation). --engine-s auto
+measures those seconds per configuration: a replay run at D = 1 on loopback (unshaped), its
+median step less the model's step on a 1000 Gb/s network. Links are shaped to
+`perf.emulated_bandwidth(target, dilation=D)` of TCP payload. Every run goes through `experiments.run.run_config`. Reported per
 run: the measured step time / D (target time), the performance model's prediction for the same
 cluster (perf.predict, same V100 table profile, the payload rate the links carry x D), the
 error, and the bytes counted beside perf.expected_bytes. Results are written after every run;
@@ -28,6 +30,7 @@ import sys
 import time
 
 from stanza_core.experiments.run import run_config
+from stanza_core.launch import run_job
 from stanza_core.experiments.spec import RunConfig
 from stanza_core.labels import config_label
 from stanza_core.netem import MAX_AGGREGATE_MBIT, max_link_mbit, payload_per_wire_byte
@@ -45,6 +48,24 @@ def row_key(r: dict) -> tuple:
     return (r["model"], r["nodes"], r["target_gbps"], r["config"])
 
 
+def engine_seconds(a, engines: dict, model: str, n: int, name: str, compute_only_s: float) -> float:
+    """--engine-s: a number as given, or ('auto') the engine's own seconds per step of this
+    configuration: its replay run at D = 1 on loopback (N local processes, unshaped), median step
+    less `compute_only_s` (the model's step on a 1000 Gb/s network); measured once, kept in --out."""
+    if a.engine_s != "auto":
+        return float(a.engine_s)
+    key = f"{model} N={n} {name}"
+    if key not in engines:
+        s, k, servers, overlap = CONFIGS[name]
+        m = run_job(n + servers, strategy=s, model=model, image_size=224, num_classes=1000,
+                    global_batch=a.batch_per_worker * (n - k), steps=4, warmup=1, fc_workers=k or None,
+                    ps_servers=servers or None, ps_overlap=overlap, device="cpu", compute="replay",
+                    replay_device=a.device, dilation=1, timeout_s=900)
+        engines[key] = max(0.0, m["step_time_median_s"] - compute_only_s)
+        print(f"{key}: engine {engines[key] * 1e3:.0f} ms per step (loopback, D = 1)", file=sys.stderr, flush=True)
+    return engines[key]
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--models", default="alexnet,vgg16")
@@ -56,7 +77,8 @@ def main(argv=None) -> int:
     ap.add_argument("--steps", type=int, default=3)
     ap.add_argument("--warmup", type=int, default=1)
     ap.add_argument("--mtu", type=int, default=9000)
-    ap.add_argument("--engine-s", type=float, default=0.0, help="engine CPU seconds per step kept by replay")
+    ap.add_argument("--engine-s", default="0", help="engine CPU seconds per step kept by replay, or 'auto' "
+                    "(measured per configuration on loopback at D = 1)")
     ap.add_argument("--min-dilation", type=int, default=1, help="never run below this D")
     ap.add_argument("--resume", action="store_true", help="keep the runs already in --out, run the rest")
     ap.add_argument("--out", required=True)
@@ -66,10 +88,11 @@ def main(argv=None) -> int:
     if unknown:
         ap.error(f"unknown configuration(s) {', '.join(unknown)}; expected some of {', '.join(CONFIGS)}")
 
-    results = []
+    results, engines = [], {}
     if a.resume and os.path.exists(a.out):
         with open(a.out) as fh:
-            results = json.load(fh)["runs"]
+            old = json.load(fh)
+        results, engines = old["runs"], old.get("engine_s", {})
     done = {row_key(r) for r in results}
     ppwb = payload_per_wire_byte(a.mtu)
     for model in a.models.split(","):
@@ -83,17 +106,17 @@ def main(argv=None) -> int:
                     pred = predict(profile, Cluster(n + servers, rate, device=dev), s, k or None, g,
                                    ps_servers=servers, ps_overlap=overlap)
                     return g, pred
-                shortest = min(cluster_for(c, gbps)[1].iteration_s for c in names)
-                d = replay_dilation(gbps, n + max(CONFIGS[c][2] for c in names), max_link_mbit=max_link_mbit(a.mtu),
-                                    max_aggregate_mbit=MAX_AGGREGATE_MBIT, engine_s=a.engine_s,
-                                    target_step_s=shortest)
-                d = max(d, a.min_dilation)
-                payload_gbps = emulated_bandwidth(gbps, dilation=d)
-                link_mbit = 1000 * payload_gbps / ppwb
                 for name in names:
                     if (model, n, gbps, name) in done:
                         continue
                     s, k, servers, overlap = CONFIGS[name]
+                    engine_s = engine_seconds(a, engines, model, n, name, cluster_for(name, 1000.0)[1].iteration_s)
+                    d = replay_dilation(gbps, n + servers, max_link_mbit=max_link_mbit(a.mtu),
+                                        max_aggregate_mbit=MAX_AGGREGATE_MBIT, engine_s=engine_s,
+                                        target_step_s=cluster_for(name, gbps)[1].iteration_s)
+                    d = max(d, a.min_dilation)
+                    payload_gbps = emulated_bandwidth(gbps, dilation=d)
+                    link_mbit = 1000 * payload_gbps / ppwb
                     # the model at the rate the links really carry (payload), scaled back by D
                     g, pred = cluster_for(name, payload_gbps * d)
                     cfg = RunConfig(model=model, image_size=224, num_classes=1000, nodes=n, strategy=s,
@@ -106,6 +129,7 @@ def main(argv=None) -> int:
                                                                                 ps_servers=servers))
                     target = m["step_time_median_s"] / d
                     row = {"model": model, "nodes": n, "target_gbps": gbps, "config": name, "label": cfg.label,
+                           "engine_s": engine_s, "max_aggregate_mbit": MAX_AGGREGATE_MBIT,
                            "strategy": s, "fc_workers": k, "ps_servers": servers, "ps_overlap": overlap,
                            "global_batch": g, "dilation": d, "link_mbit": link_mbit, "device": dev.name,
                            "measured_step_s": m["step_time_median_s"], "target_step_s": target,
@@ -121,7 +145,7 @@ def main(argv=None) -> int:
                           file=sys.stderr, flush=True)
                     os.makedirs(os.path.dirname(os.path.abspath(a.out)), exist_ok=True)
                     with open(a.out, "w") as fh:
-                        json.dump({"args": vars(a), "paper": PAPER, "runs": results}, fh, indent=1)
+                        json.dump({"args": vars(a), "paper": PAPER, "engine_s": engines, "runs": results}, fh, indent=1)
     print(format_table(results))
     return 0
 
