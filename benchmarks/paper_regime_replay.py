@@ -2,16 +2,23 @@
 worker, V100 compute (perf device table) replayed, every byte crossing emulated links for real.
 
     python benchmarks/paper_regime_replay.py --models alexnet,vgg16 --nodes 4 --target-gbps 10 \\
-        --configs ps,ddp,stanza1 --out benchmarks/results/paper_regime_replay.json
+        --configs ps,ps_s1,ps_ov,ddp,stanza1 --out benchmarks/results/paper_regime_replay.json
 
-Per (model, N, target): one dilation D for all its configurations, from `perf.replay_dilation`
-(the emulator must hold every link at target / D, all N busy at once; optionally the engine's
-own CPU seconds per step, --engine-s, within 5 % of the shortest dilated step); links shaped to
-`perf.emulated_bandwidth(target, dilation=D)` of TCP payload (wire rate = that / payload per
-wire byte). Reported per run: the measured step time / D (target time), the performance
-model's prediction for the same cluster (perf.predict, same V100 table profile, bandwidth =
-the emulated payload rate x D), the error, and the bytes counted beside perf.expected_bytes.
-Results are written after every run, so an interrupted sweep keeps what it measured. Needs root.
+Configurations: ps (one shard colocated with every worker), ps_s1 (one dedicated server node
+beside the N workers), ps_ov / ps_s1_ov (the same with each gradient bucket pushed as the
+backward produces it), ddp, stanza1 / stanza2 (k FC workers among the N nodes).
+
+Per run, the dilation D from `perf.replay_dilation`: the emulator must hold every link at
+target / D with all the cluster's links busy at once, and the engine's own CPU seconds per step
+(which replay keeps: gloo's copies and reductions, Python) must stay within 5 % of the dilated
+step D x the model's step for that configuration (never below --min-dilation). --engine-s auto
+measures those seconds per configuration: a replay run at D = 1 on loopback (unshaped), its
+median step less the model's step on a 1000 Gb/s network. Links are shaped to
+`perf.emulated_bandwidth(target, dilation=D)` of TCP payload. Every run goes through `experiments.run.run_config`. Reported per
+run: the measured step time / D (target time), the performance model's prediction for the same
+cluster (perf.predict, same V100 table profile, the payload rate the links carry x D), the
+error, and the bytes counted beside perf.expected_bytes. Results are written after every run;
+--resume keeps the runs of an earlier --out and runs only what is missing. Needs root.
 """
 from __future__ import annotations
 
@@ -20,32 +27,43 @@ import json
 import os
 import statistics
 import sys
-import tempfile
 import time
 
-from stanza_core.launch import cli_args
+from stanza_core.experiments.run import run_config
+from stanza_core.launch import run_job
+from stanza_core.experiments.spec import RunConfig
+from stanza_core.labels import config_label
+from stanza_core.netem import MAX_AGGREGATE_MBIT, max_link_mbit, payload_per_wire_byte
 from stanza_core.perf import (Cluster, DeviceProfile, emulated_bandwidth, expected_bytes, named_profile, predict,
                               replay_dilation)
 
-CONFIGS = {"ps": ("ps", 0), "ddp": ("ddp", 0), "stanza1": ("stanza", 1), "stanza2": ("stanza", 2)}
+# name -> (strategy, k, dedicated servers, overlapped push)
+CONFIGS = {"ps": ("ps", 0, 0, False), "ps_s1": ("ps", 0, 1, False), "ps_ov": ("ps", 0, 0, True),
+           "ps_s1_ov": ("ps", 0, 1, True), "ddp": ("ddp", 0, 0, False),
+           "stanza1": ("stanza", 1, 0, False), "stanza2": ("stanza", 2, 0, False)}
 PAPER = "1.34x-13.9x over PS at 10 Gb/s; 1.55x AlexNet, 1.72x VGG-16 at 100 Gb/s (PAPER.md)"
 
 
-def payload_per_wire_byte(mtu: int) -> float:
-    try:
-        from stanza_core.netem import payload_per_wire_byte as f
-    except ImportError:
-        from stanza_core.experiments.timing import payload_per_wire_byte as f
-    return f(mtu)
+def row_key(r: dict) -> tuple:
+    return (r["model"], r["nodes"], r["target_gbps"], r["config"])
 
 
-def max_link_mbit(mtu: int) -> float:
-    try:
-        from stanza_core.netem import max_link_mbit as f
-        return f(mtu)
-    except ImportError:
-        from stanza_core.experiments.measured import EMULATOR_MAX_MBIT
-        return EMULATOR_MAX_MBIT.get(mtu, EMULATOR_MAX_MBIT[1500])
+def engine_seconds(a, engines: dict, model: str, n: int, name: str, compute_only_s: float) -> float:
+    """--engine-s: a number as given, or ('auto') the engine's own seconds per step of this
+    configuration: its replay run at D = 1 on loopback (N local processes, unshaped), median step
+    less `compute_only_s` (the model's step on a 1000 Gb/s network); measured once, kept in --out."""
+    if a.engine_s != "auto":
+        return float(a.engine_s)
+    key = f"{model} N={n} {name}"
+    if key not in engines:
+        s, k, servers, overlap = CONFIGS[name]
+        m = run_job(n + servers, strategy=s, model=model, image_size=224, num_classes=1000,
+                    global_batch=a.batch_per_worker * (n - k), steps=4, warmup=1, fc_workers=k or None,
+                    ps_servers=servers or None, ps_overlap=overlap, device="cpu", compute="replay",
+                    replay_device=a.device, dilation=1, timeout_s=900)
+        engines[key] = max(0.0, m["step_time_median_s"] - compute_only_s)
+        print(f"{key}: engine {engines[key] * 1e3:.0f} ms per step (loopback, D = 1)", file=sys.stderr, flush=True)
+    return engines[key]
 
 
 def main(argv=None) -> int:
@@ -59,72 +77,104 @@ def main(argv=None) -> int:
     ap.add_argument("--steps", type=int, default=3)
     ap.add_argument("--warmup", type=int, default=1)
     ap.add_argument("--mtu", type=int, default=9000)
-    ap.add_argument("--engine-s", type=float, default=0.0, help="engine CPU seconds per step kept by replay")
+    ap.add_argument("--engine-s", default="0", help="engine CPU seconds per step kept by replay, or 'auto' "
+                    "(measured per configuration on loopback at D = 1)")
+    ap.add_argument("--min-dilation", type=int, default=1, help="never run below this D")
+    ap.add_argument("--resume", action="store_true", help="keep the runs already in --out, run the rest")
     ap.add_argument("--out", required=True)
     a = ap.parse_args(argv)
-    from stanza_core.netem import MAX_AGGREGATE_MBIT, run_training
+    names = a.configs.split(",")
+    unknown = [c for c in names if c not in CONFIGS]
+    if unknown:
+        ap.error(f"unknown configuration(s) {', '.join(unknown)}; expected some of {', '.join(CONFIGS)}")
 
-    ppwb, results = payload_per_wire_byte(a.mtu), []
+    results, engines = [], {}
+    if a.resume and os.path.exists(a.out):
+        with open(a.out) as fh:
+            old = json.load(fh)
+        results, engines = old["runs"], old.get("engine_s", {})
+    done = {row_key(r) for r in results}
+    ppwb = payload_per_wire_byte(a.mtu)
     for model in a.models.split(","):
         profile = named_profile(model, 224, 1000, a.batch_per_worker)
         dev = DeviceProfile.from_table(a.device, profile)
         for n in [int(v) for v in a.nodes.split(",")]:
             for gbps in [float(v) for v in a.target_gbps.split(",")]:
-                cfgs = [CONFIGS[c] for c in a.configs.split(",")]
-                preds = {c: predict(profile, Cluster(n, gbps, device=dev), s, k or None,
-                                    batch_per_worker=a.batch_per_worker) for c, (s, k) in zip(a.configs.split(","), cfgs)}
-                shortest = min(p.iteration_s for p in preds.values())
-                d = replay_dilation(gbps, n, max_link_mbit=max_link_mbit(a.mtu), max_aggregate_mbit=MAX_AGGREGATE_MBIT,
-                                    engine_s=a.engine_s, target_step_s=shortest)
-                payload_gbps = emulated_bandwidth(gbps, dilation=d)
-                link_mbit = 1000 * payload_gbps / ppwb
-                for (s, k) in cfgs:
-                    g = a.batch_per_worker * (n - k if s == "stanza" else n)
+                def cluster_for(name, rate):
+                    s, k, servers, overlap = CONFIGS[name]
+                    g = a.batch_per_worker * (n - k)
+                    pred = predict(profile, Cluster(n + servers, rate, device=dev), s, k or None, g,
+                                   ps_servers=servers, ps_overlap=overlap)
+                    return g, pred
+                for name in names:
+                    if (model, n, gbps, name) in done:
+                        continue
+                    s, k, servers, overlap = CONFIGS[name]
+                    engine_s = engine_seconds(a, engines, model, n, name, cluster_for(name, 1000.0)[1].iteration_s)
+                    d = replay_dilation(gbps, n + servers, max_link_mbit=max_link_mbit(a.mtu),
+                                        max_aggregate_mbit=MAX_AGGREGATE_MBIT, engine_s=engine_s,
+                                        target_step_s=cluster_for(name, gbps)[1].iteration_s)
+                    d = max(d, a.min_dilation)
+                    payload_gbps = emulated_bandwidth(gbps, dilation=d)
+                    link_mbit = 1000 * payload_gbps / ppwb
                     # the model at the rate the links really carry (payload), scaled back by D
-                    pred = predict(profile, Cluster(n, payload_gbps * d, device=dev), s, k or None, g)
-                    with tempfile.TemporaryDirectory(prefix="paper-replay-") as tmp:
-                        path = os.path.join(tmp, "m.json")
-                        args = cli_args(strategy=s, model=model, image_size=224, num_classes=1000, global_batch=g,
-                                        steps=a.steps, warmup=a.warmup, fc_workers=k or None, device="cpu",
-                                        quiet=True, metrics=path, overwrite=True, timeout_s=1800,
-                                        compute="replay", replay_device=a.device, dilation=d)
-                        t0 = time.time()
-                        m = run_training(n, link_mbit, args, mtu=a.mtu, timeout_s=3600, quiet=True)
-                    want = sum(sum(r["sent"].values()) for r in expected_bytes(profile, s, n, k or None, g))
-                    target = m["target_step_time_median_s"]
-                    row = {"model": model, "nodes": n, "target_gbps": gbps, "strategy": s, "fc_workers": k,
+                    g, pred = cluster_for(name, payload_gbps * d)
+                    cfg = RunConfig(model=model, image_size=224, num_classes=1000, nodes=n, strategy=s,
+                                    fc_workers=k, global_batch=g, steps=a.steps, warmup=a.warmup,
+                                    link_mbit=link_mbit, mtu=a.mtu, ps_servers=servers, ps_overlap=overlap,
+                                    compute="replay", replay_device=a.device, dilation=d)
+                    t0 = time.time()
+                    m = run_config(cfg, timeout_s=3600)
+                    want = sum(sum(r["sent"].values()) for r in expected_bytes(profile, s, n + servers, k or None, g,
+                                                                                ps_servers=servers))
+                    target = m["step_time_median_s"] / d
+                    row = {"model": model, "nodes": n, "target_gbps": gbps, "config": name, "label": cfg.label,
+                           "engine_s": engine_s, "max_aggregate_mbit": MAX_AGGREGATE_MBIT,
+                           "strategy": s, "fc_workers": k, "ps_servers": servers, "ps_overlap": overlap,
                            "global_batch": g, "dilation": d, "link_mbit": link_mbit, "device": dev.name,
                            "measured_step_s": m["step_time_median_s"], "target_step_s": target,
-                           "target_steps_s": [x["target_time_s"] for x in m["steps"]],
                            "predicted_step_s": pred.iteration_s, "error": target / pred.iteration_s - 1,
+                           "target_samples_per_s": g / target, "predicted_samples_per_s": g / pred.iteration_s,
                            "bytes_per_step": m["bytes_per_step"], "expected_bytes_per_step": want,
-                           "peak_rss_mib": [r.get("peak_rss_mib") for r in m["ranks"]], "wall_s": time.time() - t0}
+                           "peak_rss_mib": [r.get("peak_rss_mib") for r in m["ranks"]], "wall_s": time.time() - t0,
+                           "finished_at": time.strftime("%Y-%m-%d %H:%M:%S")}
                     results.append(row)
-                    print(f"{model} N={n} {gbps:g} Gb/s {s}{f' k={k}' if k else ''}: D={d}, target step "
-                          f"{target * 1e3:.1f} ms (model {pred.iteration_s * 1e3:.1f} ms, {100 * row['error']:+.1f} %), "
-                          f"bytes {'=' if row['bytes_per_step'] == want else '!='} model", file=sys.stderr, flush=True)
+                    print(f"{model} N={n} {gbps:g} Gb/s {cfg.label}: D={d}, target step {target * 1e3:.1f} ms "
+                          f"(model {pred.iteration_s * 1e3:.1f} ms, {100 * row['error']:+.1f} %), bytes "
+                          f"{'=' if row['bytes_per_step'] == want else '!='} model, {row['wall_s']:.0f} s",
+                          file=sys.stderr, flush=True)
                     os.makedirs(os.path.dirname(os.path.abspath(a.out)), exist_ok=True)
                     with open(a.out, "w") as fh:
-                        json.dump({"args": vars(a), "paper": PAPER, "runs": results}, fh, indent=1)
+                        json.dump({"args": vars(a), "paper": PAPER, "engine_s": engines, "runs": results}, fh, indent=1)
     print(format_table(results))
     return 0
 
 
 def format_table(results: list[dict]) -> str:
-    lines = ["| model | N | target Gb/s | D | strategy | replayed step (ms, / D) | model (ms) | error "
-             "| measured speedup of stanza | model speedup | bytes = model |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+    """One row per run; stanza's speedup over each other configuration (samples/s on the target
+    cluster: the configurations' global batches differ), replayed and modelled; then the error
+    summary of the model against these runs."""
+    lines = ["| model | N | target Gb/s | D | configuration | replayed step (ms, / D) | model (ms) | error "
+             "| replayed samples/s | best stanza's speedup, replayed | model | bytes = model |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in results:
         same = [x for x in results if (x["model"], x["nodes"], x["target_gbps"]) == (r["model"], r["nodes"], r["target_gbps"])]
         st = [x for x in same if x["strategy"] == "stanza"]
         sp = mp = "-"
         if r["strategy"] != "stanza" and st:
-            best = min(st, key=lambda x: x["target_step_s"])
-            sp = f"{r['target_step_s'] / best['target_step_s']:.2f}x"
-            mp = f"{r['predicted_step_s'] / best['predicted_step_s']:.2f}x"
-        name = r["strategy"] + (f" k={r['fc_workers']}" if r["fc_workers"] else "")
-        lines.append(f"| {r['model']} | {r['nodes']} | {r['target_gbps']:g} | {r['dilation']} | {name} "
+            best = max(st, key=lambda x: x["target_samples_per_s"])
+            sp = f"{best['target_samples_per_s'] / r['target_samples_per_s']:.2f}x"
+            mp = f"{best['predicted_samples_per_s'] / r['predicted_samples_per_s']:.2f}x"
+        lines.append(f"| {r['model']} | {r['nodes']} | {r['target_gbps']:g} | {r['dilation']} | {r['label']} "
                      f"| {r['target_step_s'] * 1e3:.1f} | {r['predicted_step_s'] * 1e3:.1f} | {100 * r['error']:+.1f} % "
-                     f"| {sp} | {mp} | {'yes' if r['bytes_per_step'] == r['expected_bytes_per_step'] else 'NO'} |")
+                     f"| {r['target_samples_per_s']:.0f} | {sp} | {mp} "
+                     f"| {'yes' if r['bytes_per_step'] == r['expected_bytes_per_step'] else 'NO'} |")
+    if results:
+        errs = sorted(abs(r["error"]) for r in results)
+        lines.append("")
+        lines.append(f"{len(errs)} runs: median |error| {100 * statistics.median(errs):.1f} %, worst "
+                     f"{100 * errs[-1]:.1f} %; bytes equal to the model in "
+                     f"{sum(r['bytes_per_step'] == r['expected_bytes_per_step'] for r in results)} of {len(results)}")
     return "\n".join(lines)
 
 

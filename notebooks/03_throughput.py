@@ -35,10 +35,10 @@
 #
 # **Deviations from the paper**
 # - D follows `perf.replay_dilation`: the smallest D at which this 2-core machine keeps up with
-#   all N links at once (D = 80 for 4 nodes at 10 Gb/s), so a replayed step takes D times the
+#   all N links at once (D = 40 for 4 nodes at 10 Gb/s), so a replayed step takes D times the
 #   V100's. Quick mode (`make reproduce`) therefore replays AlexNet only, 4 nodes at 10 Gb/s,
 #   2 steps (the runs notebooks 05 and 07 share through the cache); VGG-16, 8 nodes and 25 / 40 /
-#   100 Gb/s run in full mode (hours: D reaches 1,600). 16 nodes of VGG-16 do not fit in the
+#   100 Gb/s run in full mode (hours: D reaches 800). 16 nodes of VGG-16 do not fit in the
 #   24 GiB of one machine. Replayed compute is the V100 table profile (vendor peaks and assumed
 #   efficiencies), not a measured V100; the runs' communication is real.
 # - The fidelity anchor uses a small AlexNet-shaped model (`cifar_alexnet`, 32x32) on CPU

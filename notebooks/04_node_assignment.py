@@ -30,7 +30,7 @@
 #
 # **Deviations from the paper**
 # - The paper-regime runs (224x224, 32 samples per CONV worker, 4 nodes: k = 1, 2) replay compute
-#   from the V100 table profile (D = 80 from `perf.replay_dilation`); quick mode runs AlexNet
+#   from the V100 table profile (D = 40 from `perf.replay_dilation`); quick mode runs AlexNet
 #   (k = 1 is notebook 03's run, shared through the cache), full mode AlexNet and VGG-16 on 8 nodes.
 # - The paper's optimisation problem and its figures for this experiment are not available; the
 #   optimiser here ranks every k (and ddp, ps) by the model's predicted samples/s, exhaustively.

@@ -37,7 +37,7 @@
 #
 # **Deviations from the paper**
 # - Quick mode replays AlexNet on 4 nodes at 10 Gb/s only (ps, ddp, stanza k=1: 3
-#   configurations, the runs of notebook 03 shared through the cache; D = 80 from
+#   configurations, the runs of notebook 03 shared through the cache; D = 40 from
 #   `perf.replay_dilation`); full mode AlexNet and VGG-16 on 4 and 8 nodes at 10 / 25 / 40 /
 #   100 Gb/s (48 replayed configurations; hours on 2 cores).
 # - The validation runs on CPU processes of one shared machine with shaped virtual links, not
