@@ -8,7 +8,7 @@ import os
 import pytest
 import torch
 
-from stanza_core.experiments.split_sweep import build, classification_models, sweep_one
+from stanza_core.experiments.split_sweep import build, classification_models, main, sweep_one
 from stanza_core.split import SplitError, split_model
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
@@ -45,3 +45,13 @@ def test_model_that_does_not_run_at_the_default_size_asks_for_input_shape():
     with pytest.raises(SplitError, match=r"pass input_shape=\(C, H, W\)"):
         split_model(net)
     assert split_model(net, input_shape=(3, 32, 32)).boundary_shape == (4, 30, 30)
+
+
+def test_cli_prints_the_table_and_the_counts(capsys):
+    assert main(["squeezenet1_1"]) == 0
+    out = capsys.readouterr().out
+    assert "| squeezenet1_1 | 32 | refused |" in out and out.strip().endswith("1 models: 1 refused; 0 of the splits "
+                                                                             "put most FLOPs on the FC side")
+    assert main(["resnet9000"]) == 2
+    assert capsys.readouterr().err.strip() == "error: not torchvision classification models: resnet9000"
+
