@@ -22,8 +22,8 @@ MAX_LINK_MBIT = {1500: 300.0, 9000: 1000.0}
 # The largest aggregate rate (sum over nodes of wire Mbit/s received, every link busy both ways)
 # this 2-core machine holds with every link within ~1 % of its set rate, MTU 9000, with nothing
 # else running: `python -m stanza_core.netem check --pattern ring --mtu 9000 --seconds 4
-# --nodes N --rate-mbit R`: N=4 at 250 Mbit/s -> 1000 aggregate (every link within 0.1 %), N=5
-# at 100 -> 500 (0.0 %). Other jobs on the cores lower it: at load average 12-19, N=4 at 150 ->
+# --nodes N --rate-mbit R`: N=4 at 250 Mbit/s -> 1000 aggregate (every link within 0.1 %), N=8
+# at 125 -> 1000 (0.1 %), N=5 at 200 -> 998 (-0.9 %), N=5 at 100 -> 500 (0.0 %). Other jobs on the cores lower it: at load average 12-19, N=4 at 150 ->
 # 570 (worst link -10.5 %), N=4 at 200 -> 713 (-12.5 %), N=8 at 125 -> 867 (-21 %). On a loaded
 # machine give replayed runs a larger D (--dilation is a floor). perf.replay_dilation keeps
 # replayed runs within it.
