@@ -213,9 +213,11 @@ def _train(cfg, prep: Prepared, comm) -> dict | None:
         sync()
         times.append(time.perf_counter() - t0)
         losses.append(share)
-        # every rank learns the global loss (uncounted, outside the step); replayed values mean nothing
+        # every rank learns the global loss (uncounted, outside the step). Replayed values mean
+        # nothing, but the allreduce still runs: it is the one point where every rank meets
+        # between steps, so without it a replayed FC worker would start its next step early.
         with _naming_step(comm, t):
-            total = comm.sum_scalar(share) if cfg.compute == "real" else 0.0
+            total = comm.sum_scalar(share if cfg.compute == "real" else 0.0)
         if not math.isfinite(total):
             last = _last_checkpoint(cfg, start, t)
             raise NonFiniteLoss(f"the loss is {total} at step {t}: run stopped, nothing of this step saved"
