@@ -199,7 +199,7 @@ def _train(cfg, prep: Prepared, comm) -> dict | None:
     if comm.rank == 0 and not cfg.quiet:
         from tqdm import tqdm
         steps = tqdm(steps, desc=f"{cfg.strategy} x{topo.world_size}", unit="step", initial=start, total=cfg.steps)
-    losses, times = [], []
+    losses, times, spans = [], [], []  # spans: (start, end) of each step, perf_counter()
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
     for t in steps:
         batch = batch_for(t)
@@ -211,7 +211,9 @@ def _train(cfg, prep: Prepared, comm) -> dict | None:
             with comm.counting():
                 share = strategy.step(t, batch)
         sync()
-        times.append(time.perf_counter() - t0)
+        t1 = time.perf_counter()
+        times.append(t1 - t0)
+        spans.append((t0, t1))
         losses.append(share)
         # every rank learns the global loss (uncounted, outside the step). Replayed values mean
         # nothing, but the allreduce still runs: it is the one point where every rank meets
@@ -229,7 +231,7 @@ def _train(cfg, prep: Prepared, comm) -> dict | None:
     state = strategy.full_state_dict()
     mine = {"rank": comm.rank, "role": strategy.role, "losses": losses, "times": times,
             "step_bytes": comm.step_bytes.snapshot(), "other_bytes": comm.other_bytes.snapshot(),
-            "timeline": comm.timeline, "step_starts": comm.step_starts,
+            "timeline": comm.timeline, "step_starts": comm.step_starts, "step_spans": spans,
             "replay_wait_s": replayer.waited_s if replayer else None, "peak_rss_mib": _peak_rss_mib()}
     everyone = comm.all_gather_object(mine)
     if comm.rank != 0:
@@ -271,13 +273,18 @@ def build_metrics(cfg, topo, device, start, everyone, replayed: dict | None = No
     timed = [s["time_s"] for s in steps[cfg.warmup:]] or [s["time_s"] for s in steps]
     ranks = []
     origins = _step_origins(everyone)
+    # every rank's step spans on one time axis: seconds since the first rank started this run's
+    # first step (perf_counter is the host's monotonic clock, shared by every process on it)
+    zero = min((r["step_spans"][0][0] for r in everyone if r.get("step_spans")), default=0.0)
     for r in everyone:
         sent, recv = (report(c, max(n_steps, 1)) for c in r["step_bytes"])
         other_sent, other_recv = (report(c, 1) for c in r["other_bytes"])
         ranks.append({"rank": r["rank"], "role": r["role"], "bytes_sent": sum(sent.values()),
                       "bytes_recv": sum(recv.values()), "sent": sent, "recv": recv,
                       "setup_bytes_sent": sum(other_sent.values()), "setup_bytes_recv": sum(other_recv.values()),
-                      "peak_rss_mib": r.get("peak_rss_mib")})
+                      "peak_rss_mib": r.get("peak_rss_mib"),
+                      "step_start_s": [a - zero for a, _ in r.get("step_spans", [])],
+                      "step_end_s": [b - zero for _, b in r.get("step_spans", [])]})
         if r.get("timeline") is not None:  # t: seconds since the first rank entered the step
             ranks[-1]["timeline"] = sorted(({**e, "step": start + e["step"], "t": e["t"] - origins[e["step"]]}
                                             for e in r["timeline"]), key=lambda e: (e["step"], e["t"]))

@@ -1,6 +1,7 @@
 """Replayed compute on real processes: each strategy completes, and the bytes its counters
 saw equal perf.expected_bytes (replay removes arithmetic, never traffic), for a model with
-batch norm (global statistics: their allreduces are replayed too) and dropout."""
+batch norm (global statistics: their allreduces are replayed too) and dropout; and replayed
+ranks meet between steps, as in a real run."""
 from __future__ import annotations
 
 import json
@@ -21,15 +22,9 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 @pytest.mark.parametrize("strategy,k", [("ddp", 0), ("ps", 0), ("stanza", 1)])
 def test_replay_run_moves_the_expected_bytes(tmp_path, strategy, k):
     n, g = 3, 12
-    metrics = tmp_path / "m.json"
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={n}",
-           "-m", "stanza_core.train", "--strategy", strategy, "--model", "test_byo:bn_net", "--image-size", "16",
-           "--global-batch", str(g),
-           "--steps", "3", "--compute", "replay", "--replay-device", "v100", "--dilation", "20",
-           "--device", "cpu", "--quiet", "--metrics", str(metrics), *(["--fc-workers", str(k)] if k else [])]
-    proc = subprocess.run(cmd, cwd=ROOT, env=rank_env(), capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    m = json.loads(metrics.read_text())
+    m = _replay(tmp_path, n, "--strategy", strategy, "--model", "test_byo:bn_net", "--image-size", "16",
+                "--global-batch", str(g), "--steps", "3", "--dilation", "20",
+                *(["--fc-workers", str(k)] if k else []))
     assert m["compute"] == "replay" and m["replay"]["dilation"] == 20
     assert all(w > 0 for w in m["replay"]["wait_s_per_rank"])  # every rank replayed compute
     b = g // (n - k if k else n)
@@ -38,3 +33,39 @@ def test_replay_run_moves_the_expected_bytes(tmp_path, strategy, k):
     got = [{"rank": r["rank"], "role": r["role"], "sent": r["sent"], "recv": r["recv"]} for r in m["ranks"]]
     assert [{c: v for c, v in w["sent"].items() if v} for w in want] == [r["sent"] for r in got]
     assert [{c: v for c, v in w["recv"].items() if v} for w in want] == [r["recv"] for r in got]
+
+
+def test_replayed_ranks_meet_between_steps(tmp_path):
+    """Stanza k = 2 (2 CONV + 2 FC workers), replayed with waits long enough to dominate. An FC
+    worker's part of a step ends before the CONV workers' backward; only the step's closing loss
+    allreduce (run with a zero value in replay) holds it back until every rank has finished the
+    step. Without it the FC workers start step j+1 about a CONV backward early (~30 % of a step
+    here), and replay measures a faster step than real compute would."""
+    steps = 4
+    m = _replay(tmp_path, 4, "--strategy", "stanza", "--fc-workers", "2", "--model", "cifar_alexnet",
+                "--image-size", "32", "--global-batch", "8", "--steps", str(steps), "--dilation", "3000")
+    starts = [r["step_start_s"] for r in m["ranks"]]
+    ends = [r["step_end_s"] for r in m["ranks"]]
+    assert all(len(s) == len(e) == steps for s, e in zip(starts, ends))
+    assert min(s[0] for s in starts) == 0.0  # one time axis: the first rank's first step starts at 0
+    # causal, so exact on the host's monotonic clock: nobody starts step j+1 before everyone ended step j
+    for j in range(steps - 1):
+        last_end = max(e[j] for e in ends)
+        assert all(s[j + 1] >= last_end for s in starts), (j, last_end, [s[j + 1] for s in starts])
+    # and the ranks start each step together: apart by a data load and the allreduce's completion
+    # (milliseconds), well under the ~30 % of a step by which an unsynchronised FC worker leads
+    tol = 0.2 * m["step_time_median_s"]
+    for j in range(steps):
+        skew = max(s[j] for s in starts) - min(s[j] for s in starts)
+        assert skew <= tol, (j, skew, tol)
+
+
+def _replay(tmp_path, n: int, *args: str) -> dict:
+    """One replayed run (V100 table) of n ranks on loopback; its metrics."""
+    metrics = tmp_path / "m.json"
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={n}",
+           "-m", "stanza_core.train", *args, "--compute", "replay", "--replay-device", "v100",
+           "--device", "cpu", "--quiet", "--metrics", str(metrics)]
+    proc = subprocess.run(cmd, cwd=ROOT, env=rank_env(), capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(metrics.read_text())
