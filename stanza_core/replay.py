@@ -99,8 +99,14 @@ class _Layer:
     def __init__(self, rep: "Replayer", name: str, module: nn.Module, meta: nn.Module):
         self.rep, self.name, self.meta = rep, name, meta
         self.part, self.share = rep.shares.get(name, (None, 0.0))
-        self.params = tuple(module.parameters(recurse=False))
+        self.module = module
         self.shapes: dict[tuple, tuple] = {}  # input shape per sample -> output shape per sample
+
+    @property
+    def params(self) -> tuple[nn.Parameter, ...]:
+        """The module's parameters as they are now (a stanza rank releases the part it does not
+        train after replay is installed: no reference to the released tensors is kept here)."""
+        return tuple(self.module.parameters(recurse=False))
 
     def out_shape(self, x: torch.Tensor) -> tuple:
         key = tuple(x.shape[1:])

@@ -61,6 +61,12 @@ class SplitModel:
         share = self.fc_flop_share
         return share is not None and share > 0.5
 
+    def release(self, part: str) -> None:
+        """Free the storage of one part ("conv" or "fc"): its parameters and buffers become meta
+        tensors (shape and dtype kept, no memory), in place, so the model and the other part
+        are untouched. For a rank that never computes that part (a stanza CONV worker's FC head)."""
+        getattr(self, part).to("meta")
+
     def conv_param_names(self) -> list[str]:
         return [n for n, _ in self.conv.named_parameters()]
 

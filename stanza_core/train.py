@@ -30,6 +30,7 @@ from .numerics import numerics_record, set_numerics
 from .split import SplitError, SplitModel, split_model
 from .strategies import STRATEGY_CLASSES
 from .strategies.base import Batch, positions_of
+from .strategies.stanza import unused_part
 from .topology import Topology, make_topology
 
 
@@ -142,7 +143,11 @@ def prepare(cfg: TrainConfig) -> Prepared:
     if cfg.resume:
         resumed = checkpoint.load(cfg.checkpoint_dir, rank, world, dataclasses.asdict(cfg))
     replay.prepare(cfg, model, cfg.global_batch // topo.data_workers)  # --compute replay: waits, no arithmetic
-    return Prepared(topo, device, dataset, model.to(device), split, resumed, bn_sync)
+    if split is not None and (unused := unused_part(topo, rank)):  # built whole (same init everywhere),
+        split.release(unused)  # then a rank keeps only what it trains, before it reaches the device
+    # to the device, leaving released (meta) tensors where they are (Module.to would refuse them)
+    model._apply(lambda t: t if t.is_meta else t.to(device))
+    return Prepared(topo, device, dataset, model, split, resumed, bn_sync)
 
 
 class NonFiniteLoss(RuntimeError):
@@ -199,6 +204,8 @@ def _train(cfg, prep: Prepared, comm) -> dict | None:
     if comm.rank == 0 and not cfg.quiet:
         from tqdm import tqdm
         steps = tqdm(steps, desc=f"{cfg.strategy} x{topo.world_size}", unit="step", initial=start, total=cfg.steps)
+    setup_peak_mib = _peak_rss_mib()  # read before the mark is reset for the steps' own peak
+    steps_peak = _reset_peak_rss()
     losses, times, spans = [], [], []  # spans: (start, end) of each step, perf_counter()
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
     for t in steps:
@@ -226,13 +233,15 @@ def _train(cfg, prep: Prepared, comm) -> dict | None:
                                 + (f"; last good checkpoint: step {last} in {cfg.checkpoint_dir}" if last else ""))
         if cfg.checkpoint_dir and cfg.checkpoint_every and (t + 1) % cfg.checkpoint_every == 0 and t + 1 < cfg.steps:
             checkpoint.save(cfg.checkpoint_dir, comm.rank, topo.world_size, t + 1, cfg.to_dict(), strategy.checkpoint_state())
+    steps_peak_mib = _vm_hwm_mib() if steps_peak else None
     if cfg.checkpoint_dir:
         checkpoint.save(cfg.checkpoint_dir, comm.rank, topo.world_size, cfg.steps, cfg.to_dict(), strategy.checkpoint_state())
     state = strategy.full_state_dict()
     mine = {"rank": comm.rank, "role": strategy.role, "losses": losses, "times": times,
             "step_bytes": comm.step_bytes.snapshot(), "other_bytes": comm.other_bytes.snapshot(),
             "timeline": comm.timeline, "step_starts": comm.step_starts, "step_spans": spans,
-            "replay_wait_s": replayer.waited_s if replayer else None, "peak_rss_mib": _peak_rss_mib()}
+            "replay_wait_s": replayer.waited_s if replayer else None, "peak_rss_mib": _max(setup_peak_mib, _peak_rss_mib()),
+            "steps_peak_rss_mib": steps_peak_mib}
     everyone = comm.all_gather_object(mine)
     if comm.rank != 0:
         return None
@@ -282,7 +291,7 @@ def build_metrics(cfg, topo, device, start, everyone, replayed: dict | None = No
         ranks.append({"rank": r["rank"], "role": r["role"], "bytes_sent": sum(sent.values()),
                       "bytes_recv": sum(recv.values()), "sent": sent, "recv": recv,
                       "setup_bytes_sent": sum(other_sent.values()), "setup_bytes_recv": sum(other_recv.values()),
-                      "peak_rss_mib": r.get("peak_rss_mib"),
+                      "peak_rss_mib": r.get("peak_rss_mib"), "steps_peak_rss_mib": r.get("steps_peak_rss_mib"),
                       "step_start_s": [a - zero for a, _ in r.get("step_spans", [])],
                       "step_end_s": [b - zero for _, b in r.get("step_spans", [])]})
         if r.get("timeline") is not None:  # t: seconds since the first rank entered the step
@@ -321,6 +330,33 @@ def _peak_rss_mib() -> float | None:
     except ImportError:
         return None
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: KiB
+
+
+def _reset_peak_rss() -> bool:
+    """Reset this process's peak-RSS mark to its current RSS (Linux: /proc/self/clear_refs), so
+    the training steps' own peak can be read apart from setup's; False where that is not possible."""
+    try:
+        with open("/proc/self/clear_refs", "w") as fh:
+            fh.write("5")
+        return _vm_hwm_mib() is not None
+    except OSError:
+        return False
+
+
+def _vm_hwm_mib() -> float | None:
+    """Peak resident memory since the last reset (Linux VmHWM, MiB), or None."""
+    try:
+        with open("/proc/self/status") as fh:
+            for line in fh:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024  # kB
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+def _max(a: float | None, b: float | None) -> float | None:
+    return None if a is None and b is None else max(x for x in (a, b) if x is not None)
 
 
 def _step_origins(everyone) -> list[float]:

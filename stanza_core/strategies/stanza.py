@@ -21,6 +21,14 @@ from .base import Strategy, make_sgd, positions_of
 from .stanza_pipeline import Pipeline, hooked_buckets, uses_pipeline
 
 
+def unused_part(topo, rank: int) -> str | None:
+    """The part of the split a stanza rank never computes: "fc" on a CONV worker, "conv" on an FC
+    worker that is not hybrid (a hybrid one trains both), else None."""
+    if topo.role(rank) == CONV_WORKER:
+        return "fc"
+    return None if topo.fc_batch else "conv"
+
+
 class GradBuckets:
     """Allreduce of a module's gradients in ~bucket_mb buckets, each launched as soon as the
     backward pass has produced all of its gradients (reverse parameter order)."""
@@ -177,14 +185,22 @@ class Stanza(Strategy):
         return float(share)
 
     def full_state_dict(self):
-        """FC worker N-k (the first) sends the FC head's state to rank 0, which holds the CONV body."""
+        """FC worker N-k (the first) sends the FC head's state to rank 0, which holds the CONV body
+        only (its FC head was released): rank 0 receives into new tensors of the head's shapes and
+        puts them under the unsplit model's names."""
         first_fc = self.topo.fc_ranks[0]
-        fc_state = list(self.split.fc.state_dict().values())
+        fc_vars = list(self.split.fc.state_dict(keep_vars=True).values())
         if self.rank == first_fc:
-            self.comm.send_tensors(fc_state, 0)
-        elif self.rank == 0:
-            self.comm.recv_tensors(fc_state, first_fc)
-        return super().full_state_dict()
+            self.comm.send_tensors([v.detach() for v in fc_vars], 0)
+        if self.rank != 0:
+            return None
+        got = [torch.empty(v.shape, dtype=v.dtype, device=self.device) for v in fc_vars]
+        self.comm.recv_tensors(got, first_fc)
+        names: dict[int, list[str]] = {}  # the parts share the model's tensors: match by identity
+        for k, v in self.model.state_dict(keep_vars=True).items():
+            names.setdefault(id(v), []).append(k)
+        received = {k: t.cpu() for v, t in zip(fc_vars, got) for k in names[id(v)]}
+        return {k: received[k] if k in received else v.detach().cpu().clone() for k, v in self.model.state_dict().items()}
 
     def checkpoint_state(self):
         state = {"model": self.part.state_dict(), "optimizer": self.optimizer.state_dict()}
