@@ -196,3 +196,29 @@ class _TwoInputs(_Conv):
 def test_models_without_a_valid_split(model, reason):
     assert reason in _one_line_split_error(model)
     assert issubclass(SplitError, ValueError)  # callers that catch bad input as ValueError see it
+
+
+def test_release_frees_one_part_and_leaves_the_other_untouched():
+    """A stanza rank keeps only the part it trains: the other part's tensors become meta (no
+    storage), the kept part is the very same tensors with the same values."""
+    from stanza_core.strategies.stanza import unused_part
+    from stanza_core.topology import make_topology
+
+    model = get_model("alexnet", 10)
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    split = split_model(model, input_shape=(3, 64, 64), batch_size=2)
+    conv = list(split.conv.parameters())
+    split.release("fc")
+    assert all(p.is_meta for p in split.fc.parameters()) and all(p.is_meta for p in split.fc.buffers())
+    assert all(a is b for a, b in zip(conv, split.conv.parameters()))
+    fc_names = {"classifier." + n for n, _ in model.classifier.named_parameters()}
+    for k, v in model.state_dict().items():
+        assert v.is_meta == (k in fc_names), k
+        if not v.is_meta:
+            assert torch.equal(v, before[k]), k
+    x = torch.randn(2, 3, 64, 64)
+    assert split.conv(x).shape == (2, *split.boundary_shape)  # the CONV worker's work still runs
+    paper = make_topology("stanza", 4, 12, fc_workers=1)
+    assert [unused_part(paper, r) for r in range(4)] == ["fc", "fc", "fc", "conv"]
+    hybrid = make_topology("stanza", 4, 12, fc_workers=1, fc_conv_share=0.25)
+    assert [unused_part(hybrid, r) for r in range(4)] == ["fc", "fc", "fc", None]  # it trains both
