@@ -96,6 +96,7 @@ def main(argv=None) -> int:
             key = tuple(sorted((k, v) for k, v in kw.items()))
             if key in seen:  # the same configuration as an earlier run: not run twice
                 results.append(dict(seen[key], run=name, same_as=seen[key]["run"]))
+                write(a, engines, results)
                 continue
             pred = predict(profile, Cluster(n, link.model_gbps, device=dev), **kw)
             cfg = cfgs[name](d, link.link_mbit)
@@ -118,11 +119,16 @@ def main(argv=None) -> int:
             print(f"{model} N={n} {gbps:g} Gb/s {name} ({pred.label}): D={d}, target step {target * 1e3:.1f} ms "
                   f"= {row['throughput_target']:.0f} samples/s (model {pred.throughput:.0f}), bytes "
                   f"{'=' if row['bytes_per_step'] == want else '!='} model", file=sys.stderr, flush=True)
-            os.makedirs(os.path.dirname(os.path.abspath(a.out)), exist_ok=True)
-            with open(a.out, "w") as fh:
-                json.dump({"args": vars(a), "engine_s": engines, "runs": results}, fh, indent=1)
+            write(a, engines, results)
     print(format_table(results))
     return 0
+
+
+def write(a, engines: dict, results: list[dict]) -> None:
+    """--out as it stands: the arguments, the engine seconds measured, every run so far."""
+    os.makedirs(os.path.dirname(os.path.abspath(a.out)), exist_ok=True)
+    with open(a.out, "w") as fh:
+        json.dump({"args": vars(a), "engine_s": engines, "runs": results}, fh, indent=1)
 
 
 def run_configs(a, model: str, n: int, kw: dict):
