@@ -99,8 +99,9 @@ def main(argv=None) -> int:
                                          fc_workers=k, global_batch=a.batch_per_worker * (n - k), steps=a.steps,
                                          warmup=a.warmup, link_mbit=link_mbit, mtu=a.mtu, ps_servers=servers,
                                          ps_overlap=overlap, compute="replay", replay_device=a.device, dilation=d)
-                    engine_s = dilation.engine_seconds_arg(a.engine_s, engines, f"{model} N={n} {name}", config(1.0, 1000.0),
-                                              cluster_for(name, 1000.0)[1].iteration_s)
+                    engine_s = dilation.engine_seconds_arg(a.engine_s, engines, f"{model} N={n} {name}",
+                                                           config(1.0, 1000.0),
+                                                           cluster_for(name, 1000.0)[1].iteration_s)
                     link = dilation.replay_link(gbps, n + servers, target_step_s=cluster_for(name, gbps)[1].iteration_s,
                                                 engine_s=engine_s, mtu=a.mtu, min_dilation=a.min_dilation)
                     d, link_mbit = link.dilation, link.link_mbit

@@ -39,7 +39,7 @@ def netem_unavailable() -> str | None:
 
 def run_config(cfg: RunConfig, *, timeout_s: float = 1800) -> dict[str, Any]:
     """Train one configuration on a fresh emulated cluster; its row: the configuration, throughput,
-    median step time, bytes (cluster total per step and per rank, as the engine counted them),
+    median step time, every step's time (`steps_s`; replayed runs: as measured, not / D), bytes (cluster total per step and per rank, as the engine counted them),
     the kernel's interface counters and the wall time. Raises netem's errors (no root, a failed
     node) with the cluster removed."""
     from ..netem import run_training
@@ -79,7 +79,8 @@ def summarize(runs: list[dict]) -> list[dict]:
             first = same[0]
             rows.append({"strategy": first["strategy"], "fc_workers": first["fc_workers"],
                          "ps_servers": first.get("ps_servers") or 0, "ps_overlap": bool(first.get("ps_overlap")),
-                         "fc_conv_share": first.get("fc_conv_share") or 0.0, "micro_batches": first.get("micro_batches") or 1,
+                         "fc_conv_share": first.get("fc_conv_share") or 0.0,
+                         "micro_batches": first.get("micro_batches") or 1,
                          "label": label, "link_mbit": mbit, "target_gbps": first["target_gbps"],
                          "throughput": med[label], "throughput_min": min(tp), "throughput_max": max(tp),
                          "repeats": len(tp), "bytes_per_step": first["bytes_per_step"]})

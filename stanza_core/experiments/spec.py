@@ -3,8 +3,9 @@ both validated on creation (one-line ValueError), both plain data (`to_dict`) so
 the cache and go into every results JSON.
 
 Glossary: a *configuration* is a strategy with its layout (k FC workers, each FC worker's share
-of the batch on the CONV body, M micro-batches; S dedicated PS nodes, overlapped push) on N nodes; a *run* is one configuration trained for a few steps on the
-emulated cluster at one link rate.
+of the batch on the CONV body, M micro-batches; S dedicated PS nodes, overlapped push) on N
+nodes; a *run* is one configuration trained for a few steps on the emulated cluster at one link
+rate.
 """
 from __future__ import annotations
 

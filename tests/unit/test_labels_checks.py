@@ -81,7 +81,8 @@ def test_run_config_carries_stanza_options_to_the_cli_label_and_cache_key():
     assert "fc_conv_share" not in plain.cache_key() and "micro_batches" not in plain.cache_key()
     assert plain.to_dict()["fc_conv_share"] == 0.0 and isinstance(plain.fc_conv_share, float)
     # a hybrid share moves samples onto the FC worker: G = 100 on 3 CONV workers is fine with share 0.25
-    assert RunConfig(**{**BASE, "global_batch": 100}, strategy="stanza", fc_workers=1, fc_conv_share=0.25).global_batch == 100
+    hybrid = RunConfig(**{**BASE, "global_batch": 100}, strategy="stanza", fc_workers=1, fc_conv_share=0.25)
+    assert hybrid.global_batch == 100
 
 
 @pytest.mark.parametrize("change", [{"strategy": "ddp", "micro_batches": 2}, {"strategy": "ps", "fc_conv_share": 0.25},

@@ -111,7 +111,8 @@ def test_replay_link_is_the_dilation_rule_then_the_bandwidth_mapping():
         assert link.link_mbit == 1000 * link.payload_gbps / payload_per_wire_byte(mtu)  # wire rate carrying it
         assert payload_gbps(link.link_mbit, mtu) == pytest.approx(gbps / d, rel=1e-12)
         assert link.model_gbps == pytest.approx(gbps, rel=1e-12)
-    assert dilation.replay_link(10.0, 4).dilation == 40 and dilation.replay_link(10.0, 4, min_dilation=60).dilation == 60
+    assert dilation.replay_link(10.0, 4).dilation == 40
+    assert dilation.replay_link(10.0, 4, min_dilation=60).dilation == 60
     # the engine term: 3 s of engine work per step within 5 % of D x 0.5 s raises D from 40 to 120
     assert dilation.replay_link(10.0, 4, target_step_s=0.5, engine_s=3.0).dilation == 120
     assert dilation.replay_link(10.0, 4, target_step_s=0.5, engine_s=0.5).dilation == 40  # 20 < the links' 40
