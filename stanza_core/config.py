@@ -53,6 +53,7 @@ class TrainConfig:
     device: str = "auto"  # auto | cpu | cuda
     boundary: str | None = None  # force the CONV|FC cut before this module (None: automatic)
     save: str | None = None  # write the final full-model state_dict here (rank 0)
+    save_every: int = 0  # with --save: also the full model after every K-th step, to PATH.stepK (before its suffix)
     metrics: str | None = None  # write the metrics JSON here (rank 0)
     checkpoint_dir: str | None = None  # per-rank checkpoints (atomic) go here
     checkpoint_every: int = 0  # checkpoint every K steps (0: only at the end, if a dir is given)
@@ -99,7 +100,7 @@ class TrainConfig:
         for name in ("num_classes", "image_size", "global_batch", "steps"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(self, name)}")
-        for name in ("warmup", "checkpoint_every", "ps_shards", "ps_servers"):
+        for name in ("warmup", "checkpoint_every", "save_every", "ps_shards", "ps_servers"):
             if getattr(self, name) < 0:
                 raise ConfigError(f"--{name.replace('_', '-')} must be >= 0, got {getattr(self, name)}")
         if self.lr <= 0:
@@ -116,6 +117,8 @@ class TrainConfig:
             raise ConfigError("--resume needs --checkpoint-dir (where the checkpoints are)")
         if self.checkpoint_every and not self.checkpoint_dir:
             raise ConfigError("--checkpoint-every needs --checkpoint-dir")
+        if self.save_every and not self.save:
+            raise ConfigError("--save-every needs --save (the path the step files are named after)")
         if self.strategy == "stanza" and self.fc_workers < 1:
             raise ConfigError(f"--fc-workers must be >= 1 with stanza, got {self.fc_workers}")
         if self.strategy != "ps" and (self.ps_servers or self.ps_overlap):
@@ -128,6 +131,10 @@ class TrainConfig:
             path = getattr(self, name)
             if path and os.path.exists(path) and not self.overwrite and not self.resume:
                 raise ConfigError(f"--{name} {path} already exists; pass --overwrite to replace it")
+        for step in self.save_steps():
+            path = step_save_path(self.save, step)
+            if os.path.exists(path) and not self.overwrite and not self.resume:
+                raise ConfigError(f"--save-every: {path} already exists; pass --overwrite to replace it")
 
         if self.compute not in COMPUTE:
             raise ConfigError(f"unknown --compute {self.compute!r}; expected one of {', '.join(COMPUTE)}")
@@ -153,6 +160,12 @@ class TrainConfig:
                 check_writable(f"--{name}", path, folder=False)
         if self.checkpoint_dir:
             check_writable("--checkpoint-dir", self.checkpoint_dir, folder=True)
+
+    def save_steps(self) -> list[int]:
+        """The steps after which --save-every writes the full model (the last step: --save itself)."""
+        if not (self.save and self.save_every):
+            return []
+        return list(range(self.save_every, self.steps, self.save_every))
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -181,6 +194,12 @@ def check_stanza_options(strategy: str, *, fc_conv_share: float = 0.0, micro_bat
                               ("grad_compression", "none")):
             if given[name] != default:
                 raise ConfigError(f"--{name.replace('_', '-')} applies to stanza only, not {strategy}")
+
+
+def step_save_path(path: str, step: int) -> str:
+    """Where --save-every writes the full model after `step` steps: model.pt -> model.step20.pt."""
+    root, ext = os.path.splitext(path)
+    return f"{root}.step{step}{ext}"
 
 
 def check_writable(flag: str, path: str, folder: bool) -> None:
