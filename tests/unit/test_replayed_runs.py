@@ -84,6 +84,13 @@ def test_a_replayed_run_is_predicted_with_the_dilated_device_profile():
     assert plain["label"] == "stanza k=1" and plain["predicted_throughput"] == row["predicted_throughput"]
     assert opt["label"] == "stanza k=1 share=0.25 M=2" and (opt["fc_conv_share"], opt["micro_batches"]) == (0.25, 2)
     assert opt["predicted_throughput"] == pytest.approx(q.throughput, rel=1e-12) != plain["predicted_throughput"]
+    # ps with one dedicated server node is not the colocated ps: its own row, the server a node of the cluster
+    ps = {**run, "strategy": "ps", "fc_workers": 0, "global_batch": 128}
+    colocated, dedicated = validation.predict_runs({"config": cfg, "runs": [ps, {**ps, "ps_servers": 1}],
+                                                    "timing_rounds": []})
+    q = predict(prof, Cluster(5, payload_gbps(500.0, 9000), 50e-6, dev), "ps", global_batch=128, ps_servers=1)
+    assert (colocated["label"], dedicated["label"]) == ("ps", "ps S=1")
+    assert dedicated["predicted_throughput"] == pytest.approx(q.throughput, rel=1e-12)
 
 
 def test_replayed_figure_says_what_is_measured_and_what_replayed():
