@@ -7,10 +7,13 @@ replayed, every byte crossing emulated links for real (benchmarks/paper_regime_r
     python benchmarks/beyond_replay.py --models vgg16 --nodes 4 --target-gbps 10 \\
         --out benchmarks/results/beyond_replay.json
 
-Per (model, N, target): one dilation D for all its runs (perf.replay_dilation), links shaped to
-perf.emulated_bandwidth(target, dilation=D); reported per run: the replayed step time / D,
-the performance model's prediction for the same cluster, and bytes counted vs the model.
-Results are written after every run. Needs root.
+Per (model, N, target) cell: one dilation D for all its runs, so they run side by side at the
+same D (experiments.dilation.shared_replay_link: perf.replay_dilation, the largest D any run of
+the cell needs; with --engine-s, each run's engine seconds within 5 % of its dilated step, as in
+benchmarks/paper_regime_replay.py), links shaped to perf.emulated_bandwidth(target, dilation=D)
+of TCP payload. Every run goes through `experiments.run.run_config`. Reported per run: the
+replayed step time / D, the performance model's prediction for the same cluster, and bytes
+counted vs the model. Results are written after every run. Needs root (--modelled: no runs).
 """
 from __future__ import annotations
 
@@ -18,13 +21,12 @@ import argparse
 import json
 import os
 import sys
-import tempfile
 import time
 
-from stanza_core.launch import cli_args
-from stanza_core.netem.facts import max_link_mbit, payload_per_wire_byte
-from stanza_core.perf import (Cluster, DeviceProfile, best_assignment, emulated_bandwidth, expected_bytes,
-                              named_profile, predict, replay_dilation)
+from stanza_core.experiments import dilation
+from stanza_core.experiments.run import run_config
+from stanza_core.experiments.spec import RunConfig
+from stanza_core.perf import Cluster, DeviceProfile, best_assignment, expected_bytes, named_profile, predict
 from stanza_core.perf.optimize import MICRO_BATCHES
 
 OPTION_KEYS = ("fc_conv_share", "micro_batches")
@@ -68,45 +70,46 @@ def main(argv=None) -> int:
     ap.add_argument("--steps", type=int, default=3)
     ap.add_argument("--warmup", type=int, default=1)
     ap.add_argument("--mtu", type=int, default=9000)
+    ap.add_argument("--engine-s", default="0", help="engine CPU seconds per step kept by replay, or 'auto' "
+                    "(measured per run on loopback at D = 1); the cell's D is the largest its runs need")
     ap.add_argument("--out", required=True)
     ap.add_argument("--modelled", action="store_true", help="no runs: the model's figures only (no root needed)")
     a = ap.parse_args(argv)
+    try:
+        dilation.check_engine_s_arg(a.engine_s)
+    except ValueError as e:
+        ap.error(str(e))
     if a.modelled:
         print(modelled_table(a))
         return 0
-    from stanza_core.netem import MAX_AGGREGATE_MBIT, run_training
-
-    ppwb, results, wanted = payload_per_wire_byte(a.mtu), [], a.runs.split(",")
+    results, engines, wanted = [], {}, a.runs.split(",")
     for model, profile, dev, n, gbps, runs in cells(a):
-        seen = {}
-        preds = {name: predict(profile, Cluster(n, gbps, device=dev), **kw) for name, kw in runs.items()}
-        d = replay_dilation(gbps, n, max_link_mbit=max_link_mbit(a.mtu), max_aggregate_mbit=MAX_AGGREGATE_MBIT,
-                            target_step_s=min(p.iteration_s for p in preds.values()))
-        payload_gbps = emulated_bandwidth(gbps, dilation=d)
-        link_mbit = 1000 * payload_gbps / ppwb
+        cfgs = {name: run_configs(a, model, n, runs[name]) for name in wanted}
+        probe = {name: cfgs[name](1.0, 1000.0) for name in wanted}  # every run's configuration checked first
+        engine_s = {name: dilation.engine_seconds_arg(
+            a.engine_s, engines, f"{model} N={n} {probe[name].label}", probe[name],
+            predict(profile, Cluster(n, 1000.0, device=dev), **runs[name]).iteration_s) for name in wanted}
+        link = cell_link(a, profile, dev, n, gbps, runs, engine_s)
+        d, seen = link.dilation, {}
         for name in wanted:
             kw = runs[name]
             key = tuple(sorted((k, v) for k, v in kw.items()))
             if key in seen:  # the same configuration as an earlier run: not run twice
                 results.append(dict(seen[key], run=name, same_as=seen[key]["run"]))
+                write(a, engines, results)
                 continue
-            pred = predict(profile, Cluster(n, payload_gbps * d, device=dev), **kw)
-            opts = {k: kw[k] for k in OPTION_KEYS if k in kw and kw[k] not in (0, 0.0, 1)}
-            with tempfile.TemporaryDirectory(prefix="beyond-replay-") as tmp:
-                path = os.path.join(tmp, "m.json")
-                args = cli_args(strategy=kw["strategy"], model=model, image_size=224, num_classes=1000,
-                                global_batch=kw["global_batch"], steps=a.steps, warmup=a.warmup,
-                                fc_workers=kw["fc_workers"], device="cpu", quiet=True, metrics=path,
-                                overwrite=True, timeout_s=1800, compute="replay", replay_device=a.device,
-                                dilation=d, **opts)
-                t0 = time.time()
-                m = run_training(n, link_mbit, args, mtu=a.mtu, timeout_s=3600, quiet=True)
+            pred = predict(profile, Cluster(n, link.model_gbps, device=dev), **kw)
+            cfg = cfgs[name](d, link.link_mbit)
+            t0 = time.time()
+            m = run_config(cfg, timeout_s=3600)
             want = sum(sum(r["sent"].values()) for r in expected_bytes(
-                profile, kw["strategy"], n, kw["fc_workers"], kw["global_batch"], **opts))
-            target = m["target_step_time_median_s"]
+                profile, cfg.strategy, cfg.cluster_nodes, cfg.fc_workers or None, cfg.global_batch,
+                ps_servers=cfg.ps_servers, **cfg.stanza_options))
+            target = m["step_time_median_s"] / d
             row = {"run": name, "model": model, "nodes": n, "target_gbps": gbps, **kw, "dilation": d,
-                   "link_mbit": link_mbit, "device": dev.name, "label": pred.label,
-                   "target_step_s": target, "target_steps_s": [x["target_time_s"] for x in m["steps"]],
+                   "link_mbit": link.link_mbit, "device": dev.name, "label": pred.label,
+                   "engine_s": engine_s[name],
+                   "target_step_s": target, "target_steps_s": [t / d for t in m["steps_s"]],
                    "throughput_target": kw["global_batch"] / target,
                    "predicted_step_s": pred.iteration_s, "predicted_throughput": pred.throughput,
                    "error": target / pred.iteration_s - 1, "bytes_per_step": m["bytes_per_step"],
@@ -116,11 +119,34 @@ def main(argv=None) -> int:
             print(f"{model} N={n} {gbps:g} Gb/s {name} ({pred.label}): D={d}, target step {target * 1e3:.1f} ms "
                   f"= {row['throughput_target']:.0f} samples/s (model {pred.throughput:.0f}), bytes "
                   f"{'=' if row['bytes_per_step'] == want else '!='} model", file=sys.stderr, flush=True)
-            os.makedirs(os.path.dirname(os.path.abspath(a.out)), exist_ok=True)
-            with open(a.out, "w") as fh:
-                json.dump({"args": vars(a), "runs": results}, fh, indent=1)
+            write(a, engines, results)
     print(format_table(results))
     return 0
+
+
+def write(a, engines: dict, results: list[dict]) -> None:
+    """--out as it stands: the arguments, the engine seconds measured, every run so far."""
+    os.makedirs(os.path.dirname(os.path.abspath(a.out)), exist_ok=True)
+    with open(a.out, "w") as fh:
+        json.dump({"args": vars(a), "engine_s": engines, "runs": results}, fh, indent=1)
+
+
+def run_configs(a, model: str, n: int, kw: dict):
+    """(D, link Mbit/s) -> the RunConfig of one candidate (predict() keywords `kw`) of a cell."""
+    def make(d: float, link_mbit: float) -> RunConfig:
+        return RunConfig(model=model, image_size=224, num_classes=1000, nodes=n, strategy=kw["strategy"],
+                         fc_workers=kw["fc_workers"] or 0, global_batch=kw["global_batch"], steps=a.steps,
+                         warmup=a.warmup, link_mbit=link_mbit, mtu=a.mtu, compute="replay", replay_device=a.device,
+                         dilation=d, **{k: kw[k] for k in OPTION_KEYS if k in kw})
+    return make
+
+
+def cell_link(a, profile, dev, n: int, gbps: float, runs: dict, engine_s: dict) -> dilation.ReplayLink:
+    """The cell's one D and link rate: the largest D any run named in `engine_s` needs (its engine
+    seconds within 5 % of D x the model's step at the target), at least the links' own rule."""
+    needs = [(predict(profile, Cluster(n, gbps, device=dev), **runs[name]).iteration_s, e)
+             for name, e in engine_s.items()]
+    return dilation.shared_replay_link(gbps, n, needs, mtu=a.mtu)
 
 
 def modelled_table(a) -> str:

@@ -8,7 +8,7 @@ Configurations: ps (one shard colocated with every worker), ps_s1 (one dedicated
 beside the N workers), ps_ov / ps_s1_ov (the same with each gradient bucket pushed as the
 backward produces it), ddp, stanza1 / stanza2 (k FC workers among the N nodes).
 
-Per run, the dilation D from `perf.replay_dilation`: the emulator must hold every link at
+Per run, the dilation D from `perf.replay_dilation` (`experiments.dilation.replay_link`): the emulator must hold every link at
 target / D with all the cluster's links busy at once, and the engine's own CPU seconds per step
 (which replay keeps: gloo's copies and reductions, Python) must stay within 5 % of the dilated
 step D x the model's step for that configuration (never below --min-dilation). --engine-s auto
@@ -29,13 +29,11 @@ import statistics
 import sys
 import time
 
+from stanza_core.experiments import dilation
 from stanza_core.experiments.run import run_config
-from stanza_core.launch import run_job
 from stanza_core.experiments.spec import RunConfig
-from stanza_core.labels import config_label
-from stanza_core.netem import MAX_AGGREGATE_MBIT, max_link_mbit, payload_per_wire_byte
-from stanza_core.perf import (Cluster, DeviceProfile, emulated_bandwidth, expected_bytes, named_profile, predict,
-                              replay_dilation)
+from stanza_core.netem import MAX_AGGREGATE_MBIT
+from stanza_core.perf import Cluster, DeviceProfile, expected_bytes, named_profile, predict
 
 # name -> (strategy, k, dedicated servers, overlapped push)
 CONFIGS = {"ps": ("ps", 0, 0, False), "ps_s1": ("ps", 0, 1, False), "ps_ov": ("ps", 0, 0, True),
@@ -46,24 +44,6 @@ PAPER = "1.34x-13.9x over PS at 10 Gb/s; 1.55x AlexNet, 1.72x VGG-16 at 100 Gb/s
 
 def row_key(r: dict) -> tuple:
     return (r["model"], r["nodes"], r["target_gbps"], r["config"])
-
-
-def engine_seconds(a, engines: dict, model: str, n: int, name: str, compute_only_s: float) -> float:
-    """--engine-s: a number as given, or ('auto') the engine's own seconds per step of this
-    configuration: its replay run at D = 1 on loopback (N local processes, unshaped), median step
-    less `compute_only_s` (the model's step on a 1000 Gb/s network); measured once, kept in --out."""
-    if a.engine_s != "auto":
-        return float(a.engine_s)
-    key = f"{model} N={n} {name}"
-    if key not in engines:
-        s, k, servers, overlap = CONFIGS[name]
-        m = run_job(n + servers, strategy=s, model=model, image_size=224, num_classes=1000,
-                    global_batch=a.batch_per_worker * (n - k), steps=4, warmup=1, fc_workers=k or None,
-                    ps_servers=servers or None, ps_overlap=overlap, device="cpu", compute="replay",
-                    replay_device=a.device, dilation=1, timeout_s=900)
-        engines[key] = max(0.0, m["step_time_median_s"] - compute_only_s)
-        print(f"{key}: engine {engines[key] * 1e3:.0f} ms per step (loopback, D = 1)", file=sys.stderr, flush=True)
-    return engines[key]
 
 
 def main(argv=None) -> int:
@@ -87,6 +67,10 @@ def main(argv=None) -> int:
     unknown = [c for c in names if c not in CONFIGS]
     if unknown:
         ap.error(f"unknown configuration(s) {', '.join(unknown)}; expected some of {', '.join(CONFIGS)}")
+    try:
+        dilation.check_engine_s_arg(a.engine_s)
+    except ValueError as e:
+        ap.error(str(e))
 
     results, engines = [], {}
     if a.resume and os.path.exists(a.out):
@@ -94,7 +78,6 @@ def main(argv=None) -> int:
             old = json.load(fh)
         results, engines = old["runs"], old.get("engine_s", {})
     done = {row_key(r) for r in results}
-    ppwb = payload_per_wire_byte(a.mtu)
     for model in a.models.split(","):
         profile = named_profile(model, 224, 1000, a.batch_per_worker)
         dev = DeviceProfile.from_table(a.device, profile)
@@ -110,19 +93,21 @@ def main(argv=None) -> int:
                     if (model, n, gbps, name) in done:
                         continue
                     s, k, servers, overlap = CONFIGS[name]
-                    engine_s = engine_seconds(a, engines, model, n, name, cluster_for(name, 1000.0)[1].iteration_s)
-                    d = replay_dilation(gbps, n + servers, max_link_mbit=max_link_mbit(a.mtu),
-                                        max_aggregate_mbit=MAX_AGGREGATE_MBIT, engine_s=engine_s,
-                                        target_step_s=cluster_for(name, gbps)[1].iteration_s)
-                    d = max(d, a.min_dilation)
-                    payload_gbps = emulated_bandwidth(gbps, dilation=d)
-                    link_mbit = 1000 * payload_gbps / ppwb
+
+                    def config(d, link_mbit):
+                        return RunConfig(model=model, image_size=224, num_classes=1000, nodes=n, strategy=s,
+                                         fc_workers=k, global_batch=a.batch_per_worker * (n - k), steps=a.steps,
+                                         warmup=a.warmup, link_mbit=link_mbit, mtu=a.mtu, ps_servers=servers,
+                                         ps_overlap=overlap, compute="replay", replay_device=a.device, dilation=d)
+                    engine_s = dilation.engine_seconds_arg(a.engine_s, engines, f"{model} N={n} {name}",
+                                                           config(1.0, 1000.0),
+                                                           cluster_for(name, 1000.0)[1].iteration_s)
+                    link = dilation.replay_link(gbps, n + servers, target_step_s=cluster_for(name, gbps)[1].iteration_s,
+                                                engine_s=engine_s, mtu=a.mtu, min_dilation=a.min_dilation)
+                    d, link_mbit = link.dilation, link.link_mbit
                     # the model at the rate the links really carry (payload), scaled back by D
-                    g, pred = cluster_for(name, payload_gbps * d)
-                    cfg = RunConfig(model=model, image_size=224, num_classes=1000, nodes=n, strategy=s,
-                                    fc_workers=k, global_batch=g, steps=a.steps, warmup=a.warmup,
-                                    link_mbit=link_mbit, mtu=a.mtu, ps_servers=servers, ps_overlap=overlap,
-                                    compute="replay", replay_device=a.device, dilation=d)
+                    g, pred = cluster_for(name, link.model_gbps)
+                    cfg = config(d, link_mbit)
                     t0 = time.time()
                     m = run_config(cfg, timeout_s=3600)
                     want = sum(sum(r["sent"].values()) for r in expected_bytes(profile, s, n + servers, k or None, g,

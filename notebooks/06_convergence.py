@@ -32,8 +32,8 @@
 # - The paper's convergence experiments (ImageNet-scale models and data, its cluster) are not
 #   available to this project; a small CNN learns scikit-learn's digits (8x8 images upsampled to
 #   `image_size`), which runs on a CPU in seconds and is real data, not noise.
-# - Accuracy is measured on the saved model every `eval_every` steps. A run trains in segments
-#   that resume from the previous segment's checkpoints (exact), so the engine is unchanged.
+# - Accuracy is measured on the full model, saved by the run after every `eval_every`-th step
+#   (`--save-every`, outside the steps' time) and at the end.
 # - There is no separate test set: the accuracy is over all 1797 digits (the training
 #   distribution), and also over the digits the run never drew (held out) when the global
 #   batches of the whole run cover fewer than 1797 samples.
@@ -96,7 +96,7 @@ figs["table"]
 figs["loss"]
 
 # %% [markdown]
-# Accuracy of the saved model after each segment: the same for every strategy, well above chance.
+# Accuracy of the model saved every `eval_every` steps: the same for every strategy, well above chance.
 
 # %%
 figs["accuracy"]

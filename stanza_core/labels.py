@@ -40,20 +40,26 @@ def config_label(strategy: str, fc_workers: int | None = 0, *, ps_servers: int =
     return " ".join([strategy] + [f"{a}={b}" if b else a for a, b in parts])
 
 
-def config_key(strategy: str, fc_workers: int | None = 0, *, ps_servers: int = 0, ps_overlap: bool = False) -> str:
-    """The same name as a key (no spaces or '='): "ddp", "ps_S1_overlap", "stanza_k2"."""
-    parts = _parts(strategy, fc_workers, ps_servers, ps_overlap)
+def config_key(strategy: str, fc_workers: int | None = 0, *, ps_servers: int = 0, ps_overlap: bool = False,
+               **stanza_options) -> str:
+    """The same name as a key (no spaces or '='): "ddp", "ps_S1_overlap", "stanza_k2", "stanza_k1_M2"."""
+    parts = _parts(strategy, fc_workers, ps_servers, ps_overlap, **stanza_options)
     return "_".join([strategy] + [f"{a}{b}" for a, b in parts])
+
+
+def _run_options(run: dict) -> dict:
+    """The layout options of a run or summary row; rows written before an option existed have it
+    at its default."""
+    return {"ps_servers": run.get("ps_servers") or 0, "ps_overlap": bool(run.get("ps_overlap")),
+            "fc_conv_share": run.get("fc_conv_share") or 0.0, "micro_batches": run.get("micro_batches") or 1}
 
 
 def run_label(run: dict) -> str:
     """config_label of a run or summary row (a dict with strategy, fc_workers and optionally
-    ps_servers, ps_overlap)."""
-    return config_label(run["strategy"], run.get("fc_workers") or 0, ps_servers=run.get("ps_servers") or 0,
-                        ps_overlap=bool(run.get("ps_overlap")))
+    ps_servers, ps_overlap, fc_conv_share, micro_batches)."""
+    return config_label(run["strategy"], run.get("fc_workers") or 0, **_run_options(run))
 
 
 def run_key(run: dict) -> str:
     """config_key of a run or summary row."""
-    return config_key(run["strategy"], run.get("fc_workers") or 0, ps_servers=run.get("ps_servers") or 0,
-                      ps_overlap=bool(run.get("ps_overlap")))
+    return config_key(run["strategy"], run.get("fc_workers") or 0, **_run_options(run))

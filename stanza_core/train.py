@@ -23,7 +23,7 @@ import torch
 from . import checkpoint, replay
 from .batchnorm import bn_layers, use_global_batch_stats
 from .comm import Comm, PeerError, report
-from .config import ConfigError, TrainConfig
+from .config import ConfigError, TrainConfig, step_save_path
 from .data import batch_indices, open_dataset
 from .models import MIN_IMAGE_SIZE, check_model, get_model
 from .numerics import numerics_record, set_numerics
@@ -204,6 +204,7 @@ def _train(cfg, prep: Prepared, comm) -> dict | None:
     if comm.rank == 0 and not cfg.quiet:
         from tqdm import tqdm
         steps = tqdm(steps, desc=f"{cfg.strategy} x{topo.world_size}", unit="step", initial=start, total=cfg.steps)
+    save_steps = set(cfg.save_steps())
     setup_peak_mib = _peak_rss_mib()  # read before the mark is reset for the steps' own peak
     steps_peak = _reset_peak_rss()
     losses, times, spans = [], [], []  # spans: (start, end) of each step, perf_counter()
@@ -233,6 +234,10 @@ def _train(cfg, prep: Prepared, comm) -> dict | None:
                                 + (f"; last good checkpoint: step {last} in {cfg.checkpoint_dir}" if last else ""))
         if cfg.checkpoint_dir and cfg.checkpoint_every and (t + 1) % cfg.checkpoint_every == 0 and t + 1 < cfg.steps:
             checkpoint.save(cfg.checkpoint_dir, comm.rank, topo.world_size, t + 1, cfg.to_dict(), strategy.checkpoint_state())
+        if t + 1 in save_steps:  # collective: every rank takes part, rank 0 writes
+            state = strategy.full_state_dict()
+            if comm.rank == 0:
+                _atomic_torch_save(state, step_save_path(cfg.save, t + 1))
     steps_peak_mib = _vm_hwm_mib() if steps_peak else None
     if cfg.checkpoint_dir:
         checkpoint.save(cfg.checkpoint_dir, comm.rank, topo.world_size, cfg.steps, cfg.to_dict(), strategy.checkpoint_state())

@@ -1,10 +1,9 @@
 """Convergence (notebook 06): loss and accuracy against steps and wall time on scikit-learn's
 digits, the same global batches under local, ps, ddp and stanza.
 
-Each strategy trains as real jobs (`stanza_core.launch.run_job`: torchrun, gloo over loopback)
-in segments of `eval_every` steps: a segment resumes from the previous one's checkpoints (the
-engine's resume is exact) and saves the full model, whose accuracy is then measured here. So
-accuracy is known every `eval_every` steps without changing the training engine.
+Each strategy trains as one real job (`stanza_core.launch.run_job`: torchrun, gloo over
+loopback) that saves the full model after every `eval_every`-th step (`--save-every`, outside the
+steps' time) and at the end; the accuracy of each saved model is then measured here.
 
 Held-out samples: the engine's stream walks a seeded permutation of all 1797 digits, so the
 samples of steps 0..T-1 are known in advance (`stanza_core.data.batch_indices`). Those never
@@ -12,7 +11,7 @@ drawn in the whole run are held out; with G x T >= 1797 there are none, and only
 on all digits (the training distribution) is reported.
 
 Wall time is training time: the sum of the steps' times (slowest rank each step); job start-up,
-checkpoints and evaluation are left out.
+saving and evaluation are left out.
 
 Beyond the paper (VARIANTS, listed among `strategies` like the others): stanza with hybrid FC
 workers and micro-batches (exact: it must equal local like stanza), and stanza with each
@@ -29,6 +28,7 @@ from typing import Any
 import torch
 from tqdm import tqdm
 
+from ..config import step_save_path
 from ..data import batch_indices, open_dataset
 from ..launch import run_job
 from ..models import get_model
@@ -128,25 +128,25 @@ def _train_one(p: dict[str, Any], name: str, work: str, heldout: list[int]) -> d
     nodes = 1 if name == "local" else p["nodes"]
     options = p.get("options", {}).get(name, {})
     strategy = "stanza" if name in VARIANTS else name
-    ckpt = os.path.join(work, name, "ckpt")
-    steps, evals, start = [], [], 0
-    for end in p["eval_steps"]:
-        save = os.path.join(work, name, f"model-{end}.pt")
-        m = run_job(nodes, os.path.join(work, name), strategy=strategy, model=p["model"],
-                    num_classes=p["num_classes"], image_size=p["image_size"], global_batch=p["global_batch"],
-                    steps=end, lr=p["lr"], momentum=p["momentum"], seed=p["seed"], dataset=DATASET,
-                    fc_workers=p["fc_workers"] if strategy == "stanza" else None, device=p["device"],
-                    checkpoint_dir=ckpt, resume=start > 0, save=save,
-                    metrics=os.path.join(work, name, f"metrics-{end}.json"), **options)
-        if [s["step"] for s in m["steps"]] != list(range(start, end)):
-            raise RuntimeError(f"{strategy}: segment {start}..{end} reported steps {[s['step'] for s in m['steps']]}")
-        steps += [{"step": s["step"], "loss": s["loss"], "time_s": s["time_s"]} for s in m["steps"]]
-        evals.append({"step": end, "wall_s": sum(s["time_s"] for s in steps),
-                      "accuracy_all": accuracy(p["model"], save, p["image_size"], p["num_classes"], seed=p["seed"]),
-                      "accuracy_heldout": accuracy(p["model"], save, p["image_size"], p["num_classes"], heldout,
+    ends = p["eval_steps"]
+    save = os.path.join(work, name, "model.pt")
+    every = ends[0] if len(ends) > 1 else 0  # the full model after every eval_every-th step, then the last
+    m = run_job(nodes, os.path.join(work, name), strategy=strategy, model=p["model"],
+                num_classes=p["num_classes"], image_size=p["image_size"], global_batch=p["global_batch"],
+                steps=p["steps"], lr=p["lr"], momentum=p["momentum"], seed=p["seed"], dataset=DATASET,
+                fc_workers=p["fc_workers"] if strategy == "stanza" else None, device=p["device"],
+                save=save, save_every=every or None, metrics=os.path.join(work, name, "metrics.json"), **options)
+    if [s["step"] for s in m["steps"]] != list(range(p["steps"])):
+        raise RuntimeError(f"{strategy}: reported steps {[s['step'] for s in m['steps']]}, expected 0..{p['steps'] - 1}")
+    steps = [{"step": s["step"], "loss": s["loss"], "time_s": s["time_s"]} for s in m["steps"]]
+    evals = []
+    for end in ends:
+        path = save if end == p["steps"] else step_save_path(save, end)
+        evals.append({"step": end, "wall_s": sum(s["time_s"] for s in steps[:end]),
+                      "accuracy_all": accuracy(p["model"], path, p["image_size"], p["num_classes"], seed=p["seed"]),
+                      "accuracy_heldout": accuracy(p["model"], path, p["image_size"], p["num_classes"], heldout,
                                                    p["seed"]) if heldout else None})
-        start = end
-        os.remove(save)  # VGG-sized models would fill the disk over many segments
+        os.remove(path)  # VGG-sized models would fill the disk over many evaluations
     wall = 0.0
     for s in steps:
         wall += s["time_s"]

@@ -6,9 +6,10 @@ time on the replay device (a perf device-table row), so AlexNet and VGG-16 at 22
 2-core machine. Links run at target / D (perf.emulated_bandwidth with t_here = D x t_target),
 so every transfer takes the fraction of a step it takes on the target cluster.
 
-Dilation rule: D = max(dilation, perf.replay_dilation(target, N)), the smallest D at which this
-machine keeps up with the emulated cluster: one link within netem's fastest link, all N links
-at once within the aggregate this machine sustains (netem.facts.MAX_AGGREGATE_MBIT).
+Dilation rule: D = max(dilation, perf.replay_dilation(target, N)) (dilation.replay_link), the
+smallest D at which this machine keeps up with the emulated cluster: one link within netem's
+fastest link, all N links at once within the aggregate this machine sustains
+(netem.facts.MAX_AGGREGATE_MBIT).
 """
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from typing import Any
 
 from ..labels import run_key, run_label
 from . import checks
+from .dilation import replay_link
 from .run import measure_or_skip
 from .spec import MeasureSpec
 
@@ -65,12 +67,7 @@ class ReplaySet:
                         max_link_mbit=1.000001 * 1000 * g / d))  # the rule already keeps the link within reach
 
     def dilation_for(self, target_gbps: float, nodes: int) -> float:
-        from ..netem.facts import MAX_AGGREGATE_MBIT, max_link_mbit
-        from ..perf import replay_dilation
-
-        rule = replay_dilation(target_gbps, nodes, max_link_mbit=max_link_mbit(self.mtu),
-                               max_aggregate_mbit=MAX_AGGREGATE_MBIT)
-        return float(max(self.dilation, rule))
+        return float(replay_link(target_gbps, nodes, mtu=self.mtu, min_dilation=self.dilation).dilation)
 
 
 @dataclasses.dataclass(kw_only=True)

@@ -39,7 +39,7 @@ def netem_unavailable() -> str | None:
 
 def run_config(cfg: RunConfig, *, timeout_s: float = 1800) -> dict[str, Any]:
     """Train one configuration on a fresh emulated cluster; its row: the configuration, throughput,
-    median step time, bytes (cluster total per step and per rank, as the engine counted them),
+    median step time, every step's time (`steps_s`; replayed runs: as measured, not / D), bytes (cluster total per step and per rank, as the engine counted them),
     the kernel's interface counters and the wall time. Raises netem's errors (no root, a failed
     node) with the cluster removed."""
     from ..netem import run_training
@@ -48,10 +48,11 @@ def run_config(cfg: RunConfig, *, timeout_s: float = 1800) -> dict[str, Any]:
         m = run_training(cfg.cluster_nodes, cfg.link_mbit, cfg.train_args(os.path.join(tmp, "metrics.json")),
                          delay_ms=cfg.delay_ms, mtu=cfg.mtu, timeout_s=timeout_s, quiet=True)
     return {"strategy": cfg.strategy, "fc_workers": cfg.fc_workers, "ps_servers": cfg.ps_servers,
-            "global_batch": cfg.global_batch,
-            "ps_overlap": cfg.ps_overlap, "label": cfg.label, "link_mbit": cfg.link_mbit,
+            "global_batch": cfg.global_batch, "ps_overlap": cfg.ps_overlap, **cfg.stanza_options,
+            "label": cfg.label, "link_mbit": cfg.link_mbit,
             "compute": {k: m["config"].get(k) for k in ("compute", "replay_device", "dilation") if k in m["config"]},
             "throughput": m["throughput"], "step_time_median_s": m["step_time_median_s"],
+            "steps_s": [s["time_s"] for s in m["steps"]],
             "bytes_per_step": m["bytes_per_step"], "ranks": m["ranks"], "kernel": m["netem"]["kernel"],
             "wall_s": m["netem"]["wall_s"]}
 
@@ -78,6 +79,8 @@ def summarize(runs: list[dict]) -> list[dict]:
             first = same[0]
             rows.append({"strategy": first["strategy"], "fc_workers": first["fc_workers"],
                          "ps_servers": first.get("ps_servers") or 0, "ps_overlap": bool(first.get("ps_overlap")),
+                         "fc_conv_share": first.get("fc_conv_share") or 0.0,
+                         "micro_batches": first.get("micro_batches") or 1,
                          "label": label, "link_mbit": mbit, "target_gbps": first["target_gbps"],
                          "throughput": med[label], "throughput_min": min(tp), "throughput_max": max(tp),
                          "repeats": len(tp), "bytes_per_step": first["bytes_per_step"]})
@@ -221,7 +224,7 @@ def _run_all(todo: list[tuple[float | None, RunConfig, int]], cache: Cache, out:
         from tqdm import tqdm
         bar = tqdm(total=len(todo), desc=desc, unit="run")
     for g, cfg, rep in todo:
-        key = {**cfg.to_dict(), "repeat": rep, **key_extra}
+        key = {**cfg.cache_key(), "repeat": rep, **key_extra}
         got = cache.get("run", key)
         if got is None:
             got = run(cfg)

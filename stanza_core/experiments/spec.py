@@ -2,15 +2,17 @@
 both validated on creation (one-line ValueError), both plain data (`to_dict`) so that they key
 the cache and go into every results JSON.
 
-Glossary: a *configuration* is a strategy with its layout (k FC workers; S dedicated PS nodes,
-overlapped push) on N nodes; a *run* is one configuration trained for a few steps on the
-emulated cluster at one link rate.
+Glossary: a *configuration* is a strategy with its layout (k FC workers, each FC worker's share
+of the batch on the CONV body, M micro-batches; S dedicated PS nodes, overlapped push) on N
+nodes; a *run* is one configuration trained for a few steps on the emulated cluster at one link
+rate.
 """
 from __future__ import annotations
 
 import dataclasses
 from typing import Any
 
+from ..config import check_stanza_options
 from ..labels import config_label
 from ..launch import cli_args
 from ..netem.facts import max_link_mbit
@@ -41,6 +43,11 @@ class RunConfig:
     compute: str = "real"  # real arithmetic, or replayed per-layer waits (replay_device, dilation)
     replay_device: str | None = None  # device profile the replayed compute follows
     dilation: float = 1.0  # D: replayed compute waits D x the device's time
+    fc_conv_share: float = 0.0  # stanza: share of the global batch each FC worker also trains the CONV body on
+    micro_batches: int = 1  # stanza: M chunks per CONV worker, exchanged as a pipeline (1: whole batch)
+
+    # the fields a run's cache key leaves out at their defaults (keys made before they existed still match)
+    _KEY_DEFAULTS = {"fc_conv_share": 0.0, "micro_batches": 1}
 
     def __post_init__(self):
         checks.model_fits(self.model, self.image_size)
@@ -52,7 +59,15 @@ class RunConfig:
             checks.fc_workers(self.fc_workers, self.nodes)
         elif self.fc_workers:
             raise ValueError(f"fc_workers {self.fc_workers} given for {self.strategy}: only stanza has FC workers")
-        checks.batch_divides(self.global_batch, self.strategy, self.nodes, self.fc_workers)
+        check_stanza_options(self.strategy, fc_conv_share=self.fc_conv_share, micro_batches=self.micro_batches)
+        object.__setattr__(self, "fc_conv_share", float(self.fc_conv_share))
+        if not self.fc_conv_share:  # a hybrid share moves samples onto the FC workers: make_topology checks it
+            checks.batch_divides(self.global_batch, self.strategy, self.nodes, self.fc_workers)
+        if self.strategy == "stanza":  # the engine's own layout check: the share's batches, M per worker batch
+            from ..topology import make_topology
+
+            make_topology("stanza", self.nodes, self.global_batch, self.fc_workers,
+                          fc_conv_share=self.fc_conv_share, micro_batches=self.micro_batches)
         if not checks._is_int(self.warmup) or not 0 <= self.warmup < self.steps:
             raise ValueError(f"warmup must be in 0..steps-1 = {self.steps - 1}, got {self.warmup!r}")
         checks.positive_floats("link_mbit", [self.link_mbit])
@@ -71,27 +86,44 @@ class RunConfig:
 
     @property
     def label(self) -> str:
-        return config_label(self.strategy, self.fc_workers, ps_servers=self.ps_servers, ps_overlap=self.ps_overlap)
+        return config_label(self.strategy, self.fc_workers, ps_servers=self.ps_servers, ps_overlap=self.ps_overlap,
+                            **self.stanza_options)
+
+    @property
+    def stanza_options(self) -> dict[str, Any]:
+        """Stanza's options beyond the paper as perf.predict / perf.expected_bytes take them."""
+        return {"fc_conv_share": self.fc_conv_share, "micro_batches": self.micro_batches}
 
     @property
     def cluster_nodes(self) -> int:
         """Nodes of the emulated cluster: the N workers plus any dedicated PS servers."""
         return self.nodes + self.ps_servers
 
-    def train_args(self, metrics: str) -> list[str]:
-        """The training CLI's arguments for this run (options at their defaults are left out, so
-        an engine without an option still runs every configuration that does not use it)."""
+    def train_flags(self) -> dict[str, Any]:
+        """The training CLI's flags for this run as keywords (launch.cli_args, launch.run_job);
+        options at their defaults are None, so an engine without an option still runs every
+        configuration that does not use it. No --metrics: the caller says where."""
         replay = self.compute != "real"
-        return cli_args(strategy=self.strategy, model=self.model, image_size=self.image_size,
-                        num_classes=self.num_classes, global_batch=self.global_batch, steps=self.steps,
-                        warmup=self.warmup, fc_workers=self.fc_workers or None, boundary=self.boundary,
-                        ps_servers=self.ps_servers or None, ps_overlap=self.ps_overlap,
-                        compute=self.compute if replay else None, replay_device=self.replay_device if replay else None,
-                        dilation=self.dilation if replay else None, device="cpu", quiet=True, metrics=metrics,
-                        overwrite=True, timeout_s=600)
+        return dict(strategy=self.strategy, model=self.model, image_size=self.image_size,
+                    num_classes=self.num_classes, global_batch=self.global_batch, steps=self.steps,
+                    warmup=self.warmup, fc_workers=self.fc_workers or None, boundary=self.boundary,
+                    ps_servers=self.ps_servers or None, ps_overlap=self.ps_overlap,
+                    fc_conv_share=self.fc_conv_share or None,
+                    micro_batches=self.micro_batches if self.micro_batches > 1 else None,
+                    compute=self.compute if replay else None, replay_device=self.replay_device if replay else None,
+                    dilation=self.dilation if replay else None, device="cpu", quiet=True, overwrite=True,
+                    timeout_s=600)
+
+    def train_args(self, metrics: str) -> list[str]:
+        """The training CLI's arguments for this run (train_flags, writing its metrics to `metrics`)."""
+        return cli_args(**self.train_flags(), metrics=metrics)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
+
+    def cache_key(self) -> dict[str, Any]:
+        """to_dict without the options at the defaults they had before they existed."""
+        return {k: v for k, v in self.to_dict().items() if self._KEY_DEFAULTS.get(k, object()) != v}
 
 
 @dataclasses.dataclass(kw_only=True)

@@ -32,10 +32,10 @@ def _median(values):
 
 def predict_runs(result: dict[str, Any], *, latency_s: float = DEFAULT_LATENCY_S,
                  overhead_s: dict[str, float] | None = None) -> list[dict[str, Any]]:
-    """One row per measured configuration (strategy, k, link rate) of a bench results dict with
-    timing rounds: medians over repeats of the measured figures, the model's prediction with
-    this machine's DeviceProfile for that configuration (from the runs' own rounds where they
-    carry them, else the bench's), and the errors.
+    """One row per measured configuration (strategy, k, S, overlap, share, M, link rate) of a bench
+    results dict with timing rounds: medians over repeats of the measured figures, the model's
+    prediction with this machine's DeviceProfile for that configuration (from the runs' own rounds
+    where they carry them, else the bench's), and the errors.
 
     error = predicted throughput / measured throughput - 1. The diagnostics say which term would
     have to change to match: `compute_factor` scales the model's compute (its step with free
@@ -50,10 +50,13 @@ def predict_runs(result: dict[str, Any], *, latency_s: float = DEFAULT_LATENCY_S
     delay_s = (cfg.get("delay_ms") or 0.0) / 1000
     mtu = cfg.get("mtu") or 1500  # bench results before the mtu option ran at 1500
     groups: dict[tuple, list[dict]] = {}
-    for r in result["runs"]:
-        groups.setdefault((r["strategy"], r["fc_workers"], r["link_mbit"]), []).append(r)
+    for r in result["runs"]:  # layout options: rows written before an option existed have its default
+        opts = (r.get("ps_servers") or 0, bool(r.get("ps_overlap")), r.get("fc_conv_share") or 0.0,
+                r.get("micro_batches") or 1)
+        groups.setdefault((r["strategy"], r["fc_workers"], r["link_mbit"], opts), []).append(r)
     rows = []
-    for (s, k, mbit), runs in sorted(groups.items(), key=lambda g: (g[0][2], g[0][0], g[0][1])):
+    for (s, k, mbit, opts), runs in sorted(groups.items(), key=lambda g: (g[0][2], g[0][0], g[0][1], g[0][3])):
+        layout = dict(zip(("ps_servers", "ps_overlap", "fc_conv_share", "micro_batches"), opts))
         own = [r["timing_rounds"] for r in runs if r.get("timing_rounds")]
         # later rounds win in device_for: the runs' own rounds over the bench's
         used = rounds + mean_rounds(*own) if own else rounds
@@ -61,14 +64,16 @@ def predict_runs(result: dict[str, Any], *, latency_s: float = DEFAULT_LATENCY_S
             dev = replay_profile(profile, cfg["replay_device"], cfg["dilation"], (overhead_s or {}).get(s, 0.0))
         else:
             dev = device_for(s, n, k, G, used, profile.params, (overhead_s or {}).get(s, 0.0))
-        cluster = Cluster(n, payload_gbps(mbit, mtu), latency_s + delay_s, dev)
-        p = predict(profile, cluster, s, k or None, global_batch=runs[0].get("global_batch") or G, with_ranks=False)
+        # dedicated parameter servers are nodes of the cluster beside the N workers
+        cluster = Cluster(n + layout["ps_servers"], payload_gbps(mbit, mtu), latency_s + delay_s, dev)
+        p = predict(profile, cluster, s, k or None, global_batch=runs[0].get("global_batch") or G, with_ranks=False,
+                    **layout)
         meas_tp = _median([r["throughput"] for r in runs])
         meas_step = _median([r["step_time_median_s"] for r in runs])
         comm = p.exposed_comm_s
         compute = p.iteration_s - comm
         rows.append({
-            "strategy": s, "fc_workers": k, "label": run_label({"strategy": s, "fc_workers": k}),
+            "strategy": s, "fc_workers": k, **layout, "label": run_label({"strategy": s, "fc_workers": k, **layout}),
             "target_gbps": runs[0].get("target_gbps"), "link_mbit": mbit, "repeats": len(runs),
             "measured_throughput": meas_tp, "predicted_throughput": p.throughput,
             "error": p.throughput / meas_tp - 1,

@@ -31,3 +31,17 @@ def test_resume_with_other_layout_is_refused(tmp_path):
                        "--checkpoint-dir", str(ckpt), "--resume", check=False)
     assert proc.returncode != 0
     assert "error: --resume: checkpoint was made with lr=0.05, this run has 0.1" in proc.stderr
+
+
+def test_save_every_writes_the_model_after_each_kth_step(tmp_path):
+    """Stanza gathers the FC head from its FC worker for every saved model (a collective): the
+    model saved after step 2 of a 4-step run is the model of a 2-step run, bit for bit."""
+    args = ["--strategy", "stanza", "--fc-workers", "1", *COMMON]
+    _, two, _ = train(tmp_path, "two", 3, *args, "--steps", "2")
+    _, four, _ = train(tmp_path, "four", 3, *args, "--steps", "4", "--save-every", "2")
+    at2 = torch.load(tmp_path / "four.step2.pt", weights_only=True)
+    assert two.keys() == at2.keys() == four.keys()
+    for k in two:
+        assert torch.equal(two[k], at2[k]), k
+    assert not torch.equal(four["classifier.3.weight"], at2["classifier.3.weight"])  # trained on after step 2
+    assert not (tmp_path / "four.step4.pt").exists()  # the last step's model is --save itself

@@ -2,6 +2,7 @@
 the bench and viz."""
 import pytest
 
+from stanza_core.config import TrainConfig
 from stanza_core.experiments import checks
 from stanza_core.experiments.spec import RunConfig
 from stanza_core.labels import config_key, config_label, run_key, run_label
@@ -15,6 +16,11 @@ def test_labels_and_keys():
     assert config_label("ps", ps_overlap=True) == "ps overlap"
     row = {"strategy": "stanza", "fc_workers": 3}
     assert run_label(row) == "stanza k=3" and run_key(row) == "stanza_k3"
+    # stanza's options beyond the paper: in the label and the key; rows without them are at the defaults
+    row = {"strategy": "stanza", "fc_workers": 1, "fc_conv_share": 0.0625, "micro_batches": 2}
+    assert run_label(row) == config_label("stanza", 1, fc_conv_share=0.0625, micro_batches=2) == "stanza k=1 share=0.0625 M=2"
+    assert run_key(row) == "stanza_k1_share0.0625_M2"
+    assert run_label({**row, "fc_conv_share": 0.0, "micro_batches": 1}) == "stanza k=1"
 
 
 @pytest.mark.parametrize("call, message", [
@@ -56,3 +62,49 @@ def test_run_config_builds_the_cli_and_refuses_bad_combinations():
                         ({"strategy": "ddp", "compute": "fake"}, "compute must be one of real, replay")]:
         with pytest.raises(ValueError, match="^" + msg):
             RunConfig(**{**base, **change})
+
+
+BASE = dict(model="tiny_cnn", image_size=16, num_classes=10, nodes=4, global_batch=24, steps=2, link_mbit=100.0)
+
+
+def test_run_config_carries_stanza_options_to_the_cli_label_and_cache_key():
+    c = RunConfig(**BASE, strategy="stanza", fc_workers=1, fc_conv_share=0.25, micro_batches=2)
+    args = c.train_args("m.json")
+    assert args[args.index("--fc-conv-share") + 1] == "0.25" and args[args.index("--micro-batches") + 1] == "2"
+    assert c.label == "stanza k=1 share=0.25 M=2"
+    assert c.stanza_options == {"fc_conv_share": 0.25, "micro_batches": 2}
+    assert c.cache_key()["fc_conv_share"] == 0.25 and c.cache_key()["micro_batches"] == 2
+    plain = RunConfig(**BASE, strategy="stanza", fc_workers=1, fc_conv_share=0)
+    a = plain.train_args("m.json")
+    assert "--fc-conv-share" not in a and "--micro-batches" not in a  # defaults stay off the command line
+    # the cache key of a configuration at the defaults is the key it had before these fields existed
+    assert "fc_conv_share" not in plain.cache_key() and "micro_batches" not in plain.cache_key()
+    assert plain.to_dict()["fc_conv_share"] == 0.0 and isinstance(plain.fc_conv_share, float)
+    # a hybrid share moves samples onto the FC worker: G = 100 on 3 CONV workers is fine with share 0.25
+    hybrid = RunConfig(**{**BASE, "global_batch": 100}, strategy="stanza", fc_workers=1, fc_conv_share=0.25)
+    assert hybrid.global_batch == 100
+
+
+@pytest.mark.parametrize("change", [{"strategy": "ddp", "micro_batches": 2}, {"strategy": "ps", "fc_conv_share": 0.25},
+                                    {"micro_batches": 0}, {"fc_conv_share": 1.0}, {"fc_conv_share": -0.1}])
+def test_run_config_refuses_stanza_options_as_the_cli_does(change):
+    opts = {"strategy": "stanza", **change}
+    with pytest.raises(ValueError) as cli:
+        TrainConfig(**{k: v for k, v in {**BASE, **opts}.items() if k not in ("nodes", "link_mbit")})
+    with pytest.raises(ValueError) as ours:
+        RunConfig(**BASE, fc_workers=1 if opts["strategy"] == "stanza" else 0, **opts)
+    assert str(ours.value) == str(cli.value) and "\n" not in str(ours.value)
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"micro_batches": 2.5}, "--micro-batches must be an integer >= 1, got 2.5"),
+    ({"micro_batches": True}, "--micro-batches must be an integer >= 1, got True"),
+    ({"fc_conv_share": "0.25"}, "--fc-conv-share must be in [0, 1), got 0.25"),
+    ({"fc_conv_share": 0.1}, "--fc-conv-share 0.1 of --global-batch 24 is 2.4 samples"),
+    ({"micro_batches": 13}, "--micro-batches 13 exceeds the 12 samples of the smallest worker batch"),
+    ({"fc_conv_share": 0.25, "micro_batches": 7}, "--micro-batches 7 exceeds the 6 samples"),
+])
+def test_run_config_stanza_layout_errors_are_one_line(change, message):
+    with pytest.raises(ValueError) as e:
+        RunConfig(**{**BASE, "nodes": 3}, strategy="stanza", fc_workers=1, **change)
+    assert str(e.value).startswith(message) and "\n" not in str(e.value)

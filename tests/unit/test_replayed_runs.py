@@ -1,13 +1,28 @@
 """The paper-regime runs with replayed compute, without running them: the dilation rule, one
 MeasureSpec per model x N x target, the batch per data worker, the model's prediction of a
 replayed run (the replay device's profile, dilated) and what the figures say they show."""
+import importlib.util
+import json
+import types
+from pathlib import Path
+
 import pytest
 
 from stanza_core import viz
-from stanza_core.experiments import replayed, validation
-from stanza_core.experiments.spec import MeasureSpec
-from stanza_core.netem.facts import MAX_AGGREGATE_MBIT, max_link_mbit, payload_gbps
-from stanza_core.perf import Cluster, DeviceProfile, named_profile, predict, replay_dilation
+from stanza_core.experiments import dilation, replayed, validation
+from stanza_core.experiments.spec import MeasureSpec, RunConfig
+from stanza_core.netem.facts import MAX_AGGREGATE_MBIT, max_link_mbit, payload_gbps, payload_per_wire_byte
+from stanza_core.perf import Cluster, DeviceProfile, emulated_bandwidth, named_profile, predict, replay_dilation
+
+BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
+
+
+def _benchmark(name: str):
+    """A benchmark script as a module (benchmarks/ is not a package)."""
+    spec = importlib.util.spec_from_file_location(f"bench_{name}", BENCHMARKS / f"{name}.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
 
 
 def test_dilation_rule_and_specs():
@@ -61,6 +76,21 @@ def test_a_replayed_run_is_predicted_with_the_dilated_device_profile():
     assert row["predicted_throughput"] == pytest.approx(p.throughput, rel=1e-12)
     assert row["predicted_bytes_per_step"] == p.bytes_per_step
     assert row["error"] == pytest.approx(p.throughput / 10.0 - 1, rel=1e-12)
+    # a run with stanza's options (run_config's rows carry them) is its own row, predicted with them
+    hybrid = {**run, "fc_conv_share": 0.25, "micro_batches": 2}
+    plain, opt = validation.predict_runs({"config": cfg, "runs": [run, hybrid], "timing_rounds": []})
+    q = predict(prof, Cluster(4, payload_gbps(500.0, 9000), 50e-6, dev), "stanza", 1, global_batch=96,
+                fc_conv_share=0.25, micro_batches=2)
+    assert plain["label"] == "stanza k=1" and plain["predicted_throughput"] == row["predicted_throughput"]
+    assert opt["label"] == "stanza k=1 share=0.25 M=2" and (opt["fc_conv_share"], opt["micro_batches"]) == (0.25, 2)
+    assert opt["predicted_throughput"] == pytest.approx(q.throughput, rel=1e-12) != plain["predicted_throughput"]
+    # ps with one dedicated server node is not the colocated ps: its own row, the server a node of the cluster
+    ps = {**run, "strategy": "ps", "fc_workers": 0, "global_batch": 128}
+    colocated, dedicated = validation.predict_runs({"config": cfg, "runs": [ps, {**ps, "ps_servers": 1}],
+                                                    "timing_rounds": []})
+    q = predict(prof, Cluster(5, payload_gbps(500.0, 9000), 50e-6, dev), "ps", global_batch=128, ps_servers=1)
+    assert (colocated["label"], dedicated["label"]) == ("ps", "ps S=1")
+    assert dedicated["predicted_throughput"] == pytest.approx(q.throughput, rel=1e-12)
 
 
 def test_replayed_figure_says_what_is_measured_and_what_replayed():
@@ -78,3 +108,86 @@ def test_replayed_figure_says_what_is_measured_and_what_replayed():
     fig = viz.throughput.replayed_throughput(out, "Paper regime")
     assert any(f"replayed: compute (the v100 table profile, D = {D:g})" in a.text for a in fig.layout.annotations)
     assert {t.name for t in fig.data} == {"ddp", "stanza k=1"}
+
+
+def test_replay_link_is_the_dilation_rule_then_the_bandwidth_mapping():
+    for gbps, n, mtu in [(10.0, 4, 9000), (100.0, 8, 9000), (0.01, 2, 1500)]:
+        link = dilation.replay_link(gbps, n, mtu=mtu)
+        d = replay_dilation(gbps, n, max_link_mbit=max_link_mbit(mtu), max_aggregate_mbit=MAX_AGGREGATE_MBIT)
+        assert link.dilation == d and link.payload_gbps == emulated_bandwidth(gbps, dilation=d)
+        assert link.link_mbit == 1000 * link.payload_gbps / payload_per_wire_byte(mtu)  # wire rate carrying it
+        assert payload_gbps(link.link_mbit, mtu) == pytest.approx(gbps / d, rel=1e-12)
+        assert link.model_gbps == pytest.approx(gbps, rel=1e-12)
+    assert dilation.replay_link(10.0, 4).dilation == 40
+    assert dilation.replay_link(10.0, 4, min_dilation=60).dilation == 60
+    # the engine term: 3 s of engine work per step within 5 % of D x 0.5 s raises D from 40 to 120
+    assert dilation.replay_link(10.0, 4, target_step_s=0.5, engine_s=3.0).dilation == 120
+    assert dilation.replay_link(10.0, 4, target_step_s=0.5, engine_s=0.5).dilation == 40  # 20 < the links' 40
+    # runs side by side: the largest D any of them needs, links at that D
+    shared = dilation.shared_replay_link(10.0, 4, [(0.5, 0.0), (0.5, 3.0), (0.2, 0.1)])
+    assert shared == dilation.replay_link(10.0, 4, min_dilation=120)
+    assert replayed.ReplaySet(models=["alexnet"], nodes=[4], strategies=["ddp"], fc_workers=[1],
+                              target_gbps=[10.0]).specs[0].dilation == 40.0
+
+
+@pytest.mark.parametrize("value", ["x", "-1", "nan", "inf", ""])
+def test_engine_seconds_argument_is_checked_in_one_line(value):
+    with pytest.raises(ValueError, match="^--engine-s must be 'auto' or a number of seconds >= 0"):
+        dilation.check_engine_s_arg(value)
+    cfg = RunConfig(model="tiny_cnn", image_size=16, num_classes=10, nodes=2, strategy="ddp", global_batch=4,
+                    steps=2, link_mbit=100.0, compute="replay", replay_device="v100")
+    assert dilation.engine_seconds_arg("0.25", {}, "k", cfg, 0.1) == 0.25  # a number as given: nothing runs
+
+
+def _beyond_args(**kw):
+    return types.SimpleNamespace(**{"mtu": 9000, **kw})
+
+
+def test_beyond_cell_dilation_is_the_old_rule_and_engine_seconds_raise_it():
+    bench = _beyond_args(mtu=9000)
+    mod = _benchmark("beyond_replay")
+    profile = named_profile("tiny_cnn", 224, 1000, 32)
+    dev = DeviceProfile.from_table("v100", profile)
+    for n, gbps in [(4, 10.0), (4, 100.0), (8, 10.0)]:
+        runs = mod.candidates(profile, n, gbps, dev, 32)
+        link = mod.cell_link(bench, profile, dev, n, gbps, runs, {name: 0.0 for name in runs})
+        # the rule before --engine-s existed: replay_dilation at (target, N), links at target / D of payload
+        old = replay_dilation(gbps, n, max_link_mbit=max_link_mbit(9000), max_aggregate_mbit=MAX_AGGREGATE_MBIT)
+        assert link.dilation == old
+        assert link.link_mbit == 1000 * emulated_bandwidth(gbps, dilation=old) / payload_per_wire_byte(9000)
+    runs = mod.candidates(profile, 4, 10.0, dev, 32)
+    step = predict(profile, Cluster(4, 10.0, device=dev), **runs["ddp"]).iteration_s
+    engine = 0.05 * step * 500  # ddp's engine seconds need D = 500; every run of the cell shares it
+    link = mod.cell_link(bench, profile, dev, 4, 10.0, runs, {"ddp": engine, "paper stanza": 0.0})
+    assert link.dilation == 500 == replay_dilation(10.0, 4, max_link_mbit=1000, max_aggregate_mbit=MAX_AGGREGATE_MBIT,
+                                                   engine_s=engine, target_step_s=step)
+
+
+def test_beyond_runs_go_through_run_config_at_one_dilation_per_cell(tmp_path, monkeypatch):
+    mod = _benchmark("beyond_replay")
+    ran = []
+
+    def run_config(cfg, timeout_s):  # the emulated cluster is not started here: the configurations are checked
+        ran.append(cfg)
+        return {"step_time_median_s": 4.0, "steps_s": [5.0, 4.0, 4.0], "bytes_per_step": 7, "ranks": []}
+
+    monkeypatch.setattr(mod, "run_config", run_config)
+    out = tmp_path / "beyond.json"
+    assert mod.main(["--models", "tiny_cnn", "--nodes", "4", "--target-gbps", "10", "--out", str(out)]) == 0
+    rows = json.loads(out.read_text())["runs"]
+    profile = named_profile("tiny_cnn", 224, 1000, 32)
+    runs = mod.candidates(profile, 4, 10.0, DeviceProfile.from_table("v100", profile), 32)
+    assert [r["run"] for r in rows] == list(runs)
+    assert {r["dilation"] for r in rows} == {40} and {cfg.dilation for cfg in ran} == {40}
+    for r in rows:
+        if "same_as" in r:
+            continue
+        cfg = next(c for c in ran if c.label == r["label"])
+        kw = runs[r["run"]]
+        assert (cfg.compute, cfg.replay_device, cfg.global_batch) == ("replay", "v100", kw["global_batch"])
+        assert cfg.fc_conv_share == kw.get("fc_conv_share", 0.0) and cfg.micro_batches == kw.get("micro_batches", 1)
+        assert cfg.link_mbit == r["link_mbit"] == dilation.replay_link(10.0, 4).link_mbit
+        assert r["target_step_s"] == 4.0 / 40 and r["target_steps_s"] == [5.0 / 40, 4.0 / 40, 4.0 / 40]
+        assert r["throughput_target"] == kw["global_batch"] / r["target_step_s"]
+        assert r["error"] == pytest.approx(r["target_step_s"] / r["predicted_step_s"] - 1, rel=1e-12)
+        assert r["bytes_per_step"] == 7 and r["expected_bytes_per_step"] > 0 and r["engine_s"] == 0.0

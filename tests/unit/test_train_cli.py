@@ -47,6 +47,8 @@ CASES = [
     (2, ["--strategy", "ddp", "--global-batch", "0"], "--global-batch must be >= 1"),
     (2, ["--strategy", "ddp", "--warmup", "-1"], "--warmup must be >= 0"),
     (2, ["--strategy", "ddp", "--checkpoint-every", "-2"], "--checkpoint-every must be >= 0"),
+    (2, ["--strategy", "ddp", "--save-every", "-2"], "--save-every must be >= 0"),
+    (2, ["--strategy", "ddp", "--save-every", "2"], "--save-every needs --save"),
     (2, ["--strategy", "ps", "--ps-shards", "-1"], "--ps-shards must be >= 0"),
     (2, ["--strategy", "ps", "--ps-shards", "3"], "exceeds the 2 ranks"),
     (2, ["--strategy", "ddp", "--fc-workers", "-1"], "--fc-workers must be >= 0"),
@@ -184,6 +186,29 @@ def test_existing_outputs_are_not_overwritten(as_rank0_of, capsys, tmp_path):
     assert train.main(["--strategy", "local", "--save", str(saved), "--quiet"]) == 2
     assert "already exists; pass --overwrite" in capsys.readouterr().err
     assert saved.read_bytes() == b"a user's file"
+
+
+def test_existing_step_model_is_not_overwritten(as_rank0_of, capsys, tmp_path):
+    """--save-every names its files after --save (model.pt -> model.step2.pt) and refuses to
+    replace one a user has, before training."""
+    as_rank0_of(1)
+    earlier = tmp_path / "model.step2.pt"
+    earlier.write_bytes(b"an earlier run's model")
+    args = ["--strategy", "local", "--steps", "5", "--save", str(tmp_path / "model.pt"), "--save-every", "2", "--quiet"]
+    assert train.main(args) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == f"error: --save-every: {earlier} already exists; pass --overwrite to replace it", err
+    assert earlier.read_bytes() == b"an earlier run's model" and not (tmp_path / "model.pt").exists()
+
+
+def test_save_steps_and_their_paths():
+    from stanza_core.config import TrainConfig, step_save_path
+
+    assert TrainConfig(strategy="local", steps=7, save="/tmp/m.pt", save_every=3).save_steps() == [3, 6]
+    assert TrainConfig(strategy="local", steps=6, save="/tmp/m.pt", save_every=3).save_steps() == [3]
+    assert TrainConfig(strategy="local", steps=6, save="/tmp/m.pt").save_steps() == []
+    assert step_save_path("/a/b/model.pt", 20) == "/a/b/model.step20.pt"
+    assert step_save_path("model", 3) == "model.step3"
 
 
 def test_missing_checkpoint_is_one_line(as_rank0_of, capsys, tmp_path):
