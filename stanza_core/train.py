@@ -245,8 +245,8 @@ def _train(cfg, prep: Prepared, comm) -> dict | None:
     mine = {"rank": comm.rank, "role": strategy.role, "losses": losses, "times": times,
             "step_bytes": comm.step_bytes.snapshot(), "other_bytes": comm.other_bytes.snapshot(),
             "timeline": comm.timeline, "step_starts": comm.step_starts, "step_spans": spans,
-            "replay_wait_s": replayer.waited_s if replayer else None, "peak_rss_mib": _max(setup_peak_mib, _peak_rss_mib()),
-            "steps_peak_rss_mib": steps_peak_mib}
+            "replay_wait_s": replayer.waited_s if replayer else None,
+            "peak_rss_mib": _max(setup_peak_mib, _peak_rss_mib()), "steps_peak_rss_mib": steps_peak_mib}
     everyone = comm.all_gather_object(mine)
     if comm.rank != 0:
         return None

@@ -200,7 +200,8 @@ class Stanza(Strategy):
         for k, v in self.model.state_dict(keep_vars=True).items():
             names.setdefault(id(v), []).append(k)
         received = {k: t.cpu() for v, t in zip(fc_vars, got) for k in names[id(v)]}
-        return {k: received[k] if k in received else v.detach().cpu().clone() for k, v in self.model.state_dict().items()}
+        return {k: received[k] if k in received else v.detach().cpu().clone()
+                for k, v in self.model.state_dict().items()}
 
     def checkpoint_state(self):
         state = {"model": self.part.state_dict(), "optimizer": self.optimizer.state_dict()}
