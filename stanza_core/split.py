@@ -63,9 +63,14 @@ class SplitModel:
 
     def release(self, part: str) -> None:
         """Free the storage of one part ("conv" or "fc"): its parameters and buffers become meta
-        tensors (shape and dtype kept, no memory), in place, so the model and the other part
-        are untouched. For a rank that never computes that part (a stanza CONV worker's FC head)."""
-        getattr(self, part).to("meta")
+        tensors (shape and dtype kept, no memory) in place, so the model and the other part are
+        untouched. For a rank that never computes that part (a stanza CONV worker's FC head).
+        In place means the same tensor objects (torch.utils.swap_tensors, not Module.to, which
+        makes new ones): a traced part can hold a parameter itself (a get_attr node) beside the
+        model's module, and both must see it released."""
+        for t in [*getattr(self, part).parameters(), *getattr(self, part).buffers()]:
+            meta = torch.empty_like(t, device="meta")
+            torch.utils.swap_tensors(t, nn.Parameter(meta, t.requires_grad) if isinstance(t, nn.Parameter) else meta)
 
     def conv_param_names(self) -> list[str]:
         return [n for n, _ in self.conv.named_parameters()]

@@ -218,6 +218,19 @@ def test_release_frees_one_part_and_leaves_the_other_untouched():
             assert torch.equal(v, before[k]), k
     x = torch.randn(2, 3, 64, 64)
     assert split.conv(x).shape == (2, *split.boundary_shape)  # the CONV worker's work still runs
+
+    class Head(nn.Module):  # a head whose parameter the traced FC part holds itself (get_attr)
+        def __init__(self):
+            super().__init__()
+            self.conv, self.w = nn.Conv2d(3, 4, 3), nn.Parameter(torch.randn(4, 10))
+
+        def forward(self, x):
+            return torch.flatten(nn.functional.adaptive_avg_pool2d(self.conv(x), 1), 1) @ self.w
+
+    head = Head()
+    traced = split_model(head, input_shape=(3, 8, 8), batch_size=2)
+    traced.release("fc")
+    assert head.w.is_meta and not head.conv.weight.is_meta  # the model's own module sees it too
     paper = make_topology("stanza", 4, 12, fc_workers=1)
     assert [unused_part(paper, r) for r in range(4)] == ["fc", "fc", "fc", "conv"]
     hybrid = make_topology("stanza", 4, 12, fc_workers=1, fc_conv_share=0.25)
