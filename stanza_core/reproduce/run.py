@@ -12,6 +12,7 @@ from typing import Any
 
 from jupyter_client.kernelspec import KernelSpec
 from jupyter_client.manager import AsyncKernelManager
+from traitlets import CaselessStrEnum
 
 from .report import write_index
 from .spec import MARKER, REPO_ROOT, Spec, SpecError, evaluate_claims, load_specs
@@ -20,7 +21,14 @@ from .spec import MARKER, REPO_ROOT, Spec, SpecError, evaluate_claims, load_spec
 
 class VenvKernelManager(AsyncKernelManager):
     """The kernel is this interpreter (the project's venv), whatever kernelspecs the user has,
-    and it imports this checkout of stanza_core even without `pip install -e .`."""
+    and it imports this checkout of stanza_core even without `pip install -e .`.
+
+    On POSIX the kernel's channels are Unix sockets (ZeroMQ `ipc`) beside its connection file.
+    Over TCP the client picks five free ports, closes them and the kernel binds them later, so
+    any socket opened in between (the client's own connects included) can take one: the
+    kernel's heartbeat then fails with "Address already in use" and the run can stall."""
+
+    transport = CaselessStrEnum(["tcp", "ipc"], default_value="ipc" if os.name == "posix" else "tcp", config=True)
 
     @property
     def kernel_spec(self) -> KernelSpec:

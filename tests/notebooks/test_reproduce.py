@@ -11,7 +11,9 @@ from stanza_core.reproduce import MARKER, SpecError, evaluate_claims, load_spec,
 GOOD_CODE = """\
 import plotly.graph_objects as go
 import stanza_core.nbtools as nbt
-nbt.write_results({"value": 2 * scale, "nested": {"items": [1, 2, 3]}}, out_dir)
+from ipykernel.connect import get_connection_info
+transport = get_connection_info(unpack=True)["transport"]
+nbt.write_results({"value": 2 * scale, "nested": {"items": [1, 2, 3]}, "transport": transport}, out_dir)
 nbt.save_figures({"bars": go.Figure(go.Bar(x=["a", "b"], y=[1, scale]))}, out_dir, png=False)
 """
 
@@ -67,7 +69,9 @@ def test_runs_everything_reports_and_fails_at_the_end(project, capsys):
     assert [c["status"] for c in claims] == ["agrees", "agrees", "differs", "not in quick run"]
     assert [c["ours"] for c in claims[:3]] == ["3.00", "3", "3000.0"]
     good = out / "good"
-    assert json.loads((good / "results.json").read_text())["value"] == 3.0  # quick parameters injected
+    results = json.loads((good / "results.json").read_text())
+    assert results["value"] == 3.0  # quick parameters injected
+    assert results["transport"] == "ipc"  # the kernel's channels are Unix sockets: no TCP port race
     assert (good / "good.ipynb").is_file() and (good / "good.html").stat().st_size > 10_000
     page = (out / "index.html").read_text()
     for text in ("<th>claim</th><th>paper</th><th>ours</th>", "twice the scale", "3.00", "differs",
