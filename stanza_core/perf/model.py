@@ -17,7 +17,7 @@ ps      fwd + bwd, then push (every data worker sends each shard's gradient slic
         compute nothing, whose links carry every worker's slice of their shard). With the
         overlapped push, the gradient goes in buckets (engine rule, 25 MiB cap): bucket j is
         pushed once the backward has produced it, its pieces are updated as they arrive and
-        pulled back once the worker's backward is done (`_ps`).
+        pulled back as soon as they are updated, while the backward may still run (`_ps`).
 stanza  CONV workers forward b samples, send activations and labels (2 messages) to FC worker
         i % k. The FC worker serving m = ceil(Nc/k) CONV workers takes them in one after
         another on its ingress link, runs FC forward+backward per chunk, and returns each
@@ -229,8 +229,9 @@ def _ps(profile, dev, cluster, b, shards, servers, overlap, cap):
     per other owner) and each owner's ingress (its piece from every other data worker); it
     starts on a link at max(bucket ready, link free) and is in when every link is done. An
     owner updates its piece once the push is in (a colocated owner: not before its own
-    backward ends), then the pull mirrors the push (posted by the workers once their backward
-    is done). Colocated owners are workers too: their links carry pushes and pulls alike.
+    backward ends), then the pull mirrors the push (the workers post it with the push, so it
+    may flow during the backward). Colocated owners are workers too: their links carry pushes
+    and pulls alike.
     Pushes and pulls are laid on the links in the order they become ready."""
     N = cluster.nodes
     nw = N - servers
@@ -297,7 +298,7 @@ def _ps(profile, dev, cluster, b, shards, servers, overlap, cap):
                 for s, n in pieces.items():
                     upd_free[s] = max(t_in, upd_free[s], 0.0 if servers else bwd) + n * dev.update_s_per_param
                     done = max(done, upd_free[s])
-                pull_ready.append(max(done, bwd))
+                pull_ready.append(done)  # the workers posted its pull with its push (engine: ps._push)
                 i += 1
             else:
                 owners, worker_t = pulls[k]

@@ -7,7 +7,7 @@ near-equal shards. Two deployments (topology.py):
 Each step, for every data worker w and shard s:
   push  w sends its gradient slice of shard s to the shard's server;
   apply the server adds the N workers' slices (in worker rank order) and steps SGD on them;
-  pull  w receives the updated slice back into its model.
+  pull  w receives the updated slice back into its model (posted with the push: see _push).
 A worker's own shard never crosses the network. With loss = sum / G on every worker, the sum
 the server forms is the gradient of the global mean loss.
 
@@ -109,6 +109,7 @@ class ParameterServer(Strategy):
                 replayer.replay_optimizer(opt)
         self.pending: list[int] | None = None
         self.push_works: list = []
+        self.pull_works: list = []
         if self.is_worker and self.cfg.ps_overlap:
             bucket_of = {}
             for j, b in enumerate(self.buckets):
@@ -130,14 +131,18 @@ class ParameterServer(Strategy):
             self._push(j)
 
     def _push(self, j: int):
+        """Push bucket j's pieces and post their pulls. Every gradient of the bucket is final,
+        so the backward has run every node that reads its parameters: the updated values may
+        land in the model from now on, and the servers' answers for early buckets flow while
+        later buckets are still being computed and pushed."""
         self.pending[j] = -1  # pushed
-        ops = [("send", self.flat_grad[r], self.owner[s], "grads", i)
-               for i, (b, s, r) in enumerate(self.pieces) if b == j and self.owner[s] != self.rank]
-        self.push_works += self.comm.p2p(ops)
+        mine = [(i, s, r) for i, (b, s, r) in enumerate(self.pieces) if b == j and self.owner[s] != self.rank]
+        self.push_works += self.comm.p2p([("send", self.flat_grad[r], self.owner[s], "grads", i) for i, s, r in mine])
+        self.pull_works += self.comm.p2p([("recv", self.flat[r], self.owner[s], "params", i) for i, s, r in mine])
 
     def _compute(self, t, batch):
         self.flat_grad.zero_()
-        self.push_works = []
+        self.push_works, self.pull_works = [], []
         self.pending = list(self.bucket_params) if self.cfg.ps_overlap else [0]
         try:
             share = self.forward_loss(self.model, batch.x, batch.y, t, batch.positions)
@@ -181,18 +186,14 @@ class ParameterServer(Strategy):
                     inbox[i, w] = torch.empty(size, device=self.device)
                     ops.append(("recv", inbox[i, w], w, "grads", i))
             recv_works[i] = self.comm.p2p(ops)
-        share, pulls = None, []
-        if self.is_worker:
+        share = None
+        if self.is_worker:  # pushes and pulls are posted bucket by bucket (_push)
             share = self._compute(t, batch)
-            # Pulls land in the model's parameters, so they are posted only once the backward
-            # no longer reads them.
-            pulls = self.comm.p2p([("recv", self.flat[r], self.owner[s], "params", i)
-                                   for i, (_, s, r) in enumerate(self.pieces) if self.owner[s] != me])
         sends = self._serve(inbox, recv_works) if self.owned is not None else []
         self.comm.wait(self.push_works, "parameter-server push")
-        self.comm.wait(pulls, "parameter-server pull")
+        self.comm.wait(self.pull_works, "parameter-server pull")
         self.comm.wait(sends, "parameter-server pull")
-        self.push_works = []
+        self.push_works, self.pull_works = [], []
         return None if share is None else float(share.detach())
 
     def checkpoint_state(self):

@@ -40,7 +40,7 @@ def test_ps_deployment_equals_local_and_counts_expected_bytes(tmp_path, oracle, 
     ref_metrics, ref_state, _ = oracle
     args = ["--strategy", "ps", *COMMON, "--ps-servers", str(servers)]
     if overlap:
-        args += ["--ps-overlap", "--bucket-mb", "0.005"]
+        args += ["--ps-overlap", "--bucket-mb", "0.005", "--timeline"]
     metrics, state, _ = train(tmp_path, "ps", world, *args)
     assert_same_params(state, ref_state)
     for mine, ref in zip(metrics["steps"], ref_metrics["steps"]):
@@ -53,4 +53,12 @@ def test_ps_deployment_equals_local_and_counts_expected_bytes(tmp_path, oracle, 
     got = sorted(metrics["ranks"], key=lambda r: r["rank"])
     assert [(r["role"], r["sent"], r["recv"]) for r in got] == [(r["role"], r["sent"], r["recv"]) for r in want]
     assert metrics["bytes_per_step"] == sum(sum(r["sent"].values()) for r in want)
+    if overlap:  # a bucket's pull is posted with its push: before the last bucket's push
+        for r in got:
+            if r["role"] == "worker":
+                for step in range(3):
+                    tl = [e for e in r["timeline"] if e["step"] == step]
+                    pulls = [e["t"] for e in tl if e["event"] == "recv" and e["category"] == "params"]
+                    pushes = [e["t"] for e in tl if e["event"] == "send" and e["category"] == "grads"]
+                    assert pulls and pushes and min(pulls) < max(pushes), (r["rank"], step)
     assert [r["role"] for r in got].count("ps_server") == servers
