@@ -20,7 +20,6 @@ from typing import Callable
 
 import torch
 import torch.nn as nn
-import torchvision.models as tvm
 
 # ---------------------------------------------------------------------------------------------
 # Per-sample dropout
@@ -280,7 +279,9 @@ def get_model(name: str, num_classes: int = 1000) -> nn.Module:
                          f"or package.module:factory")
     if name in _SMALL:
         model = _SMALL[name](num_classes)
-    else:
+    else:  # torchvision only when asked for: importing it costs ~3 s of CPU in every rank process
+        import torchvision.models as tvm
+
         model = getattr(tvm, name)(weights=None, num_classes=num_classes, **_TORCHVISION_KWARGS.get(name, {}))
     return use_sample_dropout(model)
 
