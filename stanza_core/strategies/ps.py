@@ -134,7 +134,9 @@ class ParameterServer(Strategy):
         """Push bucket j's pieces and post their pulls. Every gradient of the bucket is final,
         so the backward has run every node that reads its parameters: the updated values may
         land in the model from now on, and the servers' answers for early buckets flow while
-        later buckets are still being computed and pushed."""
+        later buckets are still being computed and pushed. Posting it here matters with gloo: a
+        receive's ready-notice goes to the peer behind the bytes already queued to it, so pulls
+        posted after the last push would hold back every answer until all pushes had left."""
         self.pending[j] = -1  # pushed
         mine = [(i, s, r) for i, (b, s, r) in enumerate(self.pieces) if b == j and self.owner[s] != self.rank]
         self.push_works += self.comm.p2p([("send", self.flat_grad[r], self.owner[s], "grads", i) for i, s, r in mine])
