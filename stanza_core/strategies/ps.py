@@ -110,6 +110,7 @@ class ParameterServer(Strategy):
         self.pending: list[int] | None = None
         self.push_works: list = []
         self.pull_works: list = []
+        self.pulls_after_pushes = self.comm.backend == "nccl"  # see _push
         if self.is_worker and self.cfg.ps_overlap:
             bucket_of = {}
             for j, b in enumerate(self.buckets):
@@ -131,16 +132,23 @@ class ParameterServer(Strategy):
             self._push(j)
 
     def _push(self, j: int):
-        """Push bucket j's pieces and post their pulls. Every gradient of the bucket is final,
-        so the backward has run every node that reads its parameters: the updated values may
-        land in the model from now on, and the servers' answers for early buckets flow while
-        later buckets are still being computed and pushed. Posting it here matters with gloo: a
-        receive's ready-notice goes to the peer behind the bytes already queued to it, so pulls
-        posted after the last push would hold back every answer until all pushes had left."""
+        """Push bucket j's pieces and, on gloo, post their pulls. Every gradient of the bucket is
+        final, so the backward has run every node that reads its parameters: the updated values
+        may land in the model from now on, and the servers' answers for early buckets flow while
+        later buckets are still being computed and pushed. Posting them here matters with gloo:
+        a receive's ready-notice goes to the peer behind the bytes already queued to it, so
+        pulls posted after the last push would hold back every answer until all pushes had
+        left. NCCL runs a rank's point-to-point ops in posting order on one stream, so there a
+        pull posted before a later push would wait for a server whose answer waits for that
+        push: NCCL posts the pulls once every push is out (_pulls_after_pushes)."""
         self.pending[j] = -1  # pushed
         mine = [(i, s, r) for i, (b, s, r) in enumerate(self.pieces) if b == j and self.owner[s] != self.rank]
         self.push_works += self.comm.p2p([("send", self.flat_grad[r], self.owner[s], "grads", i) for i, s, r in mine])
-        self.pull_works += self.comm.p2p([("recv", self.flat[r], self.owner[s], "params", i) for i, s, r in mine])
+        if not self.pulls_after_pushes:
+            self.pull_works += self.comm.p2p(self._pulls(mine))
+
+    def _pulls(self, pieces) -> list[tuple]:
+        return [("recv", self.flat[r], self.owner[s], "params", i) for i, s, r in pieces]
 
     def _compute(self, t, batch):
         self.flat_grad.zero_()
@@ -152,6 +160,9 @@ class ParameterServer(Strategy):
             for j, left in enumerate(self.pending):
                 if left >= 0:  # not pushed yet: the whole vector (no overlap) or unused parameters
                     self._push(j)
+            if self.pulls_after_pushes:
+                self.pull_works = self.comm.p2p(self._pulls([(i, s, r) for i, (_, s, r) in enumerate(self.pieces)
+                                                             if self.owner[s] != self.rank]))
         finally:
             self.pending = None
         return share
