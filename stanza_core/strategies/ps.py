@@ -140,7 +140,7 @@ class ParameterServer(Strategy):
         pulls posted after the last push would hold back every answer until all pushes had
         left. NCCL runs a rank's point-to-point ops in posting order on one stream, so there a
         pull posted before a later push would wait for a server whose answer waits for that
-        push: NCCL posts the pulls once every push is out (_pulls_after_pushes)."""
+        push: NCCL posts the pulls once every push is out (pulls_after_pushes)."""
         self.pending[j] = -1  # pushed
         mine = [(i, s, r) for i, (b, s, r) in enumerate(self.pieces) if b == j and self.owner[s] != self.rank]
         self.push_works += self.comm.p2p([("send", self.flat_grad[r], self.owner[s], "grads", i) for i, s, r in mine])
