@@ -42,9 +42,16 @@ def host_network() -> tuple[str, str, str]:
     return strip(run("link", "show")), run("addr", "show"), run("route", "show")
 
 
+def _default_sigint() -> None:
+    # A shell starts background jobs with SIGINT ignored, and Python keeps an ignored SIGINT:
+    # the CLI is started as from a terminal, where Ctrl-C reaches it.
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def cli(*args: str, **kw) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "-m", "stanza_core.netem", *args], cwd=ROOT,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kw)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=_default_sigint, **kw)
 
 
 # --- host requirements and bad input ---------------------------------------------------------
@@ -280,16 +287,21 @@ def test_ctrl_c_during_training_run_stops_ranks_and_removes_cluster():
     before = {n for n in list_namespaces()}
     proc = cli("run", "--nodes", "2", "--rate-mbit", "50", "--", "--strategy", "ddp",
                "--model", "tiny_cnn", "--steps", "1000000", "--device", "cpu", "--quiet")
-    deadline, pids = time.monotonic() + 90, []
-    while time.monotonic() < deadline and len(pids) < 4:   # 2 agents + 2 ranks
-        new = [n for n in list_namespaces() if n not in before and n.endswith(("-n0", "-n1"))]
-        pids = [p for n in new for p in namespace_pids(n)]
-        time.sleep(0.2)
-    assert len(pids) >= 4, proc.stderr.read() if proc.poll() is not None else "ranks not up"
-    prefix = new[0].rsplit("-", 1)[0]
-    time.sleep(1.0)
-    proc.send_signal(signal.SIGINT)
-    _, err = proc.communicate(timeout=60)
+    try:
+        deadline, pids = time.monotonic() + 90, []
+        while time.monotonic() < deadline and len(pids) < 4:   # 2 agents + 2 ranks
+            new = [n for n in list_namespaces() if n not in before and n.endswith(("-n0", "-n1"))]
+            pids = [p for n in new for p in namespace_pids(n)]
+            time.sleep(0.2)
+        assert len(pids) >= 4, proc.stderr.read() if proc.poll() is not None else "ranks not up"
+        prefix = new[0].rsplit("-", 1)[0]
+        time.sleep(1.0)
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+    finally:  # a failed check leaves no million-step job behind: SIGTERM removes the cluster too
+        if proc.poll() is None:
+            proc.terminate()
+            proc.communicate(timeout=60)
     assert proc.returncode == 130, err
     assert err.strip().splitlines()[-1] == "netem: interrupted; the cluster was removed"
     assert ours(prefix) == []
