@@ -17,7 +17,8 @@ PACKAGE = Path(__file__).resolve().parents[1]
 # What a measured run depends on: everything but the figures, the report and the notebook glue
 # (the experiments' own measuring modules are added back by name below).
 _NOT_MEASURING = ("viz", "reproduce", "nbtools.py", "widgets.py", "labels.py", "experiments/")
-_MEASURING = ("experiments/spec.py", "experiments/cache.py", "experiments/run.py", "experiments/compute_rounds.py")
+_MEASURING = ("experiments/spec.py", "experiments/cache.py", "experiments/run.py", "experiments/compute_rounds.py",
+              "experiments/dilation.py")
 
 
 def code_fingerprint() -> str:

@@ -11,15 +11,21 @@
         measured: cfg's replay run at D = 1 on loopback, its median step less the model's step
     engine_seconds_arg("auto" | "0.2", known, key, cfg, compute_only_s) -> a benchmark's
         --engine-s: the number given, or engine_seconds measured once per key
+    config_link(cfg_at, target_gbps, cache, engine=True) -> (ReplayLink, engine seconds) of one
+        replayed configuration (the notebooks): replay_link with the engine term, the engine's
+        seconds measured once per configuration and kept in the measured-runs cache
 """
 from __future__ import annotations
 
 import dataclasses
 import math
 import sys
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from typing import Any
 
 from .spec import RunConfig
+
+ENGINE_STEPS = 4  # steps of the D = 1 run that measures a configuration's engine seconds (1 warmup)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -61,7 +67,7 @@ def shared_replay_link(target_gbps: float, nodes: int, needs: Iterable[tuple[flo
     return replay_link(target_gbps, nodes, mtu=mtu, min_dilation=d)
 
 
-def engine_seconds(cfg: RunConfig, compute_only_s: float, *, steps: int = 4, timeout_s: float = 900) -> float:
+def engine_seconds(cfg: RunConfig, compute_only_s: float, *, steps: int = ENGINE_STEPS, timeout_s: float = 900) -> float:
     """The engine's own seconds per step of `cfg` (gloo's copies and reductions, Python: what
     replay keeps): its replay run at D = 1 on loopback (cfg.cluster_nodes local processes,
     unshaped), median step less `compute_only_s` (the model's step on a 1000 Gb/s network)."""
@@ -97,3 +103,37 @@ def engine_seconds_arg(value: str, known: dict[str, float], key: str, cfg: RunCo
         known[key] = engine_seconds(cfg, compute_only_s)
         print(f"{key}: engine {known[key] * 1e3:.0f} ms per step (loopback, D = 1)", file=sys.stderr, flush=True)
     return known[key]
+
+
+def model_step_s(cfg: RunConfig, gbps: float) -> float:
+    """perf.predict's step time of replayed configuration `cfg` on its replay device's table
+    profile, every node (dedicated PS servers included) linked at `gbps` of payload."""
+    from ..perf import Cluster, DeviceProfile, named_profile, predict
+
+    profile = named_profile(cfg.model, cfg.image_size, cfg.num_classes)
+    dev = DeviceProfile.from_table(cfg.replay_device, profile)
+    return predict(profile, Cluster(cfg.cluster_nodes, gbps, device=dev), cfg.strategy, cfg.fc_workers or None,
+                   cfg.global_batch, with_ranks=False, ps_servers=cfg.ps_servers, ps_overlap=cfg.ps_overlap,
+                   **cfg.stanza_options).iteration_s
+
+
+def config_link(cfg_at: Callable[[float, float], RunConfig], target_gbps: float, cache: Any, *,
+                engine: bool = True, min_dilation: float = 1) -> tuple[ReplayLink, float]:
+    """D and link rates of one replayed configuration at `target_gbps` (`cfg_at(D, link_mbit)`
+    builds its RunConfig), and the engine seconds they allow for: replay_link with the engine
+    term, the seconds measured by engine_seconds once per configuration and kept in `cache`
+    (experiments.cache.Cache, kind "engine"). engine=False: the links alone decide D (0 s)."""
+    base = cfg_at(1.0, 1000.0)
+    secs = 0.0
+    if engine:
+        key = {**base.cache_key(), "engine_steps": ENGINE_STEPS}
+        got = cache.get("engine", key)
+        if got is None:
+            got = engine_seconds(base, model_step_s(base, 1000.0))
+            cache.put("engine", key, got)
+            print(f"{base.model} N={base.nodes} {base.label}: engine {got * 1e3:.0f} ms per step (loopback, D = 1)",
+                  flush=True)
+        secs = float(got)
+    link = replay_link(target_gbps, base.cluster_nodes, target_step_s=model_step_s(base, target_gbps),
+                       engine_s=secs, mtu=base.mtu, min_dilation=min_dilation)
+    return link, secs

@@ -6,10 +6,16 @@ time on the replay device (a perf device-table row), so AlexNet and VGG-16 at 22
 2-core machine. Links run at target / D (perf.emulated_bandwidth with t_here = D x t_target),
 so every transfer takes the fraction of a step it takes on the target cluster.
 
-Dilation rule: D = max(dilation, perf.replay_dilation(target, N)) (dilation.replay_link), the
-smallest D at which this machine keeps up with the emulated cluster: one link within netem's
-fastest link, all N links at once within the aggregate this machine sustains
-(netem.facts.MAX_AGGREGATE_MBIT).
+Dilation rule, per configuration (dilation.config_link, the rule of benchmarks/paper_regime_replay.py):
+D = max(dilation, perf.replay_dilation(target, N, engine_s, target_step_s)), the smallest D at
+which this machine keeps up with the emulated cluster: one link within netem's fastest link, all
+N links at once within the aggregate this machine sustains (netem.facts.MAX_AGGREGATE_MBIT), and
+the engine's own CPU seconds per step that replay keeps (gloo's copies and reductions, Python:
+measured once per configuration, a replay run at D = 1 on loopback, cached) within 5 % of the
+dilated step D x the model's step. The links alone give every configuration of a (model, N,
+target) the same D (`ReplaySet.specs`); the engine term raises it where a configuration's engine
+work is large beside its step (stanza k=1: AlexNet N=4 at 10 Gb/s from 40 to ~130). Each
+configuration then runs as a grid of its own (one bench per configuration, `run_replayed`).
 """
 from __future__ import annotations
 
@@ -18,8 +24,9 @@ from typing import Any
 
 from ..labels import run_key, run_label
 from . import checks
-from .dilation import replay_link
-from .run import measure_or_skip
+from .cache import Cache
+from .dilation import config_link, replay_link
+from .run import measure, measure_or_skip, netem_unavailable
 from .spec import MeasureSpec
 
 PAPER_IMAGE, PAPER_CLASSES = 224, 1000
@@ -43,7 +50,8 @@ class ReplaySet:
     repeats: int = 1  # runs per configuration
     image_size: int = PAPER_IMAGE
     num_classes: int = PAPER_CLASSES
-    specs: list[MeasureSpec] = dataclasses.field(init=False)
+    engine: bool = True  # raise each configuration's D for the engine's own seconds (module docstring)
+    specs: list[MeasureSpec] = dataclasses.field(init=False)  # per model x N x target, D from the links
 
     def __post_init__(self):
         self.models = checks.model_names(self.models, self.image_size, name="replay_models") if self.models else []
@@ -51,6 +59,8 @@ class ReplaySet:
         ks = checks.int_list("replay_fc_workers", self.fc_workers)
         gbps = checks.positive_floats("replay_gbps", self.target_gbps)
         checks.positive_floats("dilation", [self.dilation])
+        if not isinstance(self.engine, bool):
+            raise ValueError(f"replay_engine must be true or false, got {self.engine!r}")
         self.specs = []
         for m in self.models:
             for n in sizes:
@@ -84,6 +94,7 @@ class ReplayParams:
     replay_steps: int = 2  # steps per replayed run, warmup included
     replay_image_size: int = PAPER_IMAGE  # the paper's ImageNet input (tests use a smaller one)
     replay_num_classes: int = PAPER_CLASSES
+    replay_engine: bool = True  # raise D per configuration for the engine's own seconds (measured, cached)
     measure_runs: bool = True  # False: skip the measured cells (as without root or tc)
     replay: ReplaySet = dataclasses.field(init=False)  # the paper-regime runs
 
@@ -96,26 +107,57 @@ class ReplayParams:
                          target_gbps=self.replay_gbps if target_gbps is None else target_gbps,
                          replay_device=self.replay_device, dilation=self.dilation,
                          batch_per_worker=self.batch_per_worker, steps=self.replay_steps, warmup=self.warmup,
-                         image_size=self.replay_image_size, num_classes=self.replay_num_classes)
+                         image_size=self.replay_image_size, num_classes=self.replay_num_classes,
+                         engine=self.replay_engine)
+
+
+def configuration_specs(s: ReplaySet, cache: Cache) -> list[MeasureSpec]:
+    """One single-configuration MeasureSpec per configuration of every spec of `s`, each at its
+    own D (dilation.config_link: the spec's D from the links, raised for the configuration's
+    engine seconds when s.engine), its link at target / D."""
+    out = []
+    for spec in s.specs:
+        (g,) = spec.target_gbps
+        for strategy, k, servers, overlap in spec.variants():
+            def cfg_at(d, mbit, spec=spec, strategy=strategy, k=k, servers=servers, overlap=overlap):
+                return dataclasses.replace(spec.run_config(strategy, k, mbit, servers, overlap), dilation=d)
+            link, engine_s = config_link(cfg_at, g, cache, engine=s.engine, min_dilation=spec.dilation)
+            out.append(dataclasses.replace(
+                spec, strategies=[strategy], fc_workers=[k or 1], ps_servers=[servers], ps_overlap=[overlap],
+                dilation=link.dilation, max_link_mbit=1.000001 * 1000 * g / link.dilation))
+    return out
 
 
 def run_replayed(s: ReplaySet, cache_dir: str | None, measure_runs: bool = True) -> list[dict[str, Any]]:
-    """One bench results dict per spec (run.measure; cached, so notebooks share runs)."""
-    return [measure_or_skip(spec, cache_dir, measure_runs) for spec in s.specs]
+    """One bench results dict per configuration, each at its own D (configuration_specs; runs and
+    engine seconds cached, so notebooks share them); with measuring off or no emulated cluster
+    here, one bench per spec of `s` that says why and holds no runs."""
+    if not measure_runs or netem_unavailable():
+        return [measure_or_skip(spec, cache_dir, measure_runs) for spec in s.specs]
+    return [measure(spec, cache_dir) for spec in configuration_specs(s, Cache(cache_dir))]
 
 
-def caption(s: ReplaySet) -> str:
-    """What a replayed figure shows, in one line (every figure built from these runs carries it)."""
-    ds = sorted({spec.dilation for spec in s.specs})
+def _dilations(s: ReplaySet, benches: list[dict[str, Any]]) -> list[float]:
+    ran = [b["spec"]["dilation"] for b in benches if b.get("runs")]
+    return sorted(set(ran or [spec.dilation for spec in s.specs]))
+
+
+def caption(s: ReplaySet, benches: list[dict[str, Any]] | None = None) -> str:
+    """What a replayed figure shows, in one line (every figure built from these runs carries it):
+    the D of the runs measured (of s.specs before any ran)."""
+    ds = _dilations(s, benches or [])
     return (f"measured: communication, for real (every tensor over the shaped links at target / D); "
-            f"replayed: compute (the {s.replay_device} table profile, D = {', '.join(f'{d:g}' for d in ds)})")
+            f"replayed: compute (the {s.replay_device} table profile, D = {', '.join(f'{d:g}' for d in ds)}"
+            f"{', per configuration: links and engine seconds' if s.engine else ''})")
 
 
 def summary(s: ReplaySet, benches: list[dict[str, Any]]) -> dict[str, Any]:
     """results.json part: by_model.<model>.<N>.<target Gb/s> -> samples/s on the target cluster
-    (measured x D) per configuration (config_key), stanza's speedups over ps and ddp, link rate, D."""
-    out: dict[str, Any] = {"caption": caption(s), "replay_device": s.replay_device, "image_size": s.image_size,
-                           "num_classes": s.num_classes, "batch_per_worker": s.batch_per_worker,
+    (measured x D) per configuration (config_key), each configuration's D and link rate, and the
+    speedups of the fastest stanza over ps (colocated, no overlap) and ddp, from those samples/s."""
+    out: dict[str, Any] = {"caption": caption(s, benches), "replay_device": s.replay_device,
+                           "image_size": s.image_size, "num_classes": s.num_classes,
+                           "batch_per_worker": s.batch_per_worker,
                            "unavailable": next((b["unavailable"] for b in benches if b["unavailable"]), None),
                            "labels": {}, "by_model": {}, "benches": benches}
     for b in benches:
@@ -123,11 +165,21 @@ def summary(s: ReplaySet, benches: list[dict[str, Any]]) -> dict[str, Any]:
         for row in b["summary"]:
             g = f"{row['target_gbps']:g}"
             d = out["by_model"].setdefault(spec["model"], {}).setdefault(str(spec["nodes"]), {}).setdefault(
-                g, {"link_mbit": row["link_mbit"], "dilation": spec["dilation"], "throughput": {}})
+                g, {"link_mbit": {}, "dilation": {}, "throughput": {}})
             key = run_key(row)
             out["labels"][key] = run_label(row)
+            d["link_mbit"][key], d["dilation"][key] = row["link_mbit"], spec["dilation"]
             d["throughput"][key] = row["throughput"] * spec["dilation"]  # on the target: time runs D x slower here
-            if row["strategy"] == "stanza":
-                d.update(stanza_vs_ps=row["speedup_vs_ps"], stanza_vs_ddp=row["speedup_vs_ddp"],
-                         stanza_fc_workers=row["fc_workers"])
+            if row["strategy"] == "stanza" and run_key(row) == run_key({"strategy": "stanza",
+                                                                         "fc_workers": row["fc_workers"]}):
+                d.setdefault("_stanza", {})[key] = row["fc_workers"]  # the paper's stanza (no options)
+    for by_n in out["by_model"].values():
+        for d in by_n.values():
+            for cell in d.values():
+                tp, stanza = cell["throughput"], cell.pop("_stanza", {})
+                if stanza:
+                    best = max(stanza, key=tp.get)
+                    cell.update(stanza_fc_workers=stanza[best],
+                                stanza_vs_ps=tp[best] / tp["ps"] if tp.get("ps") else None,
+                                stanza_vs_ddp=tp[best] / tp["ddp"] if tp.get("ddp") else None)
     return out

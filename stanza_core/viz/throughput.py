@@ -58,10 +58,11 @@ def replayed_throughput(section: dict[str, Any] | None, title: str = "Paper regi
     cats = [(m, n, g) for m, by_n in section["by_model"].items() for n, by_g in by_n.items() for g in by_g]
     for key, label in sorted(section["labels"].items()):
         strategy = key.split("_")[0]
-        pts = [(f"{m}, N={n}, {g} Gb/s (D={section['by_model'][m][n][g]['dilation']:g})",
-                section["by_model"][m][n][g]["throughput"].get(key)) for m, n, g in cats]
-        fig.add_bar(x=[p[0] for p in pts], y=[p[1] for p in pts], name=label, marker_color=STRATEGY_COLORS[strategy],
-                    hovertemplate=f"{label}: %{{y:.1f}} samples/s (target scale)<extra></extra>")
+        cells = [section["by_model"][m][n][g] for m, n, g in cats]
+        fig.add_bar(x=[f"{m}, N={n}, {g} Gb/s" for m, n, g in cats], y=[c["throughput"].get(key) for c in cells],
+                    name=label, marker_color=STRATEGY_COLORS[strategy],
+                    customdata=[c["dilation"].get(key) for c in cells],
+                    hovertemplate=f"{label}: %{{y:.1f}} samples/s (target scale), D = %{{customdata:g}}<extra></extra>")
     fig.update_layout(barmode="group")
     fig.update_yaxes(title_text="samples/s on the target cluster (measured x D)", rangemode="tozero")
     fig.add_annotation(text=section["caption"], xref="paper", yref="paper", x=0.0, y=1.0, yshift=4,

@@ -4,6 +4,7 @@ batch norm (global statistics: their allreduces are replayed too) and dropout; a
 ranks meet between steps, as in a real run."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import subprocess
 import sys
@@ -69,3 +70,19 @@ def _replay(tmp_path, n: int, *args: str) -> dict:
     proc = subprocess.run(cmd, cwd=ROOT, env=rank_env(), capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return json.loads(metrics.read_text())
+
+
+def test_engine_seconds_are_a_replay_run_at_d_1_on_loopback():
+    """experiments.dilation.engine_seconds for real: a replayed job at D = 1 on local processes,
+    its median step less the model's step (0 here: the whole median step comes back)."""
+    from stanza_core.experiments.dilation import engine_seconds
+    from stanza_core.experiments.spec import RunConfig
+
+    cfg = RunConfig(model="tiny_cnn", image_size=16, num_classes=10, nodes=2, strategy="ddp", global_batch=4,
+                    steps=2, link_mbit=1000.0, compute="replay", replay_device="v100", dilation=50.0)
+    e = engine_seconds(cfg, 0.0, steps=3, timeout_s=300)
+    # tiny_cnn's V100 step is microseconds; gloo on loopback and Python take milliseconds: the run
+    # happened and its median step came back, well under a second on any machine that runs this suite
+    assert 0.0 < e < 2.0
+    with pytest.raises(ValueError, match="^engine_seconds measures replayed runs, got compute 'real'$"):
+        engine_seconds(dataclasses.replace(cfg, compute="real", replay_device=None), 0.0)

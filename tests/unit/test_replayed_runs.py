@@ -1,6 +1,7 @@
 """The paper-regime runs with replayed compute, without running them: the dilation rule, one
 MeasureSpec per model x N x target, the batch per data worker, the model's prediction of a
 replayed run (the replay device's profile, dilated) and what the figures say they show."""
+import dataclasses
 import importlib.util
 import json
 import types
@@ -10,6 +11,7 @@ import pytest
 
 from stanza_core import viz
 from stanza_core.experiments import dilation, replayed, validation
+from stanza_core.experiments.cache import Cache
 from stanza_core.experiments.spec import MeasureSpec, RunConfig
 from stanza_core.netem.facts import MAX_AGGREGATE_MBIT, max_link_mbit, payload_gbps, payload_per_wire_byte
 from stanza_core.perf import Cluster, DeviceProfile, emulated_bandwidth, named_profile, predict, replay_dilation
@@ -42,7 +44,7 @@ def test_dilation_rule_and_specs():
     assert spec.global_batch_of("ddp", 0) == 128 and spec.global_batch_of("stanza", 1) == 96
     assert spec.run_config("stanza", 1, 500.0).global_batch == 96
     ds = sorted({x.dilation for x in s.specs})
-    assert f"D = {', '.join(f'{d:g}' for d in ds)})" in replayed.caption(s)
+    assert f"D = {', '.join(f'{d:g}' for d in ds)}, per configuration" in replayed.caption(s)
     assert "measured: communication, for real" in replayed.caption(s)
 
 
@@ -105,8 +107,10 @@ def test_replayed_figure_says_what_is_measured_and_what_replayed():
     d = out["by_model"]["alexnet"]["4"]["10"]
     D = s.specs[0].dilation
     assert d["throughput"] == {"ddp": 2.0 * D, "stanza_k1": 8.0 * D} and d["stanza_vs_ddp"] == 4.0  # x D
+    assert d["dilation"] == {"ddp": D, "stanza_k1": D} and d["link_mbit"] == {"ddp": 500.0, "stanza_k1": 500.0}
+    assert d["stanza_vs_ps"] is None and d["stanza_fc_workers"] == 1
     fig = viz.throughput.replayed_throughput(out, "Paper regime")
-    assert any(f"replayed: compute (the v100 table profile, D = {D:g})" in a.text for a in fig.layout.annotations)
+    assert any(f"replayed: compute (the v100 table profile, D = {D:g}," in a.text for a in fig.layout.annotations)
     assert {t.name for t in fig.data} == {"ddp", "stanza k=1"}
 
 
@@ -128,6 +132,50 @@ def test_replay_link_is_the_dilation_rule_then_the_bandwidth_mapping():
     assert shared == dilation.replay_link(10.0, 4, min_dilation=120)
     assert replayed.ReplaySet(models=["alexnet"], nodes=[4], strategies=["ddp"], fc_workers=[1],
                               target_gbps=[10.0]).specs[0].dilation == 40.0
+
+
+def test_each_configuration_runs_at_its_own_dilation_with_engine_seconds_measured_once(tmp_path, monkeypatch):
+    measured = []
+
+    def engine_seconds(cfg, compute_only_s):  # the D = 1 loopback run (tests/dist measures one for real)
+        measured.append(cfg)
+        assert (cfg.dilation, cfg.compute, cfg.link_mbit) == (1.0, "replay", 1000.0)
+        assert compute_only_s == dilation.model_step_s(cfg, 1000.0)
+        return {"ps": 0.8, "ddp": 0.5, "stanza": 0.17}[cfg.strategy]
+
+    monkeypatch.setattr(dilation, "engine_seconds", engine_seconds)
+    s = replayed.ReplaySet(models=["alexnet"], nodes=[4], strategies=["ps", "ddp", "stanza"], fc_workers=[1, 2],
+                           target_gbps=[10.0])
+    specs = replayed.configuration_specs(s, Cache(tmp_path))
+    assert [(x.strategies, x.fc_workers) for x in specs] == [
+        (["ps"], [1]), (["ddp"], [1]), (["stanza"], [1]), (["stanza"], [2])]
+    assert len(measured) == 4 and {c.label for c in measured} == {"ps", "ddp", "stanza k=1", "stanza k=2"}
+    profile = named_profile("alexnet", 224, 1000)
+    dev = DeviceProfile.from_table("v100", profile)
+    got = {}
+    for x, cfg in zip(specs, measured):
+        (s_, k) = x.configs()[0]
+        assert (s_, k or 0) == (cfg.strategy, cfg.fc_workers)
+        step = predict(profile, Cluster(4, 10.0, device=dev), s_, k or None, x.global_batch_of(s_, k)).iteration_s
+        assert dilation.model_step_s(cfg, 10.0) == pytest.approx(step, rel=1e-12)
+        e = engine_seconds(cfg, dilation.model_step_s(cfg, 1000.0))
+        # the links alone ask for 40; the engine within 5 % of D x the model's step may ask for more
+        want = max(40, replay_dilation(10.0, 4, max_link_mbit=max_link_mbit(9000), max_aggregate_mbit=MAX_AGGREGATE_MBIT,
+                                       engine_s=e, target_step_s=step))
+        assert x.dilation == want and x.max_link_mbit == pytest.approx(10_000 / want, rel=1e-5)
+        assert x.run_config(s_, k, 10_000 / want).dilation == want
+        got[cfg.label] = want
+    assert got["ddp"] == 40 < got["ps"] and got["stanza k=1"] > 3 * 40  # stanza k=1's step is short
+    measured.clear()  # the engine seconds are in the cache: a second notebook measures none
+    again = replayed.configuration_specs(s, Cache(tmp_path))
+    assert not measured and [x.dilation for x in again] == [x.dilation for x in specs]
+    # without the engine term every configuration has the links' D and nothing is measured
+    plain = replayed.configuration_specs(dataclasses.replace(s, engine=False), Cache(None))
+    assert not measured and {x.dilation for x in plain} == {40}
+    caption = replayed.caption(s, [{"spec": x.to_dict(), "runs": [{}]} for x in specs])
+    assert f"D = {', '.join(f'{d:g}' for d in sorted(set(got.values())))}, per configuration" in caption
+    with pytest.raises(ValueError, match="^replay_engine must be true or false, got 'yes'$"):
+        dataclasses.replace(s, engine="yes")
 
 
 @pytest.mark.parametrize("value", ["x", "-1", "nan", "inf", ""])
