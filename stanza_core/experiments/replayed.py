@@ -111,10 +111,11 @@ class ReplayParams:
                          engine=self.replay_engine)
 
 
-def configuration_specs(s: ReplaySet, cache: Cache) -> list[MeasureSpec]:
-    """One single-configuration MeasureSpec per configuration of every spec of `s`, each at its
-    own D (dilation.config_link: the spec's D from the links, raised for the configuration's
-    engine seconds when s.engine), its link at target / D."""
+def configuration_specs(s: ReplaySet, cache: Cache) -> list[tuple[MeasureSpec, float | None]]:
+    """(spec, engine seconds) per configuration of every spec of `s`: a single-configuration
+    MeasureSpec at its own D (dilation.config_link: the spec's D from the links, raised for the
+    configuration's engine seconds when s.engine), its link at target / D; the engine seconds
+    measured (None when s.engine is off)."""
     out = []
     for spec in s.specs:
         (g,) = spec.target_gbps
@@ -122,19 +123,21 @@ def configuration_specs(s: ReplaySet, cache: Cache) -> list[MeasureSpec]:
             def cfg_at(d, mbit, spec=spec, strategy=strategy, k=k, servers=servers, overlap=overlap):
                 return dataclasses.replace(spec.run_config(strategy, k, mbit, servers, overlap), dilation=d)
             link, engine_s = config_link(cfg_at, g, cache, engine=s.engine, min_dilation=spec.dilation)
-            out.append(dataclasses.replace(
+            out.append((dataclasses.replace(
                 spec, strategies=[strategy], fc_workers=[k or 1], ps_servers=[servers], ps_overlap=[overlap],
-                dilation=link.dilation, max_link_mbit=1.000001 * 1000 * g / link.dilation))
+                dilation=link.dilation, max_link_mbit=1.000001 * 1000 * g / link.dilation),
+                engine_s if s.engine else None))
     return out
 
 
 def run_replayed(s: ReplaySet, cache_dir: str | None, measure_runs: bool = True) -> list[dict[str, Any]]:
     """One bench results dict per configuration, each at its own D (configuration_specs; runs and
-    engine seconds cached, so notebooks share them); with measuring off or no emulated cluster
-    here, one bench per spec of `s` that says why and holds no runs."""
+    engine seconds cached, so notebooks share them), with its engine seconds ("engine_s", None
+    when s.engine is off); with measuring off or no emulated cluster here, one bench per spec of
+    `s` that says why and holds no runs."""
     if not measure_runs or netem_unavailable():
         return [measure_or_skip(spec, cache_dir, measure_runs) for spec in s.specs]
-    return [measure(spec, cache_dir) for spec in configuration_specs(s, Cache(cache_dir))]
+    return [{**measure(spec, cache_dir), "engine_s": e} for spec, e in configuration_specs(s, Cache(cache_dir))]
 
 
 def _dilations(s: ReplaySet, benches: list[dict[str, Any]]) -> list[float]:

@@ -78,6 +78,18 @@ def test_a_replayed_run_is_predicted_with_the_dilated_device_profile():
     assert row["predicted_throughput"] == pytest.approx(p.throughput, rel=1e-12)
     assert row["predicted_bytes_per_step"] == p.bytes_per_step
     assert row["error"] == pytest.approx(p.throughput / 10.0 - 1, rel=1e-12)
+    # with its engine seconds measured, a replayed run is predicted as the emulated run: the
+    # dilated step plus those seconds; the error without them is kept beside
+    out = validation.validate([{"config": cfg, "runs": [run], "timing_rounds": [], "engine_s": 0.3}])
+    (r,) = out["rows"]
+    q = predict(prof, Cluster(4, payload_gbps(500.0, 9000), 50e-6, validation.replay_profile(prof, "v100", 20.0, 0.3)),
+                "stanza", 1, global_batch=96)
+    assert q.iteration_s > p.iteration_s and r["engine_s"] == 0.3
+    assert r["predicted_throughput"] == pytest.approx(q.throughput, rel=1e-12)
+    assert r["error_without_engine"] == pytest.approx(row["error"], rel=1e-12)
+    assert out["replayed_summary"]["median_abs_error"] == pytest.approx(abs(r["error"]), rel=1e-12)
+    assert out["replayed_summary_without_engine"]["median_abs_error"] == pytest.approx(abs(row["error"]), rel=1e-12)
+    assert "engine seconds, measured at D = 1" in out["caption"]
     # a run with stanza's options (run_config's rows carry them) is its own row, predicted with them
     hybrid = {**run, "fc_conv_share": 0.25, "micro_batches": 2}
     plain, opt = validation.predict_runs({"config": cfg, "runs": [run, hybrid], "timing_rounds": []})
@@ -146,7 +158,9 @@ def test_each_configuration_runs_at_its_own_dilation_with_engine_seconds_measure
     monkeypatch.setattr(dilation, "engine_seconds", engine_seconds)
     s = replayed.ReplaySet(models=["alexnet"], nodes=[4], strategies=["ps", "ddp", "stanza"], fc_workers=[1, 2],
                            target_gbps=[10.0])
-    specs = replayed.configuration_specs(s, Cache(tmp_path))
+    pairs = replayed.configuration_specs(s, Cache(tmp_path))
+    specs = [x for x, _ in pairs]
+    assert [e for _, e in pairs] == [0.8, 0.5, 0.17, 0.17]
     assert [(x.strategies, x.fc_workers) for x in specs] == [
         (["ps"], [1]), (["ddp"], [1]), (["stanza"], [1]), (["stanza"], [2])]
     assert len(measured) == 4 and {c.label for c in measured} == {"ps", "ddp", "stanza k=1", "stanza k=2"}
@@ -168,10 +182,10 @@ def test_each_configuration_runs_at_its_own_dilation_with_engine_seconds_measure
     assert got["ddp"] == 40 < got["ps"] and got["stanza k=1"] > 3 * 40  # stanza k=1's step is short
     measured.clear()  # the engine seconds are in the cache: a second notebook measures none
     again = replayed.configuration_specs(s, Cache(tmp_path))
-    assert not measured and [x.dilation for x in again] == [x.dilation for x in specs]
+    assert not measured and [x.dilation for x, _ in again] == [x.dilation for x in specs]
     # without the engine term every configuration has the links' D and nothing is measured
     plain = replayed.configuration_specs(dataclasses.replace(s, engine=False), Cache(None))
-    assert not measured and {x.dilation for x in plain} == {40}
+    assert not measured and {x.dilation for x, _ in plain} == {40} and {e for _, e in plain} == {None}
     caption = replayed.caption(s, [{"spec": x.to_dict(), "runs": [{}]} for x in specs])
     assert f"D = {', '.join(f'{d:g}' for d in sorted(set(got.values())))}, per configuration" in caption
     with pytest.raises(ValueError, match="^replay_engine must be true or false, got 'yes'$"):
