@@ -30,7 +30,8 @@
 #
 # **Deviations from the paper**
 # - The paper-regime runs (224x224, 32 samples per CONV worker, 4 nodes: k = 1, 2) replay compute
-#   from the V100 table profile (D = 40 from `perf.replay_dilation`); quick mode runs AlexNet
+#   from the V100 table profile (D per configuration from `perf.replay_dilation`: the links ask
+#   for 40, the engine's own seconds for more where a step is short); quick mode runs AlexNet
 #   (k = 1 is notebook 03's run, shared through the cache), full mode AlexNet and VGG-16 on 8 nodes.
 # - The paper's optimisation problem and its figures for this experiment are not available; the
 #   optimiser here ranks every k (and ddp, ps) by the model's predicted samples/s, exhaustively.
@@ -61,6 +62,7 @@ replay_nodes: int = 4  # emulated nodes of the replayed runs (stanza at every k 
 replay_gbps: float = 10.0  # target bandwidth of the replayed runs
 replay_device: str = "v100"  # device profile the replayed compute follows (perf device table)
 dilation: float = 1.0  # smallest D (perf.replay_dilation picks D so this CPU keeps up); links run at target / D
+replay_engine: bool = True  # raise D per configuration so the engine CPU seconds stay within 5 % of a step (measured once, cached)
 replay_steps: int = 2  # steps per replayed run, warmup included
 replay_image_size: int = 224  # input of the replayed runs (the paper's ImageNet setting)
 replay_num_classes: int = 1000  # outputs of the replayed models

@@ -14,7 +14,7 @@ the engine's own CPU seconds per step that replay keeps (gloo's copies and reduc
 measured once per configuration, a replay run at D = 1 on loopback, cached) within 5 % of the
 dilated step D x the model's step. The links alone give every configuration of a (model, N,
 target) the same D (`ReplaySet.specs`); the engine term raises it where a configuration's engine
-work is large beside its step (stanza k=1: AlexNet N=4 at 10 Gb/s from 40 to ~130). Each
+work is large beside its step (stanza k=1: AlexNet N=4 at 10 Gb/s from 40 to 95-130). Each
 configuration then runs as a grid of its own (one bench per configuration, `run_replayed`).
 """
 from __future__ import annotations
