@@ -438,12 +438,14 @@ def _exit_now(code: int) -> int:
 
 
 def _leave(code: int) -> None:
-    """A rank's exit. Its process group is destroyed and its files written and closed; what is
-    left is the C++ teardown after the interpreter's, where a gloo rank was seen to abort now and
-    then ('terminate called without an active exception', no Python frame: about 1 run in 10 on a
-    busy machine), turning a finished run into a failed one. A rank of a distributed run skips
-    that teardown (os._exit after flushing its output); a single process exits normally."""
-    if int(os.environ.get("WORLD_SIZE", "1")) > 1:
+    """A rank's exit. After a finished run its process group is destroyed and its files written
+    and closed; what is left is the C++ teardown after the interpreter's, where a gloo rank was
+    seen to abort now and then ('terminate called without an active exception', no Python frame:
+    about 1 run in 10 on a busy machine), turning a finished run into a failed one. A rank of a
+    distributed run that finished skips that teardown (os._exit after flushing its output). A
+    failed rank exits normally: leaving at once would let torchrun stop its peers before they
+    print their own errors (failures inside a process group already leave at once, _exit_now)."""
+    if code == 0 and int(os.environ.get("WORLD_SIZE", "1")) > 1:
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(code)
