@@ -25,7 +25,7 @@ def _untimed(p: Profile) -> Profile:
 
 
 def test_tiny_run_writes_the_numbers_and_figures(spec, run_notebook):
-    results, out, executed = run_notebook(spec)
+    results, out, executed = run_notebook(spec, device="cpu")  # named: a GPU on the machine changes nothing
     assert spec.params["tiny"]["image_size"] == 64 and set(results["models"]) == {"alexnet", "tiny_cnn"}
     a = results["models"]["alexnet"]
     # Counts do not depend on the input size: the paper's AlexNet numbers, exactly.

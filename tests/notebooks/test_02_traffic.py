@@ -23,7 +23,7 @@ def _ring(nbytes, n):  # what one member of an n-rank ring allreduce sends
 
 
 def test_tiny_run_counts_what_the_model_says(spec, run_notebook):
-    results, out, executed = run_notebook(spec)
+    results, out, executed = run_notebook(spec, device="cpu")  # named: a GPU on the machine changes nothing
     tiny = spec.params["tiny"]
     assert (tiny["models"], tiny["nodes"], tiny["fc_workers"], tiny["per_worker"]) == (["cifar_alexnet"], [4], [1, 2], 2)
     # Exact equality, every rank, direction and category: the accounting contract.

@@ -138,7 +138,7 @@ def test_exact_flag_lands_in_metrics(monkeypatch, tmp_path, restore_numerics):
     monkeypatch.delenv("MASTER_ADDR", raising=False)
     m = tmp_path / "m.json"
     assert train.main(["--strategy", "local", "--steps", "2", "--global-batch", "4", "--image-size", "16",
-                       "--exact", "--metrics", str(m), "--quiet"]) == 0
+                       "--exact", "--device", "cpu", "--metrics", str(m), "--quiet"]) == 0
     import json
     num = json.loads(m.read_text())["config"]["numerics"]
     assert num["exact"] and num["cudnn_deterministic"] and not num["cudnn_tf32"]

@@ -161,7 +161,7 @@ CASES = [
 @pytest.mark.parametrize("args,msg", CASES, ids=[" ".join(c[0][3:]) or "no device" for c in CASES])
 def test_bad_replay_input_one_line_exit_2(as_rank0_of, capsys, args, msg):
     as_rank0_of(4)
-    assert train.main(args + ["--quiet", "--global-batch", "8"]) == 2
+    assert train.main(args + ["--quiet", "--global-batch", "8", "--device", "cpu"]) == 2
     err = capsys.readouterr().err.strip()
     assert msg in err
     assert len(err.splitlines()) == 1 and err.startswith("error: ")
@@ -172,7 +172,8 @@ def test_replay_local_run_reports_target_times(as_rank0_of, tmp_path):
     as_rank0_of(1)
     m = tmp_path / "m.json"
     assert train.main(["--strategy", "local", "--steps", "2", "--global-batch", "4", "--compute", "replay",
-                       "--replay-device", "v100", "--dilation", "50", "--metrics", str(m), "--quiet"]) == 0
+                       "--replay-device", "v100", "--dilation", "50", "--metrics", str(m), "--quiet",
+                       "--device", "cpu"]) == 0
     d = json.loads(m.read_text())
     assert d["compute"] == "replay" and d["replay"]["dilation"] == 50 and d["replay"]["device"] == "v100 (table)"
     assert all(s["loss"] is None for s in d["steps"])
