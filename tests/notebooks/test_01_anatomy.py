@@ -2,8 +2,12 @@
 parameters (AlexNet and tiny_cnn at 64x64, timed at batch 2 on the CPU)."""
 import dataclasses
 
-import nbformat
 import pytest
+
+for _pkg in ("plotly", "papermill", "nbformat", "jupytext", "ipykernel"):  # the notebook stack (not on every GPU VM)
+    pytest.importorskip(_pkg, reason=f"the notebook tests need {_pkg}")
+
+import nbformat
 from papermill.exceptions import PapermillExecutionError
 
 from stanza_core import Profile, get_model, profile_model
