@@ -144,8 +144,7 @@ def auto_fc_workers(args) -> int:
 
     profile = named_profile(args.model, args.image_size, args.num_classes, args.global_batch // args.nodes)
     gbps = float((args.target_gbps or "").split(",")[0] or 0) or float(args.link_mbit.split(",")[0]) / 1000
-    a = best_assignment(profile, Cluster(args.nodes, gbps, device=args.target_device), args.global_batch,
-                        fc_workers=range(1, args.nodes // 2 + 1))
+    a = best_assignment(profile, Cluster(args.nodes, gbps, device=args.target_device), args.global_batch)
     return a.best_stanza().fc_workers
 
 

@@ -130,7 +130,7 @@ def prepare(cfg: TrainConfig) -> Prepared:
     split = None
     if cfg.strategy == "stanza":  # split once, here: a model with no valid cut fails before the group forms
         split = split_model(model, cfg.boundary, input_shape=(3, cfg.image_size, cfg.image_size),
-                            batch_size=cfg.global_batch // topo.data_workers)
+                            batch_size=topo.worker_batch(cfg.global_batch))
     bn_sync = cfg.bn_stats == "global" and topo.data_workers > 1 and bool(bn_layers(model))
     if bn_sync and split is not None and bn_layers(split.fc):
         raise ConfigError(f"{cfg.model}: batch norm on the FC side ({bn_layers(split.fc)[0][0]}) cannot use global "
@@ -142,7 +142,7 @@ def prepare(cfg: TrainConfig) -> Prepared:
     resumed = None
     if cfg.resume:
         resumed = checkpoint.load(cfg.checkpoint_dir, rank, world, dataclasses.asdict(cfg))
-    replay.prepare(cfg, model, cfg.global_batch // topo.data_workers)  # --compute replay: waits, no arithmetic
+    replay.prepare(cfg, model, topo.worker_batch(cfg.global_batch))  # --compute replay: waits, no arithmetic
     if split is not None and (unused := unused_part(topo, rank)):  # built whole (same init everywhere),
         split.release(unused)  # then a rank keeps only what it trains, before it reaches the device
     # to the device, leaving released (meta) tensors where they are (Module.to would refuse them)

@@ -64,9 +64,7 @@ class ReplaySet:
         self.specs = []
         for m in self.models:
             for n in sizes:
-                fit = [k for k in ks if 1 <= k <= n // 2]
-                if "stanza" in self.strategies and not fit:
-                    raise ValueError(f"replay_fc_workers {ks} leave no k in 1..{n // 2} for {n} nodes")
+                fit = checks.fc_workers_that_fit(ks, n, name="replay_fc_workers", needed="stanza" in self.strategies)
                 for g in gbps:
                     d = self.dilation_for(g, n)
                     self.specs.append(MeasureSpec(

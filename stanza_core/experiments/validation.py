@@ -203,9 +203,7 @@ class ValidationParams(ReplayParams):
         gbps = checks.positive_floats("target_gbps", self.target_gbps)
         self.specs = []
         for n in sizes:
-            fit = [k for k in ks if isinstance(k, int) and 1 <= k <= n // 2]
-            if "stanza" in self.strategies and not fit:
-                raise ValueError(f"fc_workers {ks} leave no k in 1..{n // 2} for {n} nodes")
+            fit = checks.fc_workers_that_fit(ks, n, needed="stanza" in self.strategies)
             self.specs.append(MeasureSpec(model=self.model, image_size=self.image_size, num_classes=self.num_classes,
                                           nodes=n, strategies=self.strategies, fc_workers=fit or [1],
                                           global_batch=self.global_batch, steps=self.steps, warmup=self.warmup,
