@@ -14,7 +14,6 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from ..netem.facts import payload_gbps
 from ..perf import DEFAULT_LATENCY_S, Cluster, best_assignment, named_profile
 from ..topology import fc_worker_choices
 from . import checks, compute_rounds, replayed, validation
@@ -112,7 +111,7 @@ def _emulated(bench: dict[str, Any]) -> dict[str, Any]:
     measured_best = max(rows, key=lambda r: r["measured_throughput"])
     optimiser = max(rows, key=lambda r: (r["predicted_throughput"], -r["fc_workers"]))
     # The same question without contention: one single-process profile for every k.
-    gbps = payload_gbps(mbit, cfg.get("mtu") or 1500)
+    gbps = rows[0]["payload_gbps"]  # the payload the links carried (the runs' plan)
     lone = [r for r in bench["timing_rounds"] if r["level"] == 1]
     uncontended = None
     if lone:
