@@ -13,8 +13,10 @@ from __future__ import annotations
 import dataclasses
 import math
 import sys
+from typing import TYPE_CHECKING
 
-from .spec import RunConfig
+if TYPE_CHECKING:  # spec -> plan -> dilation: RunConfigs are only read and replaced here
+    from .spec import RunConfig
 
 ENGINE_STEPS = 4  # steps of the D = 1 run that measures a configuration's engine seconds (1 warmup)
 

@@ -31,11 +31,13 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..labels import config_key
 from ..topology import Topology, make_topology
-from .spec import RunConfig
+
+if TYPE_CHECKING:  # spec imports this module: the plan only reads and replaces RunConfigs
+    from .spec import RunConfig
 
 
 @dataclasses.dataclass(frozen=True)

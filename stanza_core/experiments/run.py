@@ -28,6 +28,7 @@ from ..labels import run_label
 from . import compute_rounds
 from ..topology import Topology
 from .cache import Cache
+from .plan import RunPlan
 from .spec import MeasureSpec, RunConfig
 
 
@@ -208,7 +209,7 @@ def measure(spec: MeasureSpec, cache_dir: str | None = None, progress: bool = Tr
     return _finish(out, cache)
 
 
-def execute(plans: list, repeats: int, cache: Cache, out: dict[str, Any], run, *, key_extra: dict[str, Any],
+def execute(plans: list[RunPlan], repeats: int, cache: Cache, out: dict[str, Any], run, *, key_extra: dict[str, Any],
             desc: str, progress: bool = True) -> None:
     """Every plan `repeats` times (repeats interleaved: every plan once, then again) into
     out["runs"]: from the cache (keyed by the plan, the repeat and `key_extra`) or run by

@@ -16,7 +16,7 @@ from ..config import check_stanza_options
 from ..labels import config_label
 from ..launch import cli_args
 from ..netem.facts import max_link_mbit
-from . import checks
+from . import checks, plan
 
 COMPUTE_MODES = ("real", "replay")
 
@@ -215,13 +215,11 @@ class MeasureSpec:
         return [(s, k, srv, ov) for s, k in self.configs()
                 for srv, ov in ([(a, b) for a in self.ps_servers for b in self.ps_overlap] if s == "ps" else [(0, False)])]
 
-    def plans(self, cache: Any = None, *, t_here: float | None = None, t_target: float | None = None) -> list:
+    def plans(self, cache: Any = None, *, t_here: float | None = None, t_target: float | None = None) -> list[plan.RunPlan]:
         """The RunPlan (experiments.plan) of every configuration at every bandwidth of this grid:
         replayed compute at each configuration's own D (plan.replayed_plan, engine seconds from
         `cache` when self.engine); real compute at each target by the link rule with one data
         worker's step here and on the target device (`t_here`, `t_target`), or at each link_mbit."""
-        from . import plan
-
         def at(cfg: RunConfig, point: float):
             if self.replayed:
                 return plan.replayed_plan(cfg, point, cache, engine=self.engine, min_dilation=self.dilation)
