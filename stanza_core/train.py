@@ -314,6 +314,7 @@ def build_metrics(cfg, topo, device, start, everyone, replayed: dict | None = No
         "step_time_median_s": statistics.median(timed) if timed else None,
         "ranks": ranks,
         "bytes_per_step": sum(r["bytes_sent"] for r in ranks),
+        "step_clock_origin_s": zero,  # perf_counter() of step_start_s = 0: the host clock the emulator samples on
     }
     if replayed is not None:  # times: as measured here, and / D (the target device's time)
         d = replayed["dilation"]
