@@ -126,7 +126,13 @@ def caption(s: ReplaySet, benches: list[dict[str, Any]] | None = None) -> str:
     ds = _dilations(s, benches or [])
     return (f"measured: communication, for real (every tensor over the shaped links at target / D); "
             f"replayed: compute (the {s.replay_device} table profile, D = {', '.join(f'{d:g}' for d in ds)}"
-            f"{', per configuration: links and engine seconds' if s.engine else ''})")
+            f"{', per configuration: links and engine seconds' if s.engine else ''})" + slipped_note(benches or []))
+
+
+def slipped_note(benches: list[dict[str, Any]]) -> str:
+    """'; links slipped in ...' when a kept run's links carried under their set rate (netem.linkstats)."""
+    bad = [r["label"] for b in benches for r in b.get("runs") or [] if (r.get("link_check") or {}).get("slipped")]
+    return f"; links slipped (below 95 % of their rate) in {len(bad)} run(s): {', '.join(sorted(set(bad)))}" if bad else ""
 
 
 def summary(s: ReplaySet, benches: list[dict[str, Any]]) -> dict[str, Any]:
