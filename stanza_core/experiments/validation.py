@@ -19,7 +19,7 @@ from typing import Any
 
 from ..labels import run_label
 from ..perf import DEFAULT_LATENCY_S, Cluster, named_profile, predict
-from . import checks
+from .. import checks
 from .compute_rounds import device_for, mean_rounds, rounds_needed, timing_rounds
 from .plan import shaped_link
 from .replayed import ReplayParams, run_replayed
