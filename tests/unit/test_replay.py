@@ -280,3 +280,20 @@ def test_extrapolated_batches_are_reported():
     assert "extrapolated" in rep.dev.name
     model(torch.randn(8, 3, 224, 224))
     assert rep.describe()["measured"]["extrapolated_batches"] == [8]
+
+
+def test_replay_run_on_a_measured_device(as_rank0_of, tmp_path):
+    """`train --compute replay --replay-device h200-measured` on one process: AlexNet at 224x224,
+    batch 4 (below the records' 16: extrapolated, and the metrics say so)."""
+    as_rank0_of(1)
+    m = tmp_path / "m.json"
+    assert train.main(["--strategy", "local", "--model", "alexnet", "--image-size", "224", "--num-classes", "1000", "--global-batch", "4",
+                       "--steps", "2", "--device", "cpu", "--compute", "replay", "--replay-device", "h200-measured",
+                       "--dilation", "10", "--metrics", str(m), "--quiet"]) == 0
+    d = json.loads(m.read_text())["replay"]
+    assert d["source"] == "measured record" and d["device"].startswith("h200-measured (measured record")
+    assert "at batch 4 (extrapolated)" in d["device"]
+    assert d["measured"]["batches"] == [16, 32, 64, 128] and d["measured"]["extrapolated_batches"] == [4]
+    assert d["replayed_layers"] == 21  # every AlexNet leaf waits its own time
+    step = DeviceProfile(**d["profile"]).step_compute_s(4)  # at or below b16: the b16 per-call times
+    assert d["wait_s_per_rank"][0] >= 0.95 * 2 * 10 * step
