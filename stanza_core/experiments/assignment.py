@@ -15,7 +15,7 @@ import dataclasses
 from typing import Any
 
 from ..netem.facts import payload_gbps
-from ..perf import DEFAULT_LATENCY_S, Cluster, best_assignment, named_profile
+from ..perf import DEFAULT_LATENCY_S, Cluster, best_assignment, device_profile, named_profile
 from . import checks, compute_rounds, replayed, validation
 from .replayed import ReplayParams
 from .run import measure_or_skip, modelled_only
@@ -85,8 +85,9 @@ def _replayed(p: AssignmentParams, runs: list[dict[str, Any]]) -> dict[str, Any]
         for n, by_g in by_n.items():
             for g, d in by_g.items():
                 tp = {int(key.split("_k")[1]): v for key, v in d["throughput"].items()}
-                a = best_assignment(named_profile(model, p.replay_image_size, p.replay_num_classes),
-                                    Cluster(int(n), float(g), device=p.replay_device),
+                prof = named_profile(model, p.replay_image_size, p.replay_num_classes)
+                dev = device_profile(p.replay_device, prof, p.batch_per_worker).profile  # table row or measured
+                a = best_assignment(prof, Cluster(int(n), float(g), device=dev),
                                     batch_per_worker=p.batch_per_worker, fc_workers=range(1, int(n) // 2 + 1))
                 best = max(tp, key=tp.get)
                 d.update(measured_best_k=best, optimiser_k=a.best_stanza().fc_workers,

@@ -23,6 +23,7 @@ import dataclasses
 from typing import Any
 
 from ..labels import run_key, run_label
+from ..perf import device_source
 from . import checks
 from .cache import Cache
 from .dilation import config_link, replay_link
@@ -150,7 +151,8 @@ def caption(s: ReplaySet, benches: list[dict[str, Any]] | None = None) -> str:
     the D of the runs measured (of s.specs before any ran)."""
     ds = _dilations(s, benches or [])
     return (f"measured: communication, for real (every tensor over the shaped links at target / D); "
-            f"replayed: compute (the {s.replay_device} table profile, D = {', '.join(f'{d:g}' for d in ds)}"
+            f"replayed: compute (the {s.replay_device} {device_source(s.replay_device)} profile, "
+            f"D = {', '.join(f'{d:g}' for d in ds)}"
             f"{', per configuration: links and engine seconds' if s.engine else ''})")
 
 
