@@ -82,3 +82,25 @@ def test_a_record_of_another_model_is_refused(tmp_path):
     path.write_text(json.dumps(record(4, (1e-3, 1e-3), (1e-3, 1e-3))))
     with pytest.raises(ValueError, match="measured m, not tiny_cnn"):
         device_profile(str(path), named_profile("tiny_cnn", 32, 10, 4))
+
+
+def test_any_row_the_device_table_holds_resolves_everywhere(monkeypatch, capsys, as_rank0_of, tmp_path):
+    """The resolver takes whatever DEVICE_TABLE holds (an h200 row here, as the model's own rows
+    will be): perf --device and train --replay-device accept it, named as a table row."""
+    import dataclasses
+
+    from stanza_core import train
+    from stanza_core.perf import DEVICE_TABLE
+    from stanza_core.perf.__main__ import main
+
+    monkeypatch.setitem(DEVICE_TABLE, "h200", dataclasses.replace(DEVICE_TABLE["h100"], name="h200"))
+    assert device_profile("h200", named_profile("tiny_cnn", 32, 10, 4)).caption == "h200 (table)"
+    assert main(["--model", "tiny_cnn", "--image-size", "32", "--num-classes", "10", "--nodes", "4",
+                 "--device", "h200"]) == 0
+    assert "device h200 (table)" in capsys.readouterr().out
+    as_rank0_of(1)
+    m = tmp_path / "m.json"
+    assert train.main(["--strategy", "local", "--steps", "1", "--global-batch", "4", "--compute", "replay",
+                       "--replay-device", "h200", "--metrics", str(m), "--quiet"]) == 0
+    d = json.loads(m.read_text())["replay"]
+    assert (d["device"], d["source"]) == ("h200 (table)", "table")
