@@ -8,10 +8,11 @@ replayed, every byte crossing emulated links for real (benchmarks/paper_regime_r
         --out benchmarks/results/beyond_replay.json
 
 Per (model, N, target) cell: one dilation D for all its runs, so they run side by side at the
-same D (experiments.dilation.shared_replay_link: perf.replay_dilation, the largest D any run of
+same D (experiments.plan.shared_replay_link: perf.replay_dilation, the largest D any run of
 the cell needs; with --engine-s, each run's engine seconds within 5 % of its dilated step, as in
-benchmarks/paper_regime_replay.py), links shaped to perf.emulated_bandwidth(target, dilation=D)
-of TCP payload. Every run goes through `experiments.run.run_config`. Reported per run: the
+benchmarks/paper_regime_replay.py), links carrying perf.emulated_bandwidth(target, dilation=D)
+of TCP payload (experiments.plan's link rule). Every plan runs through
+`experiments.replay_bench.run_plans`. Reported per run: the
 replayed step time / D, the performance model's prediction for the same cluster, and bytes
 counted vs the model. Results are written after every run. Needs root (--modelled: no runs).
 """
@@ -21,12 +22,12 @@ import argparse
 import json
 import os
 import sys
-import time
 
 from stanza_core.experiments import dilation
-from stanza_core.experiments.run import run_config
+from stanza_core.experiments.plan import Link, plan_run, shared_replay_link
+from stanza_core.experiments.replay_bench import run_plans
 from stanza_core.experiments.spec import RunConfig
-from stanza_core.perf import Cluster, DeviceProfile, best_assignment, expected_bytes, named_profile, predict
+from stanza_core.perf import Cluster, DeviceProfile, best_assignment, named_profile, predict
 from stanza_core.perf.optimize import MICRO_BATCHES
 
 OPTION_KEYS = ("fc_conv_share", "micro_batches")
@@ -82,71 +83,40 @@ def main(argv=None) -> int:
     if a.modelled:
         print(modelled_table(a))
         return 0
-    results, engines, wanted = [], {}, a.runs.split(",")
+    engines, wanted, plans = {}, a.runs.split(","), []
     for model, profile, dev, n, gbps, runs in cells(a):
-        cfgs = {name: run_configs(a, model, n, runs[name]) for name in wanted}
-        probe = {name: cfgs[name](1.0, 1000.0) for name in wanted}  # every run's configuration checked first
-        engine_s = {name: dilation.engine_seconds_arg(
-            a.engine_s, engines, f"{model} N={n} {probe[name].label}", probe[name],
-            predict(profile, Cluster(n, 1000.0, device=dev), **runs[name]).iteration_s) for name in wanted}
-        link = cell_link(a, profile, dev, n, gbps, runs, engine_s)
-        d, seen = link.dilation, {}
-        for name in wanted:
-            kw = runs[name]
-            key = tuple(sorted((k, v) for k, v in kw.items()))
-            if key in seen:  # the same configuration as an earlier run: not run twice
-                results.append(dict(seen[key], run=name, same_as=seen[key]["run"]))
-                write(a, engines, results)
-                continue
-            pred = predict(profile, Cluster(n, link.model_gbps, device=dev), **kw)
-            cfg = cfgs[name](d, link.link_mbit)
-            t0 = time.time()
-            m = run_config(cfg, timeout_s=3600)
-            want = sum(sum(r["sent"].values()) for r in expected_bytes(
-                profile, cfg.strategy, cfg.cluster_nodes, cfg.fc_workers or None, cfg.global_batch,
-                ps_servers=cfg.ps_servers, **cfg.stanza_options))
-            target = m["step_time_median_s"] / d
-            row = {"run": name, "model": model, "nodes": n, "target_gbps": gbps, **kw, "dilation": d,
-                   "link_mbit": link.link_mbit, "device": dev.name, "label": pred.label,
-                   "engine_s": engine_s[name],
-                   "target_step_s": target, "target_steps_s": [t / d for t in m["steps_s"]],
-                   "throughput_target": kw["global_batch"] / target,
-                   "predicted_step_s": pred.iteration_s, "predicted_throughput": pred.throughput,
-                   "error": target / pred.iteration_s - 1, "bytes_per_step": m["bytes_per_step"],
-                   "expected_bytes_per_step": want, "wall_s": time.time() - t0}
-            seen[key] = row
-            results.append(row)
-            print(f"{model} N={n} {gbps:g} Gb/s {name} ({pred.label}): D={d}, target step {target * 1e3:.1f} ms "
-                  f"= {row['throughput_target']:.0f} samples/s (model {pred.throughput:.0f}), bytes "
-                  f"{'=' if row['bytes_per_step'] == want else '!='} model", file=sys.stderr, flush=True)
-            write(a, engines, results)
-    print(format_table(results))
+        cfgs = {name: run_config_of(a, model, n, runs[name]) for name in wanted}  # every run's configuration checked first
+        engine_s = {name: dilation.engine_seconds_arg(a.engine_s, engines, f"{model} N={n} {cfgs[name].label}",
+                                                      cfgs[name], dilation.model_step_s(cfgs[name], 1000.0))
+                    for name in wanted}
+        link = cell_link(a, cfgs, gbps, engine_s)  # one D for the cell: its runs side by side
+        plans += [(name, plan_run(cfgs[name], link, target_gbps=gbps,
+                                  target_step_s=dilation.model_step_s(cfgs[name], gbps), engine_s=engine_s[name]))
+                  for name in wanted]
+
+    def write(rows: list[dict]) -> None:
+        os.makedirs(os.path.dirname(os.path.abspath(a.out)), exist_ok=True)
+        with open(a.out, "w") as fh:
+            json.dump({"args": vars(a), "engine_s": engines, "runs": rows}, fh, indent=1)
+
+    print(format_table(run_plans(plans, write=write, name_key="run")))
     return 0
 
 
-def write(a, engines: dict, results: list[dict]) -> None:
-    """--out as it stands: the arguments, the engine seconds measured, every run so far."""
-    os.makedirs(os.path.dirname(os.path.abspath(a.out)), exist_ok=True)
-    with open(a.out, "w") as fh:
-        json.dump({"args": vars(a), "engine_s": engines, "runs": results}, fh, indent=1)
+def run_config_of(a, model: str, n: int, kw: dict) -> RunConfig:
+    """The RunConfig of one candidate (predict() keywords `kw`) of a cell; its plan sets D and the links."""
+    return RunConfig(model=model, image_size=224, num_classes=1000, nodes=n, strategy=kw["strategy"],
+                     fc_workers=kw["fc_workers"] or 0, global_batch=kw["global_batch"], steps=a.steps,
+                     warmup=a.warmup, link_mbit=1000.0, mtu=a.mtu, compute="replay", replay_device=a.device,
+                     **{k: kw[k] for k in OPTION_KEYS if k in kw})
 
 
-def run_configs(a, model: str, n: int, kw: dict):
-    """(D, link Mbit/s) -> the RunConfig of one candidate (predict() keywords `kw`) of a cell."""
-    def make(d: float, link_mbit: float) -> RunConfig:
-        return RunConfig(model=model, image_size=224, num_classes=1000, nodes=n, strategy=kw["strategy"],
-                         fc_workers=kw["fc_workers"] or 0, global_batch=kw["global_batch"], steps=a.steps,
-                         warmup=a.warmup, link_mbit=link_mbit, mtu=a.mtu, compute="replay", replay_device=a.device,
-                         dilation=d, **{k: kw[k] for k in OPTION_KEYS if k in kw})
-    return make
-
-
-def cell_link(a, profile, dev, n: int, gbps: float, runs: dict, engine_s: dict) -> dilation.ReplayLink:
-    """The cell's one D and link rate: the largest D any run named in `engine_s` needs (its engine
+def cell_link(a, cfgs: dict, gbps: float, engine_s: dict) -> Link:
+    """The cell's one D and link rates: the largest D any run named in `engine_s` needs (its engine
     seconds within 5 % of D x the model's step at the target), at least the links' own rule."""
-    needs = [(predict(profile, Cluster(n, gbps, device=dev), **runs[name]).iteration_s, e)
-             for name, e in engine_s.items()]
-    return dilation.shared_replay_link(gbps, n, needs, mtu=a.mtu)
+    n = next(iter(cfgs.values())).cluster_nodes
+    needs = [(dilation.model_step_s(cfgs[name], gbps), e) for name, e in engine_s.items()]
+    return shared_replay_link(gbps, n, needs, mtu=a.mtu)
 
 
 def modelled_table(a) -> str:
@@ -171,11 +141,11 @@ def format_table(results: list[dict]) -> str:
         same = {x["run"]: x for x in results if (x["model"], x["nodes"], x["target_gbps"]) ==
                 (r["model"], r["nodes"], r["target_gbps"])}
         ps, ddp = same.get("paper stanza"), same.get("ddp")
-        vs_ps = f"{r['throughput_target'] / ps['throughput_target']:.2f}x" if ps else "-"
-        m_ps = f"{r['predicted_throughput'] / ps['predicted_throughput']:.2f}x" if ps else "-"
-        vs_ddp = f"{r['throughput_target'] / ddp['throughput_target']:.2f}x" if ddp else "-"
+        vs_ps = f"{r['target_samples_per_s'] / ps['target_samples_per_s']:.2f}x" if ps else "-"
+        m_ps = f"{r['predicted_samples_per_s'] / ps['predicted_samples_per_s']:.2f}x" if ps else "-"
+        vs_ddp = f"{r['target_samples_per_s'] / ddp['target_samples_per_s']:.2f}x" if ddp else "-"
         lines.append(f"| {r['model']} | {r['nodes']} | {r['target_gbps']:g} | {r['dilation']} | {r['run']} | {r['label']} "
-                     f"| {r['throughput_target']:.0f} | {r['predicted_throughput']:.0f} | {vs_ps} | {m_ps} | {vs_ddp} "
+                     f"| {r['target_samples_per_s']:.0f} | {r['predicted_samples_per_s']:.0f} | {vs_ps} | {m_ps} | {vs_ddp} "
                      f"| {'yes' if r['bytes_per_step'] == r['expected_bytes_per_step'] else 'NO'} |")
     return "\n".join(lines)
 

@@ -8,16 +8,17 @@ Configurations: ps (one shard colocated with every worker), ps_s1 (one dedicated
 beside the N workers), ps_ov / ps_s1_ov (the same with each gradient bucket pushed as the
 backward produces it), ddp, stanza1 / stanza2 (k FC workers among the N nodes).
 
-Per run, the dilation D from `perf.replay_dilation` (`experiments.dilation.replay_link`): the emulator must hold every link at
+Per run, the dilation D from `perf.replay_dilation` (`experiments.plan.replayed_plan`): the emulator must hold every link at
 target / D with all the cluster's links busy at once, and the engine's own CPU seconds per step
 (which replay keeps: gloo's copies and reductions, Python) must stay within 5 % of the dilated
 step D x the model's step for that configuration (never below --min-dilation). --engine-s auto
 measures those seconds per configuration: a replay run at D = 1 on loopback (unshaped), its
-median step less the model's step on a 1000 Gb/s network. Links are shaped to
-`perf.emulated_bandwidth(target, dilation=D)` of TCP payload. Every run goes through `experiments.run.run_config`. Reported per
-run: the measured step time / D (target time), the performance model's prediction for the same
-cluster (perf.predict, same V100 table profile, the payload rate the links carry x D), the
-error, and the bytes counted beside perf.expected_bytes. Results are written after every run;
+median step less the model's step on a 1000 Gb/s network. Links carry
+`perf.emulated_bandwidth(target, dilation=D)` of TCP payload (experiments.plan's link rule).
+Every plan runs through `experiments.replay_bench.run_plans`. Reported per run: the measured step
+time / D (target time), the performance model's prediction for the same cluster (perf.predict,
+same V100 table profile, the payload rate the links carry x D), the error, and the bytes counted
+beside perf.expected_bytes. Results are written after every run;
 --resume keeps the runs of an earlier --out and runs only what is missing. Needs root.
 """
 from __future__ import annotations
@@ -27,13 +28,13 @@ import json
 import os
 import statistics
 import sys
-import time
 
 from stanza_core.experiments import dilation
-from stanza_core.experiments.run import run_config
+from stanza_core.experiments.plan import replayed_plan
+from stanza_core.experiments.replay_bench import run_plans
 from stanza_core.experiments.spec import RunConfig
 from stanza_core.netem import MAX_AGGREGATE_MBIT
-from stanza_core.perf import Cluster, DeviceProfile, expected_bytes, named_profile, predict
+from stanza_core.topology import Topology
 
 # name -> (strategy, k, dedicated servers, overlapped push)
 CONFIGS = {"ps": ("ps", 0, 0, False), "ps_s1": ("ps", 0, 1, False), "ps_ov": ("ps", 0, 0, True),
@@ -77,62 +78,37 @@ def main(argv=None) -> int:
         with open(a.out) as fh:
             old = json.load(fh)
         results, engines = old["runs"], old.get("engine_s", {})
-    done = {row_key(r) for r in results}
+    kept = {row_key(r): r for r in results}
+    plans = []
     for model in a.models.split(","):
-        profile = named_profile(model, 224, 1000, a.batch_per_worker)
-        dev = DeviceProfile.from_table(a.device, profile)
         for n in [int(v) for v in a.nodes.split(",")]:
             for gbps in [float(v) for v in a.target_gbps.split(",")]:
-                def cluster_for(name, rate):
-                    s, k, servers, overlap = CONFIGS[name]
-                    g = a.batch_per_worker * (n - k)
-                    pred = predict(profile, Cluster(n + servers, rate, device=dev), s, k or None, g,
-                                   ps_servers=servers, ps_overlap=overlap)
-                    return g, pred
                 for name in names:
-                    if (model, n, gbps, name) in done:
+                    if (model, n, gbps, name) in kept:
                         continue
                     s, k, servers, overlap = CONFIGS[name]
+                    cfg = RunConfig(model=model, image_size=224, num_classes=1000, nodes=n, strategy=s, fc_workers=k,
+                                    global_batch=a.batch_per_worker * data_workers(s, n, k), steps=a.steps,
+                                    warmup=a.warmup, link_mbit=1000.0, mtu=a.mtu, ps_servers=servers,
+                                    ps_overlap=overlap, compute="replay", replay_device=a.device)
+                    e = dilation.engine_seconds_arg(a.engine_s, engines, f"{model} N={n} {name}", cfg,
+                                                    dilation.model_step_s(cfg, 1000.0))
+                    plans.append((name, replayed_plan(cfg, gbps, None, engine_s=e, min_dilation=a.min_dilation)))
 
-                    def config(d, link_mbit):
-                        return RunConfig(model=model, image_size=224, num_classes=1000, nodes=n, strategy=s,
-                                         fc_workers=k, global_batch=a.batch_per_worker * (n - k), steps=a.steps,
-                                         warmup=a.warmup, link_mbit=link_mbit, mtu=a.mtu, ps_servers=servers,
-                                         ps_overlap=overlap, compute="replay", replay_device=a.device, dilation=d)
-                    engine_s = dilation.engine_seconds_arg(a.engine_s, engines, f"{model} N={n} {name}",
-                                                           config(1.0, 1000.0),
-                                                           cluster_for(name, 1000.0)[1].iteration_s)
-                    link = dilation.replay_link(gbps, n + servers, target_step_s=cluster_for(name, gbps)[1].iteration_s,
-                                                engine_s=engine_s, mtu=a.mtu, min_dilation=a.min_dilation)
-                    d, link_mbit = link.dilation, link.link_mbit
-                    # the model at the rate the links really carry (payload), scaled back by D
-                    g, pred = cluster_for(name, link.model_gbps)
-                    cfg = config(d, link_mbit)
-                    t0 = time.time()
-                    m = run_config(cfg, timeout_s=3600)
-                    want = sum(sum(r["sent"].values()) for r in expected_bytes(profile, s, n + servers, k or None, g,
-                                                                                ps_servers=servers))
-                    target = m["step_time_median_s"] / d
-                    row = {"model": model, "nodes": n, "target_gbps": gbps, "config": name, "label": cfg.label,
-                           "engine_s": engine_s, "max_aggregate_mbit": MAX_AGGREGATE_MBIT,
-                           "strategy": s, "fc_workers": k, "ps_servers": servers, "ps_overlap": overlap,
-                           "global_batch": g, "dilation": d, "link_mbit": link_mbit, "device": dev.name,
-                           "measured_step_s": m["step_time_median_s"], "target_step_s": target,
-                           "predicted_step_s": pred.iteration_s, "error": target / pred.iteration_s - 1,
-                           "target_samples_per_s": g / target, "predicted_samples_per_s": g / pred.iteration_s,
-                           "bytes_per_step": m["bytes_per_step"], "expected_bytes_per_step": want,
-                           "peak_rss_mib": [r.get("peak_rss_mib") for r in m["ranks"]], "wall_s": time.time() - t0,
-                           "finished_at": time.strftime("%Y-%m-%d %H:%M:%S")}
-                    results.append(row)
-                    print(f"{model} N={n} {gbps:g} Gb/s {cfg.label}: D={d}, target step {target * 1e3:.1f} ms "
-                          f"(model {pred.iteration_s * 1e3:.1f} ms, {100 * row['error']:+.1f} %), bytes "
-                          f"{'=' if row['bytes_per_step'] == want else '!='} model, {row['wall_s']:.0f} s",
-                          file=sys.stderr, flush=True)
-                    os.makedirs(os.path.dirname(os.path.abspath(a.out)), exist_ok=True)
-                    with open(a.out, "w") as fh:
-                        json.dump({"args": vars(a), "paper": PAPER, "engine_s": engines, "runs": results}, fh, indent=1)
-    print(format_table(results))
+    def write(rows: list[dict]) -> None:
+        os.makedirs(os.path.dirname(os.path.abspath(a.out)), exist_ok=True)
+        with open(a.out, "w") as fh:
+            json.dump({"args": vars(a), "paper": PAPER, "engine_s": engines,
+                       "max_aggregate_mbit": MAX_AGGREGATE_MBIT, "runs": results + rows}, fh, indent=1)
+
+    rows = run_plans(plans, write=write, name_key="config")
+    print(format_table(results + rows))
     return 0
+
+
+def data_workers(strategy: str, nodes: int, k: int) -> int:
+    """The data workers of a configuration on `nodes` workers (topology; servers are extra nodes)."""
+    return Topology(strategy, nodes, k, 0).data_workers
 
 
 def format_table(results: list[dict]) -> str:

@@ -18,6 +18,12 @@ off|on|both` adds the overlapped push (wait-free backprop). Stanza's N nodes inc
 workers. `vs ps` is against colocated ps without overlap; the results' summary also gives
 `speedup_vs_best_ps`, against the fastest ps variant measured.
 
+Every run records what its links carried over its timed steps and the host's load
+(`link_check`, `host_load`: netem.linkstats). A run whose links slipped (a busy link carried
+under 95 % of its set rate) is measured once more and the second run kept; a kept run that
+slipped again is marked in the results (`link_check.slipped`, the summary's `slipped_runs`) and in
+the table.
+
 Bandwidth either as emulated rates (`--link-mbit 100,200`) or as targets (`--target-gbps`):
 a target maps to the rate that gives this machine the target's communication-to-compute ratio
 (PAPER.md; perf.emulated_bandwidth):
@@ -69,7 +75,7 @@ def format_table(result: dict) -> str:
     lines = ["| target Gb/s | emulated Mbit/s | strategy | samples/s (median) | spread | vs ps | vs ddp | MB/step |",
              "|---|---|---|---|---|---|---|---|"]
     for r in result["summary"]:
-        name = run_label(r)
+        name = run_label(r) + (f" (links slipped in {r['slipped_runs']}/{r['repeats']})" if r.get("slipped_runs") else "")
         spread = f"{r['throughput_min']:.1f}-{r['throughput_max']:.1f}"
         vs = [f"{r[f'speedup_vs_{b}']:.2f}x" if r[f"speedup_vs_{b}"] else "-" for b in ("ps", "ddp")]
         lines.append(f"| {r['target_gbps'] if r['target_gbps'] is not None else '-'} | {r['link_mbit']:.0f} | {name} "
@@ -144,8 +150,7 @@ def auto_fc_workers(args) -> int:
 
     profile = named_profile(args.model, args.image_size, args.num_classes, args.global_batch // args.nodes)
     gbps = float((args.target_gbps or "").split(",")[0] or 0) or float(args.link_mbit.split(",")[0]) / 1000
-    a = best_assignment(profile, Cluster(args.nodes, gbps, device=args.target_device), args.global_batch,
-                        fc_workers=range(1, args.nodes // 2 + 1))
+    a = best_assignment(profile, Cluster(args.nodes, gbps, device=args.target_device), args.global_batch)
     return a.best_stanza().fc_workers
 
 

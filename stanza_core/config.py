@@ -113,6 +113,13 @@ class TrainConfig:
             raise ConfigError(f"--timeout-s must be > 0, got {self.timeout_s}")
         if self.bucket_mb <= 0:
             raise ConfigError(f"--bucket-mb must be > 0, got {self.bucket_mb}")
+        if self.warmup >= self.steps:
+            raise ConfigError(f"--warmup {self.warmup} leaves no timed step of --steps {self.steps}, so there is no "
+                              "throughput to report; expected --warmup < --steps (e.g. --warmup 0)")
+        if self.strategy != "stanza" and self.fc_workers not in (0, 1):
+            raise ConfigError(f"--fc-workers {self.fc_workers} applies to --strategy stanza only, not {self.strategy}")
+        if self.strategy != "ps" and self.ps_shards:
+            raise ConfigError(f"--ps-shards applies to --strategy ps only, not {self.strategy}")
         if self.resume and not self.checkpoint_dir:
             raise ConfigError("--resume needs --checkpoint-dir (where the checkpoints are)")
         if self.checkpoint_every and not self.checkpoint_dir:
@@ -171,6 +178,53 @@ class TrainConfig:
         return dataclasses.asdict(self)
 
 
+def check_layout(cfg: TrainConfig, topo) -> list[str]:
+    """What `cfg` means on the layout `topo` (topology.make_topology: its world size and data
+    workers), checked before any work: one warning line per flag given that has no effect on this
+    strategy or world size but changes nothing about the run (the training CLI prints them, rank
+    0 only).
+
+    Flags that choose what runs (the strategy's own options: --fc-workers, --ps-*, stanza's
+    options) are refused under another strategy by TrainConfig itself (a one-line ConfigError),
+    and the layout they ask for by topology.make_topology; here are the knobs that tune something
+    the chosen strategy or world size does not do."""
+    world_size, data_workers = topo.world_size, topo.data_workers
+    defaults = {f.name: f.default for f in dataclasses.fields(TrainConfig)}
+    given = lambda name: getattr(cfg, name) != defaults[name]  # noqa: E731
+    out = []
+    if world_size == 1:
+        for name, why in (("timeout_s", "there is no peer to wait for"),
+                          ("backend", "there is no process group to choose it for")):
+            if given(name):
+                out.append(f"--{name.replace('_', '-')} has no effect on one process: {why}")
+    buckets = cfg.strategy in ("ddp", "stanza") or (cfg.strategy == "ps" and cfg.ps_overlap)
+    if given("bucket_mb") and not (buckets and world_size > 1):
+        where = "on one process" if buckets else (
+            "with ps without --ps-overlap" if cfg.strategy == "ps" else f"with {cfg.strategy}")
+        out.append(f"--bucket-mb has no effect {where}: no gradient buckets are exchanged")
+    if cfg.boundary is not None and cfg.strategy != "stanza":
+        out.append(f"--boundary has no effect with {cfg.strategy}: only stanza splits the model")
+    if cfg.bn_stats == "local" and data_workers <= 1:
+        out.append("--bn-stats local has no effect with one data worker: its statistics are the global ones")
+    if cfg.exact and cfg.device == "cpu":
+        out.append("--exact has no effect with --device cpu: CPU numerics are already fp32 and deterministic")
+    if cfg.checkpoint_every and cfg.checkpoint_every >= cfg.steps:
+        out.append(f"--checkpoint-every {cfg.checkpoint_every} >= --steps {cfg.steps}: only the final checkpoint "
+                   "is written")
+    if cfg.save_every and cfg.save_every >= cfg.steps:
+        out.append(f"--save-every {cfg.save_every} >= --steps {cfg.steps}: only the final --save is written")
+    if cfg.overwrite and not (cfg.save or cfg.metrics):
+        out.append("--overwrite has no effect without --save or --metrics")
+    if cfg.compute == "replay":
+        unused = [f"--{n.replace('_', '-')}" for n in ("lr", "momentum", "weight_decay") if given(n)]
+        if cfg.dataset != defaults["dataset"]:
+            unused.append("--dataset")
+        if unused:
+            out.append(f"{', '.join(unused)} {'has' if len(unused) == 1 else 'have'} no effect with --compute replay: "
+                       "replayed compute ignores the samples' values and does not train the parameters")
+    return out
+
+
 def check_stanza_options(strategy: str, *, fc_conv_share: float = 0.0, micro_batches: int = 1,
                          boundary_dtype: str = "fp32", grad_compression: str = "none") -> None:
     """One-line ConfigError unless stanza's options beyond the paper hold valid values and are
@@ -217,10 +271,29 @@ def check_writable(flag: str, path: str, folder: bool) -> None:
             raise ConfigError(f"{flag} {path} is not writable")
         if folder:
             return
-    parent = os.path.dirname(full)
+    parent = full if folder and os.path.isdir(full) else os.path.dirname(full)
     while not os.path.exists(parent):  # the nearest existing ancestor must be a writable folder
         parent = os.path.dirname(parent)
     if not os.path.isdir(parent):
         raise ConfigError(f"{flag} {path}: {parent} is a file, not a folder")
     if not os.access(parent, os.W_OK | os.X_OK):
         raise ConfigError(f"{flag} {path}: folder {parent} is not writable")
+    _try_create(flag, path, parent, make_folder=parent != (full if folder else os.path.dirname(full)))
+
+
+def _try_create(flag: str, path: str, parent: str, make_folder: bool) -> None:
+    """Create and remove what writing `path` will create in `parent` (its first missing folder, or
+    a file beside it): permission bits do not stop root, but /proc, /sys, read-only mounts and
+    full disks do, and only trying tells."""
+    import tempfile
+
+    try:
+        if make_folder:
+            os.rmdir(tempfile.mkdtemp(prefix=".stanza-probe-", dir=parent))
+        else:
+            fd, probe = tempfile.mkstemp(prefix=".stanza-probe-", dir=parent)
+            os.close(fd)
+            os.unlink(probe)
+    except OSError as e:
+        what = "a folder" if make_folder else "a file"
+        raise ConfigError(f"{flag} {path}: cannot create {what} in {parent} ({e.strerror})") from None

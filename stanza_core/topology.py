@@ -22,6 +22,10 @@ rank order: CONV worker i takes positions [i*bc, (i+1)*bc), FC worker j (rank Nc
 [Nc*bc + j*bh, Nc*bc + (j+1)*bh), with bh = fc_batch = share * G and bc = (G - k*bh) / Nc;
 both must be whole numbers (`hybrid_batches`). Micro-batches split a worker's slice into M
 contiguous chunks, the first b % M one sample larger (`chunk_slices`).
+
+The k that fit N ranks, `fc_worker_choices(N)` = 1..N//2, is the one statement of the rule
+k <= N - k (with CONV worker i served by FC worker i % k, a larger k leaves an FC worker with no
+CONV worker); the engine, the performance model, the optimiser and every experiment ask it.
 """
 from __future__ import annotations
 
@@ -64,6 +68,11 @@ class Topology:
         """How many ranks the global batch is split over."""
         return len(self.conv_ranks)
 
+    def worker_batch(self, global_batch: int) -> int:
+        """Samples each CONV (data) worker computes per step: G over the data workers, or with
+        hybrid FC workers what their shares leave, (G - k bh) / Nc."""
+        return (global_batch - self.fc_workers * self.fc_batch) // self.data_workers
+
     @property
     def conv_group(self) -> list[int]:
         """Ranks whose CONV gradients are allreduced together (hybrid FC workers included)."""
@@ -97,8 +106,7 @@ class Topology:
 
     def batch_slice(self, rank: int, global_batch: int) -> slice:
         """Positions of the global batch that data worker `rank` (or hybrid FC worker) computes."""
-        b = (global_batch - self.fc_workers * self.fc_batch) // self.data_workers if self.fc_batch else \
-            global_batch // self.data_workers
+        b = self.worker_batch(global_batch)
         if self.fc_batch and rank in self.fc_ranks:
             start = self.data_workers * b + self.fc_ranks.index(rank) * self.fc_batch
             return slice(start, start + self.fc_batch)
@@ -136,6 +144,11 @@ class Topology:
     def _check_rank(self, rank: int):
         if not 0 <= rank < self.world_size:
             raise ValueError(f"rank {rank} out of range for world size {self.world_size}")
+
+
+def fc_worker_choices(nodes: int) -> range:
+    """The k FC workers that fit `nodes` ranks: 1..N//2 (k <= N - k, see the module docstring)."""
+    return range(1, nodes // 2 + 1)
 
 
 def hybrid_batches(global_batch: int, conv_workers: int, fc_workers: int, share: float) -> tuple[int, int]:
@@ -188,12 +201,13 @@ def make_topology(strategy: str, world_size: int, global_batch: int, fc_workers:
             raise ConfigError("stanza needs at least 2 ranks (1 CONV worker + 1 FC worker), got 1")
         if fc_workers < 1:
             raise ConfigError(f"--fc-workers must be >= 1 with stanza, got {fc_workers}")
+        fits = fc_worker_choices(world_size)
         if fc_workers >= world_size:
             raise ConfigError(f"--fc-workers {fc_workers} leaves no CONV worker with {world_size} ranks; "
-                              f"expected 1 <= k <= {world_size // 2}")
-        if fc_workers > world_size - fc_workers:
+                              f"expected 1 <= k <= {fits[-1]}")
+        if fc_workers not in fits:
             raise ConfigError(f"--fc-workers {fc_workers} on {world_size} ranks leaves an FC worker with no CONV "
-                              f"worker to serve; expected k <= N - k, i.e. k <= {world_size // 2}")
+                              f"worker to serve; expected k <= N - k, i.e. k <= {fits[-1]}")
     else:
         fc_workers = 0
     if ps_servers < 0:
@@ -224,7 +238,7 @@ def make_topology(strategy: str, world_size: int, global_batch: int, fc_workers:
         raise ConfigError(f"--global-batch {global_batch} is not divisible by the {topo.data_workers} data "
                           f"workers of {strategy} on {world_size} ranks{servers}")
     if strategy == "stanza":
-        smallest = min(b for b in ((global_batch - fc_workers * fc_batch) // topo.data_workers, fc_batch) if b)
+        smallest = min(b for b in (topo.worker_batch(global_batch), fc_batch) if b)
         if micro_batches > smallest:
             raise ConfigError(f"--micro-batches {micro_batches} exceeds the {smallest} samples of the smallest "
                               f"worker batch; expected 1..{smallest}")

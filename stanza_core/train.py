@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
+import functools
 import json
 import math
 import os
@@ -23,7 +24,7 @@ import torch
 from . import checkpoint, replay
 from .batchnorm import bn_layers, use_global_batch_stats
 from .comm import Comm, PeerError, report
-from .config import ConfigError, TrainConfig, step_save_path
+from .config import ConfigError, TrainConfig, check_layout, step_save_path
 from .data import batch_indices, open_dataset
 from .models import MIN_IMAGE_SIZE, check_model, get_model
 from .numerics import numerics_record, set_numerics
@@ -48,12 +49,18 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _help(name: str) -> str:
-    import inspect
-
-    for line in inspect.getsource(TrainConfig).splitlines():
+    for line in _config_source():
         if line.strip().startswith(name + ":") and "#" in line:
             return line.split("#", 1)[1].strip()
     return ""
+
+
+@functools.lru_cache(maxsize=1)
+def _config_source() -> tuple[str, ...]:
+    """TrainConfig's source lines, read once (inspect.getsource per flag made every start slow)."""
+    import inspect
+
+    return tuple(inspect.getsource(TrainConfig).splitlines())
 
 
 class _ArgError(Exception):
@@ -130,7 +137,7 @@ def prepare(cfg: TrainConfig) -> Prepared:
     split = None
     if cfg.strategy == "stanza":  # split once, here: a model with no valid cut fails before the group forms
         split = split_model(model, cfg.boundary, input_shape=(3, cfg.image_size, cfg.image_size),
-                            batch_size=cfg.global_batch // topo.data_workers)
+                            batch_size=topo.worker_batch(cfg.global_batch))
     bn_sync = cfg.bn_stats == "global" and topo.data_workers > 1 and bool(bn_layers(model))
     if bn_sync and split is not None and bn_layers(split.fc):
         raise ConfigError(f"{cfg.model}: batch norm on the FC side ({bn_layers(split.fc)[0][0]}) cannot use global "
@@ -142,11 +149,13 @@ def prepare(cfg: TrainConfig) -> Prepared:
     resumed = None
     if cfg.resume:
         resumed = checkpoint.load(cfg.checkpoint_dir, rank, world, dataclasses.asdict(cfg))
-    replay.prepare(cfg, model, cfg.global_batch // topo.data_workers)  # --compute replay: waits, no arithmetic
+    replay.prepare(cfg, model, topo.worker_batch(cfg.global_batch))  # --compute replay: waits, no arithmetic
     if split is not None and (unused := unused_part(topo, rank)):  # built whole (same init everywhere),
         split.release(unused)  # then a rank keeps only what it trains, before it reaches the device
     # to the device, leaving released (meta) tensors where they are (Module.to would refuse them)
     model._apply(lambda t: t if t.is_meta else t.to(device))
+    for line in check_layout(cfg, topo) if rank == 0 else []:  # input is good; a flag without effect: one line each
+        print(f"warning: {line}", file=sys.stderr)
     return Prepared(topo, device, dataset, model, split, resumed, bn_sync)
 
 
@@ -314,6 +323,7 @@ def build_metrics(cfg, topo, device, start, everyone, replayed: dict | None = No
         "step_time_median_s": statistics.median(timed) if timed else None,
         "ranks": ranks,
         "bytes_per_step": sum(r["bytes_sent"] for r in ranks),
+        "step_clock_origin_s": zero,  # perf_counter() of step_start_s = 0: the host clock the emulator samples on
     }
     if replayed is not None:  # times: as measured here, and / D (the target device's time)
         d = replayed["dilation"]

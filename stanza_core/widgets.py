@@ -34,6 +34,7 @@ from .models import MODEL_NAMES, known_model
 from .perf import Cluster, best_assignment, device_names, device_profile, named_profile, predict
 from .perf.resolve import known_device, unknown_message
 from .perf.optimize import COMPRESSIONS, MICRO_BATCHES, PAPER, share_grid
+from .topology import fc_worker_choices
 from .viz import assignment as va
 
 DEFAULT_MODELS = ("alexnet", "vgg16", "vgg19", "resnet50")
@@ -60,8 +61,9 @@ def _check(models: Sequence[str], model: str, nodes: int, max_nodes: int, bandwi
         raise ValueError(f"global_batch must be an integer >= nodes ({nodes}), got {global_batch!r}")
     if not known_device(device):
         raise ValueError(unknown_message(device))
-    if isinstance(fc_workers, bool) or not isinstance(fc_workers, int) or not 0 <= fc_workers <= nodes // 2:
-        raise ValueError(f"fc_workers must be 0 (the optimiser's k) or in 1..{nodes // 2} for {nodes} nodes "
+    fits = fc_worker_choices(nodes)
+    if isinstance(fc_workers, bool) or not isinstance(fc_workers, int) or fc_workers not in (0, *fits):
+        raise ValueError(f"fc_workers must be 0 (the optimiser's k) or in 1..{len(fits)} for {nodes} nodes "
                          f"(every FC worker serves a CONV worker), got {fc_workers!r}")
     if strategy not in STRATEGIES:
         raise ValueError(f"unknown strategy {strategy!r}; expected one of: {', '.join(STRATEGIES)}")
@@ -120,7 +122,8 @@ class Explorer:
             "device": W.Dropdown(options=list(dict.fromkeys([*device_names(), device])), value=device,
                                  description="device profile",
                                  style=style, layout=layout),
-            "fc_workers": W.IntSlider(value=max(fc_workers, 1), min=1, max=nodes // 2, description="k FC workers",
+            "fc_workers": W.IntSlider(value=max(fc_workers, 1), min=1, max=len(fc_worker_choices(nodes)),
+                                      description="k FC workers",
                                       style=style, layout=layout, continuous_update=False),
             "strategy": W.ToggleButtons(options=list(STRATEGIES), value=strategy, description="diagram of",
                                         style=style),
@@ -175,7 +178,7 @@ class Explorer:
             k = self.controls["fc_workers"]
             self._busy = True
             try:  # the slider's range follows N; its value is clamped into it
-                k.max = max(1, change["new"] // 2)
+                k.max = max(1, len(fc_worker_choices(change["new"])))
             finally:
                 self._busy = False
         self.update()
@@ -195,7 +198,7 @@ class Explorer:
         if g < n:
             raise ValueError(f"global batch {g} is smaller than the {n} nodes: every data worker needs a sample")
         wide = v["search_beyond"]
-        a = best_assignment(profile, cluster, g, fc_workers=range(1, n // 2 + 1), shares="auto" if wide else (0.0,),
+        a = best_assignment(profile, cluster, g, shares="auto" if wide else (0.0,),
                             micro_batches=MICRO_BATCHES if wide else (1,),
                             compressions=COMPRESSIONS if v["allow_compression"] else PAPER)
         valid = share_grid(g, n, k, limit=1 << 30)  # the share the engine can run nearest to the slider

@@ -14,8 +14,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from ..netem.facts import payload_gbps
 from ..perf import DEFAULT_LATENCY_S, Cluster, best_assignment, device_profile, named_profile
+from ..topology import fc_worker_choices
 from . import checks, compute_rounds, replayed, validation
 from .replayed import ReplayParams
 from .run import measure_or_skip, modelled_only
@@ -54,7 +54,7 @@ class AssignmentParams(ReplayParams):
             raise ValueError(f"nodes must be an integer >= 2 (stanza needs a CONV and an FC worker), got {self.nodes!r}")
         self.measured = MeasureSpec(model=self.model, image_size=self.image_size, num_classes=self.num_classes,
                                     nodes=self.nodes, strategies=["stanza"],
-                                    fc_workers=list(range(1, self.nodes // 2 + 1)), global_batch=self.global_batch,
+                                    fc_workers=list(fc_worker_choices(self.nodes)), global_batch=self.global_batch,
                                     steps=self.steps, warmup=self.warmup, target_gbps=[self.target_gbps],
                                     target_device=self.target_device, repeats=self.repeats)
         self.paper_models = checks.model_names(self.paper_models, self.paper_image_size, name="paper_models")
@@ -64,7 +64,7 @@ class AssignmentParams(ReplayParams):
         self.paper_gbps = checks.positive_floats("paper_gbps", self.paper_gbps)
         n = checks.positive_int("replay_nodes", self.replay_nodes, 2)
         # the paper-regime runs: stanza at every k
-        self.replay = self.replay_set(["stanza"], list(range(1, n // 2 + 1)), nodes=[n],
+        self.replay = self.replay_set(["stanza"], list(fc_worker_choices(n)), nodes=[n],
                                       target_gbps=[self.replay_gbps])
 
 
@@ -87,8 +87,7 @@ def _replayed(p: AssignmentParams, runs: list[dict[str, Any]]) -> dict[str, Any]
                 tp = {int(key.split("_k")[1]): v for key, v in d["throughput"].items()}
                 prof = named_profile(model, p.replay_image_size, p.replay_num_classes)
                 dev = device_profile(p.replay_device, prof, p.batch_per_worker).profile  # table row or measured
-                a = best_assignment(prof, Cluster(int(n), float(g), device=dev),
-                                    batch_per_worker=p.batch_per_worker, fc_workers=range(1, int(n) // 2 + 1))
+                a = best_assignment(prof, Cluster(int(n), float(g), device=dev), batch_per_worker=p.batch_per_worker)
                 best = max(tp, key=tp.get)
                 d.update(measured_best_k=best, optimiser_k=a.best_stanza().fc_workers,
                          optimiser_shortfall=1 - tp[a.best_stanza().fc_workers] / tp[best])
@@ -112,13 +111,13 @@ def _emulated(bench: dict[str, Any]) -> dict[str, Any]:
     measured_best = max(rows, key=lambda r: r["measured_throughput"])
     optimiser = max(rows, key=lambda r: (r["predicted_throughput"], -r["fc_workers"]))
     # The same question without contention: one single-process profile for every k.
-    gbps = payload_gbps(mbit, cfg.get("mtu") or 1500)
+    gbps = rows[0]["payload_gbps"]  # the payload the links carried (the runs' plan)
     lone = [r for r in bench["timing_rounds"] if r["level"] == 1]
     uncontended = None
     if lone:
         b = max(lone, key=lambda r: r["batch"])["batch"]
         dev = compute_rounds.device_for("ddp", 1, 0, b, lone, prof.params)
-        a = best_assignment(prof, Cluster(n, gbps, DEFAULT_LATENCY_S, dev), G, fc_workers=range(1, n // 2 + 1))
+        a = best_assignment(prof, Cluster(n, gbps, DEFAULT_LATENCY_S, dev), G)
         uncontended = a.best_stanza().fc_workers
     best_tp = measured_best["measured_throughput"]
     opt_tp = optimiser["measured_throughput"]
@@ -138,8 +137,8 @@ def paper_scale(p: AssignmentParams) -> dict[str, Any]:
     for name in p.paper_models:
         prof = named_profile(name, p.paper_image_size)
         for g in p.paper_gbps:
-            a = best_assignment(prof, Cluster(p.paper_nodes, g, device=p.paper_device),
-                                batch_per_worker=p.batch_per_worker)
+            dev = device_profile(p.paper_device, prof, p.batch_per_worker).profile  # table row or measured
+            a = best_assignment(prof, Cluster(p.paper_nodes, g, device=dev), batch_per_worker=p.batch_per_worker)
             stanza = sorted((x for x in a.ranking if x.strategy == "stanza"), key=lambda x: x.fc_workers)
             top = a.best_stanza()
             out.setdefault(name, {})[f"{g:g}"] = {

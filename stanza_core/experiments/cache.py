@@ -18,7 +18,7 @@ PACKAGE = Path(__file__).resolve().parents[1]
 # (the experiments' own measuring modules are added back by name below).
 _NOT_MEASURING = ("viz", "reproduce", "nbtools.py", "widgets.py", "labels.py", "experiments/")
 _MEASURING = ("experiments/spec.py", "experiments/cache.py", "experiments/run.py", "experiments/compute_rounds.py",
-              "experiments/dilation.py")
+              "experiments/dilation.py", "experiments/plan.py")
 
 
 def code_fingerprint() -> str:

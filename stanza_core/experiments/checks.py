@@ -99,11 +99,27 @@ def strategies(values, allowed: tuple[str, ...] = MEASURED_STRATEGIES) -> list[s
 
 
 def fc_workers(k, nodes: int, *, name: str = "fc_workers") -> int:
-    """k FC workers on `nodes` ranks: 1 <= k <= N // 2 (k > N - k leaves an FC worker idle)."""
-    if not _is_int(k) or not 1 <= k <= nodes // 2:
-        raise ValueError(f"{name} {k!r} with {nodes} nodes: expected 1 <= k <= {nodes // 2} "
+    """k FC workers on `nodes` ranks: one of topology.fc_worker_choices (k <= N - k)."""
+    from ..topology import fc_worker_choices
+
+    fits = fc_worker_choices(nodes)
+    if not _is_int(k) or k not in fits:
+        raise ValueError(f"{name} {k!r} with {nodes} nodes: expected 1 <= k <= {fits[-1]} "
                          f"(k > N - k leaves an FC worker no CONV worker)")
     return k
+
+
+def fc_workers_that_fit(ks, nodes: int, *, name: str = "fc_workers", needed: bool = True) -> list[int]:
+    """The k of `ks` that fit `nodes` ranks (topology.fc_worker_choices), in the order given;
+    with `needed`, a one-line error when none does."""
+    from ..topology import fc_worker_choices
+
+    fits = fc_worker_choices(nodes)
+    ks = _items(ks)
+    out = [k for k in ks if _is_int(k) and k in fits]
+    if needed and not out:
+        raise ValueError(f"{name} {ks} leave no k in 1..{fits[-1]} for {nodes} nodes")
+    return out
 
 
 def batch_divides(global_batch: int, strategy: str, nodes: int, k: int = 0) -> None:

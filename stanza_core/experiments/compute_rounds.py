@@ -174,12 +174,12 @@ def mean_rounds(*sets: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def config_rounds(strategy: str, nodes: int, fc_workers: int, global_batch: int) -> dict[str, tuple[int, int]]:
     """(level, batch) of each piece of `strategy`'s step on `nodes` (see the module docstring)."""
+    topo = Topology(strategy, nodes, fc_workers if strategy == "stanza" else 0, 0)
+    b = topo.worker_batch(global_batch)
     if strategy == "stanza":
-        topo = Topology("stanza", nodes, fc_workers, 0)
-        b = global_batch // topo.data_workers
         conv, fc = (len(topo.conv_ranks), b), (len(topo.fc_ranks), b)
         return {"conv_fwd": conv, "conv_bwd": conv, "fc_fwd": fc, "fc_bwd": fc, "update": conv, "step": conv}
-    every = (nodes, global_batch // nodes)
+    every = (nodes, b)
     return {k: every for k in (*PARTS, "update", "step")}
 
 

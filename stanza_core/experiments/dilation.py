@@ -1,70 +1,24 @@
-"""How a replayed run's dilation D and link rate are chosen (the benchmarks and notebooks 03-07).
+"""What a replayed run's dilation D is chosen from: the engine's own seconds and the model's step
+(experiments.plan resolves D and the link rates from them, once per configuration).
 
-    replay_link(target_gbps, nodes, target_step_s=..., engine_s=..., mtu=...) -> ReplayLink
-        D          perf.replay_dilation with the emulator's facts (netem.facts: the fastest link,
-                   the aggregate this machine holds), never below min_dilation
-        payload    perf.emulated_bandwidth(target, dilation=D): the TCP payload each link carries
-        link_mbit  the wire rate the shaper is set to (netem.facts.payload_per_wire_byte)
-    shared_replay_link(target_gbps, nodes, needs, ...) -> one ReplayLink for runs side by side:
-        D = the largest any of them needs
     engine_seconds(cfg, compute_only_s) -> the engine's own CPU seconds per step that replay keeps,
         measured: cfg's replay run at D = 1 on loopback, its median step less the model's step
     engine_seconds_arg("auto" | "0.2", known, key, cfg, compute_only_s) -> a benchmark's
         --engine-s: the number given, or engine_seconds measured once per key
-    config_link(cfg_at, target_gbps, cache, engine=True) -> (ReplayLink, engine seconds) of one
-        replayed configuration (the notebooks): replay_link with the engine term, the engine's
-        seconds measured once per configuration and kept in the measured-runs cache
+    model_prediction(cfg, gbps), model_step_s(cfg, gbps) -> perf.predict (its step) of a replayed
+        configuration on its device-table profile
 """
 from __future__ import annotations
 
 import dataclasses
 import math
 import sys
-from collections.abc import Callable, Iterable
-from typing import Any
+from typing import TYPE_CHECKING
 
-from .spec import RunConfig
+if TYPE_CHECKING:  # spec -> plan -> dilation: RunConfigs are only read and replaced here
+    from .spec import RunConfig
 
 ENGINE_STEPS = 4  # steps of the D = 1 run that measures a configuration's engine seconds (1 warmup)
-
-
-@dataclasses.dataclass(frozen=True)
-class ReplayLink:
-    """Where a replayed run's links stand: D, the payload rate they carry, the wire rate shaped."""
-
-    dilation: float  # D: replayed compute waits D x the device's time
-    payload_gbps: float  # TCP payload each link carries: target / D
-    link_mbit: float  # the shaper's rate (wire Mbit/s, each direction) that carries payload_gbps
-    mtu: int  # link MTU the wire rate is for
-
-    @property
-    def model_gbps(self) -> float:
-        """The bandwidth the performance model is given for this run: the payload rate x D."""
-        return self.payload_gbps * self.dilation
-
-
-def replay_link(target_gbps: float, nodes: int, *, target_step_s: float | None = None, engine_s: float = 0.0,
-                mtu: int = 9000, min_dilation: float = 1) -> ReplayLink:
-    """D and link rates of a replayed run at `target_gbps` on `nodes` emulated nodes (dedicated
-    PS servers counted): the smallest D at which this machine keeps up (perf.replay_dilation;
-    `engine_s` > 0 needs `target_step_s`, the model's step on the target), at least min_dilation."""
-    from ..netem.facts import MAX_AGGREGATE_MBIT, max_link_mbit, payload_per_wire_byte
-    from ..perf import emulated_bandwidth, replay_dilation
-
-    d = replay_dilation(target_gbps, nodes, max_link_mbit=max_link_mbit(mtu), max_aggregate_mbit=MAX_AGGREGATE_MBIT,
-                        engine_s=engine_s, target_step_s=target_step_s)
-    d = max(d, min_dilation)
-    payload = emulated_bandwidth(target_gbps, dilation=d)
-    return ReplayLink(dilation=d, payload_gbps=payload, link_mbit=1000 * payload / payload_per_wire_byte(mtu), mtu=mtu)
-
-
-def shared_replay_link(target_gbps: float, nodes: int, needs: Iterable[tuple[float, float]], *, mtu: int = 9000,
-                       min_dilation: float = 1) -> ReplayLink:
-    """One ReplayLink for several runs measured side by side at the same D: `needs` holds each
-    run's (target_step_s, engine_s); D is the largest replay_link gives any of them."""
-    d = max([replay_link(target_gbps, nodes, target_step_s=step, engine_s=eng, mtu=mtu,
-                         min_dilation=min_dilation).dilation for step, eng in needs], default=min_dilation)
-    return replay_link(target_gbps, nodes, mtu=mtu, min_dilation=d)
 
 
 def engine_seconds(cfg: RunConfig, compute_only_s: float, *, steps: int = ENGINE_STEPS, timeout_s: float = 900) -> float:
@@ -105,9 +59,9 @@ def engine_seconds_arg(value: str, known: dict[str, float], key: str, cfg: RunCo
     return known[key]
 
 
-def model_step_s(cfg: RunConfig, gbps: float) -> float:
-    """perf.predict's step time of replayed configuration `cfg` on its replay device's table
-    profile, every node (dedicated PS servers included) linked at `gbps` of payload."""
+def model_prediction(cfg: RunConfig, gbps: float):
+    """perf.predict of replayed configuration `cfg` on its replay device's profile (perf.device_profile),
+    every node (dedicated PS servers included) linked at `gbps` of payload."""
     from ..perf import Cluster, device_profile, named_profile, predict
 
     profile = named_profile(cfg.model, cfg.image_size, cfg.num_classes)
@@ -115,26 +69,9 @@ def model_step_s(cfg: RunConfig, gbps: float) -> float:
     dev = device_profile(cfg.replay_device, profile, batch).profile  # as replay.prepare resolves it
     return predict(profile, Cluster(cfg.cluster_nodes, gbps, device=dev), cfg.strategy, cfg.fc_workers or None,
                    cfg.global_batch, with_ranks=False, ps_servers=cfg.ps_servers, ps_overlap=cfg.ps_overlap,
-                   **cfg.stanza_options).iteration_s
+                   **cfg.stanza_options)
 
 
-def config_link(cfg_at: Callable[[float, float], RunConfig], target_gbps: float, cache: Any, *,
-                engine: bool = True, min_dilation: float = 1) -> tuple[ReplayLink, float]:
-    """D and link rates of one replayed configuration at `target_gbps` (`cfg_at(D, link_mbit)`
-    builds its RunConfig), and the engine seconds they allow for: replay_link with the engine
-    term, the seconds measured by engine_seconds once per configuration and kept in `cache`
-    (experiments.cache.Cache, kind "engine"). engine=False: the links alone decide D (0 s)."""
-    base = cfg_at(1.0, 1000.0)
-    secs = 0.0
-    if engine:
-        key = {**base.cache_key(), "engine_steps": ENGINE_STEPS}
-        got = cache.get("engine", key)
-        if got is None:
-            got = engine_seconds(base, model_step_s(base, 1000.0))
-            cache.put("engine", key, got)
-            print(f"{base.model} N={base.nodes} {base.label}: engine {got * 1e3:.0f} ms per step (loopback, D = 1)",
-                  flush=True)
-        secs = float(got)
-    link = replay_link(target_gbps, base.cluster_nodes, target_step_s=model_step_s(base, target_gbps),
-                       engine_s=secs, mtu=base.mtu, min_dilation=min_dilation)
-    return link, secs
+def model_step_s(cfg: RunConfig, gbps: float) -> float:
+    """model_prediction's step time."""
+    return model_prediction(cfg, gbps).iteration_s

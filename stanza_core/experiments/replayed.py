@@ -6,16 +6,16 @@ time on the replay device (a perf device-table row), so AlexNet and VGG-16 at 22
 2-core machine. Links run at target / D (perf.emulated_bandwidth with t_here = D x t_target),
 so every transfer takes the fraction of a step it takes on the target cluster.
 
-Dilation rule, per configuration (dilation.config_link, the rule of benchmarks/paper_regime_replay.py):
-D = max(dilation, perf.replay_dilation(target, N, engine_s, target_step_s)), the smallest D at
-which this machine keeps up with the emulated cluster: one link within netem's fastest link, all
-N links at once within the aggregate this machine sustains (netem.facts.MAX_AGGREGATE_MBIT), and
-the engine's own CPU seconds per step that replay keeps (gloo's copies and reductions, Python:
-measured once per configuration, a replay run at D = 1 on loopback, cached) within 5 % of the
-dilated step D x the model's step. The links alone give every configuration of a (model, N,
-target) the same D (`ReplaySet.specs`); the engine term raises it where a configuration's engine
-work is large beside its step (stanza k=1: AlexNet N=4 at 10 Gb/s from 40 to 95-130). Each
-configuration then runs as a grid of its own (one bench per configuration, `run_replayed`).
+Dilation rule, per configuration (experiments.plan.replayed_plan, the rule of the replay
+benchmarks): D = max(dilation, perf.replay_dilation(target, N, engine_s, target_step_s)), the
+smallest D at which this machine keeps up with the emulated cluster: one link within netem's
+fastest link, all N links at once within the aggregate this machine sustains
+(netem.facts.MAX_AGGREGATE_MBIT), and the engine's own CPU seconds per step that replay keeps
+(gloo's copies and reductions, Python: measured once per configuration, a replay run at D = 1 on
+loopback, cached) within 5 % of the dilated step D x the model's step. The links alone give
+every configuration of a (model, N, target) the same D (`ReplaySet.specs`: the floor); the
+engine term raises it where a configuration's engine work is large beside its step (stanza k=1:
+AlexNet N=4 at 10 Gb/s from 40 to 95-130). Every configuration runs at its own D, from its plan.
 """
 from __future__ import annotations
 
@@ -25,9 +25,8 @@ from typing import Any
 from ..labels import run_key, run_label
 from ..perf import device_source
 from . import checks
-from .cache import Cache
-from .dilation import config_link, replay_link
-from .run import measure, measure_or_skip, netem_unavailable
+from .plan import replay_link
+from .run import measure_or_skip
 from .spec import MeasureSpec
 
 PAPER_IMAGE, PAPER_CLASSES = 224, 1000
@@ -52,7 +51,7 @@ class ReplaySet:
     image_size: int = PAPER_IMAGE
     num_classes: int = PAPER_CLASSES
     engine: bool = True  # raise each configuration's D for the engine's own seconds (module docstring)
-    specs: list[MeasureSpec] = dataclasses.field(init=False)  # per model x N x target, D from the links
+    specs: list[MeasureSpec] = dataclasses.field(init=False)  # per model x N x target, D's floor from the links
 
     def __post_init__(self):
         self.models = checks.model_names(self.models, self.image_size, name="replay_models") if self.models else []
@@ -65,9 +64,7 @@ class ReplaySet:
         self.specs = []
         for m in self.models:
             for n in sizes:
-                fit = [k for k in ks if 1 <= k <= n // 2]
-                if "stanza" in self.strategies and not fit:
-                    raise ValueError(f"replay_fc_workers {ks} leave no k in 1..{n // 2} for {n} nodes")
+                fit = checks.fc_workers_that_fit(ks, n, name="replay_fc_workers", needed="stanza" in self.strategies)
                 for g in gbps:
                     d = self.dilation_for(g, n)
                     self.specs.append(MeasureSpec(
@@ -75,7 +72,7 @@ class ReplaySet:
                         strategies=self.strategies, fc_workers=fit or [1], batch_per_worker=self.batch_per_worker,
                         steps=self.steps, warmup=self.warmup, repeats=self.repeats, target_gbps=[g],
                         compute="replay", replay_device=self.replay_device, dilation=d, mtu=self.mtu,
-                        max_link_mbit=1.000001 * 1000 * g / d))  # the rule already keeps the link within reach
+                        engine=self.engine))
 
     def dilation_for(self, target_gbps: float, nodes: int) -> float:
         return float(replay_link(target_gbps, nodes, mtu=self.mtu, min_dilation=self.dilation).dilation)
@@ -112,37 +109,15 @@ class ReplayParams:
                          engine=self.replay_engine)
 
 
-def configuration_specs(s: ReplaySet, cache: Cache) -> list[tuple[MeasureSpec, float | None]]:
-    """(spec, engine seconds) per configuration of every spec of `s`: a single-configuration
-    MeasureSpec at its own D (dilation.config_link: the spec's D from the links, raised for the
-    configuration's engine seconds when s.engine), its link at target / D; the engine seconds
-    measured (None when s.engine is off)."""
-    out = []
-    for spec in s.specs:
-        (g,) = spec.target_gbps
-        for strategy, k, servers, overlap in spec.variants():
-            def cfg_at(d, mbit, spec=spec, strategy=strategy, k=k, servers=servers, overlap=overlap):
-                return dataclasses.replace(spec.run_config(strategy, k, mbit, servers, overlap), dilation=d)
-            link, engine_s = config_link(cfg_at, g, cache, engine=s.engine, min_dilation=spec.dilation)
-            out.append((dataclasses.replace(
-                spec, strategies=[strategy], fc_workers=[k or 1], ps_servers=[servers], ps_overlap=[overlap],
-                dilation=link.dilation, max_link_mbit=1.000001 * 1000 * g / link.dilation),
-                engine_s if s.engine else None))
-    return out
-
-
 def run_replayed(s: ReplaySet, cache_dir: str | None, measure_runs: bool = True) -> list[dict[str, Any]]:
-    """One bench results dict per configuration, each at its own D (configuration_specs; runs and
-    engine seconds cached, so notebooks share them), with its engine seconds ("engine_s", None
-    when s.engine is off); with measuring off or no emulated cluster here, one bench per spec of
-    `s` that says why and holds no runs."""
-    if not measure_runs or netem_unavailable():
-        return [measure_or_skip(spec, cache_dir, measure_runs) for spec in s.specs]
-    return [{**measure(spec, cache_dir), "engine_s": e} for spec, e in configuration_specs(s, Cache(cache_dir))]
+    """One bench results dict per spec of `s` (run.measure: every configuration at its own D from
+    its plan; runs and engine seconds cached, so notebooks share them); with measuring off or no
+    emulated cluster here, benches that say why and hold no runs."""
+    return [measure_or_skip(spec, cache_dir, measure_runs) for spec in s.specs]
 
 
 def _dilations(s: ReplaySet, benches: list[dict[str, Any]]) -> list[float]:
-    ran = [b["spec"]["dilation"] for b in benches if b.get("runs")]
+    ran = [r["dilation"] for b in benches for r in b.get("runs") or [] if r.get("dilation")]
     return sorted(set(ran or [spec.dilation for spec in s.specs]))
 
 
@@ -153,7 +128,13 @@ def caption(s: ReplaySet, benches: list[dict[str, Any]] | None = None) -> str:
     return (f"measured: communication, for real (every tensor over the shaped links at target / D); "
             f"replayed: compute (the {s.replay_device} {device_source(s.replay_device)} profile, "
             f"D = {', '.join(f'{d:g}' for d in ds)}"
-            f"{', per configuration: links and engine seconds' if s.engine else ''})")
+            f"{', per configuration: links and engine seconds' if s.engine else ''})" + slipped_note(benches or []))
+
+
+def slipped_note(benches: list[dict[str, Any]]) -> str:
+    """'; links slipped in ...' when a kept run's links carried under their set rate (netem.linkstats)."""
+    bad = [r["label"] for b in benches for r in b.get("runs") or [] if (r.get("link_check") or {}).get("slipped")]
+    return f"; links slipped (below 95 % of their rate) in {len(bad)} run(s): {', '.join(sorted(set(bad)))}" if bad else ""
 
 
 def summary(s: ReplaySet, benches: list[dict[str, Any]]) -> dict[str, Any]:
@@ -173,8 +154,8 @@ def summary(s: ReplaySet, benches: list[dict[str, Any]]) -> dict[str, Any]:
                 g, {"link_mbit": {}, "dilation": {}, "throughput": {}})
             key = run_key(row)
             out["labels"][key] = run_label(row)
-            d["link_mbit"][key], d["dilation"][key] = row["link_mbit"], spec["dilation"]
-            d["throughput"][key] = row["throughput"] * spec["dilation"]  # on the target: time runs D x slower here
+            d["link_mbit"][key], d["dilation"][key] = row["link_mbit"], row["dilation"]
+            d["throughput"][key] = row["target_throughput"]  # on the target: measured x D (time runs D x slower here)
             if row["strategy"] == "stanza" and run_key(row) == run_key({"strategy": "stanza",
                                                                          "fc_workers": row["fc_workers"]}):
                 d.setdefault("_stanza", {})[key] = row["fc_workers"]  # the paper's stanza (no options)

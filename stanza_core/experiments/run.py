@@ -4,13 +4,15 @@
     measure(MeasureSpec(...), cache_dir) -> bench results dict ("config", "calibration", "runs",
                                             "summary", "timing_rounds", "cache", "unavailable")
 
-`measure` takes the timing rounds the performance model needs (`compute_rounds`), maps target
-bandwidths to emulated link rates with `perf.emulated_bandwidth` (t_step_here = one data
-worker's compute step with all N nodes computing at once, the timing round at level N; targets
-whose rate exceeds what the emulator holds, `netem.max_link_mbit`, are listed as modelled only)
-and runs every configuration with `run_config`, each with the timing rounds of its own
-configuration taken right before and after it (this machine is shared). Runs and rounds are
-cached (`cache.Cache`).
+`measure` takes the timing rounds the performance model needs (`compute_rounds`), resolves the
+spec's plans (`MeasureSpec.plans`, experiments.plan: each configuration's D, payload and wire
+rates, once; real compute maps a target with t_step_here = one data worker's compute step with
+all N nodes computing at once, the timing round at level N; targets whose wire rate exceeds what
+the emulator holds, `netem.max_link_mbit`, are listed as modelled only) and runs every plan with
+`run_config`, real-compute runs each with the timing rounds of its own configuration taken right
+before and after it (this machine is shared). Runs and rounds are cached (`cache.Cache`); each
+run row carries its plan's values (`RunPlan.row`: link_mbit is the wire rate, payload_gbps the
+payload, dilation, engine_s).
 """
 from __future__ import annotations
 
@@ -24,7 +26,9 @@ from typing import Any
 
 from ..labels import run_label
 from . import compute_rounds
+from ..topology import Topology
 from .cache import Cache
+from .plan import RunPlan
 from .spec import MeasureSpec, RunConfig
 
 
@@ -40,8 +44,19 @@ def netem_unavailable() -> str | None:
 def run_config(cfg: RunConfig, *, timeout_s: float = 1800) -> dict[str, Any]:
     """Train one configuration on a fresh emulated cluster; its row: the configuration, throughput,
     median step time, every step's time (`steps_s`; replayed runs: as measured, not / D), bytes (cluster total per step and per rank, as the engine counted them),
-    the kernel's interface counters and the wall time. Raises netem's errors (no root, a failed
-    node) with the cluster removed."""
+    the kernel's interface counters, the wall time, what the links carried (`link_check`) and the
+    host's load over the timed steps. A run whose links slipped (carried under 95 % of their set
+    rate while busy: netem.linkstats) is measured once more and the second run kept, marked if it
+    slipped too; `remeasured` keeps the first one's check. Raises netem's errors (no root, a
+    failed node) with the cluster removed."""
+    row = _run_once(cfg, timeout_s)
+    if row["link_check"].get("slipped"):
+        first = {k: v for k, v in row["link_check"].items() if k != "queues"}
+        row = {**_run_once(cfg, timeout_s), "remeasured": {"link_check": first, "throughput": row["throughput"]}}
+    return row
+
+
+def _run_once(cfg: RunConfig, timeout_s: float) -> dict[str, Any]:
     from ..netem import run_training
 
     with tempfile.TemporaryDirectory(prefix="stanza-run-") as tmp:
@@ -54,7 +69,7 @@ def run_config(cfg: RunConfig, *, timeout_s: float = 1800) -> dict[str, Any]:
             "throughput": m["throughput"], "step_time_median_s": m["step_time_median_s"],
             "steps_s": [s["time_s"] for s in m["steps"]],
             "bytes_per_step": m["bytes_per_step"], "ranks": m["ranks"], "kernel": m["netem"]["kernel"],
-            "wall_s": m["netem"]["wall_s"]}
+            "wall_s": m["netem"]["wall_s"], "link_check": m["link_check"], "host_load": m["host_load"]}
 
 
 def target_step_s(model: str, image_size: int, num_classes: int, batch: int, device: str) -> float:
@@ -66,30 +81,41 @@ def target_step_s(model: str, image_size: int, num_classes: int, batch: int, dev
     return dev.step_compute_s(batch) + dev.update_s_per_param * profile.params
 
 
+def _point(run: dict) -> tuple:
+    """The bandwidth a run stands for: its target (configurations of one target may run at their
+    own D and wire rate), else its wire rate."""
+    return (0, run["target_gbps"]) if run.get("target_gbps") is not None else (1, run["link_mbit"])
+
+
 def summarize(runs: list[dict]) -> list[dict]:
-    """Per (bandwidth, configuration): median throughput over repeats, spread, speedups."""
+    """Per (bandwidth, configuration): median throughput over repeats, spread, speedups. A
+    replayed run's throughput on the target is its measured throughput x its D, and speedups
+    compare those (every configuration of a target may run at its own D)."""
     rows = []
-    for mbit in sorted({r["link_mbit"] for r in runs}):
-        here = [r for r in runs if r["link_mbit"] == mbit]
+    for point in sorted({_point(r) for r in runs}):
+        here = [r for r in runs if _point(r) == point]
         med = {}
         for label in sorted({run_label(r) for r in here}):
             same = [r for r in here if run_label(r) == label]
             tp = [r["throughput"] for r in same]
-            med[label] = statistics.median(tp)
             first = same[0]
+            d = first.get("dilation") or 1.0
+            med[label] = statistics.median(tp) * d
             rows.append({"strategy": first["strategy"], "fc_workers": first["fc_workers"],
                          "ps_servers": first.get("ps_servers") or 0, "ps_overlap": bool(first.get("ps_overlap")),
                          "fc_conv_share": first.get("fc_conv_share") or 0.0,
                          "micro_batches": first.get("micro_batches") or 1,
-                         "label": label, "link_mbit": mbit, "target_gbps": first["target_gbps"],
-                         "throughput": med[label], "throughput_min": min(tp), "throughput_max": max(tp),
-                         "repeats": len(tp), "bytes_per_step": first["bytes_per_step"]})
+                         "label": label, "link_mbit": first["link_mbit"], "payload_gbps": first.get("payload_gbps"),
+                         "dilation": d, "engine_s": first.get("engine_s"), "target_gbps": first["target_gbps"],
+                         "throughput": statistics.median(tp), "throughput_min": min(tp), "throughput_max": max(tp),
+                         "target_throughput": med[label], "repeats": len(tp), "bytes_per_step": first["bytes_per_step"],
+                         "slipped_runs": sum(bool((r.get("link_check") or {}).get("slipped")) for r in same)})
         best_ps = max((v for r, v in zip(rows[-len(med):], med.values()) if r["strategy"] == "ps"), default=None)
         for row in rows[-len(med):]:
             for base in ("ps", "ddp"):  # ps: colocated shards, no overlap
                 ref = med.get(base)
-                row[f"speedup_vs_{base}"] = row["throughput"] / ref if ref else None
-            row["speedup_vs_best_ps"] = row["throughput"] / best_ps if best_ps else None  # the fastest ps variant
+                row[f"speedup_vs_{base}"] = row["target_throughput"] / ref if ref else None
+            row["speedup_vs_best_ps"] = row["target_throughput"] / best_ps if best_ps else None  # the fastest ps
     return rows
 
 
@@ -148,11 +174,10 @@ def modelled_only(benches: list[dict[str, Any] | None]) -> str | None:
 
 
 def measure(spec: MeasureSpec, cache_dir: str | None = None, progress: bool = True) -> dict[str, Any]:
-    """Timing rounds, bandwidth mapping and every run of `spec` (cached); a bench results dict.
+    """Timing rounds (real compute), the plans of `spec` (MeasureSpec.plans: D and link rates
+    resolved once per configuration) and every run of them (cached); a bench results dict.
 
     Without root/netem: prints one line and returns the dict with "unavailable" set and no runs."""
-    from ..perf import emulated_bandwidth
-
     if not isinstance(spec, MeasureSpec):
         raise ValueError(f"measure needs a MeasureSpec, got {type(spec).__name__}")
     out = _empty(spec, netem_unavailable())
@@ -160,13 +185,18 @@ def measure(spec: MeasureSpec, cache_dir: str | None = None, progress: bool = Tr
         print(f"measured part skipped: {out['unavailable']}")
         return out
     cache = Cache(cache_dir)
-    base = {"model": spec.model, "image_size": spec.image_size, "num_classes": spec.num_classes}
     if spec.replayed:
-        return _measure_replay(spec, cache, out, progress)
+        plans = spec.plans(cache)
+        out["calibration"] = {"compute": "replay", "replay_device": spec.replay_device,
+                              "dilation": {p.label: p.dilation for p in plans}}
+        execute(plans, spec.repeats, cache, out, run_config, key_extra={}, desc="replayed runs", progress=progress)
+        return _finish(out, cache)
+    base = {"model": spec.model, "image_size": spec.image_size, "num_classes": spec.num_classes}
     with contextlib.ExitStack() as stack:
         pool = _LazyPool(stack, spec)
         # The rounds of every configuration and the one that maps targets to link rates, once.
-        calib_round = (spec.nodes, spec.global_batch // spec.nodes)
+        # the calibration round: every one of the N nodes computing its share of G at once
+        calib_round = (spec.nodes, Topology("ddp", spec.nodes, 0, 0).worker_batch(spec.global_batch))
         rounds = sorted(set(compute_rounds.rounds_needed(spec.configs(), spec.nodes, spec.global_batch))
                         | {calib_round}, key=lambda r: (-r[0], r[1]))
         keys = {r: {**base, "level": r[0], "batch": r[1], "reps": spec.timing_reps} for r in rounds}
@@ -176,62 +206,41 @@ def measure(spec: MeasureSpec, cache_dir: str | None = None, progress: bool = Tr
             cache.put("round", keys[r], got)
             have[r] = got
         out["timing_rounds"] = [have[r] for r in rounds]
+        here = there = None
         if spec.target_gbps is not None:
             here = have[calib_round]["step"]
             there = target_step_s(spec.model, spec.image_size, spec.num_classes, calib_round[1], spec.target_device)
             out["calibration"] = {"batch_per_worker": calib_round[1], "t_step_here_s": here,
                                   "t_step_target_s": there, "target_device": spec.target_device,
                                   "ratio": there / here}
-            points = [(g, 1000 * emulated_bandwidth(g, there, here)) for g in spec.target_gbps]
-            out["modelled_only_gbps"] = [g for g, m in points if m > spec.max_link_mbit]
-            points = [(g, m) for g, m in points if m <= spec.max_link_mbit]
-        else:
-            points = [(None, m) for m in spec.link_mbit]
-        todo = [(g, spec.run_config(s, k, m, srv, ov), rep) for g, m in points for rep in range(spec.repeats)
-                for s, k, srv, ov in spec.variants()]
-        _run_all(todo, cache, out, lambda cfg: _run_with_rounds(pool(), spec, cfg),
-                 key_extra={"reps": spec.timing_reps}, desc="measured runs", progress=progress)
+        plans = spec.plans(t_here=here, t_target=there)
+        out["modelled_only_gbps"] = sorted({p.target_gbps for p in plans if p.link.wire_mbit > spec.max_link_mbit})
+        plans = [p for p in plans if p.link.wire_mbit <= spec.max_link_mbit]
+        execute(plans, spec.repeats, cache, out, lambda cfg: _run_with_rounds(pool(), spec, cfg),
+                key_extra={"reps": spec.timing_reps}, desc="measured runs", progress=progress)
     return _finish(out, cache)
 
 
-def _measure_replay(spec: MeasureSpec, cache: Cache, out: dict[str, Any], progress: bool) -> dict[str, Any]:
-    """Replayed compute: every step computes in D x the replay device's time, so a target maps to
-    target / D (perf.emulated_bandwidth with t_here = D x t_target) and no timing round is needed:
-    the performance model takes the replay device's own profile, dilated (validation.predict_runs)."""
-    from ..perf import emulated_bandwidth
-
-    b = spec.batch_per_worker or spec.global_batch // spec.nodes
-    there = target_step_s(spec.model, spec.image_size, spec.num_classes, b, spec.replay_device)
-    here = spec.dilation * there
-    out["calibration"] = {"compute": "replay", "replay_device": spec.replay_device, "dilation": spec.dilation,
-                          "batch_per_worker": b, "t_step_here_s": here, "t_step_target_s": there,
-                          "target_device": spec.replay_device, "ratio": there / here}
-    points = [(g, 1000 * emulated_bandwidth(g, there, here)) for g in spec.target_gbps]
-    out["modelled_only_gbps"] = [g for g, m in points if m > spec.max_link_mbit]
-    todo = [(g, spec.run_config(s, k, m, srv, ov), rep) for g, m in points if m <= spec.max_link_mbit
-            for rep in range(spec.repeats) for s, k, srv, ov in spec.variants()]
-    _run_all(todo, cache, out, run_config, key_extra={}, desc="replayed runs", note=f", D={spec.dilation:g}",
-             progress=progress)
-    return _finish(out, cache)
-
-
-def _run_all(todo: list[tuple[float | None, RunConfig, int]], cache: Cache, out: dict[str, Any], run, *,
-             key_extra: dict[str, Any], desc: str, note: str = "", progress: bool = True) -> None:
-    """Every (target, configuration, repeat) of `todo` into out["runs"]: from the cache (keyed by
-    the configuration, the repeat and `key_extra`) or run by `run(cfg)` and cached."""
+def execute(plans: list[RunPlan], repeats: int, cache: Cache, out: dict[str, Any], run, *, key_extra: dict[str, Any],
+            desc: str, progress: bool = True) -> None:
+    """Every plan `repeats` times (repeats interleaved: every plan once, then again) into
+    out["runs"]: from the cache (keyed by the plan, the repeat and `key_extra`) or run by
+    `run(plan.config)` and cached; each row carries its plan's values (RunPlan.row)."""
+    todo = [(p, rep) for rep in range(repeats) for p in plans]
     bar = None
     if progress:
         from tqdm import tqdm
         bar = tqdm(total=len(todo), desc=desc, unit="run")
-    for g, cfg, rep in todo:
-        key = {**cfg.cache_key(), "repeat": rep, **key_extra}
+    for p, rep in todo:
+        key = p.cache_key(repeat=rep, **key_extra)
         got = cache.get("run", key)
         if got is None:
-            got = run(cfg)
+            got = run(p.config)
             cache.put("run", key, got)
-        out["runs"].append({**got, "target_gbps": g, "repeat": rep})
+        out["runs"].append({**got, **p.row(), "repeat": rep})
         if bar:
-            bar.set_postfix_str(f"{cfg.label} @ {cfg.link_mbit:.1f} Mbit/s{note}")
+            d = f", D={p.dilation:g}" if p.config.compute == "replay" else ""
+            bar.set_postfix_str(f"{p.label} @ {p.link.wire_mbit:.1f} Mbit/s{d}")
             bar.update(1)
     if bar:
         bar.close()

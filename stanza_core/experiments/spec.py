@@ -16,7 +16,7 @@ from ..config import check_stanza_options
 from ..labels import config_label
 from ..launch import cli_args
 from ..netem.facts import max_link_mbit
-from . import checks
+from . import checks, plan
 
 COMPUTE_MODES = ("real", "replay")
 
@@ -34,7 +34,7 @@ class RunConfig:
     global_batch: int  # G, split over the data workers
     steps: int  # steps, warmup included
     warmup: int = 1  # steps left out of the throughput
-    link_mbit: float  # emulated rate of every link, each direction (wire Mbit/s)
+    link_mbit: float  # shaped rate of every link, each direction (wire Mbit/s; a RunPlan sets it from its link)
     delay_ms: float = 0.0  # one-way delay on every upload link
     mtu: int = 9000  # link MTU (jumbo frames: ~1 Gbit/s per link on 2 cores)
     boundary: str | None = None  # stanza's split point (None: automatic)
@@ -146,12 +146,13 @@ class MeasureSpec:
     repeats: int = 1  # runs per configuration and bandwidth (interleaved)
     delay_ms: float = 0.0  # one-way delay added on every upload link
     mtu: int = 9000  # link MTU (the bench's default: jumbo frames)
-    max_link_mbit: float | None = None  # targets mapped above this are modelled only (None: netem's limit)
+    max_link_mbit: float | None = None  # real compute: targets whose wire rate maps above this are modelled only (None: netem's limit)
     timing_reps: int = 5  # repetitions per timing round
     boundary: str | None = None  # stanza's split point (None: automatic)
     compute: str = "real"  # real arithmetic, or "replay": per-layer waits of dilation x replay_device's times
     replay_device: str | None = None  # replay: the device profile the compute follows (perf device table)
-    dilation: float = 1.0  # replay: D; every target maps to the link rate target / D
+    dilation: float = 1.0  # replay: the smallest D (each configuration's own from experiments.plan.replay_link)
+    engine: bool = False  # replay: raise each configuration's D for its engine seconds (measured once, cached)
     ps_servers: list[int] = dataclasses.field(default_factory=lambda: [0])  # ps deployments: S extra server nodes (0: colocated)
     ps_overlap: list[bool] = dataclasses.field(default_factory=lambda: [False])  # ps: without / with the overlapped push
 
@@ -201,6 +202,8 @@ class MeasureSpec:
             self.max_link_mbit = max_link_mbit(self.mtu)
         if self.delay_ms < 0 or not self.max_link_mbit > 0:
             raise ValueError(f"delay_ms must be >= 0 and max_link_mbit > 0, got {self.delay_ms}, {self.max_link_mbit}")
+        if not isinstance(self.engine, bool) or (self.engine and self.compute != "replay"):
+            raise ValueError(f"engine must be true or false, and true only with compute='replay'; got {self.engine!r}")
         for s, k in self.configs():
             checks.batch_divides(self.global_batch_of(s, k), s, self.nodes, k)
 
@@ -212,9 +215,24 @@ class MeasureSpec:
         return [(s, k, srv, ov) for s, k in self.configs()
                 for srv, ov in ([(a, b) for a in self.ps_servers for b in self.ps_overlap] if s == "ps" else [(0, False)])]
 
+    def plans(self, cache: Any = None, *, t_here: float | None = None, t_target: float | None = None) -> list[plan.RunPlan]:
+        """The RunPlan (experiments.plan) of every configuration at every bandwidth of this grid:
+        replayed compute at each configuration's own D (plan.replayed_plan, engine seconds from
+        `cache` when self.engine); real compute at each target by the link rule with one data
+        worker's step here and on the target device (`t_here`, `t_target`), or at each link_mbit."""
+        def at(cfg: RunConfig, point: float):
+            if self.replayed:
+                return plan.replayed_plan(cfg, point, cache, engine=self.engine, min_dilation=self.dilation)
+            if self.target_gbps is not None:
+                return plan.measured_plan(cfg, point, t_target, t_here)
+            return plan.shaped_plan(cfg, point)
+
+        cfgs = [self.run_config(s, k, 1000.0, srv, ov) for s, k, srv, ov in self.variants()]
+        return [at(cfg, point) for point in (self.target_gbps or self.link_mbit) for cfg in cfgs]
+
     def run_config(self, strategy: str, fc_workers: int, link_mbit: float, ps_servers: int = 0,
                    ps_overlap: bool = False) -> RunConfig:
-        """The RunConfig of one configuration of this grid at one link rate."""
+        """The RunConfig of one configuration of this grid at one link rate (a plan sets the rate)."""
         return RunConfig(model=self.model, image_size=self.image_size, num_classes=self.num_classes,
                          nodes=self.nodes, strategy=strategy, fc_workers=fc_workers,
                          global_batch=self.global_batch_of(strategy, fc_workers),

@@ -13,7 +13,7 @@ import dataclasses
 from typing import Any
 
 from ..labels import config_label, run_key, run_label
-from ..perf import Cluster, best_assignment, emulated_bandwidth, named_profile, sweep
+from ..perf import Cluster, best_assignment, device_profile, named_profile, sweep
 from . import checks, replayed, validation
 from .replayed import ReplayParams
 from .run import measure_or_skip, modelled_only
@@ -92,11 +92,12 @@ def emulated(p: SweepParams, bench: dict[str, Any] | None) -> dict[str, Any]:
     if bench is None or bench["unavailable"] or not bench["timing_rounds"]:
         return out
     cal = bench["calibration"]
-    # The same configurations at every target rate, predicted (runs with no measurement behind them).
-    link = {g: 1000 * emulated_bandwidth(g, cal["t_step_target_s"], cal["t_step_here_s"]) for g in p.target_gbps}
-    ghost = [{"strategy": s, "fc_workers": k, "target_gbps": g, "link_mbit": link[g], "repeat": 0,
+    # The same configurations at every target rate, predicted (runs with no measurement behind
+    # them), each at its plan's link rates: the measured ones' calibration, the one link rule.
+    plans = p.predicted.plans(t_target=cal["t_step_target_s"], t_here=cal["t_step_here_s"])
+    ghost = [{"strategy": pl.config.strategy, "fc_workers": pl.config.fc_workers, **pl.row(), "repeat": 0,
               "throughput": float("nan"), "step_time_median_s": float("nan"), "bytes_per_step": None}
-             for g in p.target_gbps for s, k in p.predicted.configs()]
+             for pl in plans]
     predicted = validation.predict_runs({**bench, "runs": ghost})
     measured = {(r["target_gbps"], r["strategy"], r["fc_workers"]): r for r in validation.predict_runs(bench)}
     for row in predicted:
@@ -128,8 +129,8 @@ def paper_scale(p: SweepParams) -> dict[str, Any]:
     for name in p.paper_models:
         prof = named_profile(name, p.paper_image_size)
         for g in p.target_gbps:
-            a = best_assignment(prof, Cluster(p.paper_nodes, g, device=p.paper_device),
-                                batch_per_worker=p.batch_per_worker)
+            dev = device_profile(p.paper_device, prof, p.batch_per_worker).profile  # table row or measured
+            a = best_assignment(prof, Cluster(p.paper_nodes, g, device=dev), batch_per_worker=p.batch_per_worker)
             st = a.best_stanza()
             out.setdefault(name, {})[f"{g:g}"] = {
                 "stanza": st.throughput, "fc_workers": st.fc_workers, "ddp": a.ddp.throughput,

@@ -15,10 +15,10 @@ from pathlib import Path
 from typing import Any
 
 from ..labels import run_label
-from ..netem.facts import payload_gbps
 from ..perf import DEFAULT_LATENCY_S, Cluster, named_profile, predict
 from . import checks
 from .compute_rounds import device_for, mean_rounds, rounds_needed, timing_rounds
+from .plan import shaped_link
 from .replayed import ReplayParams, run_replayed
 from .run import measure_or_skip, modelled_only
 
@@ -31,7 +31,7 @@ def _median(values):
 
 
 def predict_runs(result: dict[str, Any], *, latency_s: float = DEFAULT_LATENCY_S,
-                 overhead_s: dict[str, float] | None = None) -> list[dict[str, Any]]:
+                 overhead_s: dict[str, float] | None = None, with_engine: bool = False) -> list[dict[str, Any]]:
     """One row per measured configuration (strategy, k, S, overlap, share, M, link rate) of a bench
     results dict with timing rounds: medians over repeats of the measured figures, the model's
     prediction with this machine's DeviceProfile for that configuration (from the runs' own rounds
@@ -40,7 +40,12 @@ def predict_runs(result: dict[str, Any], *, latency_s: float = DEFAULT_LATENCY_S
     error = predicted throughput / measured throughput - 1. The diagnostics say which term would
     have to change to match: `compute_factor` scales the model's compute (its step with free
     communication) with communication left as is; `comm_factor` scales its exposed communication
-    with compute left as is. A factor that is the same across rows points at that term."""
+    with compute left as is. A factor that is the same across rows points at that term.
+
+    Each run is predicted at its own plan's values (experiments.plan.RunPlan.row): the payload
+    rate its links carried and, replayed, its D; rows written before runs carried them: the
+    payload of their wire rate, the bench's D. `with_engine`: a replayed run's measured engine
+    seconds (its plan's engine_s) are added to its predicted step."""
     cfg, rounds = result["config"], result.get("timing_rounds") or []
     replayed = cfg.get("compute") == "replay"
     if not rounds and not replayed:
@@ -56,16 +61,19 @@ def predict_runs(result: dict[str, Any], *, latency_s: float = DEFAULT_LATENCY_S
         groups.setdefault((r["strategy"], r["fc_workers"], r["link_mbit"], opts), []).append(r)
     rows = []
     for (s, k, mbit, opts), runs in sorted(groups.items(), key=lambda g: (g[0][2], g[0][0], g[0][1], g[0][3])):
+        first = runs[0]
+        payload = first.get("payload_gbps") or shaped_link(mbit, mtu).payload_gbps
+        extra = (overhead_s or {}).get(s, 0.0) + ((first.get("engine_s") or 0.0) if with_engine else 0.0)
         layout = dict(zip(("ps_servers", "ps_overlap", "fc_conv_share", "micro_batches"), opts))
         own = [r["timing_rounds"] for r in runs if r.get("timing_rounds")]
         # later rounds win in device_for: the runs' own rounds over the bench's
         used = rounds + mean_rounds(*own) if own else rounds
         if replayed:  # the replay device's own profile, every time D x: what the engine waits
-            dev = replay_profile(profile, cfg["replay_device"], cfg["dilation"], (overhead_s or {}).get(s, 0.0))
+            dev = replay_profile(profile, cfg["replay_device"], first.get("dilation") or cfg["dilation"], extra)
         else:
-            dev = device_for(s, n, k, G, used, profile.params, (overhead_s or {}).get(s, 0.0))
+            dev = device_for(s, n, k, G, used, profile.params, extra)
         # dedicated parameter servers are nodes of the cluster beside the N workers
-        cluster = Cluster(n + layout["ps_servers"], payload_gbps(mbit, mtu), latency_s + delay_s, dev)
+        cluster = Cluster(n + layout["ps_servers"], payload, latency_s + delay_s, dev)
         p = predict(profile, cluster, s, k or None, global_batch=runs[0].get("global_batch") or G, with_ranks=False,
                     **layout)
         meas_tp = _median([r["throughput"] for r in runs])
@@ -74,7 +82,9 @@ def predict_runs(result: dict[str, Any], *, latency_s: float = DEFAULT_LATENCY_S
         compute = p.iteration_s - comm
         rows.append({
             "strategy": s, "fc_workers": k, **layout, "label": run_label({"strategy": s, "fc_workers": k, **layout}),
-            "target_gbps": runs[0].get("target_gbps"), "link_mbit": mbit, "repeats": len(runs),
+            "target_gbps": first.get("target_gbps"), "link_mbit": mbit, "payload_gbps": payload,
+            "dilation": first.get("dilation") or cfg.get("dilation") or 1.0, "engine_s": first.get("engine_s"),
+            "repeats": len(runs),
             "measured_throughput": meas_tp, "predicted_throughput": p.throughput,
             "error": p.throughput / meas_tp - 1,
             "measured_step_s": meas_step, "predicted_step_s": p.iteration_s,
@@ -203,9 +213,7 @@ class ValidationParams(ReplayParams):
         gbps = checks.positive_floats("target_gbps", self.target_gbps)
         self.specs = []
         for n in sizes:
-            fit = [k for k in ks if isinstance(k, int) and 1 <= k <= n // 2]
-            if "stanza" in self.strategies and not fit:
-                raise ValueError(f"fc_workers {ks} leave no k in 1..{n // 2} for {n} nodes")
+            fit = checks.fc_workers_that_fit(ks, n, needed="stanza" in self.strategies)
             self.specs.append(MeasureSpec(model=self.model, image_size=self.image_size, num_classes=self.num_classes,
                                           nodes=n, strategies=self.strategies, fc_workers=fit or [1],
                                           global_batch=self.global_batch, steps=self.steps, warmup=self.warmup,
@@ -236,17 +244,16 @@ def load_benches(p: ValidationParams) -> list[dict[str, Any]]:
 
 
 def _predict_bench(b: dict[str, Any], latency_s: float) -> list[dict[str, Any]]:
-    """predict_runs of one bench. A replayed bench with its engine seconds measured ("engine_s",
-    experiments.replayed.run_replayed) is predicted as the emulated run it is: the model's step on
+    """predict_runs of one bench. A replayed run with its engine seconds measured (its plan's
+    engine_s, experiments.plan.replayed_plan) is predicted as the emulated run it is: the model's step on
     the dilated device profile plus those seconds (the engine's own CPU work per step, which
     replay keeps and the target cluster would not have; measured at D = 1, apart from the run);
     each row keeps the error without them (`error_without_engine`)."""
-    e = b.get("engine_s")
-    if b["config"].get("compute") != "replay" or e is None:
-        return predict_runs(b, latency_s=latency_s)
     plain = predict_runs(b, latency_s=latency_s)
-    rows = predict_runs(b, latency_s=latency_s, overhead_s={s: e for s in ("ps", "ddp", "stanza")})
-    return [{**r, "engine_s": e, "error_without_engine": p["error"]} for r, p in zip(rows, plain)]
+    if b["config"].get("compute") != "replay" or all(r.get("engine_s") is None for r in b["runs"]):
+        return plain
+    rows = predict_runs(b, latency_s=latency_s, with_engine=True)
+    return [{**r, "error_without_engine": p["error"]} for r, p in zip(rows, plain)]
 
 
 def validate(benches: list[dict[str, Any]], latency_s: float = DEFAULT_LATENCY_S) -> dict[str, Any]:
@@ -260,7 +267,8 @@ def validate(benches: list[dict[str, Any]], latency_s: float = DEFAULT_LATENCY_S
             continue
         cfg = b["config"]
         got = calibrated(_predict_bench(b, latency_s))
-        name = (f"{cfg['model']} N={cfg['nodes']} replayed ({cfg['replay_device']}, D={cfg['dilation']:g})"
+        ds = ", ".join(f"{d:g}" for d in sorted({r["dilation"] for r in got}))
+        name = (f"{cfg['model']} N={cfg['nodes']} replayed ({cfg['replay_device']}, D={ds})"
                 if cfg.get("compute") == "replay" else f"{cfg['model']} N={cfg['nodes']} G={cfg['global_batch']}")
         for r in got:
             r.update(bench=i, bench_name=name, nodes=cfg["nodes"], compute=cfg.get("compute", "real"))
@@ -271,9 +279,9 @@ def validate(benches: list[dict[str, Any]], latency_s: float = DEFAULT_LATENCY_S
                           "timing_rounds_note": b.get("timing_rounds_note")})
     cal = [{**r, "error": r["calibrated_error"]} for r in rows if r["calibrated_error"] is not None]
     unavailable = next((b["unavailable"] for b in benches if b.get("unavailable")), None)
-    replay = sorted({(b["config"]["replay_device"], b["config"]["dilation"]) for b in benches
-                     if b.get("config", {}).get("compute") == "replay"})
-    engine = any(b.get("engine_s") is not None for b in benches if b.get("runs"))
+    replay = sorted({(b["config"]["replay_device"], r.get("dilation") or b["config"]["dilation"]) for b in benches
+                     if b.get("config", {}).get("compute") == "replay" for r in b.get("runs") or [{}]})
+    engine = any(r.get("engine_s") is not None for r in rows)
     caption = ("measured: communication, for real (shaped links); replayed runs: compute from "
                + ", ".join(f"the {d} table profile x D = {x:g}" for d, x in replay)
                + (" (predicted with each configuration's engine seconds, measured at D = 1)" if engine else "")

@@ -9,8 +9,8 @@ Words used here:
   prefix      ``stz<6 hex>``, unique per cluster; every namespace and interface name carries it
   wire bytes  the kernel's interface counters: whole Ethernet frames, headers included
 
-API: ``EmulatedCluster`` (context manager), ``run_training`` (torchrun the training CLI on it,
-metrics plus kernel counters back), ``check_link`` (measured throughput against the set rate),
+API: ``EmulatedCluster`` (context manager), ``run_training`` / ``train_on`` (torchrun the training CLI on
+a new / a given cluster: metrics, kernel counters, the link check and host load back), ``check_link`` (measured throughput against the set rate),
 ``cleanup`` (remove leftovers); the emulator's own limits in ``facts``. Shell: ``python -m stanza_core.netem --help``.
 """
 from .check import check_link, measure_flows
@@ -18,9 +18,9 @@ from .cluster import EmulatedCluster, Node, burst_bytes
 from .facts import MAX_AGGREGATE_MBIT, MAX_LINK_MBIT, max_link_mbit, payload_gbps, payload_per_wire_byte
 from .host import (NetemError, NetemUnavailable, check_host, cleanup, list_namespaces,
                    missing_requirements)
-from .launch import NodeFailure, launch, run_training
+from .launch import NodeFailure, launch, run_training, train_on
 
 __all__ = ["MAX_AGGREGATE_MBIT", "EmulatedCluster", "Node", "burst_bytes", "NetemError", "NetemUnavailable", "NodeFailure",
            "check_host", "missing_requirements", "cleanup", "list_namespaces", "launch",
-           "run_training", "check_link", "measure_flows", "MAX_LINK_MBIT", "max_link_mbit", "payload_gbps",
+           "run_training", "train_on", "check_link", "measure_flows", "MAX_LINK_MBIT", "max_link_mbit", "payload_gbps",
            "payload_per_wire_byte"]

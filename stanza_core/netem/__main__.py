@@ -109,7 +109,20 @@ def _run(ns: argparse.Namespace, train_args: list[str]) -> int:
           f"{res.get('bytes_per_step')}, wall {net['wall_s']:.1f} s")
     for k in net["kernel"]:
         print(f"  node {k['node']}: kernel tx {k['tx_bytes']} B, rx {k['rx_bytes']} B")
+    print(format_link_check(res["link_check"], res["host_load"]))
     return 0
+
+
+def format_link_check(lc: dict, load: dict | None) -> str:
+    """One line: what the busy links carried over the timed steps against the set rate, and the load."""
+    host = (f"; host CPU busy {100 * load['cpu_busy']:.0f} %, load average {load['loadavg_1m']:.1f} on "
+            f"{load['cpus']} CPUs" if load and load.get("cpu_busy") is not None else "")
+    if lc.get("carried_mbit") is None:
+        return f"links carried: not judged ({lc.get('reason')}){host}"
+    verdict = (f"SLIPPED ({', '.join(lc['slow_queues'])} under {100 * (1 - lc['tolerance']):.0f} % of the set rate)"
+               if lc["slipped"] else "within the tolerance")
+    return (f"links carried {lc['carried_mbit']:.1f} Mbit/s while busy (worst {lc['worst_mbit']:.1f}, set "
+            f"{lc['set_mbit']:g}) over the timed steps: {verdict}{host}")
 
 
 def main(argv: list[str] | None = None) -> int:

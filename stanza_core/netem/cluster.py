@@ -209,6 +209,12 @@ class EmulatedCluster:
             out.append({"node": i, "tx_bytes": tx, "rx_bytes": rx})
         return out
 
+    def queues(self) -> dict[str, list[str]]:
+        """The shaped queues, by namespace: each node's upload (its end of the veth) and the
+        switch's port towards it (the node's download)."""
+        return {self.switch_netns: [n.switch_port for n in self.nodes],
+                **{n.netns: [n.iface] for n in self.nodes}}
+
     def kill_all(self) -> None:
         """Stop every process running inside the cluster's namespaces (the cluster stays up)."""
         kill_namespace_processes([n.netns for n in self.nodes] + [self.switch_netns])

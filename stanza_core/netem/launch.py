@@ -16,6 +16,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from . import linkstats
 from .cluster import EmulatedCluster
 from .host import NetemError
 
@@ -213,25 +214,39 @@ def _metrics_path(train_args: list[str]) -> str | None:
 def run_training(nodes: int, rate_mbit: float, train_args: list[str], *, delay_ms: float = 0.0,
                  mtu: int = 1500, timeout_s: float = 900.0, log_dir: str | Path | None = None,
                  env: dict | None = None, quiet: bool = False) -> dict:
-    """``torchrun -m stanza_core.train <train_args>`` on an emulated cluster of ``nodes``.
+    """``torchrun -m stanza_core.train <train_args>`` on a fresh emulated cluster of ``nodes``
+    (removed afterwards, also on failure): ``train_on`` on it."""
+    with EmulatedCluster(nodes, rate_mbit, delay_ms, mtu=mtu) as cl:
+        return train_on(cl, train_args, timeout_s=timeout_s, log_dir=log_dir, env=env, quiet=quiet)
 
-    Returns rank 0's metrics JSON with a ``netem`` entry added: the cluster (prefix, rate,
-    delay, addresses), the wall time, and per node the kernel interface bytes of the whole run
-    (``tx_bytes`` sent, ``rx_bytes`` received; rendezvous, setup and the final gather
-    included, Ethernet/IP/TCP headers included). On failure raises NodeFailure (after printing
-    the failing node's last stderr lines unless ``quiet``); the cluster is removed either way.
+
+def train_on(cl: EmulatedCluster, train_args: list[str], *, timeout_s: float = 900.0,
+             log_dir: str | Path | None = None, env: dict | None = None, quiet: bool = False) -> dict:
+    """``torchrun -m stanza_core.train <train_args>`` on the cluster ``cl`` (left up).
+
+    Returns rank 0's metrics JSON with these added (and written back into ``--metrics`` when the
+    arguments name it):
+      netem      the cluster (prefix, rate, delay, addresses), the wall time, and per node the
+                 kernel interface bytes of the whole run (``tx_bytes`` sent, ``rx_bytes``
+                 received; rendezvous, setup and the final gather included, headers included)
+      link_check what the shaped links carried during the timed steps against their set rate,
+                 and ``slipped`` (linkstats: the rule, the 5 % tolerance)
+      host_load  the host's CPU busy share over the timed steps and its load average
+    On failure raises NodeFailure (after printing the failing node's last stderr lines unless
+    ``quiet``).
     """
     train_args = [str(a) for a in train_args]
     with tempfile.TemporaryDirectory(prefix="stanza-netem-") as tmp:
         log_dir = Path(log_dir or tmp)
-        metrics = _metrics_path(train_args)
+        given = _metrics_path(train_args)
+        metrics = given
         if metrics is None:
             metrics = str(Path(tmp) / "metrics.json")
             train_args += ["--metrics", metrics]
         metrics = os.path.abspath(metrics)
-        gpu = gpu_plan(nodes, _flag(train_args, "--device") or "auto")
-        with EmulatedCluster(nodes, rate_mbit, delay_ms, mtu=mtu) as cl:
-            before = cl.counters()
+        gpu = gpu_plan(len(cl.nodes), _flag(train_args, "--device") or "auto")
+        before = cl.counters()
+        with linkstats.Sampler(cl.queues()) as sampler:
             try:
                 wall = launch(cl, ["-m", "stanza_core.train", *train_args], timeout_s=timeout_s,
                               log_dir=log_dir, env=env, gpu=gpu)
@@ -240,14 +255,46 @@ def run_training(nodes: int, rate_mbit: float, train_args: list[str], *, delay_m
                     print(f"--- last stderr lines of node {e.node} ---\n{e.tail}",
                           file=sys.stderr)
                 raise
-            after = cl.counters()
-            desc = cl.describe()
+        after = cl.counters()
         try:
             result = json.loads(Path(metrics).read_text())
         except (OSError, ValueError) as e:
             raise NetemError(f"rank 0 wrote no readable metrics at {metrics}: {e}") from None
     kernel = [{"node": a["node"], "tx_bytes": a["tx_bytes"] - b["tx_bytes"],
                "rx_bytes": a["rx_bytes"] - b["rx_bytes"]} for a, b in zip(after, before)]
-    result["netem"] = {**desc, "wall_s": wall, "kernel": kernel,
+    result["netem"] = {**cl.describe(), "wall_s": wall, "kernel": kernel,
                        "kernel_tx_bytes_total": sum(k["tx_bytes"] for k in kernel)}
+    result["link_check"], result["host_load"] = judge_run(cl, sampler, result)
+    if given is not None:   # the user's metrics file carries what the launcher learned too
+        tmp_path = metrics + ".tmp"
+        Path(tmp_path).write_text(json.dumps(result, indent=1))
+        os.replace(tmp_path, metrics)
     return result
+
+
+def timed_window(result: dict) -> tuple[float, float] | None:
+    """The timed steps on the host's monotonic clock (perf_counter): from the first timed step's
+    start on the earliest rank to the last step's end on the latest (the warm-up steps left out,
+    as the throughput leaves them out); None for metrics without step spans."""
+    origin = result.get("step_clock_origin_s")
+    spans = [(r.get("step_start_s") or [], r.get("step_end_s") or []) for r in result.get("ranks", [])]
+    if origin is None or not spans or not all(s and e for s, e in spans):
+        return None
+    n = min(len(s) for s, _ in spans)
+    first = result["config"].get("warmup", 0)
+    first = first if first < n else 0
+    return origin + min(s[first] for s, _ in spans), origin + max(e[-1] for _, e in spans)
+
+
+def judge_run(cl: EmulatedCluster, sampler: "linkstats.Sampler", result: dict) -> tuple[dict, dict | None]:
+    """(link_check, host_load) of a finished run, over its timed steps (linkstats.link_check)."""
+    window = timed_window(result)
+    if sampler.error or window is None:
+        why = sampler.error or "the metrics carry no step times on the host clock"
+        return {"set_mbit": cl.rate_mbit, "carried_mbit": None, "slipped": None, "reason": why}, None
+    roles = {n.iface: f"node {n.index} upload" for n in cl.nodes}
+    roles.update({n.switch_port: f"node {n.index} download" for n in cl.nodes})
+    # under a netem delay an upload queue's backlog includes packets in the delay line: not judged
+    judged = {n.switch_port for n in cl.nodes} | (set() if cl.delay_ms > 0 else {n.iface for n in cl.nodes})
+    check = linkstats.link_check(sampler.rows, window, cl.rate_mbit, judged=judged, roles=roles)
+    return check, linkstats.host_load(sampler.host, *window)

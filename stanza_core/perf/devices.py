@@ -1,20 +1,24 @@
 """Compute cost of the CONV and FC parts on one device: measured, or derived from a table.
 
-A `DeviceProfile` gives, per part (conv, fc) and phase (fwd, bwd), seconds per sample and a
-floor per call; one call on a batch of b samples takes `max(call_s, b * per_sample_s)`: a
-roofline (the part is compute-bound at large b, bound by streaming its weights at small b).
-A measured profile has floors of 0, because its per-sample times were taken at a real batch.
+A `DeviceProfile` gives, per part (conv, fc) and phase (fwd, bwd), seconds per sample, a fixed
+device time per call and a floor per call; one call on a batch of b samples takes
 
-Table-derived times: with layer rows, each layer is costed by kind (compute.py: 3x3 stride-1
-convolutions with an algorithmic factor, other convolutions, GEMMs, memory-bound batch norm /
-ReLU / pooling by bytes moved), with efficiencies fitted to published measurements; without
-layer rows (a hand-made profile):
+    max(call_s, fixed_s + b * per_sample_s)
+
+fixed_s + b x per_sample_s is the device's time (kernel floors and weight streaming, plus the
+work: compute.py); call_s is the floor the host sets by launching the call's kernels (or, in
+profiles saved before compute model v2, the weight-streaming roofline floor: the same max). A
+measured profile has fixed and floor 0, because its per-sample times were taken at a real batch.
+
+Table-derived times: with layer rows, compute model v2 (compute.py) costs each layer by kind,
+with efficiencies, floors and launch cost fitted to measured steps (the constants below say
+what was fitted to what); without layer rows (a hand-made profile):
   forward FLOPs per sample from the profile (torch's FLOP counter, a multiply-add = 2 FLOPs);
   backward = 2 x forward (gradients of inputs and of weights: the usual "fwd+bwd = 3x fwd");
   sustained FLOP/s = vendor peak of the math the framework uses x an efficiency;
-  floors: forward streams the part's fp32 weights once (4 bytes/param), backward three times
-  (read W for the input gradient, read and write the accumulated weight gradient);
-  optimizer step: SGD with momentum moves 20 bytes/param (read w, g, v; write w, v).
+  floors: forward streams the part's fp32 weights once (4 bytes/param), backward three times.
+Optimizer step: torch.optim.SGD(momentum) (foreach) moves 32 bytes/param (buffer mul_, buffer
+add_ of the gradient, weight add_ of the buffer) at the memory-bound rate.
 """
 from __future__ import annotations
 
@@ -28,50 +32,83 @@ import torch
 from ..anatomy import Profile
 
 
+# Compute model v2 constants (compute.py). FITTED by benchmarks/fit_compute_model.py: 10 free
+# parameters to 25 points (24 measured H200 steps, forward+backward without hooks, from
+# stanza_core/perf/records/h200; 1 published figure, V100 ResNet-50 FP32 367 img/s);
+# mem_efficiency is a fixed prior, not fitted. Leave-one-model-out and the held-out published
+# figures: benchmarks/results/compute_model_fit.json, docs/performance-model.md (the
+# leave-one-model-out targets are missed). `--check` refits and fails if these drift.
+# Efficiencies are shares of the datasheet peaks below; volta_fp32_efficiency sits at its bound 1.0.
+FITTED: dict[str, float] = {
+    "tf32_efficiency": 0.378861,  # TF32 tensor-core convolutions (a100, h100, h200 rows)
+    "fp32_efficiency": 0.533816,  # FP32 CUDA-core convolutions on Hopper (h100-fp32, h200-fp32)
+    "volta_fp32_efficiency": 1.0,  # FP32 CUDA-core convolutions on V100 (and a100-fp32: no dual FP32 issue)
+    "winograd_factor": 1.8374,  # 3x3 stride-1 convolutions on FP32 CUDA cores
+    "conv_half_k": 164.523,  # reduction length K at which a convolution runs at half its efficiency
+    "gemm_efficiency": 0.425969,  # FP32 GEMMs (Linear layers; matmuls stay FP32 by default)
+    "weight_efficiency": 0.128367,  # share of the bandwidth a Linear layer streams its weights at
+    "mem_efficiency": 0.85,  # element-wise layers (ReLU, dropout), optimizer step
+    "reduce_efficiency": 0.468706,  # batch norm and pooling: reductions, strided and scattered access
+    "kernel_s": 1.47388e-05,  # device floor per kernel
+    "launch_s": 3.59328e-05,  # host seconds per kernel launched (eager PyTorch: Python, autograd, driver)
+}
+
+
 @dataclasses.dataclass(frozen=True)
 class DeviceSpec:
-    """One row of the device table: vendor peaks (sourced) and efficiencies (assumptions)."""
+    """One row of the device table: vendor peaks (sourced), efficiencies, floors and launch cost
+    (compute model v2: fitted, see FITTED; a datasheet-only DeviceSpec inherits the fitted floors)."""
 
     name: str
     conv_peak_flops: float  # peak FLOP/s of the math PyTorch uses for fp32 convolutions
     fc_peak_flops: float  # peak FLOP/s of the math PyTorch uses for fp32 matmuls
     mem_bytes_per_s: float  # peak memory bandwidth
-    conv_efficiency: float  # assumption: sustained / peak for the conv body
-    fc_efficiency: float  # assumption: sustained / peak for the FC head when compute-bound
-    mem_efficiency: float  # assumption: achievable / peak memory bandwidth
+    conv_efficiency: float  # sustained / peak for large convolutions
+    fc_efficiency: float  # sustained / peak for the FC head's GEMMs
+    mem_efficiency: float  # achievable / peak memory bandwidth, element-wise layers
     note: str
     winograd_factor: float = 1.0  # 3x3 stride-1 convs: direct FLOPs / the algorithm's (compute.py)
+    conv_half_k: float = FITTED["conv_half_k"]  # conv efficiency x K / (K + this)
+    reduce_efficiency: float = FITTED["reduce_efficiency"]  # achievable / peak bandwidth, batch norm and pooling
+    weight_efficiency: float = FITTED["weight_efficiency"]  # Linear weight streaming / peak bandwidth
+    kernel_s: float = FITTED["kernel_s"]  # device seconds per kernel, beside its work
+    launch_s: float = FITTED["launch_s"]  # host seconds per kernel launched
 
 
-# Vendor peaks: NVIDIA product datasheets (nvidia.com/en-us/data-center/v100, /a100, /h100):
-# V100 SXM2: 15.7 TFLOP/s FP32, 900 GB/s HBM2. A100 SXM4 80 GB: 19.5 TFLOP/s FP32, 156 TFLOP/s
-# TF32 tensor (dense), 2039 GB/s. H100 SXM5: 67 TFLOP/s FP32, 494.7 TFLOP/s TF32 tensor (dense;
-# the datasheet's 989 is with sparsity), 3350 GB/s. PyTorch runs fp32 convolutions in TF32 on
-# Ampere and later by default (torch.backends.cudnn.allow_tf32 = True) and fp32 matmuls in
-# full FP32 (torch.backends.cuda.matmul.allow_tf32 = False since 1.12): hence the two peaks.
-# "-fp32" rows: the same GPUs with TF32 off (--exact), convolutions on FP32 CUDA cores.
-#
-# Efficiencies (compute.py; fit and figures in docs/performance-model.md):
-#   FP32 CUDA-core conv/GEMM efficiency 0.66 and 3x3 algorithmic factor 1.95: FITTED to
-#     published V100 training throughput (benchmarks/fit_compute_model.py); a100-fp32 and
-#     h100-fp32 inherit them (datasheet-only rows: no figure of theirs was found);
-#   memory efficiency 0.80: prior (STREAM-like share of HBM bandwidth), not fitted;
-#   TF32 tensor-core conv efficiency 0.25 (A100) / 0.20 (H100): priors kept from the
-#     uncalibrated table; the A100 figure is held out, no H100 fp32/TF32 figure was found.
-FP32_EFFICIENCY, WINOGRAD_FACTOR, MEM_EFFICIENCY = 0.66, 1.95, 0.80
-DEVICE_TABLE: dict[str, DeviceSpec] = {
-    "v100": DeviceSpec("v100", 15.7e12, 15.7e12, 900e9, FP32_EFFICIENCY, FP32_EFFICIENCY, MEM_EFFICIENCY,
-                       "V100 SXM2 (EC2 p3): FP32 CUDA cores for convs and matmuls", WINOGRAD_FACTOR),
-    "a100": DeviceSpec("a100", 156e12, 19.5e12, 2039e9, 0.25, FP32_EFFICIENCY, MEM_EFFICIENCY,
-                       "A100 SXM4 80 GB: convs on TF32 tensor cores (implicit GEMM), matmuls FP32"),
-    "h100": DeviceSpec("h100", 494.7e12, 67e12, 3350e9, 0.20, FP32_EFFICIENCY, MEM_EFFICIENCY,
-                       "H100 SXM5: convs on TF32 tensor cores (implicit GEMM), matmuls FP32"),
-    "a100-fp32": DeviceSpec("a100-fp32", 19.5e12, 19.5e12, 2039e9, FP32_EFFICIENCY, FP32_EFFICIENCY,
-                            MEM_EFFICIENCY, "A100 SXM4 80 GB, TF32 off: FP32 CUDA cores", WINOGRAD_FACTOR),
-    "h100-fp32": DeviceSpec("h100-fp32", 67e12, 67e12, 3350e9, FP32_EFFICIENCY, FP32_EFFICIENCY,
-                            MEM_EFFICIENCY, "H100 SXM5, TF32 off: FP32 CUDA cores", WINOGRAD_FACTOR),
+# Vendor peaks: NVIDIA product datasheets (nvidia.com/en-us/data-center/v100, /a100, /h100,
+# /h200): V100 SXM2: 15.7 TFLOP/s FP32, 900 GB/s HBM2. A100 SXM4 80 GB: 19.5 TFLOP/s FP32,
+# 156 TFLOP/s TF32 tensor (dense), 2039 GB/s. H100 SXM5: 67 TFLOP/s FP32, 494.7 TFLOP/s TF32
+# tensor (dense; the datasheet's 989 is with sparsity), 3350 GB/s. H200 SXM: the same GH100 chip
+# and peaks as the H100 SXM (67 / 989 sparse TF32), 141 GB HBM3e at 4.8 TB/s. PyTorch runs fp32
+# convolutions in TF32 on Ampere and later by default (torch.backends.cudnn.allow_tf32 = True)
+# and fp32 matmuls in full FP32 (torch.backends.cuda.matmul.allow_tf32 = False since 1.12):
+# hence the two peaks. "-fp32" rows: the same GPUs with TF32 off (--exact), convolutions on
+# FP32 CUDA cores.
+#   name: (conv peak, GEMM peak, bandwidth, conv math: FITTED["<math>_efficiency"], note)
+DATASHEETS: dict[str, tuple[float, float, float, str, str]] = {
+    "v100": (15.7e12, 15.7e12, 900e9, "volta_fp32", "V100 SXM2 (EC2 p3): FP32 CUDA cores for convs and matmuls"),
+    "a100": (156e12, 19.5e12, 2039e9, "tf32", "A100 SXM4 80 GB: convs on TF32 tensor cores (implicit GEMM), matmuls FP32"),
+    "h100": (494.7e12, 67e12, 3350e9, "tf32", "H100 SXM5: convs on TF32 tensor cores (implicit GEMM), matmuls FP32"),
+    "h200": (494.7e12, 67e12, 4800e9, "tf32", "H200 SXM: convs on TF32 tensor cores (implicit GEMM), matmuls FP32"),
+    "a100-fp32": (19.5e12, 19.5e12, 2039e9, "volta_fp32", "A100 SXM4 80 GB, TF32 off: FP32 CUDA cores"),
+    "h100-fp32": (67e12, 67e12, 3350e9, "fp32", "H100 SXM5, TF32 off: FP32 CUDA cores"),
+    "h200-fp32": (67e12, 67e12, 4800e9, "fp32", "H200 SXM, TF32 off: FP32 CUDA cores"),
 }
-SGD_MOMENTUM_BYTES_PER_PARAM = 20  # read weight, grad, momentum; write weight, momentum (fp32)
+
+
+def device_spec(name: str, fitted: dict[str, float] = FITTED) -> DeviceSpec:
+    """The table row `name` (a DATASHEETS key) with the compute model's constants `fitted`."""
+    conv_peak, fc_peak, mem, math_mode, note = DATASHEETS[name]
+    tf32 = math_mode == "tf32"
+    return DeviceSpec(name, conv_peak, fc_peak, mem, fitted[f"{math_mode}_efficiency"], fitted["gemm_efficiency"],
+                      fitted["mem_efficiency"], note, 1.0 if tf32 else fitted["winograd_factor"],
+                      conv_half_k=fitted["conv_half_k"], reduce_efficiency=fitted["reduce_efficiency"],
+                      weight_efficiency=fitted["weight_efficiency"], kernel_s=fitted["kernel_s"],
+                      launch_s=fitted["launch_s"])
+
+
+DEVICE_TABLE: dict[str, DeviceSpec] = {name: device_spec(name) for name in DATASHEETS}
+SGD_MOMENTUM_BYTES_PER_PARAM = 32  # foreach SGD(momentum): buffer mul_ (8), buffer add_ grad (12), weight add_ (12)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -81,10 +118,14 @@ class DeviceProfile:
     conv_bwd_s: float  # seconds per sample, CONV body backward
     fc_fwd_s: float  # seconds per sample, FC head forward
     fc_bwd_s: float  # seconds per sample, FC head backward
-    conv_fwd_call_s: float = 0.0  # floor of one CONV forward call (weight streaming)
+    conv_fwd_call_s: float = 0.0  # floor of one CONV forward call (host launches; old profiles: weight streaming)
     conv_bwd_call_s: float = 0.0
-    fc_fwd_call_s: float = 0.0  # floor of one FC forward call (weights read once)
+    fc_fwd_call_s: float = 0.0  # floor of one FC forward call
     fc_bwd_call_s: float = 0.0
+    conv_fwd_fixed_s: float = 0.0  # device seconds of one CONV forward call beside b x conv_fwd_s (kernel floors)
+    conv_bwd_fixed_s: float = 0.0
+    fc_fwd_fixed_s: float = 0.0  # the same for the FC head (kernel floors, weight streaming)
+    fc_bwd_fixed_s: float = 0.0
     step_overhead_s: float = 0.0  # fixed seconds per step per node (data loading, launches)
     update_s_per_param: float = 0.0  # optimizer step, seconds per parameter updated
 
@@ -97,9 +138,11 @@ class DeviceProfile:
                 raise ValueError(f"DeviceProfile.{f.name} must be a finite number >= 0, got {v!r}")
 
     def time_s(self, part: str, phase: str, batch: int) -> float:
-        """Seconds of one call of `part` ("conv"/"fc") in `phase` ("fwd"/"bwd") on `batch` samples."""
-        per_sample = getattr(self, f"{part}_{phase}_s")
-        return max(getattr(self, f"{part}_{phase}_call_s"), batch * per_sample)
+        """Seconds of one call of `part` ("conv"/"fc") in `phase` ("fwd"/"bwd") on `batch` samples:
+        max(floor, fixed + batch x per-sample) (module docstring)."""
+        key = f"{part}_{phase}"
+        device = getattr(self, f"{key}_fixed_s") + batch * getattr(self, f"{key}_s")
+        return max(getattr(self, f"{key}_call_s"), device)
 
     def step_compute_s(self, batch: int) -> float:
         """Forward+backward of the whole model on `batch` samples: the t_compute of
@@ -131,20 +174,20 @@ class DeviceProfile:
     @classmethod
     def from_spec(cls, s: "DeviceSpec", profile: Profile, *, step_overhead_s: float = 0.0,
                   name: str | None = None) -> "DeviceProfile":
-        """Per-sample times of `profile`'s model on any DeviceSpec, e.g. one written from a
-        datasheet. With layer rows: the calibrated layer-by-layer model (compute.py); without
-        them (a hand-made profile): the part FLOPs at the conv/GEMM rates."""
-        from .compute import part_seconds
+        """Times of `profile`'s model on any DeviceSpec, e.g. one written from a datasheet. With
+        layer rows: compute model v2 (compute.py: work per sample, kernel floors, host launch
+        floor); without them (a hand-made profile): the part FLOPs at the conv/GEMM rates."""
+        from .compute import part_costs
 
         conv_rate, fc_rate = s.conv_peak_flops * s.conv_efficiency, s.fc_peak_flops * s.fc_efficiency
         mem = s.mem_bytes_per_s * s.mem_efficiency
-        parts = part_seconds(profile, s) or {
+        parts = part_costs(profile, s) or {
             "conv_fwd_s": profile.conv.flops / conv_rate, "conv_bwd_s": 2 * profile.conv.flops / conv_rate,
-            "fc_fwd_s": profile.fc.flops / fc_rate, "fc_bwd_s": 2 * profile.fc.flops / fc_rate}
-        return cls(name=name or f"{s.name} (datasheet)", **parts,
-                   conv_fwd_call_s=4 * profile.conv.params / mem, conv_bwd_call_s=12 * profile.conv.params / mem,
-                   fc_fwd_call_s=4 * profile.fc.params / mem, fc_bwd_call_s=12 * profile.fc.params / mem,
-                   step_overhead_s=step_overhead_s, update_s_per_param=SGD_MOMENTUM_BYTES_PER_PARAM / mem)
+            "fc_fwd_s": profile.fc.flops / fc_rate, "fc_bwd_s": 2 * profile.fc.flops / fc_rate,
+            "conv_fwd_call_s": 4 * profile.conv.params / mem, "conv_bwd_call_s": 12 * profile.conv.params / mem,
+            "fc_fwd_call_s": 4 * profile.fc.params / mem, "fc_bwd_call_s": 12 * profile.fc.params / mem}
+        return cls(name=name or f"{s.name} (datasheet)", **parts, step_overhead_s=step_overhead_s,
+                   update_s_per_param=SGD_MOMENTUM_BYTES_PER_PARAM / mem)
 
 
 def resolve_device(device, profile: Profile) -> DeviceProfile:

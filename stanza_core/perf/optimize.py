@@ -16,8 +16,10 @@ import dataclasses
 from typing import Any
 
 from ..anatomy import Profile
+from ..topology import fc_worker_choices
 from .cluster import Cluster
 from .model import DEFAULT_BATCH_PER_WORKER, DEFAULT_BUCKET_MB, Prediction, predict
+from .traffic import data_workers
 
 _SIMPLICITY = {"ddp": 0, "ps": 1, "stanza": 2}
 
@@ -84,7 +86,7 @@ def default_ps_servers(nodes: int) -> list[int]:
 def share_grid(global_batch: int, nodes: int, fc_workers: int, limit: int = MAX_SHARES) -> list[float]:
     """Shares of the global batch a hybrid FC worker can take (whole samples on every worker,
     topology.hybrid_batches), from 0 up to an even split over all N nodes, at most `limit` values."""
-    nc = nodes - fc_workers
+    nc = data_workers("stanza", nodes, fc_workers)
     # 0 (the paper's stanza) is always a candidate: an uneven split over the CONV workers is fine there
     valid = [0] + [bh for bh in range(1, global_batch // nodes + 1) if (global_batch - fc_workers * bh) % nc == 0
                    and global_batch - fc_workers * bh >= nc]
@@ -121,17 +123,18 @@ def best_assignment(profile: Profile, cluster: Cluster, global_batch: int | None
         ps_cands.append(predict(profile, cluster, "ps", **batch, ps_shards=ps_shards, ps_overlap=True,
                                 with_ranks=False))
     for s in servers:
-        if global_batch is not None and global_batch < cluster.nodes - s:
+        if global_batch is not None and global_batch < data_workers("ps", cluster.nodes, None, s):
             continue
         ps_cands += [predict(profile, cluster, "ps", **batch, ps_servers=s, ps_overlap=o, with_ranks=False)
                      for o in overlaps]
-    ks = range(1, cluster.nodes // 2 + 1) if fc_workers is None else fc_workers
+    ks = fc_worker_choices(cluster.nodes) if fc_workers is None else fc_workers
     cands = [ddp, *ps_cands]
     can_psgd = bool(getattr(profile, "conv_shapes", None))
     for k in ks:
-        if global_batch is not None and global_batch < cluster.nodes - k:
+        if global_batch is not None and global_batch < data_workers("stanza", cluster.nodes, k):
             continue  # fewer samples than CONV workers: not a valid configuration
-        G = global_batch if global_batch is not None else (batch_per_worker or DEFAULT_BATCH_PER_WORKER) * (cluster.nodes - k)
+        G = global_batch if global_batch is not None else \
+            (batch_per_worker or DEFAULT_BATCH_PER_WORKER) * data_workers("stanza", cluster.nodes, k)
         for share in (share_grid(G, cluster.nodes, k) if shares == "auto" else shares):
             for M in micro_batches:
                 for dtype, comp in compressions:

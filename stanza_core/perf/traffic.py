@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from fractions import Fraction
 
 from ..anatomy import DTYPE_BYTES, LABEL_BYTES, Profile
-from ..topology import Topology
+from ..topology import Topology, fc_worker_choices
 
 STRATEGIES = ("local", "ddp", "ps", "stanza")
 
@@ -147,11 +147,16 @@ def ps_shard_sizes(params: int, shards: int) -> list[int]:
     return [params // shards + (1 if s < params % shards else 0) for s in range(shards)]
 
 
+def layout(strategy: str, nodes: int, fc_workers: int | None, ps_servers: int = 0) -> Topology:
+    """The engine's rank layout of a configuration (topology.Topology: who computes, who serves)."""
+    return Topology(strategy, nodes, fc_workers or 0 if strategy == "stanza" else 0, 0,
+                    ps_servers=ps_servers if strategy == "ps" else 0)
+
+
 def data_workers(strategy: str, nodes: int, fc_workers: int | None, ps_servers: int = 0) -> int:
-    """How many ranks split the global batch: N, N - k for stanza, N - S for dedicated ps servers."""
-    if strategy == "stanza":
-        return nodes - fc_workers
-    return nodes - ps_servers if strategy == "ps" else nodes
+    """How many ranks split the global batch (the layout's data workers: N, N - k for stanza,
+    N - S for dedicated ps servers)."""
+    return layout(strategy, nodes, fc_workers, ps_servers).data_workers
 
 
 def split_batch(global_batch: int, workers: int) -> list[int]:
@@ -173,8 +178,9 @@ def check_config(strategy: str, nodes: int, fc_workers: int | None, ps_shards: i
         if nodes < 2:
             raise ValueError("stanza needs at least 2 nodes (one CONV worker and one FC worker)")
         # as the engine's topology: every FC worker serves at least one CONV worker (k <= N - k)
-        if isinstance(fc_workers, bool) or not isinstance(fc_workers, int) or not 1 <= fc_workers <= nodes // 2:
-            raise ValueError(f"fc_workers must be an integer in 1..{nodes // 2} for {nodes} nodes "
+        fits = fc_worker_choices(nodes)
+        if isinstance(fc_workers, bool) or not isinstance(fc_workers, int) or fc_workers not in fits:
+            raise ValueError(f"fc_workers must be an integer in 1..{fits[-1]} for {nodes} nodes "
                              f"(k <= N - k), got {fc_workers!r}")
     elif fc_workers is not None:
         raise ValueError(f"fc_workers applies to stanza only, not {strategy}")
@@ -212,7 +218,8 @@ def rank_bytes(counts: ModelCounts, strategy: str, nodes: int, fc_workers: int |
     opt = options or StanzaOptions()
     N, P, A = nodes, counts.params, counts.boundary_values
     k = fc_workers
-    nc = N - k if strategy == "stanza" else N
+    topo = layout(strategy, N, k, ps_servers)
+    nc = topo.data_workers  # the ranks that run the CONV body on data
     if strategy == "ps":
         sizes = [DTYPE_BYTES * s for s in ps_shard_sizes(P, ps_shards)]
     conv_members = nc + (k if strategy == "stanza" and opt.fc_batch else 0)
@@ -231,7 +238,7 @@ def rank_bytes(counts: ModelCounts, strategy: str, nodes: int, fc_workers: int |
             return {"rank": r, "role": "worker", "sent": _clean({"grads": g, "bn_stats": bn}),
                     "recv": _clean({"grads": g, "bn_stats": bn})}
         if strategy == "ps" and ps_servers:
-            nw = N - ps_servers  # data workers; server s is rank nw + s
+            nw = nc  # data workers; server s is rank nw + s
             if r < nw:  # pushes every shard's slice, pulls every shard back
                 bn_w = bn_stats_share(counts.bn_conv_channels + counts.bn_fc_channels, nw)  # among the workers
                 return {"rank": r, "role": "worker", "sent": _clean({"grads": DTYPE_BYTES * P, "bn_stats": bn_w}),
@@ -251,7 +258,7 @@ def rank_bytes(counts: ModelCounts, strategy: str, nodes: int, fc_workers: int |
                     "sent": _clean({"activations": w * b * A, "labels": LABEL_BYTES * b,
                                     "conv_grads": conv_ar, "bn_stats": bn}),
                     "recv": _clean({"activation_grads": w * b * A, "conv_grads": conv_ar, "bn_stats": bn})}
-        served = sum(batches[i] for i in Topology("stanza", N, k, 0).served_by(r))  # its CONV workers' samples
+        served = sum(batches[i] for i in topo.served_by(r))  # its CONV workers' samples
         hybrid = conv_ar if opt.fc_batch else 0
         return {"rank": r, "role": "fc_worker",
                 "sent": _clean({"activation_grads": w * served * A, "conv_grads": hybrid, "fc_grads": fc_ar}),
@@ -290,14 +297,16 @@ def summary_bytes(counts: ModelCounts, strategy: str, nodes: int, fc_workers: in
                 "max_node_recv": busiest}
     opt = options or StanzaOptions()
     k = fc_workers
-    nc = N - k
+    topo = layout("stanza", N, k)
+    nc = topo.data_workers
     G = sum(batches)  # samples crossing the boundary (a hybrid FC worker's own never do)
     members = nc + (k if opt.fc_batch else 0)
     conv_ar = report(ring_share(conv_grad_bytes(counts, opt.grad_compression), members))
     fc_ar = report(ring_share(DTYPE_BYTES * counts.fc_params, k))
     fc_conv = conv_ar if opt.fc_batch else 0
     bn = report(bn_stats_share(counts.bn_conv_channels, nc))  # CONV workers' batch-norm statistics
-    b0, s0 = batches[0], sum(batches[i] for i in range(0, nc, k))  # rank 0 and FC worker 0 carry the most
+    # rank 0 and the first FC worker carry the most (the first b % nc workers take one more sample)
+    b0, s0 = batches[0], sum(batches[i] for i in topo.served_by(topo.fc_ranks[0]))
     act = WIRE_BYTES[opt.boundary_dtype] * A
     return {"bytes_per_step": 2 * act * G + LABEL_BYTES * G + members * conv_ar + k * fc_ar + nc * bn,
             "max_node_sent": max(act * b0 + LABEL_BYTES * b0 + conv_ar + bn, act * s0 + fc_ar + fc_conv),
@@ -317,7 +326,7 @@ def stanza_options(strategy: str, nodes: int, fc_workers: int | None, global_bat
             raise ValueError(f"share, micro-batches and compression apply to stanza only, not {strategy}")
         n = data_workers(strategy, nodes, fc_workers, ps_servers)
         return StanzaOptions(), split_batch(global_batch, n)
-    nc = nodes - fc_workers
+    nc = data_workers(strategy, nodes, fc_workers)
     try:
         bc, bh = hybrid_batches(global_batch, nc, fc_workers, fc_conv_share) if fc_conv_share else (None, 0)
     except ConfigError as e:

@@ -87,7 +87,7 @@ class Stanza(Strategy):
     def __init__(self, *args):
         super().__init__(*args)
         cfg, topo = self.cfg, self.topo
-        self.b = cfg.global_batch // topo.data_workers
+        self.b = topo.worker_batch(cfg.global_batch)
         if self.split is None:
             raise ValueError("stanza needs the SplitModel built by train.prepare()")
         self.boundary_shape = self.split.boundary_shape  # per sample, probed once in eval mode

@@ -34,12 +34,15 @@ def measured_throughput(results: dict[str, Any]) -> go.Figure:
             text = "" if row["strategy"] != "stanza" else (
                 f"{row['speedup_vs_ps']:.2f}x ps<br>{row['speedup_vs_ddp']:.2f}x ddp"
                 if row["speedup_vs_ps"] and row["speedup_vs_ddp"] else "")
+            slip = (f" (links slipped in {row['slipped_runs']} of {row['repeats']} runs: below 95 % of their rate)"
+                    if row.get("slipped_runs") else "")
+            text += "<br>links slipped" if slip else ""
             fig.add_bar(x=[f"{n} nodes ({row['link_mbit']:.0f} Mbit/s)"], y=[row["throughput"]], name=name,
                         legendgroup=name, showlegend=name not in seen, text=[text], textposition="outside",
                         marker_color=STRATEGY_COLORS[row["strategy"]],
                         error_y=dict(type="data", symmetric=False, array=[row["throughput_max"] - row["throughput"]],
                                      arrayminus=[row["throughput"] - row["throughput_min"]]),
-                        hovertemplate=f"{name}: %{{y:.2f}} samples/s<extra></extra>")
+                        hovertemplate=f"{name}: %{{y:.2f}} samples/s{slip}<extra></extra>")
             seen.add(name)
     fig.update_layout(barmode="group")
     fig.update_yaxes(title_text="samples/s (median over repeats; bars: min-max)", rangemode="tozero")

@@ -5,6 +5,7 @@ import pytest
 from papermill.exceptions import PapermillExecutionError
 
 from stanza_core.netem import missing_requirements
+from stanza_core.netem.facts import payload_per_wire_byte
 from stanza_core.perf import Cluster, best_assignment, named_profile
 
 pytestmark = pytest.mark.slow
@@ -25,7 +26,7 @@ def test_tiny_run_measures_one_target_and_models_the_rest(spec, run_notebook, be
     assert e["unavailable"] is None and set(e["by_gbps"]) == {"10", "25", "100"}
     ratio = e["calibration"]["ratio"]
     for g, d in e["by_gbps"].items():  # one ratio maps every target to its emulated rate
-        assert d["link_mbit"] == pytest.approx(float(g) * 1000 * ratio, rel=1e-9)
+        assert d["link_mbit"] == pytest.approx(float(g) * 1000 * ratio / payload_per_wire_byte(9000), rel=1e-9)
         assert set(d["predicted"]) == {"ps", "ddp", "stanza_k1"}
     assert set(e["by_gbps"]["25"]["measured"]) == {"ps", "ddp", "stanza_k1"}
     assert not e["by_gbps"]["10"]["measured"] and not e["by_gbps"]["100"]["measured"]

@@ -39,9 +39,11 @@ def test_tiny_run_predicts_every_measured_configuration(spec, run_notebook, benc
     small = named_profile("cifar_alexnet", 32, 10)
     for r in replayed:
         G = 32 * (3 - r["fc_workers"])
-        c = Cluster(3, payload_gbps(r["link_mbit"], 9000), 50e-6, replay_profile(small, "v100", D))
+        # the run's plan: the links carry target / D of payload, shaped at the wire rate carrying it
+        assert r["dilation"] == D and r["payload_gbps"] == pytest.approx(10.0 / D, rel=1e-12)
+        assert payload_gbps(r["link_mbit"], 9000) == pytest.approx(r["payload_gbps"], rel=1e-6)
+        c = Cluster(3, r["payload_gbps"], 50e-6, replay_profile(small, "v100", D))
         p = predict(small, c, r["strategy"], r["fc_workers"] or None, global_batch=G)
-        assert r["link_mbit"] == pytest.approx(10_000 / D)
         assert r["predicted_throughput"] == pytest.approx(p.throughput, rel=1e-12)
     rows = [r for r in everything if r["compute"] != "replay"]  # the real-compute anchor
     assert results["unavailable"] is None and sorted(r["label"] for r in rows) == ["ddp", "ps", "stanza k=1"]
@@ -59,7 +61,8 @@ def test_tiny_run_predicts_every_measured_configuration(spec, run_notebook, benc
         # Each run carries the rounds of its configuration, timed right before and after it.
         assert r["rounds_source"] == "run"
         dev = device_for(r["strategy"], 3, r["fc_workers"], 6, r["timing_rounds"], prof.params)
-        c = Cluster(3, payload_gbps(r["link_mbit"], 9000), 50e-6, dev)
+        c = Cluster(3, r["payload_gbps"], 50e-6, dev)
+        assert payload_gbps(r["link_mbit"], 9000) == pytest.approx(r["payload_gbps"], rel=1e-6)
         p = predict(prof, c, r["strategy"], r["fc_workers"] or None, global_batch=6)
         assert r["predicted_throughput"] == pytest.approx(p.throughput, rel=1e-12)
         assert r["error"] == pytest.approx(p.throughput / r["measured_throughput"] - 1, rel=1e-9)

@@ -10,8 +10,9 @@ from pathlib import Path
 import pytest
 
 from stanza_core import viz
-from stanza_core.experiments import dilation, replayed, validation
+from stanza_core.experiments import dilation, plan, replay_bench, replayed, validation
 from stanza_core.experiments.cache import Cache
+from stanza_core.experiments.run import summarize
 from stanza_core.experiments.spec import MeasureSpec, RunConfig
 from stanza_core.netem.facts import MAX_AGGREGATE_MBIT, max_link_mbit, payload_gbps, payload_per_wire_byte
 from stanza_core.perf import Cluster, DeviceProfile, emulated_bandwidth, named_profile, predict, replay_dilation
@@ -80,7 +81,7 @@ def test_a_replayed_run_is_predicted_with_the_dilated_device_profile():
     assert row["error"] == pytest.approx(p.throughput / 10.0 - 1, rel=1e-12)
     # with its engine seconds measured, a replayed run is predicted as the emulated run: the
     # dilated step plus those seconds; the error without them is kept beside
-    out = validation.validate([{"config": cfg, "runs": [run], "timing_rounds": [], "engine_s": 0.3}])
+    out = validation.validate([{"config": cfg, "runs": [{**run, "engine_s": 0.3}], "timing_rounds": []}])
     (r,) = out["rows"]
     q = predict(prof, Cluster(4, payload_gbps(500.0, 9000), 50e-6, validation.replay_profile(prof, "v100", 20.0, 0.3)),
                 "stanza", 1, global_batch=96)
@@ -110,38 +111,41 @@ def test_a_replayed_run_is_predicted_with_the_dilated_device_profile():
 def test_replayed_figure_says_what_is_measured_and_what_replayed():
     s = replayed.ReplaySet(models=["alexnet"], nodes=[4], strategies=["ddp", "stanza"], fc_workers=[1],
                            target_gbps=[10.0])
-    bench = {"spec": s.specs[0].to_dict(), "unavailable": None, "summary": [
-        {"strategy": "ddp", "fc_workers": 0, "target_gbps": 10.0, "link_mbit": 500.0, "throughput": 2.0,
-         "speedup_vs_ps": None, "speedup_vs_ddp": 1.0},
-        {"strategy": "stanza", "fc_workers": 1, "target_gbps": 10.0, "link_mbit": 500.0, "throughput": 8.0,
-         "speedup_vs_ps": None, "speedup_vs_ddp": 4.0}]}
+    D = s.specs[0].dilation
+    # the runs' summary (run.summarize): stanza k=1 ran at its own D, twice the links' one
+    runs = [{"strategy": "ddp", "fc_workers": 0, "target_gbps": 10.0, "link_mbit": 500.0, "dilation": D,
+             "throughput": 2.0, "bytes_per_step": 1},
+            {"strategy": "stanza", "fc_workers": 1, "target_gbps": 10.0, "link_mbit": 250.0, "dilation": 2 * D,
+             "throughput": 4.0, "bytes_per_step": 1}]
+    bench = {"spec": s.specs[0].to_dict(), "unavailable": None, "runs": runs, "summary": summarize(runs)}
     out = replayed.summary(s, [bench])
     d = out["by_model"]["alexnet"]["4"]["10"]
-    D = s.specs[0].dilation
-    assert d["throughput"] == {"ddp": 2.0 * D, "stanza_k1": 8.0 * D} and d["stanza_vs_ddp"] == 4.0  # x D
-    assert d["dilation"] == {"ddp": D, "stanza_k1": D} and d["link_mbit"] == {"ddp": 500.0, "stanza_k1": 500.0}
+    assert d["throughput"] == {"ddp": 2.0 * D, "stanza_k1": 8.0 * D} and d["stanza_vs_ddp"] == 4.0  # x each D
+    assert d["dilation"] == {"ddp": D, "stanza_k1": 2 * D} and d["link_mbit"] == {"ddp": 500.0, "stanza_k1": 250.0}
     assert d["stanza_vs_ps"] is None and d["stanza_fc_workers"] == 1
+    assert [r["speedup_vs_ddp"] for r in bench["summary"]] == [1.0, 4.0]  # on the target, not at each D here
     fig = viz.throughput.replayed_throughput(out, "Paper regime")
-    assert any(f"replayed: compute (the v100 table profile, D = {D:g}," in a.text for a in fig.layout.annotations)
+    assert any(f"replayed: compute (the v100 table profile, D = {D:g}, {2 * D:g}," in a.text
+               for a in fig.layout.annotations)
     assert {t.name for t in fig.data} == {"ddp", "stanza k=1"}
 
 
 def test_replay_link_is_the_dilation_rule_then_the_bandwidth_mapping():
     for gbps, n, mtu in [(10.0, 4, 9000), (100.0, 8, 9000), (0.01, 2, 1500)]:
-        link = dilation.replay_link(gbps, n, mtu=mtu)
+        link = plan.replay_link(gbps, n, mtu=mtu)
         d = replay_dilation(gbps, n, max_link_mbit=max_link_mbit(mtu), max_aggregate_mbit=MAX_AGGREGATE_MBIT)
         assert link.dilation == d and link.payload_gbps == emulated_bandwidth(gbps, dilation=d)
-        assert link.link_mbit == 1000 * link.payload_gbps / payload_per_wire_byte(mtu)  # wire rate carrying it
-        assert payload_gbps(link.link_mbit, mtu) == pytest.approx(gbps / d, rel=1e-12)
+        assert link.wire_mbit == 1000 * link.payload_gbps / payload_per_wire_byte(mtu)  # wire rate carrying it
+        assert payload_gbps(link.wire_mbit, mtu) == pytest.approx(gbps / d, rel=1e-12)
         assert link.model_gbps == pytest.approx(gbps, rel=1e-12)
-    assert dilation.replay_link(10.0, 4).dilation == 40
-    assert dilation.replay_link(10.0, 4, min_dilation=60).dilation == 60
+    assert plan.replay_link(10.0, 4).dilation == 40
+    assert plan.replay_link(10.0, 4, min_dilation=60).dilation == 60
     # the engine term: 3 s of engine work per step within 5 % of D x 0.5 s raises D from 40 to 120
-    assert dilation.replay_link(10.0, 4, target_step_s=0.5, engine_s=3.0).dilation == 120
-    assert dilation.replay_link(10.0, 4, target_step_s=0.5, engine_s=0.5).dilation == 40  # 20 < the links' 40
+    assert plan.replay_link(10.0, 4, target_step_s=0.5, engine_s=3.0).dilation == 120
+    assert plan.replay_link(10.0, 4, target_step_s=0.5, engine_s=0.5).dilation == 40  # 20 < the links' 40
     # runs side by side: the largest D any of them needs, links at that D
-    shared = dilation.shared_replay_link(10.0, 4, [(0.5, 0.0), (0.5, 3.0), (0.2, 0.1)])
-    assert shared == dilation.replay_link(10.0, 4, min_dilation=120)
+    shared = plan.shared_replay_link(10.0, 4, [(0.5, 0.0), (0.5, 3.0), (0.2, 0.1)])
+    assert shared == plan.replay_link(10.0, 4, min_dilation=120)
     assert replayed.ReplaySet(models=["alexnet"], nodes=[4], strategies=["ddp"], fc_workers=[1],
                               target_gbps=[10.0]).specs[0].dilation == 40.0
 
@@ -158,35 +162,38 @@ def test_each_configuration_runs_at_its_own_dilation_with_engine_seconds_measure
     monkeypatch.setattr(dilation, "engine_seconds", engine_seconds)
     s = replayed.ReplaySet(models=["alexnet"], nodes=[4], strategies=["ps", "ddp", "stanza"], fc_workers=[1, 2],
                            target_gbps=[10.0])
-    pairs = replayed.configuration_specs(s, Cache(tmp_path))
-    specs = [x for x, _ in pairs]
-    assert [e for _, e in pairs] == [0.8, 0.5, 0.17, 0.17]
-    assert [(x.strategies, x.fc_workers) for x in specs] == [
-        (["ps"], [1]), (["ddp"], [1]), (["stanza"], [1]), (["stanza"], [2])]
+    (spec,) = s.specs
+    plans = spec.plans(Cache(tmp_path))
+    assert [p.engine_s for p in plans] == [0.8, 0.5, 0.17, 0.17]
+    assert [p.label for p in plans] == ["ps", "ddp", "stanza k=1", "stanza k=2"]
     assert len(measured) == 4 and {c.label for c in measured} == {"ps", "ddp", "stanza k=1", "stanza k=2"}
     profile = named_profile("alexnet", 224, 1000)
     dev = DeviceProfile.from_table("v100", profile)
     got = {}
-    for x, cfg in zip(specs, measured):
-        (s_, k) = x.configs()[0]
-        assert (s_, k or 0) == (cfg.strategy, cfg.fc_workers)
-        step = predict(profile, Cluster(4, 10.0, device=dev), s_, k or None, x.global_batch_of(s_, k)).iteration_s
-        assert dilation.model_step_s(cfg, 10.0) == pytest.approx(step, rel=1e-12)
-        e = engine_seconds(cfg, dilation.model_step_s(cfg, 1000.0))
+    for p in plans:
+        cfg = p.config
+        step = predict(profile, Cluster(4, 10.0, device=dev), cfg.strategy, cfg.fc_workers or None,
+                       cfg.global_batch).iteration_s
+        assert p.target_step_s == pytest.approx(step, rel=1e-12)
         # the links alone ask for 40; the engine within 5 % of D x the model's step may ask for more
         want = max(40, replay_dilation(10.0, 4, max_link_mbit=max_link_mbit(9000), max_aggregate_mbit=MAX_AGGREGATE_MBIT,
-                                       engine_s=e, target_step_s=step))
-        assert x.dilation == want and x.max_link_mbit == pytest.approx(10_000 / want, rel=1e-5)
-        assert x.run_config(s_, k, 10_000 / want).dilation == want
-        got[cfg.label] = want
+                                       engine_s=p.engine_s, target_step_s=step))
+        # one link rule: payload target / D, the wire rate carrying it; the run at both
+        assert p.dilation == cfg.dilation == want and p.link.payload_gbps == pytest.approx(10.0 / want, rel=1e-12)
+        assert cfg.link_mbit == pytest.approx(1000 * p.link.payload_gbps / payload_per_wire_byte(9000), rel=1e-6)
+        assert p.link.wire_mbit == pytest.approx(cfg.link_mbit, rel=1e-6) and p.link.model_gbps == pytest.approx(10.0)
+        # batches per role from the topology: 32 per data worker
+        assert p.batch_per_worker == 32 and p.global_batch == 32 * p.topology.data_workers and p.fc_batch == 0
+        got[p.label] = want
     assert got["ddp"] == 40 < got["ps"] and got["stanza k=1"] > 3 * 40  # stanza k=1's step is short
     measured.clear()  # the engine seconds are in the cache: a second notebook measures none
-    again = replayed.configuration_specs(s, Cache(tmp_path))
-    assert not measured and [x.dilation for x, _ in again] == [x.dilation for x in specs]
+    again = spec.plans(Cache(tmp_path))
+    assert not measured and again == plans
     # without the engine term every configuration has the links' D and nothing is measured
-    plain = replayed.configuration_specs(dataclasses.replace(s, engine=False), Cache(None))
-    assert not measured and {x.dilation for x, _ in plain} == {40} and {e for _, e in plain} == {None}
-    caption = replayed.caption(s, [{"spec": x.to_dict(), "runs": [{}]} for x in specs])
+    plain = dataclasses.replace(s, engine=False).specs[0].plans(Cache(None))
+    assert not measured and {p.dilation for p in plain} == {40} and {p.engine_s for p in plain} == {None}
+    runs = [{**p.row(), "strategy": p.config.strategy} for p in plans]
+    caption = replayed.caption(s, [{"spec": spec.to_dict(), "runs": runs}])
     assert f"D = {', '.join(f'{d:g}' for d in sorted(set(got.values())))}, per configuration" in caption
     with pytest.raises(ValueError, match="^replay_engine must be true or false, got 'yes'$"):
         dataclasses.replace(s, engine="yes")
@@ -202,7 +209,7 @@ def test_engine_seconds_argument_is_checked_in_one_line(value):
 
 
 def _beyond_args(**kw):
-    return types.SimpleNamespace(**{"mtu": 9000, **kw})
+    return types.SimpleNamespace(**{"mtu": 9000, "steps": 3, "warmup": 1, "device": "v100", **kw})
 
 
 def test_beyond_cell_dilation_is_the_old_rule_and_engine_seconds_raise_it():
@@ -212,20 +219,22 @@ def test_beyond_cell_dilation_is_the_old_rule_and_engine_seconds_raise_it():
     dev = DeviceProfile.from_table("v100", profile)
     for n, gbps in [(4, 10.0), (4, 100.0), (8, 10.0)]:
         runs = mod.candidates(profile, n, gbps, dev, 32)
-        link = mod.cell_link(bench, profile, dev, n, gbps, runs, {name: 0.0 for name in runs})
+        cfgs = {name: mod.run_config_of(bench, "tiny_cnn", n, kw) for name, kw in runs.items()}
+        link = mod.cell_link(bench, cfgs, gbps, {name: 0.0 for name in runs})
         # the rule before --engine-s existed: replay_dilation at (target, N), links at target / D of payload
         old = replay_dilation(gbps, n, max_link_mbit=max_link_mbit(9000), max_aggregate_mbit=MAX_AGGREGATE_MBIT)
         assert link.dilation == old
-        assert link.link_mbit == 1000 * emulated_bandwidth(gbps, dilation=old) / payload_per_wire_byte(9000)
+        assert link.wire_mbit == 1000 * emulated_bandwidth(gbps, dilation=old) / payload_per_wire_byte(9000)
     runs = mod.candidates(profile, 4, 10.0, dev, 32)
+    cfgs = {name: mod.run_config_of(bench, "tiny_cnn", 4, kw) for name, kw in runs.items()}
     step = predict(profile, Cluster(4, 10.0, device=dev), **runs["ddp"]).iteration_s
     engine = 0.05 * step * 500  # ddp's engine seconds need D = 500; every run of the cell shares it
-    link = mod.cell_link(bench, profile, dev, 4, 10.0, runs, {"ddp": engine, "paper stanza": 0.0})
+    link = mod.cell_link(bench, cfgs, 10.0, {"ddp": engine, "paper stanza": 0.0})
     assert link.dilation == 500 == replay_dilation(10.0, 4, max_link_mbit=1000, max_aggregate_mbit=MAX_AGGREGATE_MBIT,
                                                    engine_s=engine, target_step_s=step)
 
 
-def test_beyond_runs_go_through_run_config_at_one_dilation_per_cell(tmp_path, monkeypatch):
+def test_beyond_runs_go_through_the_plans_at_one_dilation_per_cell(tmp_path, monkeypatch):
     mod = _benchmark("beyond_replay")
     ran = []
 
@@ -233,7 +242,7 @@ def test_beyond_runs_go_through_run_config_at_one_dilation_per_cell(tmp_path, mo
         ran.append(cfg)
         return {"step_time_median_s": 4.0, "steps_s": [5.0, 4.0, 4.0], "bytes_per_step": 7, "ranks": []}
 
-    monkeypatch.setattr(mod, "run_config", run_config)
+    monkeypatch.setattr(replay_bench, "run_config", run_config)
     out = tmp_path / "beyond.json"
     assert mod.main(["--models", "tiny_cnn", "--nodes", "4", "--target-gbps", "10", "--out", str(out)]) == 0
     rows = json.loads(out.read_text())["runs"]
@@ -241,6 +250,7 @@ def test_beyond_runs_go_through_run_config_at_one_dilation_per_cell(tmp_path, mo
     runs = mod.candidates(profile, 4, 10.0, DeviceProfile.from_table("v100", profile), 32)
     assert [r["run"] for r in rows] == list(runs)
     assert {r["dilation"] for r in rows} == {40} and {cfg.dilation for cfg in ran} == {40}
+    assert len(ran) == len({r["label"] for r in rows})  # a configuration named twice runs once
     for r in rows:
         if "same_as" in r:
             continue
@@ -248,8 +258,9 @@ def test_beyond_runs_go_through_run_config_at_one_dilation_per_cell(tmp_path, mo
         kw = runs[r["run"]]
         assert (cfg.compute, cfg.replay_device, cfg.global_batch) == ("replay", "v100", kw["global_batch"])
         assert cfg.fc_conv_share == kw.get("fc_conv_share", 0.0) and cfg.micro_batches == kw.get("micro_batches", 1)
-        assert cfg.link_mbit == r["link_mbit"] == dilation.replay_link(10.0, 4).link_mbit
+        assert cfg.link_mbit == pytest.approx(r["link_mbit"], rel=1e-6)
+        assert r["link_mbit"] == plan.replay_link(10.0, 4).wire_mbit and r["payload_gbps"] == 10.0 / 40
         assert r["target_step_s"] == 4.0 / 40 and r["target_steps_s"] == [5.0 / 40, 4.0 / 40, 4.0 / 40]
-        assert r["throughput_target"] == kw["global_batch"] / r["target_step_s"]
+        assert r["target_samples_per_s"] == kw["global_batch"] / r["target_step_s"]
         assert r["error"] == pytest.approx(r["target_step_s"] / r["predicted_step_s"] - 1, rel=1e-12)
         assert r["bytes_per_step"] == 7 and r["expected_bytes_per_step"] > 0 and r["engine_s"] == 0.0

@@ -154,7 +154,7 @@ def test_bad_output_path_one_line_before_any_work(as_rank0_of, capsys, tmp_path,
 def test_missing_output_folders_are_created(as_rank0_of, tmp_path):
     as_rank0_of(1)
     m = tmp_path / "new" / "deeper" / "m.json"
-    assert train.main(["--strategy", "local", "--steps", "1", "--global-batch", "4", "--metrics", str(m), "--quiet"]) == 0
+    assert train.main(["--strategy", "local", "--steps", "2", "--global-batch", "4", "--metrics", str(m), "--quiet"]) == 0
     assert m.is_file()
 
 
@@ -238,3 +238,15 @@ def test_local_run_in_process(as_rank0_of, tmp_path):
     d = json.loads(m.read_text())
     assert [s["step"] for s in d["steps"]] == [0, 1, 2]
     assert d["config"]["strategy"] == "local" and d["bytes_per_step"] == 0 and d["throughput"] > 0
+
+
+@pytest.mark.parametrize("flag,path", [("--metrics", "/proc/stanza-x/m.json"), ("--save", "/sys/stanza-x.pt"),
+                                       ("--checkpoint-dir", "/proc/stanza-x/ck"), ("--metrics", "/proc/version")])
+def test_output_path_the_system_refuses_is_one_line_before_any_work(as_rank0_of, capsys, flag, path):
+    """Permission bits do not stop root, /proc and /sys do: the folder or file that writing the
+    output needs is created (and removed) up front, so the run never trains and then fails to save."""
+    as_rank0_of(1)
+    assert train.main(["--strategy", "local", flag, path, "--overwrite", "--quiet"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and err.startswith(f"error: {flag} {path}"), err
+    assert not dist.is_initialized()

@@ -1,0 +1,190 @@
+"""A run plan: one configuration resolved once, then passed (never worked out again downstream).
+
+    plan_run(cfg, link, target_gbps=...)           -> RunPlan   the one constructor
+    replayed_plan(cfg, target_gbps, cache, ...)    -> RunPlan   replayed compute: D by perf's rule
+    measured_plan(cfg, target_gbps, t_target, t_here) -> RunPlan  real compute: the link mapped
+    shaped_plan(cfg, wire_mbit)                    -> RunPlan   a wire rate given directly
+
+A RunPlan carries, each computed here and only here:
+    config          the RunConfig the engine runs (its link_mbit is the wire rate, its D the plan's)
+    topology        the rank layout (topology.make_topology), hence
+    global_batch, batch_per_worker, fc_batch   samples per step, per CONV worker, per hybrid FC worker
+    link            D, the TCP payload rate each link carries and the wire rate the shaper is set to
+    target_gbps     the bandwidth of the target cluster this run stands for (None: a rate given)
+    target_step_s   the performance model's step on the target cluster (replayed runs: what D keeps
+                    the engine seconds within 5 % of), None for real compute
+    engine_s        the engine's own seconds per step measured at D = 1 (replayed runs), else None
+    label, key      labels.config_label / config_key
+    cache_key()     what the measured-runs cache keys the run by
+
+The link rule (`link_at`): the payload rate is perf.emulated_bandwidth (target / D for replayed
+compute, target x t_target / t_here for real compute); the wire rate carrying it is payload /
+netem.facts.payload_per_wire_byte(mtu) (the MTU's framing, stated once in netem/facts.py). The
+performance model is given the payload rate (x D for replayed runs: `Link.model_gbps`).
+
+Dilation rule (`replay_link`): D = max(min_dilation, perf.replay_dilation(target, N, engine_s,
+target_step_s)) with the emulator's facts (netem.facts: the fastest link, the aggregate this
+machine holds); `replayed_plan` measures a configuration's engine seconds once (a replay run at
+D = 1 on loopback, experiments.dilation.engine_seconds) and keeps them in the runs cache.
+"""
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
+
+from ..labels import config_key
+from ..topology import Topology, make_topology
+
+if TYPE_CHECKING:  # spec imports this module: the plan only reads and replaces RunConfigs
+    from .spec import RunConfig
+
+
+@dataclasses.dataclass(frozen=True)
+class Link:
+    """Where a run's links stand: D, the payload rate they carry, the wire rate shaped."""
+
+    dilation: float  # D: replayed compute waits D x the device's time (1 for real compute)
+    payload_gbps: float  # TCP payload each link carries, each direction
+    wire_mbit: float  # the shaper's rate (wire Mbit/s, each direction) that carries payload_gbps
+    mtu: int  # link MTU the wire rate is for
+
+    @property
+    def model_gbps(self) -> float:
+        """The bandwidth the performance model is given for this run: the payload rate x D."""
+        return self.payload_gbps * self.dilation
+
+
+def link_at(target_gbps: float, mtu: int, *, dilation: float | None = None, t_target: float | None = None,
+            t_here: float | None = None) -> Link:
+    """The one link rule: payload = perf.emulated_bandwidth(target, ...) (target / D, or target x
+    t_target / t_here for real compute), wire = payload / payload_per_wire_byte(mtu)."""
+    from ..netem.facts import payload_per_wire_byte
+    from ..perf import emulated_bandwidth
+
+    if dilation is not None:
+        payload = emulated_bandwidth(target_gbps, dilation=dilation)
+    else:
+        payload = emulated_bandwidth(target_gbps, t_target, t_here)
+    return Link(dilation=float(dilation or 1.0), payload_gbps=payload,
+                wire_mbit=1000 * payload / payload_per_wire_byte(mtu), mtu=mtu)
+
+
+def shaped_link(wire_mbit: float, mtu: int) -> Link:
+    """The Link of a wire rate given directly (no target): the payload it carries."""
+    from ..netem.facts import payload_gbps
+
+    return Link(dilation=1.0, payload_gbps=payload_gbps(wire_mbit, mtu), wire_mbit=float(wire_mbit), mtu=mtu)
+
+
+def replay_link(target_gbps: float, nodes: int, *, target_step_s: float | None = None, engine_s: float = 0.0,
+                mtu: int = 9000, min_dilation: float = 1) -> Link:
+    """D and link rates of a replayed run at `target_gbps` on `nodes` emulated nodes (dedicated
+    PS servers counted): the smallest D at which this machine keeps up (perf.replay_dilation;
+    `engine_s` > 0 needs `target_step_s`, the model's step on the target), at least min_dilation."""
+    from ..netem.facts import MAX_AGGREGATE_MBIT, max_link_mbit
+    from ..perf import replay_dilation
+
+    d = replay_dilation(target_gbps, nodes, max_link_mbit=max_link_mbit(mtu), max_aggregate_mbit=MAX_AGGREGATE_MBIT,
+                        engine_s=engine_s, target_step_s=target_step_s)
+    return link_at(target_gbps, mtu, dilation=max(d, min_dilation))
+
+
+def shared_replay_link(target_gbps: float, nodes: int, needs: Iterable[tuple[float, float]], *, mtu: int = 9000,
+                       min_dilation: float = 1) -> Link:
+    """One Link for several runs measured side by side at the same D: `needs` holds each run's
+    (target_step_s, engine_s); D is the largest replay_link gives any of them."""
+    d = max([replay_link(target_gbps, nodes, target_step_s=step, engine_s=eng, mtu=mtu,
+                         min_dilation=min_dilation).dilation for step, eng in needs], default=min_dilation)
+    return replay_link(target_gbps, nodes, mtu=mtu, min_dilation=d)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class RunPlan:
+    """One configuration resolved once (the module docstring); build it with plan_run."""
+
+    config: RunConfig  # what the engine runs: link_mbit = link.wire_mbit, dilation = link.dilation
+    topology: Topology  # the rank layout of config
+    link: Link  # D, payload and wire rates
+    target_gbps: float | None  # the target cluster's bandwidth (None: a wire rate given directly)
+    target_step_s: float | None  # the model's step on the target cluster (replayed runs), else None
+    engine_s: float | None  # the engine's own seconds per step at D = 1 (replayed runs, when measured)
+    batch_per_worker: int  # samples per CONV (data) worker
+    fc_batch: int  # samples each hybrid FC worker also runs the CONV body on (0: none)
+    label: str  # "stanza k=1" (labels.config_label)
+    key: str  # "stanza_k1" (labels.config_key)
+
+    @property
+    def global_batch(self) -> int:
+        return self.config.global_batch
+
+    @property
+    def dilation(self) -> float:
+        return self.link.dilation
+
+    def cache_key(self, **extra: Any) -> dict[str, Any]:
+        """What the measured-runs cache keys this run by (the configuration, the rates, `extra`)."""
+        return {**self.config.cache_key(), **extra}
+
+    def row(self) -> dict[str, Any]:
+        """The plan's values every run row carries beside what was measured."""
+        return {"label": self.label, "target_gbps": self.target_gbps, "link_mbit": self.link.wire_mbit,
+                "payload_gbps": self.link.payload_gbps, "dilation": self.link.dilation,
+                "target_step_s": self.target_step_s, "engine_s": self.engine_s,
+                "global_batch": self.global_batch, "batch_per_worker": self.batch_per_worker,
+                "fc_batch": self.fc_batch}
+
+
+def plan_run(cfg: RunConfig, link: Link, *, target_gbps: float | None = None, target_step_s: float | None = None,
+             engine_s: float | None = None) -> RunPlan:
+    """The plan of configuration `cfg` on `link`: cfg at the link's wire rate and D, its layout."""
+    if link.mtu != cfg.mtu:
+        raise ValueError(f"a link for MTU {link.mtu} given to a run at MTU {cfg.mtu}")
+    replay = cfg.compute == "replay"
+    if not replay and link.dilation != 1:
+        raise ValueError(f"D = {link.dilation:g} given to a real-compute run (only replayed compute dilates)")
+    cfg = dataclasses.replace(cfg, link_mbit=round(link.wire_mbit, 6), dilation=link.dilation if replay else 1.0)
+    topo = make_topology(cfg.strategy, cfg.cluster_nodes, cfg.global_batch, cfg.fc_workers or 1,
+                         fc_conv_share=cfg.fc_conv_share, micro_batches=cfg.micro_batches, ps_servers=cfg.ps_servers)
+    return RunPlan(config=cfg, topology=topo, link=link, target_gbps=target_gbps, target_step_s=target_step_s,
+                   engine_s=engine_s, batch_per_worker=topo.worker_batch(cfg.global_batch), fc_batch=topo.fc_batch,
+                   label=cfg.label, key=config_key(cfg.strategy, cfg.fc_workers, ps_servers=cfg.ps_servers,
+                                                   ps_overlap=cfg.ps_overlap, **cfg.stanza_options))
+
+
+def shaped_plan(cfg: RunConfig, wire_mbit: float) -> RunPlan:
+    """A real-compute run at a wire rate given directly."""
+    return plan_run(cfg, shaped_link(wire_mbit, cfg.mtu))
+
+
+def measured_plan(cfg: RunConfig, target_gbps: float, t_target: float, t_here: float) -> RunPlan:
+    """A real-compute run standing for `target_gbps`: the link rule with one data worker's step on
+    the target device (t_target) and here under the run's contention (t_here, a timing round)."""
+    return plan_run(cfg, link_at(target_gbps, cfg.mtu, t_target=t_target, t_here=t_here), target_gbps=target_gbps)
+
+
+def replayed_plan(cfg: RunConfig, target_gbps: float, cache: Any, *, engine: bool = True,
+                  min_dilation: float = 1, engine_s: float | None = None) -> RunPlan:
+    """A replayed run at `target_gbps`: D by replay_link with the engine term (the seconds
+    measured once per configuration by dilation.engine_seconds and kept in `cache`, an
+    experiments.cache.Cache, kind "engine"; or `engine_s` when given); engine=False: the links
+    alone decide D."""
+    from . import dilation
+
+    if cfg.compute != "replay":
+        raise ValueError(f"replayed_plan needs a replayed configuration, got compute {cfg.compute!r}")
+    base = dataclasses.replace(cfg, link_mbit=1000.0, dilation=1.0)
+    secs = engine_s
+    if engine and secs is None:
+        key = {**base.cache_key(), "engine_steps": dilation.ENGINE_STEPS}
+        secs = cache.get("engine", key)
+        if secs is None:
+            secs = dilation.engine_seconds(base, dilation.model_step_s(base, 1000.0))
+            cache.put("engine", key, secs)
+            print(f"{base.model} N={base.nodes} {base.label}: engine {secs * 1e3:.0f} ms per step (loopback, D = 1)",
+                  flush=True)
+        secs = float(secs)
+    step = dilation.model_step_s(base, target_gbps)
+    link = replay_link(target_gbps, base.cluster_nodes, target_step_s=step, engine_s=secs or 0.0, mtu=base.mtu,
+                       min_dilation=min_dilation)
+    return plan_run(cfg, link, target_gbps=target_gbps, target_step_s=step, engine_s=secs)
