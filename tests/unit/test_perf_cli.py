@@ -93,3 +93,11 @@ def test_a_measured_device_end_to_end():
     res = json.loads(r.stdout)
     assert res["best"]["device"].startswith("h200-measured (measured record: NVIDIA H200 alexnet 224px tf32 on")
     assert "at batch 32;" in res["best"]["device"] and "extrapolated" not in res["best"]["device"]
+
+
+def test_table_and_measured_h200_name_their_source(capsys):
+    """`--device h200` (the compute model's row) and `--device h200-measured` (the records) side
+    by side: each prediction names where its compute comes from."""
+    for dev, source in (("h200", "h200 (table)"), ("h200-measured", "h200-measured (measured record")):
+        assert main(["--model", "alexnet", "--device", dev, "--nodes", "4", "--global-batch", "64", "--json"]) == 0
+        assert json.loads(capsys.readouterr().out)["best"]["device"].startswith(source)

@@ -85,22 +85,22 @@ def test_a_record_of_another_model_is_refused(tmp_path):
 
 
 def test_any_row_the_device_table_holds_resolves_everywhere(monkeypatch, capsys, as_rank0_of, tmp_path):
-    """The resolver takes whatever DEVICE_TABLE holds (an h200 row here, as the model's own rows
-    will be): perf --device and train --replay-device accept it, named as a table row."""
+    """The resolver takes whatever DEVICE_TABLE holds (a row added here, as the model's own h200
+    rows are): perf --device and train --replay-device accept it, named as a table row."""
     import dataclasses
 
     from stanza_core import train
     from stanza_core.perf import DEVICE_TABLE
     from stanza_core.perf.__main__ import main
 
-    monkeypatch.setitem(DEVICE_TABLE, "h200", dataclasses.replace(DEVICE_TABLE["h100"], name="h200"))
-    assert device_profile("h200", named_profile("tiny_cnn", 32, 10, 4)).caption == "h200 (table)"
+    monkeypatch.setitem(DEVICE_TABLE, "x200", dataclasses.replace(DEVICE_TABLE["h100"], name="x200"))
+    assert device_profile("x200", named_profile("tiny_cnn", 32, 10, 4)).caption == "x200 (table)"
     assert main(["--model", "tiny_cnn", "--image-size", "32", "--num-classes", "10", "--nodes", "4",
-                 "--device", "h200"]) == 0
-    assert "device h200 (table)" in capsys.readouterr().out
+                 "--device", "x200"]) == 0
+    assert "device x200 (table)" in capsys.readouterr().out
     as_rank0_of(1)
     m = tmp_path / "m.json"
-    assert train.main(["--strategy", "local", "--steps", "1", "--global-batch", "4", "--compute", "replay",
-                       "--replay-device", "h200", "--metrics", str(m), "--quiet"]) == 0
+    assert train.main(["--strategy", "local", "--steps", "2", "--global-batch", "4", "--compute", "replay",
+                       "--replay-device", "x200", "--metrics", str(m), "--quiet"]) == 0
     d = json.loads(m.read_text())["replay"]
-    assert (d["device"], d["source"]) == ("h200 (table)", "table")
+    assert (d["device"], d["source"]) == ("x200 (table)", "table")
