@@ -16,7 +16,8 @@ from typing import Any
 
 from ..perf import DEFAULT_LATENCY_S, Cluster, best_assignment, device_profile, named_profile
 from ..topology import fc_worker_choices
-from . import checks, compute_rounds, replayed, validation
+from .. import checks
+from . import compute_rounds, replayed, validation
 from .replayed import ReplayParams
 from .run import measure_or_skip, modelled_only
 from .spec import MeasureSpec

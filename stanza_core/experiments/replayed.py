@@ -23,8 +23,8 @@ import dataclasses
 from typing import Any
 
 from ..labels import run_key, run_label
+from .. import checks
 from ..perf import device_source
-from . import checks
 from .plan import replay_link
 from .run import measure_or_skip
 from .spec import MeasureSpec

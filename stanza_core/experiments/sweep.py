@@ -14,7 +14,8 @@ from typing import Any
 
 from ..labels import config_label, run_key, run_label
 from ..perf import Cluster, best_assignment, device_profile, named_profile, sweep
-from . import checks, replayed, validation
+from .. import checks
+from . import replayed, validation
 from .replayed import ReplayParams
 from .run import measure_or_skip, modelled_only
 from .spec import MeasureSpec

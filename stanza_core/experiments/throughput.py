@@ -14,7 +14,8 @@ from typing import Any
 
 from ..labels import run_key
 from ..perf import Cluster, best_assignment, device_profile, named_profile
-from . import checks, replayed
+from .. import checks
+from . import replayed
 from .replayed import ReplayParams
 from .run import MEASURE_OFF, measure_or_skip, modelled_only  # noqa: F401 (MEASURE_OFF: a public name here)
 from .spec import MeasureSpec

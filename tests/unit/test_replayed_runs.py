@@ -185,7 +185,7 @@ def test_each_configuration_runs_at_its_own_dilation_with_engine_seconds_measure
         # batches per role from the topology: 32 per data worker
         assert p.batch_per_worker == 32 and p.global_batch == 32 * p.topology.data_workers and p.fc_batch == 0
         got[p.label] = want
-    assert got["ddp"] == 40 < got["ps"] and got["stanza k=1"] > 3 * 40  # stanza k=1's step is short
+    assert got["ddp"] == 40 < got["ps"] and got["stanza k=1"] > 40  # stanza k=1's step is the shortest: the engine term lifts D
     measured.clear()  # the engine seconds are in the cache: a second notebook measures none
     again = spec.plans(Cache(tmp_path))
     assert not measured and again == plans
