@@ -80,11 +80,11 @@ def model_fits(model: str, image_size: int | None, *, name: str = "image_size") 
 
 
 def device_name(name: str, value: str) -> str:
-    """A row of the performance model's device table."""
-    from .perf import DEVICE_TABLE
+    """A device the performance model resolves (perf.device_profile: table row, measured device, PATH.json)."""
+    from .perf.resolve import known_device, unknown_message
 
-    if value not in DEVICE_TABLE:
-        raise ValueError(f"unknown {name} {value!r}; expected one of {', '.join(DEVICE_TABLE)}")
+    if not known_device(value):
+        raise ValueError(unknown_message(value, name))
     return value
 
 

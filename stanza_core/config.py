@@ -70,7 +70,7 @@ class TrainConfig:
     grad_compression: str = "none"  # stanza: CONV gradient allreduce via DDP comm hook (none|fp16|bf16|powersgd)
     timeline: bool = False  # record per-rank event timestamps (sends, receives, allreduces, compute) in the metrics JSON
     compute: str = "real"  # real | replay (layer arithmetic replaced by waits: stanza_core/replay.py)
-    replay_device: str | None = None  # replay: v100 | a100 | h100 (perf device table) or PATH.json profile
+    replay_device: str | None = None  # replay: a device (v100, h200-measured, ...: perf device names) or PATH.json
     dilation: float = 1.0  # replay: D, each replayed compute time is D x the device's
     bn_stats: str = "global"  # batch-norm statistics: global (over the global batch, SyncBatchNorm semantics: equals local) | local (per data worker: not equal to local)
 
@@ -149,7 +149,7 @@ class TrainConfig:
             raise ConfigError(f"--dilation must be a finite number > 0, got {self.dilation}")
         if self.compute == "replay":
             if not self.replay_device:
-                raise ConfigError("--compute replay needs --replay-device (v100, a100, h100 or PATH.json)")
+                raise ConfigError("--compute replay needs --replay-device (a device-table row, a measured device or PATH.json)")
             for name in ("save", "checkpoint_dir"):
                 if getattr(self, name):
                     raise ConfigError(f"--{name.replace('_', '-')} is refused with --compute replay "
