@@ -14,6 +14,10 @@ Printed per step:
   ops       aten operator calls of one step, counted by a TorchDispatchMode (forward, backward
             and optimizer; exact and machine-independent). On a GPU each is at least one kernel
             launch issued by the host, so a step whose count grows costs host time there.
+With --mask-batches, also the dropout layer alone (AlexNet's first FC dropout, 9216 values per
+sample): the engine's SampleDropout under per-sample keys against torch's nn.functional.dropout,
+host microseconds (median of --mask-reps, alternating) and operator calls, per batch size; it
+shows whether the per-sample masks cost grows with the batch.
 Measured, never modelled. On a shared machine the host times are only meaningful as ratios.
 """
 from __future__ import annotations
@@ -116,6 +120,31 @@ def count_ops(step) -> tuple[int, dict]:
     return counter.total, dict(counter.ops)
 
 
+def mask_rows(batches: list[int], reps: int, features: int = 9216) -> list[dict]:
+    from stanza_core.models import SampleDropout, sample_keys
+
+    drop = SampleDropout(0.5, layer_id=0).train()
+    rows = []
+    for b in batches:
+        x = torch.randn(b, features)
+        pos = torch.arange(b)
+        state = {"t": 0}
+
+        def engine():
+            state["t"] += 1
+            with sample_keys(0, state["t"], pos):
+                return drop(x)
+
+        def plain():
+            return torch.nn.functional.dropout(x, 0.5, True)
+
+        e_times, p_times = measure(engine, plain, reps)
+        (e_ops, _), (p_ops, _) = count_ops(engine), count_ops(plain)
+        rows.append({"batch": b, "engine_us": statistics.median(e_times) * 1e6,
+                     "plain_us": statistics.median(p_times) * 1e6, "engine_ops": e_ops, "plain_ops": p_ops})
+    return rows
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--models", default="alexnet,vgg16")
@@ -123,6 +152,8 @@ def main(argv=None) -> int:
     ap.add_argument("--batch", type=int, default=8)
     ap.add_argument("--num-classes", type=int, default=10)
     ap.add_argument("--steps", type=int, default=5, help="timed steps per column (median)")
+    ap.add_argument("--mask-batches", default="", help="e.g. 8,32,128: also time the dropout layer alone")
+    ap.add_argument("--mask-reps", type=int, default=30)
     ap.add_argument("--out", default=None, help="also write the figures as JSON here")
     args = ap.parse_args(argv)
     torch.manual_seed(0)
@@ -130,7 +161,7 @@ def main(argv=None) -> int:
     print(f"CPU, {torch.get_num_threads()} threads, {args.image_size} px, batch {args.batch}, "
           f"median of {args.steps} steps (host ms) | aten operator calls per step")
     print(f"{'model':<8} {'engine ms':>10} {'plain ms':>10} {'ratio':>6} {'engine ops':>11} {'plain ops':>10}")
-    for name in args.models.split(","):
+    for name in filter(None, args.models.split(",")):
         engine, model, x, y = engine_step_fn(name, args.image_size, args.batch, args.num_classes)
         plain = plain_step_fn(model, x, y)
         e_times, p_times = measure(engine, plain, args.steps)
@@ -142,9 +173,15 @@ def main(argv=None) -> int:
                      "engine_minus_plain_ops_by_name": extra})
         print(f"{name:<8} {e_s * 1e3:10.1f} {p_s * 1e3:10.1f} {e_s / p_s:6.2f} {e_ops:11d} {p_ops:10d}")
         print(f"         engine - plain ops by name: {dict(sorted(extra.items(), key=lambda kv: -abs(kv[1])))}")
+    masks = mask_rows([int(b) for b in args.mask_batches.split(",")], args.mask_reps) if args.mask_batches else []
+    if masks:
+        print(f"dropout layer alone, (b, 9216), median of {args.mask_reps}: host us | operator calls")
+        print(f"{'batch':>6} {'engine us':>10} {'plain us':>10} {'engine ops':>11} {'plain ops':>10}")
+        for r in masks:
+            print(f"{r['batch']:6d} {r['engine_us']:10.0f} {r['plain_us']:10.0f} {r['engine_ops']:11d} {r['plain_ops']:10d}")
     if args.out:
         Path(args.out).write_text(json.dumps({"args": vars(args), "torch": torch.__version__,
-                                              "cpu_count": os.cpu_count(), "rows": rows}, indent=1))
+                                              "cpu_count": os.cpu_count(), "rows": rows, "masks": masks}, indent=1))
     return 0
 
 

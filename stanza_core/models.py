@@ -40,12 +40,19 @@ _SEED_SALT, _STEP_HI_SALT = 0x9E3779B9, 0x85EBCA6B  # fold the key fields apart 
 
 
 def mix32(x):
-    """lowbias32 of x in [0, 2^32): a Python int or an int64 tensor (elementwise), same bits."""
+    """lowbias32 of x in [0, 2^32): a Python int or an int64 tensor (elementwise), same bits.
+    A tensor is mixed into a new tensor, in place after the first op (no large temporaries)."""
+    if not isinstance(x, torch.Tensor):
+        x = x ^ (x >> 16)
+        x = (x * _MIX_MULTIPLIERS[0]) & MASK32
+        x = x ^ (x >> 15)
+        x = (x * _MIX_MULTIPLIERS[1]) & MASK32
+        return x ^ (x >> 16)
     x = x ^ (x >> 16)
-    x = (x * _MIX_MULTIPLIERS[0]) & MASK32
-    x = x ^ (x >> 15)
-    x = (x * _MIX_MULTIPLIERS[1]) & MASK32
-    return x ^ (x >> 16)
+    x.mul_(_MIX_MULTIPLIERS[0]).bitwise_and_(MASK32)
+    x.bitwise_xor_(x >> 15)
+    x.mul_(_MIX_MULTIPLIERS[1]).bitwise_and_(MASK32)
+    return x.bitwise_xor_(x >> 16)
 
 
 def layer_key(seed: int, step: int, layer_id: int) -> int:
