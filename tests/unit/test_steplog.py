@@ -84,3 +84,46 @@ def test_host_clock_on_cuda_for_timeline_and_replayed_runs():
     assert not log.events
     run(log, 2, lambda t: 1.0)
     assert len(synced) == 4 and log.losses == [1.0, 1.0]  # a device sync at each start and end
+
+
+# ---------------------------------------------------------------------------------------------
+# --log-every in the training loop (world size 1, in process)
+
+
+def _run(tmp_path, name, *extra):
+    import json
+
+    from stanza_core import train
+
+    m = tmp_path / f"{name}.json"
+    code = train.main(["--strategy", "local", "--global-batch", "4", "--device", "cpu", "--quiet",
+                       "--metrics", str(m), *extra])
+    return code, (json.loads(m.read_text()) if m.exists() else None)
+
+
+def test_log_every_reads_every_step_all_the_same(as_rank0_of, tmp_path):
+    as_rank0_of(1)
+    _, every1 = _run(tmp_path, "k1", "--steps", "7")
+    _, every3 = _run(tmp_path, "k3", "--steps", "7", "--log-every", "3")
+    assert [s["step"] for s in every3["steps"]] == list(range(7)) and every3["config"]["log_every"] == 3
+    assert [s["loss"] for s in every3["steps"]] == [s["loss"] for s in every1["steps"]]  # the same arithmetic
+    spans = every3["ranks"][0]
+    assert all(s["time_s"] > 0 for s in every3["steps"]) and len(spans["step_start_s"]) == 7
+    for s, a, b in zip(every3["steps"], spans["step_start_s"], spans["step_end_s"]):
+        assert s["time_s"] == pytest.approx(b - a)
+
+
+def test_a_non_finite_loss_is_named_at_its_step_also_between_reads(as_rank0_of, tmp_path, capsys):
+    as_rank0_of(1)
+    bad = ["--lr", "1e30", "--steps", "8"]
+    assert _run(tmp_path, "a", *bad)[0] == 1
+    first = capsys.readouterr().err.strip()
+    assert _run(tmp_path, "b", *bad, "--log-every", "5")[0] == 1
+    later = capsys.readouterr().err.strip()
+    assert first.startswith("error: the loss is ") and later == first  # the same step, found at the read
+
+
+def test_log_every_must_be_positive(as_rank0_of, tmp_path, capsys):
+    as_rank0_of(1)
+    assert _run(tmp_path, "z", "--log-every", "0")[0] == 2
+    assert "--log-every must be >= 1, got 0" in capsys.readouterr().err
