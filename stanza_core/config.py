@@ -41,6 +41,7 @@ class TrainConfig:
     global_batch: int = 32  # samples per step over the whole cluster
     steps: int = 10  # optimizer steps (the total, also when resuming)
     warmup: int = 1  # first steps left out of the throughput
+    log_every: int = 1  # read the losses and step times from the device every K steps (and before any save and at the end); a non-finite loss stops the run at the next read
     lr: float = 0.01  # SGD learning rate
     momentum: float = 0.9  # SGD momentum
     weight_decay: float = 0.0  # SGD L2 weight decay
@@ -97,7 +98,7 @@ class TrainConfig:
             raise ConfigError(f"unknown backend {self.backend!r}; expected one of {', '.join(BACKENDS)}")
         if self.backend == "nccl" and self.device == "cpu":
             raise ConfigError("--backend nccl needs CUDA tensors; use --device cuda (or --backend gloo on CPU)")
-        for name in ("num_classes", "image_size", "global_batch", "steps"):
+        for name in ("num_classes", "image_size", "global_batch", "steps", "log_every"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(self, name)}")
         for name in ("warmup", "checkpoint_every", "save_every", "ps_shards", "ps_servers"):
