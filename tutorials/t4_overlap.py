@@ -130,13 +130,11 @@ written = nbt.save_figures({"timeline": fig, "timeline_one_bucket": fig_one}, ou
 # %% [markdown]
 # ## Exercises
 #
-# Solutions: `tutorials/solutions/t4.py` (checked by `tests/tutorials/test_solutions.py`).
+# Graded lab: `labs/source/lab4/lab4.ipynb` (nbgrader; `make course` builds the student
+# release without solutions and grades submissions, see `docs/course.md`).
 #
-# 1. Write `hidden_fraction(bars)`: given one CONV worker's bars (`timeline_intervals(rank,
-#    step)`), the fraction of the total allreduce time that lies inside the backward bar. What
-#    is it with one bucket?
-# 2. Write `pipeline_order(metrics, step)`: the order in which the FC worker processed its CONV
-#    workers (the `peer` of its compute bars, by start time). Is it always rank order?
-# 3. How many buckets does the engine make for `cifar_alexnet`'s CONV body at `--bucket-mb 0.5`?
-#    Write `bucket_count(model, bucket_mb)` with `stanza_core.strategies.stanza.GradBuckets`'s
-#    rule (a new bucket starts before one would exceed the cap, in reverse parameter order).
+# 1. `hidden_fraction(bars)`: the share of a CONV worker's allreduce time that lies inside its
+#    backward. What is it with one bucket? (Try it on this notebook's `results.json`.)
+# 2. `pipeline_order(metrics, step)`: the order in which the FC worker processed its CONV
+#    workers. Is it always rank order?
+# 3. `bucket_count(model, bucket_mb)`: how many buckets `GradBuckets` makes for a CONV body.
