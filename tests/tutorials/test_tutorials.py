@@ -68,6 +68,13 @@ def test_t4_overlap_timeline_shows_buckets_inside_the_backward(run_tutorial):
         else:  # the FC worker computed one chunk per CONV worker
             assert sorted(b["peer"] for b in bars if b["what"] == "FC forward + backward") == [0, 1, 2]
     assert (out / "timeline.plotly.json").is_file() and (out / "timeline_one_bucket.plotly.json").is_file()
+    # modelled: buckets never end later than one bucket, and at 10 Gb/s they hide a visible share
+    for row in r["modelled"]:
+        assert row["buckets"]["exposed_ms"] <= row["one_bucket"]["exposed_ms"] + 1e-9
+        assert row["one_bucket"]["buckets"] == 1 < row["buckets"]["buckets"]
+    at10 = next(row for row in r["modelled"] if row["gbps"] == 10.0)
+    assert at10["one_bucket"]["exposed_ms"] - at10["buckets"]["exposed_ms"] > 0.3 * at10["backward_ms"]
+    assert (out / "modelled_overlap.plotly.json").is_file()
 
 
 def test_t5_performance_model_predicts_the_bytes_of_a_run(run_tutorial):
