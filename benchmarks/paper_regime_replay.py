@@ -20,6 +20,14 @@ time / D (target time), the performance model's prediction for the same cluster 
 same V100 table profile, the payload rate the links carry x D), the error, and the bytes counted
 beside perf.expected_bytes. Results are written after every run;
 --resume keeps the runs of an earlier --out and runs only what is missing. Needs root.
+
+    python benchmarks/paper_regime_replay.py --table benchmarks/results/paper_regime_replay.json
+
+prints the table and the error summary of a results file again (no runs): the median |error| and
+the bias (mean signed error), and the same with the engine seconds held apart
+(experiments.validation.engine_apart: the runs whose engine share is at most 1 %, and every run
+with its engine seconds subtracted). Replay and model share compute by construction (the same
+V100 table profile), so these errors validate the network and schedule model, not compute.
 """
 from __future__ import annotations
 
@@ -31,6 +39,7 @@ import sys
 
 from stanza_core.experiments import dilation
 from stanza_core.experiments.plan import replayed_plan
+from stanza_core.experiments.validation import engine_apart
 from stanza_core.experiments.replay_bench import run_plans
 from stanza_core.experiments.spec import RunConfig
 from stanza_core.netem import MAX_AGGREGATE_MBIT
@@ -62,8 +71,15 @@ def main(argv=None) -> int:
                     "(measured per configuration on loopback at D = 1)")
     ap.add_argument("--min-dilation", type=int, default=1, help="never run below this D")
     ap.add_argument("--resume", action="store_true", help="keep the runs already in --out, run the rest")
-    ap.add_argument("--out", required=True)
+    ap.add_argument("--out")
+    ap.add_argument("--table", metavar="JSON", help="print the table of a results file and exit (no runs)")
     a = ap.parse_args(argv)
+    if a.table:
+        with open(a.table) as fh:
+            print(format_table(json.load(fh)["runs"]))
+        return 0
+    if not a.out:
+        ap.error("--out is required (or --table)")
     names = a.configs.split(",")
     unknown = [c for c in names if c not in CONFIGS]
     if unknown:
@@ -134,8 +150,21 @@ def format_table(results: list[dict]) -> str:
         errs = sorted(abs(r["error"]) for r in results)
         lines.append("")
         lines.append(f"{len(errs)} runs: median |error| {100 * statistics.median(errs):.1f} %, worst "
-                     f"{100 * errs[-1]:.1f} %; bytes equal to the model in "
+                     f"{100 * errs[-1]:.1f} %, bias {100 * statistics.fmean(r['error'] for r in results):+.1f} % "
+                     f"({sum(r['error'] > 0 for r in results)} of {len(results)} positive); bytes equal to the model in "
                      f"{sum(r['bytes_per_step'] == r['expected_bytes_per_step'] for r in results)} of {len(results)}")
+        # on the dilated scale: the measured step, the engine seconds and the model's step x D
+        ea = engine_apart([{"measured_step_s": r["measured_step_s"], "engine_s": r.get("engine_s"),
+                            "plain_step_s": r["predicted_step_s"] * r["dilation"]} for r in results])
+        if ea["configurations"]:
+            lines.append(f"engine share (engine seconds / measured step): median "
+                         f"{100 * ea['engine_share_median']:.1f} %, largest {100 * ea['engine_share_max']:.1f} %")
+            for key, name in (("low_share", f"runs with engine share <= {100 * ea['share_low']:g} %"),
+                              ("subtracted", "engine seconds subtracted per run")):
+                e = ea[key]
+                lines.append(f"{name}: {e['configurations']} runs" + (
+                    f", median |error| {100 * e['median_abs_error']:.1f} %, worst {100 * e['worst_abs_error']:.1f} %, "
+                    f"bias {100 * e['bias']:+.1f} % ({e['positive']} positive)" if e["configurations"] else ""))
     return "\n".join(lines)
 
 

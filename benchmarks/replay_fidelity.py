@@ -13,6 +13,22 @@ rounds' whole step equals the engine's own step of N concurrent `local` jobs (`e
 interleave (real, replay, real, replay, ... per configuration and repeat) so drift of this shared
 machine hits both alike; the table compares medians over repeats of each run's median step time.
 Needs root (network namespaces).
+
+Where overlap matters: the multi-bucket anchor. With --bucket-mb 0.5 cifar_alexnet's gradients
+travel in 8 buckets (ddp, ps with the overlapped push) and stanza's CONV body's in 4, so the
+backward/allreduce overlap that decides DDP at high bandwidth is exercised (the default 25 MB
+keeps each in one bucket). The bucket counts of every configuration, by the engine's rule
+(strategies.ps.bucket_ranges: stanza's GradBuckets and the PS; torch's DDP reducer buckets by
+the same cap, its first bucket capped at 1 MiB), are written to the output and checked against
+--min-buckets before anything runs. Ready to run on an idle machine (about an hour; not run here):
+
+    python benchmarks/replay_fidelity.py --model cifar_alexnet --image-size 32 --nodes 4 \\
+        --global-batch 96 --link-mbit 125 --steps 8 --warmup 2 --repeats 3 --bucket-mb 0.5 \\
+        --min-buckets 4 --configs ddp,ps_ov,stanza1,stanza2 \\
+        --out benchmarks/results/replay_fidelity_buckets.json
+
+The table gives each configuration's median over repeats and the spread of the per-repeat
+replay-vs-real errors (target: within 5 % each).
 """
 from __future__ import annotations
 
@@ -26,16 +42,34 @@ import tempfile
 import threading
 import time
 
+from stanza_core.experiments import compute_rounds as timing
+from stanza_core.labels import config_label
 from stanza_core.launch import cli_args, run_job
 from stanza_core.models import get_model
 
-from stanza_core.experiments import compute_rounds as timing
+# name -> (strategy, k, overlapped push)
+CONFIGS = {"ps": ("ps", 0, False), "ps_ov": ("ps", 0, True), "ddp": ("ddp", 0, False),
+           "stanza1": ("stanza", 1, False), "stanza2": ("stanza", 2, False)}
+DEFAULT_BUCKET_MB = 25.0  # the engine's default (config.TrainConfig.bucket_mb)
 
-CONFIGS = [("ps", 0), ("ddp", 0), ("stanza", 1), ("stanza", 2)]
+
+def bucket_counts(model: str, image_size: int, num_classes: int, bucket_mb: float) -> dict[str, int]:
+    """Gradient buckets per step by the engine's rule: the whole model's (ddp, ps with the
+    overlapped push) and the CONV body's (stanza's CONV workers)."""
+    from stanza_core.split import split_model
+    from stanza_core.strategies.ps import bucket_ranges
+
+    m = get_model(model, num_classes)
+    conv = split_model(m, input_shape=(3, image_size, image_size)).conv
+    cap = int(bucket_mb * 2**20)
+    return {"model": len(bucket_ranges([p.numel() for p in m.parameters()], cap)),
+            "conv_body": len(bucket_ranges([p.numel() for p in conv.parameters()], cap))}
 
 
-def label(s: str, k: int) -> str:
-    return f"{s} k={k}" if k else s
+def config_buckets(name: str, counts: dict[str, int]) -> int | None:
+    """The buckets a configuration's gradients travel in (None: ps without overlap, one push)."""
+    s, _, overlap = CONFIGS[name]
+    return counts["conv_body"] if s == "stanza" else counts["model"] if (s == "ddp" or overlap) else None
 
 
 def profile_here(pool, strategy: str, k: int, nodes: int, g: int, params: int, scale: float):
@@ -88,14 +122,25 @@ def main(argv=None) -> int:
     ap.add_argument("--steps", type=int, default=6)
     ap.add_argument("--warmup", type=int, default=1)
     ap.add_argument("--repeats", type=int, default=2)
-    ap.add_argument("--configs", default="ps,ddp,stanza1,stanza2")
+    ap.add_argument("--configs", default="ps,ddp,stanza1,stanza2", help=f"some of {', '.join(CONFIGS)}")
+    ap.add_argument("--bucket-mb", type=float, default=DEFAULT_BUCKET_MB, help="gradient bucket size (MiB)")
+    ap.add_argument("--min-buckets", type=int, default=1,
+                    help="refuse a configuration whose gradients travel in fewer buckets (ps without overlap: one)")
     ap.add_argument("--calibrate", action=argparse.BooleanOptionalAction, default=True,
                     help="scale the rounds' times to the engine's own concurrent compute step (see engine_scale)")
     ap.add_argument("--out", default=None)
     a = ap.parse_args(argv)
     from stanza_core.netem import run_training
 
-    wanted = [c for c in CONFIGS if (c[0] + (str(c[1]) if c[1] else "")) in a.configs.split(",")]
+    wanted = a.configs.split(",")
+    unknown = [c for c in wanted if c not in CONFIGS]
+    if unknown:
+        ap.error(f"unknown configuration(s) {', '.join(unknown)}; expected some of {', '.join(CONFIGS)}")
+    counts = bucket_counts(a.model, a.image_size, a.num_classes, a.bucket_mb)
+    buckets = {c: config_buckets(c, counts) for c in wanted}
+    few = [f"{c} ({b or 1})" for c, b in buckets.items() if (b or 1) < a.min_buckets]
+    if few:
+        ap.error(f"--min-buckets {a.min_buckets}: {', '.join(few)} at --bucket-mb {a.bucket_mb:g}; lower --bucket-mb")
     params = sum(p.numel() for p in get_model(a.model, a.num_classes).parameters())
     runs = []
     with tempfile.TemporaryDirectory(prefix="replay-fidelity-") as tmp, \
@@ -104,47 +149,57 @@ def main(argv=None) -> int:
             scale, engine, rounds_step = engine_scale(pool, a) if a.calibrate else (1.0, None, None)
             print(f"rep {rep}: engine step {engine}, rounds step {rounds_step}, scale {scale:.3f}",
                   file=sys.stderr, flush=True)
-            for s, k in wanted:
+            for name in wanted:
+                s, k, overlap = CONFIGS[name]
                 dev, rounds = profile_here(pool, s, k, a.nodes, a.global_batch, params, scale)
-                dev_path = os.path.join(tmp, f"dev-{s}{k}-{rep}.json")
+                dev_path = os.path.join(tmp, f"dev-{name}-{rep}.json")
                 with open(dev_path, "w") as fh:
                     json.dump(dev.to_dict(), fh)
                 for compute in ("real", "replay"):
-                    metrics = os.path.join(tmp, f"{s}{k}-{compute}-{rep}.json")
+                    metrics = os.path.join(tmp, f"{name}-{compute}-{rep}.json")
                     extra = {"compute": "replay", "replay_device": dev_path, "dilation": 1} if compute == "replay" else {}
                     args = cli_args(strategy=s, model=a.model, image_size=a.image_size, num_classes=a.num_classes,
                                     global_batch=a.global_batch, steps=a.steps, warmup=a.warmup,
-                                    fc_workers=k or None, device="cpu", quiet=True, metrics=metrics,
+                                    fc_workers=k or None, ps_overlap=overlap, device="cpu", quiet=True,
+                                    metrics=metrics, bucket_mb=a.bucket_mb if a.bucket_mb != DEFAULT_BUCKET_MB else None,
                                     overwrite=True, timeout_s=600, **extra)
                     m = run_training(a.nodes, a.link_mbit, args, mtu=a.mtu, timeout_s=1200, quiet=True)
-                    runs.append({"strategy": s, "fc_workers": k, "compute": compute, "repeat": rep,
+                    runs.append({"config": name, "strategy": s, "fc_workers": k, "ps_overlap": overlap,
+                                 "buckets": buckets[name], "compute": compute, "repeat": rep,
                                  "step_time_median_s": m["step_time_median_s"],
                                  "step_times_s": [x["time_s"] for x in m["steps"]],
                                  "bytes_per_step": m["bytes_per_step"], "device_profile": dev.to_dict(),
                                  "timing_rounds": rounds, "engine_scale": scale, "engine_step_s": engine,
                                  "rounds_step_s": rounds_step, "finished_at": time.strftime("%H:%M:%S")})
-                    print(f"{label(s, k):10s} {compute:6s} rep {rep}: median step "
+                    print(f"{config_label(s, k, ps_overlap=overlap):12s} {compute:6s} rep {rep}: median step "
                           f"{m['step_time_median_s'] * 1e3:.1f} ms", file=sys.stderr, flush=True)
     rows = []
-    for s, k in wanted:
-        med = {c: statistics.median(r["step_time_median_s"] for r in runs
-                                    if (r["strategy"], r["fc_workers"], r["compute"]) == (s, k, c))
+    for name in wanted:
+        s, k, overlap = CONFIGS[name]
+        mine = [r for r in runs if r["config"] == name]
+        med = {c: statistics.median(r["step_time_median_s"] for r in mine if r["compute"] == c)
                for c in ("real", "replay")}
-        byte_sets = {r["bytes_per_step"] for r in runs if (r["strategy"], r["fc_workers"]) == (s, k)}
-        rows.append({"config": label(s, k), "real_s": med["real"], "replay_s": med["replay"],
-                     "error": med["replay"] / med["real"] - 1, "same_bytes": len(byte_sets) == 1})
+        step = {(r["compute"], r["repeat"]): r["step_time_median_s"] for r in mine}
+        per_rep = [step[("replay", i)] / step[("real", i)] - 1 for i in range(a.repeats)]
+        rows.append({"config": config_label(s, k, ps_overlap=overlap), "buckets": buckets[name],
+                     "real_s": med["real"], "replay_s": med["replay"], "error": med["replay"] / med["real"] - 1,
+                     "error_per_repeat": per_rep, "same_bytes": len({r["bytes_per_step"] for r in mine}) == 1})
     print(f"{a.model} {a.image_size}x{a.image_size}, N={a.nodes}, G={a.global_batch}, links {a.link_mbit:g} Mbit/s "
-          f"(MTU {a.mtu}), {a.steps} steps ({a.warmup} warm-up), {a.repeats} repeats, interleaved")
-    print("| configuration | real compute, median step (ms) | replayed (profile measured here), median step (ms) "
-          "| replay vs real | bytes/step equal |")
-    print("|---|---|---|---|---|")
+          f"(MTU {a.mtu}), {a.steps} steps ({a.warmup} warm-up), {a.repeats} repeats, interleaved, "
+          f"buckets of {a.bucket_mb:g} MiB")
+    print("| configuration | gradient buckets | real compute, median step (ms) | replayed (profile measured here), "
+          "median step (ms) | replay vs real | per repeat (spread) | bytes/step equal |")
+    print("|---|---|---|---|---|---|---|")
     for r in rows:
-        print(f"| {r['config']} | {r['real_s'] * 1e3:.1f} | {r['replay_s'] * 1e3:.1f} | {100 * r['error']:+.1f} % "
+        reps = " / ".join(f"{100 * e:+.1f}" for e in r["error_per_repeat"])
+        spread = max(r["error_per_repeat"]) - min(r["error_per_repeat"])
+        print(f"| {r['config']} | {r['buckets'] or 1} | {r['real_s'] * 1e3:.1f} | {r['replay_s'] * 1e3:.1f} "
+              f"| {100 * r['error']:+.1f} % | {reps} % ({100 * spread:.1f} points) "
               f"| {'yes' if r['same_bytes'] else 'NO'} |")
     if a.out:
         os.makedirs(os.path.dirname(os.path.abspath(a.out)), exist_ok=True)
         with open(a.out, "w") as fh:
-            json.dump({"args": vars(a), "runs": runs, "table": rows}, fh, indent=1)
+            json.dump({"args": vars(a), "bucket_counts": counts, "runs": runs, "table": rows}, fh, indent=1)
     return 0
 
 

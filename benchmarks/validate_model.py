@@ -8,7 +8,7 @@ bench). Files without timing rounds get them measured now, on this machine, with
 of each configuration (stanza_core.experiments.compute_rounds); that is recorded in the output, since
 the rounds then do not come from the moment of the runs. `--measure` runs its own small bench on
 the emulated cluster first (needs root). Prints one row per configuration, the error summary
-(independent inputs, and with a per-strategy step overhead fitted at the other link rates) and,
+(no parameter fitted, and with a per-strategy step overhead fitted at the other link rates) and,
 per strategy, the fitted communication scale and missing fixed time; `--json PATH` saves it all.
 """
 from __future__ import annotations
@@ -33,7 +33,7 @@ def report(res: dict) -> str:
         lines.append(f"| {r['bench_name']} | {r['label']} | {r['link_mbit']:.1f} | {r['measured_throughput']:.3f} | "
                      f"{r['predicted_throughput']:.3f} | {_pct(r['error'])} | {_pct(r['calibrated_error'])} | "
                      f"{r['comm_share']:.0%} |")
-    for key, name in (("summary", "independent inputs"), ("calibrated_summary", "with fitted step overhead")):
+    for key, name in (("summary", "no parameter fitted"), ("calibrated_summary", "with fitted step overhead")):
         s = res[key]
         if s["configurations"]:
             lines.append(f"{name}: median |error| {s['median_abs_error']:.1%}, worst {s['worst_abs_error']:.1%} "

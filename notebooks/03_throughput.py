@@ -41,8 +41,10 @@
 #   step being short). A replayed step takes D times the V100's. Quick mode (`make reproduce`)
 #   therefore replays AlexNet only, 4 nodes at 10 Gb/s, 2 steps (the runs notebooks 05 and 07 share through the cache); VGG-16, 8 nodes and 25 / 40 /
 #   100 Gb/s run in full mode (hours: D reaches 800). 16 nodes of VGG-16 do not fit in the
-#   24 GiB of one machine. Replayed compute is the V100 table profile (vendor peaks and assumed
-#   efficiencies), not a measured V100; the runs' communication is real.
+#   24 GiB of one machine. Replayed compute is the V100 table profile (vendor peaks, with the
+#   FP32 efficiency and the 3x3 convolution factor fitted to two published V100 training
+#   throughputs and a prior memory efficiency: `docs/performance-model.md`), not a measured
+#   V100; the runs' communication is real.
 # - The fidelity anchor uses a small AlexNet-shaped model (`cifar_alexnet`, 32x32) on CPU
 #   processes of one machine, with links shaped to the rate that gives this machine the target
 #   bandwidth's communication-to-compute ratio (`rate = target x t_step(V100) / t_step(here)`,

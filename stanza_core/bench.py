@@ -42,7 +42,7 @@ import json
 import os
 import sys
 
-from .experiments.checks import int_list, positive_floats
+from .checks import int_list, positive_floats
 from .experiments.run import measure, netem_unavailable, summarize, target_step_s  # noqa: F401 (re-exported)
 from .experiments.spec import MeasureSpec
 from .labels import run_label

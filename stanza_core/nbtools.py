@@ -54,8 +54,8 @@ def resolve_device(device: str) -> str:
 
 def check_models(models: Sequence[str] | str, image_size: int | None = None) -> list[str]:
     """The model names as a list (a comma-separated string, as `papermill -p` gives, is accepted);
-    `experiments.checks.model_names`, the one place these checks live."""
-    from .experiments.checks import model_names
+    `checks.model_names`, the one place these checks live."""
+    from .checks import model_names
 
     return model_names(models, image_size)
 

@@ -14,9 +14,10 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from ..perf import DEFAULT_LATENCY_S, Cluster, best_assignment, named_profile
+from ..perf import DEFAULT_LATENCY_S, Cluster, best_assignment, device_profile, named_profile
 from ..topology import fc_worker_choices
-from . import checks, compute_rounds, replayed, validation
+from .. import checks
+from . import compute_rounds, replayed, validation
 from .replayed import ReplayParams
 from .run import measure_or_skip, modelled_only
 from .spec import MeasureSpec
@@ -85,9 +86,9 @@ def _replayed(p: AssignmentParams, runs: list[dict[str, Any]]) -> dict[str, Any]
         for n, by_g in by_n.items():
             for g, d in by_g.items():
                 tp = {int(key.split("_k")[1]): v for key, v in d["throughput"].items()}
-                a = best_assignment(named_profile(model, p.replay_image_size, p.replay_num_classes),
-                                    Cluster(int(n), float(g), device=p.replay_device),
-                                    batch_per_worker=p.batch_per_worker)
+                prof = named_profile(model, p.replay_image_size, p.replay_num_classes)
+                dev = device_profile(p.replay_device, prof, p.batch_per_worker).profile  # table row or measured
+                a = best_assignment(prof, Cluster(int(n), float(g), device=dev), batch_per_worker=p.batch_per_worker)
                 best = max(tp, key=tp.get)
                 d.update(measured_best_k=best, optimiser_k=a.best_stanza().fc_workers,
                          optimiser_shortfall=1 - tp[a.best_stanza().fc_workers] / tp[best])
@@ -137,8 +138,8 @@ def paper_scale(p: AssignmentParams) -> dict[str, Any]:
     for name in p.paper_models:
         prof = named_profile(name, p.paper_image_size)
         for g in p.paper_gbps:
-            a = best_assignment(prof, Cluster(p.paper_nodes, g, device=p.paper_device),
-                                batch_per_worker=p.batch_per_worker)
+            dev = device_profile(p.paper_device, prof, p.batch_per_worker).profile  # table row or measured
+            a = best_assignment(prof, Cluster(p.paper_nodes, g, device=dev), batch_per_worker=p.batch_per_worker)
             stanza = sorted((x for x in a.ranking if x.strategy == "stanza"), key=lambda x: x.fc_workers)
             top = a.best_stanza()
             out.setdefault(name, {})[f"{g:g}"] = {

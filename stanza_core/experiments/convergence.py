@@ -28,6 +28,7 @@ from typing import Any
 import torch
 from tqdm import tqdm
 
+from .. import checks
 from ..config import step_save_path
 from ..data import batch_indices, open_dataset
 from ..launch import run_job
@@ -54,11 +55,8 @@ def plan(*, model: str = "tiny_cnn", nodes: int = 3, fc_workers: int = 1, global
     check_models([model], image_size)
     for name, v, low in (("nodes", nodes, 2), ("fc_workers", fc_workers, 1), ("global_batch", global_batch, 1),
                          ("steps", steps, 1), ("eval_every", eval_every, 0), ("image_size", image_size, 1)):
-        if isinstance(v, bool) or not isinstance(v, int) or v < low:
-            raise ValueError(f"{name} must be an integer >= {low}, got {v!r}")
-    if fc_workers > nodes - fc_workers:
-        raise ValueError(f"fc_workers {fc_workers} needs nodes >= {2 * fc_workers} (every FC worker serves at "
-                         f"least one CONV worker), got nodes {nodes}")
+        checks.positive_int(name, v, low)
+    checks.fc_workers(fc_workers, nodes)
     names = [s.strip() for s in strategies.split(",")] if isinstance(strategies, str) else list(strategies)
     bad = [s for s in names if s not in STRATEGIES and s not in VARIANTS]
     if bad or not names or len(set(names)) != len(names):
@@ -66,11 +64,10 @@ def plan(*, model: str = "tiny_cnn", nodes: int = 3, fc_workers: int = 1, global
                          f"got {strategies!r}")
     if "local" not in names:
         raise ValueError("strategies must include local: it is the reference the others are compared with")
-    for s in names:
-        workers = 1 if s == "local" else (nodes - fc_workers if s.startswith("stanza") else nodes)
-        if global_batch % workers:
-            raise ValueError(f"global_batch {global_batch} does not split evenly over the {workers} data workers "
-                             f"of {s} (N = {nodes}, k = {fc_workers})")
+    for s in names:  # the data workers of each run by topology (local: one process)
+        if s != "local":
+            strategy = "stanza" if s in VARIANTS else s
+            checks.batch_divides(global_batch, strategy, nodes, fc_workers if strategy == "stanza" else 0)
     if not (isinstance(lr, (int, float)) and lr > 0) or not (isinstance(momentum, (int, float)) and 0 <= momentum < 1):
         raise ValueError(f"lr must be > 0 and momentum in [0, 1), got lr={lr!r}, momentum={momentum!r}")
     every = eval_every or steps

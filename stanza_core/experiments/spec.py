@@ -16,7 +16,8 @@ from ..config import check_stanza_options
 from ..labels import config_label
 from ..launch import cli_args
 from ..netem.facts import max_link_mbit
-from . import checks, plan
+from .. import checks
+from . import plan
 
 COMPUTE_MODES = ("real", "replay")
 

@@ -13,8 +13,9 @@ import dataclasses
 from typing import Any
 
 from ..labels import config_label, run_key, run_label
-from ..perf import Cluster, best_assignment, named_profile, sweep
-from . import checks, replayed, validation
+from ..perf import Cluster, best_assignment, device_profile, named_profile, sweep
+from .. import checks
+from . import replayed, validation
 from .replayed import ReplayParams
 from .run import measure_or_skip, modelled_only
 from .spec import MeasureSpec
@@ -129,8 +130,8 @@ def paper_scale(p: SweepParams) -> dict[str, Any]:
     for name in p.paper_models:
         prof = named_profile(name, p.paper_image_size)
         for g in p.target_gbps:
-            a = best_assignment(prof, Cluster(p.paper_nodes, g, device=p.paper_device),
-                                batch_per_worker=p.batch_per_worker)
+            dev = device_profile(p.paper_device, prof, p.batch_per_worker).profile  # table row or measured
+            a = best_assignment(prof, Cluster(p.paper_nodes, g, device=dev), batch_per_worker=p.batch_per_worker)
             st = a.best_stanza()
             out.setdefault(name, {})[f"{g:g}"] = {
                 "stanza": st.throughput, "fc_workers": st.fc_workers, "ddp": a.ddp.throughput,

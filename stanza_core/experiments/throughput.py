@@ -13,8 +13,9 @@ import dataclasses
 from typing import Any
 
 from ..labels import run_key
-from ..perf import Cluster, best_assignment, named_profile
-from . import checks, replayed
+from ..perf import Cluster, best_assignment, device_profile, named_profile
+from .. import checks
+from . import replayed
 from .replayed import ReplayParams
 from .run import MEASURE_OFF, measure_or_skip, modelled_only  # noqa: F401 (MEASURE_OFF: a public name here)
 from .spec import MeasureSpec
@@ -83,7 +84,8 @@ def model_curves(p: ThroughputParams) -> list[dict[str, Any]]:
         prof = named_profile(name, p.model_image_size, p.model_num_classes)
         for gbps in p.model_gbps:
             for n in p.model_nodes:
-                a = best_assignment(prof, Cluster(n, gbps, device=p.model_device), batch_per_worker=p.batch_per_worker)
+                dev = device_profile(p.model_device, prof, p.batch_per_worker).profile  # table row or measured
+                a = best_assignment(prof, Cluster(n, gbps, device=dev), batch_per_worker=p.batch_per_worker)
                 st = a.best_stanza()
                 for pred in (a.ps, a.ddp, st):
                     rows.append({"model": name, "bandwidth_gbps": gbps, "nodes": n, "strategy": pred.strategy,

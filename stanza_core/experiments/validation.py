@@ -1,9 +1,12 @@
 """The performance model against measured runs: predictions for every run of a bench results
 dict (with timing rounds: `compute_rounds`), their errors, which model term misses, and notebook 07.
 
-Prediction inputs are all measured independently of the runs being predicted: per-part compute
-times from the timing rounds (each phase at its contention), the optimizer step, the emulated
-link rate in payload bytes, 50 us per message plus the links' added delay, no step overhead.
+No prediction input is fitted to the runs being predicted: per-part compute times from the
+timing rounds (each phase at its contention), the optimizer step, the emulated link rate in
+payload bytes, 50 us per message plus the links' added delay, no step overhead; replayed runs:
+the replay device's profile x D plus the configuration's engine seconds, measured apart at D = 1
+(`engine_apart` holds those apart). Every summary gives the bias (mean signed error) beside the
+median.
 `calibrated` additionally adds a per-strategy fixed step overhead fitted on the *other*
 bandwidths' runs (leave-one-bandwidth-out), so its errors stay out-of-sample.
 """
@@ -16,7 +19,7 @@ from typing import Any
 
 from ..labels import run_label
 from ..perf import DEFAULT_LATENCY_S, Cluster, named_profile, predict
-from . import checks
+from .. import checks
 from .compute_rounds import device_for, mean_rounds, rounds_needed, timing_rounds
 from .plan import shaped_link
 from .replayed import ReplayParams, run_replayed
@@ -102,18 +105,19 @@ def predict_runs(result: dict[str, Any], *, latency_s: float = DEFAULT_LATENCY_S
 
 def replay_profile(profile, device: str, dilation: float, step_overhead_s: float = 0.0):
     """The DeviceProfile a replayed run computes with: the device-table row's, every time x D."""
-    from ..perf import DeviceProfile
+    from ..perf import DeviceProfile, device_profile
 
-    base = DeviceProfile.from_table(device, profile).to_dict()
+    base = device_profile(device, profile).profile.to_dict()
     times = {k: v * dilation for k, v in base.items() if k not in ("name", "step_overhead_s")}
-    return DeviceProfile(**{**base, **times, "name": f"{device} (table) x {dilation:g}",
+    return DeviceProfile(**{**base, **times, "name": f"{base['name']} x {dilation:g}",
                             "step_overhead_s": step_overhead_s})
 
 
 def error_summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
-    """Median and worst absolute throughput error, overall and per strategy."""
+    """Median and worst absolute throughput error, overall and per strategy, and the bias (the
+    mean signed error: > 0 when the model predicts more samples/s than were measured)."""
     if not rows:
-        return {"configurations": 0, "median_abs_error": None, "worst_abs_error": None, "worst": None,
+        return {"configurations": 0, "median_abs_error": None, "worst_abs_error": None, "bias": None, "worst": None,
                 "by_strategy": {}}
     worst = max(rows, key=lambda r: abs(r["error"]))
     by = {}
@@ -123,10 +127,38 @@ def error_summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
                  "worst_abs_error": max(errs)}
     errs = [abs(r["error"]) for r in rows]
     return {"configurations": len(rows), "median_abs_error": statistics.median(errs),
-            "worst_abs_error": max(errs), "worst": f"{worst['label']} @ {worst['link_mbit']:.1f} Mbit/s",
+            "worst_abs_error": max(errs), "bias": statistics.fmean(r["error"] for r in rows),
+            "worst": f"{worst['label']} @ {worst['link_mbit']:.1f} Mbit/s",
             "within_10pct": sum(e <= 0.10 for e in errs) / len(errs),
             "within_20pct": sum(e <= 0.20 for e in errs) / len(errs), "by_strategy": by,
             "bytes_match": all(r["measured_bytes_per_step"] == r["predicted_bytes_per_step"] for r in rows)}
+
+
+ENGINE_SHARE_LOW = 0.01  # a replayed run whose engine seconds are at most 1 % of its step
+
+
+def engine_apart(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """The model's step error on replayed runs with the engine's own CPU seconds held apart. Each
+    run: measured_step_s, engine_s (measured at D = 1, apart from the run) and the model's step
+    without them, `plain_step_s`, on one scale (dilated, or all / D). Two ways: the runs whose
+    engine share (engine_s / measured step) is at most ENGINE_SHARE_LOW, their error as measured;
+    and every run with its engine seconds subtracted from its measured step, (measured - engine_s)
+    / plain - 1 (this assumes the engine's work never overlaps the waits). Both with the median
+    |error| and the bias (mean signed error; > 0: the model's step is the shorter). Replay and model share the
+    compute by construction (the same device profile), so these errors are those of the network
+    and schedule model, not of compute."""
+    runs = [r for r in runs if r.get("engine_s") is not None]
+    share = [r["engine_s"] / r["measured_step_s"] for r in runs]
+    low = [r["measured_step_s"] / r["plain_step_s"] - 1 for r, s in zip(runs, share) if s <= ENGINE_SHARE_LOW]
+    sub = [(r["measured_step_s"] - r["engine_s"]) / r["plain_step_s"] - 1 for r in runs]
+
+    def stats(errs):  # no runs: the counts alone (a claim on a missing figure reads "not in this run")
+        return {"configurations": len(errs), "positive": sum(e > 0 for e in errs), **({
+            "median_abs_error": statistics.median(map(abs, errs)), "worst_abs_error": max(map(abs, errs)),
+            "bias": statistics.fmean(errs)} if errs else {})}
+    return {"configurations": len(runs), "share_low": ENGINE_SHARE_LOW,
+            "engine_share_median": _median(share), "engine_share_max": max(share, default=None),
+            "low_share": stats(low), "subtracted": stats(sub)}
 
 
 def measure_rounds_for(result: dict[str, Any], reps: int = 5) -> dict[str, Any]:
@@ -253,7 +285,7 @@ def _predict_bench(b: dict[str, Any], latency_s: float) -> list[dict[str, Any]]:
     if b["config"].get("compute") != "replay" or all(r.get("engine_s") is None for r in b["runs"]):
         return plain
     rows = predict_runs(b, latency_s=latency_s, with_engine=True)
-    return [{**r, "error_without_engine": p["error"]} for r, p in zip(rows, plain)]
+    return [{**r, "error_without_engine": p["error"], "plain_step_s": p["predicted_step_s"]} for r, p in zip(rows, plain)]
 
 
 def validate(benches: list[dict[str, Any]], latency_s: float = DEFAULT_LATENCY_S) -> dict[str, Any]:
@@ -291,5 +323,6 @@ def validate(benches: list[dict[str, Any]], latency_s: float = DEFAULT_LATENCY_S
             "replayed_summary": error_summary([r for r in rows if r["compute"] == "replay"]),
             "replayed_summary_without_engine": error_summary(
                 [{**r, "error": r.get("error_without_engine", r["error"])} for r in rows if r["compute"] == "replay"]),
+            "replayed_engine_apart": engine_apart([r for r in rows if r["compute"] == "replay"]),
             "real_summary": error_summary([r for r in rows if r["compute"] != "replay"]),
             "calibrated_summary": error_summary(cal), "benches": per_bench, "rows": rows}

@@ -20,7 +20,9 @@ folder `<out>/<name>/` its notebook writes into). Schema, every key checked on l
         ours: models.alexnet.fc_param_share      # dotted key into results.json (list items: 0, 1..)
         format: "{:.1%}"                         # optional str.format template (default "{}")
         scale: 1.0e-6                            # optional factor applied before format/expect
-        expect: 0.96                             # optional: a number or [low, high]
+        expect: 0.96                             # optional: a number or [low, high], or a
+                                                 #   mapping {quick: .., full: .., tiny: ..}
+                                                 #   (a mode left out: reported, not judged)
         tolerance: 0.0005                        # optional absolute tolerance of a number expect
         deviation: why ours may differ           # optional
         modes: [full]                            # optional: runs that must produce the key

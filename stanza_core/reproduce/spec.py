@@ -87,8 +87,13 @@ def load_spec(path: str | os.PathLike, root: Path | None = None) -> Spec:
         if unknown := sorted(set(c) - _CLAIM_KEYS):
             bad(f"claim {i} has unknown keys {unknown}; allowed: {sorted(_CLAIM_KEYS)}")
         e = c.get("expect")
-        if e is not None and not (_is_number(e) or (isinstance(e, list) and len(e) == 2 and all(map(_is_number, e)))):
-            bad(f"claim {i}: expect must be a number or [low, high], got {e!r}")
+        per_mode = e if isinstance(e, dict) else {"any": e}
+        if isinstance(e, dict) and (not e or not set(e) <= {"quick", "full", "tiny"}):
+            bad(f"claim {i}: expect by mode must map some of quick, full, tiny to a bound, got {e!r}")
+        for b in per_mode.values():
+            if b is not None and not (_is_number(b) or (isinstance(b, list) and len(b) == 2
+                                                        and all(map(_is_number, b)))):
+                bad(f"claim {i}: expect must be a number or [low, high] (or a mapping of modes to them), got {e!r}")
         if not set(c.get("modes", ["quick", "full"])) <= {"quick", "full", "tiny"}:
             bad(f"claim {i}: modes must be drawn from quick, full, tiny")
         try:
@@ -153,6 +158,8 @@ def evaluate_claims(spec: Spec, results: dict | None, mode: str) -> tuple[list[d
             value = value * c.get("scale", 1)
         row["value"], row["ours"] = value, c.get("format", "{}").format(value)
         e = c.get("expect")
+        if isinstance(e, dict):  # a bound per mode, each set from that mode's measured spread
+            e = e.get(mode)
         if e is None or not _is_number(value):
             row["status"] = "reported"
         else:

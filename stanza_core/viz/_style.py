@@ -7,6 +7,9 @@ import plotly.graph_objects as go
 PART_COLORS = {"conv": "#1f77b4", "fc": "#d62728"}  # CONV body blue, FC head red
 PART_LABELS = {"conv": "CONV", "fc": "FC"}
 STRATEGY_COLORS = {"local": "#7f7f7f", "ddp": "#2ca02c", "ps": "#ff7f0e", "stanza": "#9467bd"}
+# Models in a figure that draws several (one colour per model in every panel); none of these is
+# a strategy's colour or the paper's purple.
+MODEL_COLORS = ("#1f77b4", "#8c564b", "#e377c2", "#17becf", "#bcbd22", "#d62728")
 TEMPLATE = "plotly_white"
 
 

@@ -8,7 +8,7 @@ from typing import Any
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from ._style import STRATEGY_COLORS, finish, mark_modelled_only, note_figure
+from ._style import MODEL_COLORS, STRATEGY_COLORS, finish, mark_modelled_only, note_figure
 
 
 def _strategy(label: str) -> str:
@@ -50,11 +50,13 @@ def paper_scale_speedups(results: dict[str, Any]) -> go.Figure:
     the paper's 10 Gb/s range and 100 Gb/s simulation figures."""
     ps_, paper = results["paper_scale"], results["paper"]
     fig = make_subplots(rows=1, cols=2, subplot_titles=("over ps (S = N shards)", "over ddp"), horizontal_spacing=0.1)
-    for model, by_g in ps_["results"].items():
+    for i, (model, by_g) in enumerate(ps_["results"].items()):
         g = sorted(by_g, key=float)
+        color = MODEL_COLORS[i % len(MODEL_COLORS)]  # one model, one colour in both panels
         for col, key in ((1, "stanza_vs_ps"), (2, "stanza_vs_ddp")):
             fig.add_scatter(x=[float(x) for x in g], y=[by_g[x][key] for x in g], mode="lines+markers",
-                            name=model, legendgroup=model, showlegend=(col == 1),
+                            name=model, legendgroup=model, showlegend=(col == 1), line=dict(color=color),
+                            marker=dict(color=color),
                             customdata=[by_g[x]["fc_workers"] for x in g],
                             hovertemplate=f"{model} %{{x:g}} Gb/s, k=%{{customdata}}: %{{y:.2f}}x<extra></extra>",
                             row=1, col=col)

@@ -20,7 +20,7 @@ def _empty(results: dict[str, Any]) -> go.Figure | None:
 
 def predicted_vs_measured(results: dict[str, Any]) -> go.Figure:
     """Log-log scatter of predicted against measured samples/s, the diagonal and +-10 % / +-20 %;
-    filled markers: independent inputs only; open markers: with the out-of-sample step overhead."""
+    filled markers: no parameter fitted; open markers: with the out-of-sample step overhead."""
     if (fig := _empty(results)) is not None:
         return fig
     rows = results["rows"]
@@ -53,7 +53,7 @@ def predicted_vs_measured(results: dict[str, Any]) -> go.Figure:
     fig.update_yaxes(type="log", title_text="predicted samples/s")
     s = results["summary"]
     fig.add_annotation(text=f"median |error| {s['median_abs_error']:.1%}, worst {s['worst_abs_error']:.1%} "
-                            f"({s['configurations']} configurations, independent inputs)",
+                            f"({s['configurations']} configurations, no parameter fitted)",
                        xref="paper", yref="paper", x=0.01, y=0.99, showarrow=False, xanchor="left")
     fig.add_annotation(text=results.get("caption", ""), xref="paper", yref="paper", x=0.01, y=0.93, showarrow=False,
                        xanchor="left", font=dict(size=11))
@@ -70,7 +70,7 @@ def error_bars(results: dict[str, Any]) -> go.Figure:
     rows = results["rows"]
     x = [f"{r['bench_name']}: {r['label']} @ {r['link_mbit']:.0f} Mbit/s" for r in rows]
     fig = go.Figure()
-    fig.add_bar(x=x, y=[r["error"] for r in rows], name="independent inputs",
+    fig.add_bar(x=x, y=[r["error"] for r in rows], name="no parameter fitted",
                 marker_color=[STRATEGY_COLORS[r["strategy"]] for r in rows],
                 hovertemplate="%{x}: %{y:+.1%}<extra></extra>")
     fig.add_bar(x=x, y=[r["calibrated_error"] for r in rows], name="+ step overhead fitted at the other rates",

@@ -2,8 +2,12 @@
 the report, the claim table, failures, --only, and never writing into someone else's folder."""
 import json
 
-import nbformat
 import pytest
+
+for _pkg in ("plotly", "papermill", "nbformat", "jupytext", "ipykernel"):  # the notebook stack (not on every GPU VM)
+    pytest.importorskip(_pkg, reason=f"the notebook tests need {_pkg}")
+
+import nbformat
 import yaml
 
 from stanza_core.reproduce import MARKER, SpecError, evaluate_claims, load_spec, lookup, main
@@ -119,6 +123,8 @@ def test_unknown_only_name_is_bad_input(project, capsys):
     ({"claims": [{"claim": "x", "paper": "y"}]}, "claim 0 needs claim, paper and ours"),
     ({"claims": [{"claim": "x", "paper": "y", "ours": "v", "expect": "big"}]}, "expect must be a number"),
     ({"requires": ["gpu"]}, "requires must be a list drawn from"),
+    ({"claims": [{"claim": "x", "paper": "y", "ours": "v", "expect": {"fast": 1.0}}]}, "expect by mode must map"),
+    ({"claims": [{"claim": "x", "paper": "y", "ours": "v", "expect": {"quick": "big"}}]}, "expect must be a number"),
 ])
 def test_bad_spec_is_one_line(project, change, message):
     path = project / "reproductions" / "good.yaml"
@@ -138,3 +144,12 @@ def test_tiny_defaults_to_quick_and_claims_evaluate(project):
     assert lookup(results, "nested.items.0") == 1
     with pytest.raises(KeyError, match="no '3'"):
         lookup(results, "nested.items.3")
+
+
+def test_a_bound_per_mode_judges_each_mode_by_its_own(project):
+    spec = load_spec(project / "reproductions" / "good.yaml")
+    spec.claims.append({"claim": "per mode", "paper": "-", "ours": "value", "expect": {"quick": [0.0, 1.0],
+                                                                                  "full": [0.0, 5.0]}})
+    status = {mode: evaluate_claims(spec, {"value": 3.0, "nested": {"items": [3]}}, mode)[0][-1]["status"]
+              for mode in ("quick", "full", "tiny")}
+    assert status == {"quick": "differs", "full": "agrees", "tiny": "reported"}

@@ -12,7 +12,7 @@ from stanza_core.experiments.cache import Cache, cache_dir_for
 from stanza_core.experiments.compute_rounds import config_rounds, device_for, rounds_needed, timing_rounds
 from stanza_core.experiments.spec import MeasureSpec
 from stanza_core.netem.facts import payload_gbps, payload_per_wire_byte
-from stanza_core.experiments.validation import calibrated, error_summary, predict_runs, term_fit
+from stanza_core.experiments.validation import calibrated, engine_apart, error_summary, predict_runs, term_fit
 from stanza_core.perf import Cluster, DeviceProfile, named_profile, predict
 
 PARTS = ("conv_fwd", "conv_bwd", "fc_fwd", "fc_bwd", "update", "step")
@@ -76,6 +76,23 @@ def test_predictions_are_perf_predict_on_the_configuration_profile():
     s = error_summary(rows)
     errs = sorted(abs(r["error"]) for r in rows)
     assert (s["median_abs_error"], s["worst_abs_error"]) == (errs[1], errs[2]) and s["bytes_match"] is False
+    assert s["bias"] == pytest.approx(sum(r["error"] for r in rows) / 3, rel=1e-12)
+
+
+def test_engine_apart_holds_the_engine_seconds_out_of_the_error():
+    # measured 1.05 s, engine 0.05 s (4.8 %), model 1.0 s: +5 % against the model alone, 0 % with
+    # the engine subtracted; measured 0.99 s, engine 0.005 s (0.5 %), model 1.0 s: a low-share run
+    runs = [{"measured_step_s": 1.05, "engine_s": 0.05, "plain_step_s": 1.0},
+            {"measured_step_s": 0.99, "engine_s": 0.005, "plain_step_s": 1.0},
+            {"measured_step_s": 2.0, "engine_s": None, "plain_step_s": 1.0}]  # engine not measured: left out
+    e = engine_apart(runs)
+    assert e["configurations"] == 2 and e["engine_share_max"] == pytest.approx(0.05 / 1.05)
+    assert e["low_share"]["configurations"] == 1 and e["low_share"]["bias"] == pytest.approx(-0.01)
+    sub = e["subtracted"]
+    assert sub["median_abs_error"] == pytest.approx((0.0 + 0.015) / 2)
+    assert sub["bias"] == pytest.approx((0.0 - 0.015) / 2) and sub["positive"] == 0
+    none = engine_apart(runs[:1])["low_share"]
+    assert none == {"configurations": 0, "positive": 0}  # no figures where there are no runs
 
 
 def test_overhead_is_fitted_on_the_other_rates_only():

@@ -4,8 +4,11 @@ Figures are checked through their data (the numbers drawn), not their pictures."
 import json
 import math
 
-import plotly.graph_objects as go
 import pytest
+
+pytest.importorskip("plotly", reason="figures and notebook helpers need plotly (some GPU VM images lack it)")
+
+import plotly.graph_objects as go
 
 from stanza_core import Profile, get_model, nbtools, profile_model, viz
 from stanza_core.reproduce import report
@@ -146,3 +149,20 @@ def test_save_figures_png(profiles, tmp_path):
     assert png[:8] == b"\x89PNG\r\n\x1a\n"
     width = int.from_bytes(png[16:20], "big")
     assert width == nbtools.PNG_WIDTH
+
+
+def test_paper_scale_speedups_colour_each_model_alike_in_both_panels():
+    by_g = {"10": {"stanza_vs_ps": 3.0, "stanza_vs_ddp": 2.5, "fc_workers": 1},
+            "100": {"stanza_vs_ps": 1.5, "stanza_vs_ddp": 1.2, "fc_workers": 2}}
+    results = {"paper_scale": {"nodes": 8, "device": "v100", "batch_per_worker": 32,
+                               "results": {"alexnet": by_g, "vgg16": by_g}},
+               "paper": {"speedup_vs_ps_10gbps": [1.34, 13.9], "alexnet_speedup_vs_ps_100gbps": 1.55,
+                         "vgg16_speedup_vs_ps_100gbps": 1.72}}
+    fig = viz.paper_scale_speedups(results)
+    colours = {}
+    for t in fig.data:
+        if t.legendgroup in ("alexnet", "vgg16"):
+            colours.setdefault(t.legendgroup, set()).add((t.line.color, t.marker.color))
+    assert set(colours) == {"alexnet", "vgg16"}
+    assert all(len(c) == 1 for c in colours.values())  # the same colour in the left and right panel
+    assert colours["alexnet"] != colours["vgg16"]

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from ..models import MIN_IMAGE_SIZE, MODEL_NAMES, known_model
+from .models import MIN_IMAGE_SIZE, MODEL_NAMES, known_model
 
 MEASURED_STRATEGIES = ("ps", "ddp", "stanza")
 
@@ -80,11 +80,11 @@ def model_fits(model: str, image_size: int | None, *, name: str = "image_size") 
 
 
 def device_name(name: str, value: str) -> str:
-    """A row of the performance model's device table."""
-    from ..perf import DEVICE_TABLE
+    """A device the performance model resolves (perf.device_profile: table row, measured device, PATH.json)."""
+    from .perf.resolve import known_device, unknown_message
 
-    if value not in DEVICE_TABLE:
-        raise ValueError(f"unknown {name} {value!r}; expected one of {', '.join(DEVICE_TABLE)}")
+    if not known_device(value):
+        raise ValueError(unknown_message(value, name))
     return value
 
 
@@ -100,7 +100,7 @@ def strategies(values, allowed: tuple[str, ...] = MEASURED_STRATEGIES) -> list[s
 
 def fc_workers(k, nodes: int, *, name: str = "fc_workers") -> int:
     """k FC workers on `nodes` ranks: one of topology.fc_worker_choices (k <= N - k)."""
-    from ..topology import fc_worker_choices
+    from .topology import fc_worker_choices
 
     fits = fc_worker_choices(nodes)
     if not _is_int(k) or k not in fits:
@@ -112,7 +112,7 @@ def fc_workers(k, nodes: int, *, name: str = "fc_workers") -> int:
 def fc_workers_that_fit(ks, nodes: int, *, name: str = "fc_workers", needed: bool = True) -> list[int]:
     """The k of `ks` that fit `nodes` ranks (topology.fc_worker_choices), in the order given;
     with `needed`, a one-line error when none does."""
-    from ..topology import fc_worker_choices
+    from .topology import fc_worker_choices
 
     fits = fc_worker_choices(nodes)
     ks = _items(ks)
@@ -124,7 +124,7 @@ def fc_workers_that_fit(ks, nodes: int, *, name: str = "fc_workers", needed: boo
 
 def batch_divides(global_batch: int, strategy: str, nodes: int, k: int = 0) -> None:
     """The global batch splits evenly over the configuration's data workers (topology)."""
-    from ..topology import Topology
+    from .topology import Topology
 
     workers = Topology(strategy, nodes, k if strategy == "stanza" else 0, 0).data_workers
     if global_batch % workers:
