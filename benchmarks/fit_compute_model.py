@@ -1,31 +1,30 @@
-"""Fit compute model v2.1 (stanza_core/perf/compute.py) to measured H200 steps and layers and a
-published V100 figure; cross-validate it leaving one model out; check it on the held-out published
-figures.
+"""Fit compute model v2.2 (stanza_core/perf/compute.py) to measured H200 steps and a published V100
+figure; cross-validate it leaving one model out; check it on the held-out published figures.
 
     .venv/bin/python benchmarks/fit_compute_model.py             # fit, print every table
-    .venv/bin/python benchmarks/fit_compute_model.py --write     # also write the JSON and the docs tables
+    .venv/bin/python benchmarks/fit_compute_model.py --write     # also the variants; write the JSON and the docs tables
     .venv/bin/python benchmarks/fit_compute_model.py --check     # refit; exit 1 if devices.FITTED drifted
     .venv/bin/python benchmarks/fit_compute_model.py --variants  # leave-one-model-out of each model variant
 
 Data (points):
   24 measured H200 steps (stanza_core/perf/records/h200, SOURCE.md there): alexnet, vgg16,
      resnet50 at 224 px, batch 16/32/64/128, TF32 off ("h200-fp32") and on ("h200"); the target
-     is `plain_fwd_bwd_s` (forward+backward without hooks, CUDA events).
-  Per-layer times (`fwd_s`/`bwd_s` x batch) of the configurations whose hooked total is within
-     LAYER_RATIO_TOL of the plain step (the hooks inflate launch-bound runs up to 2.7x; where the
-     totals agree the layers are not inflated). Layers called more than once per forward, and
-     first layers' backward (not observable), are left out. Each configuration's layers together
-     weigh as LAYER_WEIGHT step points, each layer by its share of the configuration's time.
+     is `plain_fwd_bwd_s` (forward+backward without hooks, CUDA events). These are the ground truth.
   1 published figure: V100 ResNet-50 FP32 367 img/s (FIGURES marked fit=True); the other
      published figures are held out.
-Parameters: the keys of devices.FITTED except those in PRIORS (fixed, not fitted). The fit is
-weighted least squares of log(predicted / measured) (scipy.optimize.least_squares, log
-parameters, bounds in BOUNDS, seeded starts). The fit evaluates the model vectorised over every
-GEMM and layer of every point with compute.gemm_seconds; the final constants are then checked
-through DeviceProfile.from_spec(...).step_compute_s(batch), the function the performance model
-and replay use (they must agree to 1e-9).
-Checks (never fitted): leave one model out (the held-out model's steps AND layers are excluded
-from the fit), the held-out published figures, the optimizer step.
+  The per-layer (hooked) times are NOT fitted: per-hook overhead inflates short layers even where
+     the hooked total agrees with the plain step, so they would bias floors. They give one thing,
+     a share within the conv part: conv_bwd_ratio (backward seconds per FLOP / forward's) by math
+     mode, the median over the configurations whose hooked total is within LAYER_RATIO_TOL of the
+     plain step (`bwd_ratios`; in leave-one-model-out, from the training models' records only).
+Parameters: the keys of devices.FITTED except the priors (PRIORS: fixed; *_bwd_ratio: derived as
+above). The fit is least squares of log(predicted / measured) (scipy.optimize.least_squares, log
+parameters, bounds in BOUNDS, seeded starts). It evaluates the model vectorised over every GEMM and
+layer of every point; the final constants are then checked through
+DeviceProfile.from_spec(...).step_compute_s(batch), the function the performance model and replay
+use (they must agree to 1e-9).
+Checks (never fitted): leave one model out (the held-out model's steps and records are excluded),
+the held-out published figures, the optimizer step.
 """
 from __future__ import annotations
 
@@ -54,12 +53,14 @@ MODELS = ("alexnet", "vgg16", "resnet50")
 PRIORS = {"mem_efficiency": 0.85}  # fixed: STREAM-like share of HBM (the vgg16 record's ReLUs reach ~0.88)
 BOUNDS = {"winograd_factor": (1.0, 4.0), "conv_half_k": (1.0, 2e4), "kernel_s": (3e-7, 5e-5),
           "launch_s": (1e-6, 2e-4), "tile_exponent": (0.01, 3.0)}  # efficiencies: (0.02, 1.0)
-FREE = [k for k in FITTED if k not in PRIORS]
+RATIOS = ("tf32_bwd_ratio", "fp32_bwd_ratio")  # derived from the records (bwd_ratios), not fitted
+FREE = [k for k in FITTED if k not in PRIORS and k not in RATIOS]
 SEEDS = 3
 CHECK_RTOL = 0.02
 LAYER_RATIO_TOL = 0.08  # hooked total / plain step within 1 +- this: the configuration's layers are used
 LAYER_WEIGHT = 1.0  # one configuration's layers weigh as this many step points
 MIN_LAYER_S = 3e-6  # shorter layer times are below the event timer's resolution
+LINEAR_MIN_S = 50e-6  # Linear-layer points: only calls this long (a per-hook overhead of ~10 us is then small)
 PP = ("conv_fwd", "conv_bwd", "fc_fwd", "fc_bwd")
 
 
@@ -74,9 +75,34 @@ def load_points() -> list[dict]:
     return pts
 
 
-def fitted_of(x, free=None, base=None) -> dict[str, float]:
+def fitted_of(x, free=None, base=None, fixed=None) -> dict[str, float]:
     free = FREE if free is None else free
-    return {**(base or FITTED), **PRIORS, **{k: math.exp(v) for k, v in zip(free, x)}}
+    return {**(base or FITTED), **PRIORS, **(fixed or {}), **{k: math.exp(v) for k, v in zip(free, x)}}
+
+
+def conv_bwd_ratio(p, profiles) -> float | None:
+    """One record's conv backward seconds per FLOP over its forward's: sum of backward over
+    2 x sum of forward, convolutions called once per forward, the first layer (weight gradient
+    only) left out."""
+    rows = {r.name: r for r in profiles[p["model"]].layers}
+    first = next(r.name for r in profiles[p["model"]].layers if r.params > 0)
+    f = b = 0.0
+    for l in p["layers"]:
+        r = rows.get(l["name"])
+        if r is None or r.kind != "Conv2d" or r.calls > 1 or l["name"] == first or l["bwd_s"] is None or l["fwd_s"] is None:
+            continue
+        f, b = f + l["fwd_s"], b + l["bwd_s"]
+    return b / (2 * f) if f > 0 else None
+
+
+def bwd_ratios(pts, profiles) -> dict[str, float]:
+    """{tf32,fp32}_bwd_ratio: the median of conv_bwd_ratio over the records of `pts` whose hooked
+    total is within LAYER_RATIO_TOL of the plain step (a share within the conv part, not a floor)."""
+    out = {}
+    for key, dev in (("tf32_bwd_ratio", "h200"), ("fp32_bwd_ratio", "h200-fp32")):
+        v = [conv_bwd_ratio(p, profiles) for p in pts if p["device"] == dev and abs(p["hooked_ratio"] - 1) <= LAYER_RATIO_TOL]
+        out[key] = round(statistics.median(x for x in v if x is not None), 4)
+    return out
 
 
 def at_batch(profile, batch):
@@ -87,7 +113,9 @@ class Table:
     """Every GEMM, memory-bound row and kernel count of a set of evaluations (a step at a batch on a
     device), flattened so one call of compute.gemm_seconds costs them all for given constants."""
 
-    def __init__(self, evals, profiles):
+    def __init__(self, evals, profiles, conv_tiled=False):
+        self.conv_tiled = conv_tiled  # variant: convolutions as implicit GEMMs at their shape (v2.1)
+        self.layer_floors = conv_tiled
         g, mem, kern, self.layer_index = [], [], [], {}
         self.n = len(evals)
         for e, (model, batch, dev) in enumerate(evals):
@@ -135,6 +163,7 @@ class Table:
         per layer-phase [layers, 2])."""
         conv_eff = np.array([f[f"{m}_efficiency"] for m in self.math])
         wf = np.array([1.0 if m == "tf32" else f["winograd_factor"] for m in self.math])
+        ratio = np.array([f["tf32_bwd_ratio" if m == "tf32" else "fp32_bwd_ratio"] for m in self.math])
         e = self.g_eval
         size = self.kred / (self.kred + f["conv_half_k"] * self.conv_peak[e] / self.fc_peak[e])
         rate = np.where(self.conv, self.conv_peak[e] * conv_eff[e] * np.where(self.wino, wf[e], 1.0) * size,
@@ -147,6 +176,8 @@ class Table:
             util[sel] = C.gemm_utilisation(*(x[sel] for x in util_args), s, f["tile_exponent"])
         moved = DTYPE_BYTES * (self.m * self.k + self.k * self.nn + self.m * self.nn)
         tg = np.maximum(self.fl / (rate * util), moved / mem_rate)
+        if not self.conv_tiled:  # convolutions: FLOPs at the rate, the backward at its ratio (compute.conv_work)
+            tg = np.where(self.conv, self.fl / rate * np.where(self.g_pp % 2 == 1, ratio[e], 1.0), tg)
         tm = self.m_bytes / (self.bw[self.m_eval] * np.where(self.m_red, f["reduce_efficiency"], f["mem_efficiency"]))
         tk = self.k_n * f["kernel_s"]
         dev = np.zeros((self.n, 4))
@@ -159,7 +190,8 @@ class Table:
         lay = np.zeros((self.n_layers, 2))
         np.add.at(lay, (self.g_lid, self.g_pp % 2), tg)
         np.add.at(lay, (self.m_lid, self.m_pp % 2), tm)
-        np.add.at(lay, (self.k_lid, self.k_pp % 2), tk)
+        if self.layer_floors:  # v2.1's layer points carried the kernel floors; v2.2's compare the work alone
+            np.add.at(lay, (self.k_lid, self.k_pp % 2), tk)
         return dev, host, lay
 
     def steps(self, f):
@@ -170,10 +202,11 @@ class Table:
 class Problem:
     """Points of one fit: steps, layer times (weighted), published figures."""
 
-    def __init__(self, pts, figs, profiles, use_layers=True):
+    def __init__(self, pts, figs, profiles, use_layers="linear", conv_tiled=False, ratios=True):
         self.pts, self.figs, self.profiles = pts, figs, profiles
         evals = [(p["model"], p["batch"], p["device"]) for p in pts] + [(g.model, g.batch, g.device) for g in figs]
-        self.table = Table(evals, profiles)
+        self.table = Table(evals, profiles, conv_tiled)
+        self.fixed = bwd_ratios(pts, profiles) if ratios else dict.fromkeys(RATIOS, 1.0)
         self.meas = np.array([p["measured_s"] for p in pts])
         self.fig_meas = np.array([g.images_per_s for g in figs])
         self.fig_batch = np.array([g.batch for g in figs], dtype=float)
@@ -188,10 +221,11 @@ class Problem:
             cand = []
             for l in p["layers"]:
                 r = rows.get(l["name"])
-                if r is None or r.calls > 1 or r.kind in C.FREE_KINDS:
+                if r is None or r.calls > 1 or r.kind in C.FREE_KINDS or (use_layers == "linear" and r.kind != "Linear"):
                     continue
+                shortest = LINEAR_MIN_S if use_layers == "linear" else MIN_LAYER_S
                 for i, key in enumerate(("fwd_s", "bwd_s")):
-                    if l[key] is None or (key == "bwd_s" and l["name"] == first) or l[key] * p["batch"] < MIN_LAYER_S:
+                    if l[key] is None or (key == "bwd_s" and l["name"] == first) or l[key] * p["batch"] < shortest:
                         continue
                     cand.append((self.table.layer_index[(e, l["name"])], i, l[key] * p["batch"]))
             total = sum(c[2] for c in cand)
@@ -208,7 +242,7 @@ class Problem:
         return steps[:n], figs, layers
 
     def residuals(self, x, free, base):
-        s, g, l = self.predict(fitted_of(x, free, base))
+        s, g, l = self.predict(fitted_of(x, free, base, self.fixed))
         return np.concatenate([np.log(s / self.meas), np.log(g / self.fig_meas), self.l_w * np.log(l / self.l_meas)])
 
     def fit(self, free=None, base=None):
@@ -222,7 +256,7 @@ class Problem:
             r = least_squares(self.residuals, start, args=(free, base), bounds=(lo, hi))
             if best is None or r.cost < best.cost:
                 best = r
-        return fitted_of(best.x, free, base)
+        return fitted_of(best.x, free, base, self.fixed)
 
 
 def device(fitted, name, model, batch, profiles) -> DeviceProfile:
@@ -246,12 +280,13 @@ def summary(errors) -> dict:
     return {"median_abs_error": statistics.median(a), "worst_abs_error": max(a), "points": len(a)}
 
 
-def lomo(pts, figs, profiles, use_layers=True, free=None, base=None) -> dict:
+def lomo(pts, figs, profiles, free=None, base=None, **opts) -> dict:
+    """Leave one model out: fit on the other two (their steps, records, the fitted figures), predict the third."""
     out = {}
     for held in MODELS:
-        train = Problem([p for p in pts if p["model"] != held], figs, profiles, use_layers)
+        train = Problem([p for p in pts if p["model"] != held], figs, profiles, **opts)
         f_fold = train.fit(free, base)
-        test = Problem([p for p in pts if p["model"] == held], [], profiles, use_layers=False)
+        test = Problem([p for p in pts if p["model"] == held], [], profiles, use_layers=False, conv_tiled=opts.get("conv_tiled", False), ratios=False)
         pred, _, _ = test.predict(f_fold)
         rows = [{k: v for k, v in p.items() if k != "layers"} | {"predicted_s": float(s), "used": "held out",
                 "error": float(s) / p["measured_s"] - 1} for p, s in zip(test.pts, pred)]
@@ -259,30 +294,32 @@ def lomo(pts, figs, profiles, use_layers=True, free=None, base=None) -> dict:
     return out
 
 
-# Variants (--variants): structures tried, each cross-validated the same way. Choosing among them by
-# their leave-one-model-out error is itself fitting: docs/performance-model.md says so.
+# Variants (--variants): structures tried, each fitted and cross-validated the same way. Choosing
+# among them by their leave-one-model-out error is itself fitting: docs/performance-model.md says so
+# and says why the committed one is chosen on physical grounds.
 VARIANTS = {
-    "steps only (no layer points)": {"use_layers": False},
-    "steps + layers (committed)": {},
-    "steps + layers, no shape term (sms 0, tile_exponent 0)": {"no_shape": True},
+    "v2.2 (committed): steps + long Linear-layer times; convs by FLOP rate, backward ratio from the records; Linear as GEMMs": {},
+    "v2.2, steps only (no layer times at all)": {"use_layers": False},
+    "v2.2 without the backward ratio (1.0)": {"ratios": False},
+    "convs as shape-tiled GEMMs (v2.1's), steps only": {"conv_tiled": True, "ratios": False, "use_layers": False},
+    "convs as shape-tiled GEMMs + all hooked layer points (v2.1 as committed at 2482662)": {"conv_tiled": True, "ratios": False, "use_layers": "all"},
 }
+KEY_FIGURES = (0, 2, 3)
+FIGURES_SHORT = {0: "V100 RN50 367 (fit)", 2: "A100 RN50 938 (held out)", 3: "V100 VGG-16 192 (held out)"}  # published figures shown per variant: V100 RN50 367 (fit), A100 RN50 938, V100 VGG-16 u39kun PyTorch
 
 
 def run_variants(pts, figs, profiles) -> dict:
     res = {}
     for name, v in VARIANTS.items():
-        if v.get("no_shape"):
-            saved = dict(DATASHEETS)
-            for k, d in saved.items():
-                DATASHEETS[k] = d[:5] + (0,)
-            base = {**FITTED, "tile_exponent": 1e-9}
-            lo = lomo(pts, figs, profiles, True, [k for k in FREE if k != "tile_exponent"], base)
-            DATASHEETS.update(saved)
-        else:
-            lo = lomo(pts, figs, profiles, v.get("use_layers", True))
+        fitted = Problem(pts, figs, profiles, **v).fit()
+        _, pub, _ = Problem(pts, list(C.FIGURES), profiles, use_layers=False, conv_tiled=v.get("conv_tiled", False)).predict(fitted)
+        lo = lomo(pts, figs, profiles, **v)
         s = summary(r["error"] for h in MODELS for r in lo[h]["rows"])
-        res[name] = {h: (lo[h]["median_abs_error"], lo[h]["worst_abs_error"]) for h in MODELS} | {"all": (s["median_abs_error"], s["worst_abs_error"])}
-        print(f"{name}: " + ", ".join(f"{h} {a * 100:.1f}/{b * 100:.1f} %" for h, (a, b) in res[name].items()), flush=True)
+        res[name] = {h: (lo[h]["median_abs_error"], lo[h]["worst_abs_error"]) for h in MODELS} | {
+            "all": (s["median_abs_error"], s["worst_abs_error"]),
+            "published": [float(pub[i] / C.FIGURES[i].images_per_s - 1) for i in KEY_FIGURES]}
+        print(f"{name}: " + ", ".join(f"{h} {res[name][h][0] * 100:.1f}/{res[name][h][1] * 100:.1f} %" for h in (*MODELS, "all"))
+              + " | published " + ", ".join(f"{e * 100:+.1f} %" for e in res[name]["published"]), flush=True)
     return res
 
 
@@ -314,12 +351,16 @@ def run(profiles, variants=False, checks=True) -> dict:
         meas = statistics.median(q["step_s"] - q["measured_s"] for q in pts if q["model"] == m)
         pred = profiles[m].params * device(fitted, "h200", m, 32, profiles).update_s_per_param
         update.append({"model": m, "measured_s": meas, "predicted_s": pred, "error": pred / meas - 1, "used": "held out"})
+    per_call = {}
+    for m in ("alexnet", "vgg16"):
+        d = device(fitted, "v100", m, 32, profiles)
+        per_call[m] = {f"{a}_{ph}": d.time_s(a, ph, 32) for a in ("conv", "fc") for ph in ("fwd", "bwd")} | {"step": d.step_compute_s(32)}
     _, _, lay = prob.predict(fitted)
-    lay_err = np.abs(lay / prob.l_meas - 1)
     return {"parameters": len(FREE), "step_points": len(pts) + len(figs), "layer_points": int(len(prob.l_meas)),
-            "layer_configurations": sorted({f"{p['model']} b{p['batch']} {p['device']}" for p in pts if abs(p["hooked_ratio"] - 1) <= LAYER_RATIO_TOL}),
-            "free": FREE, "priors": PRIORS, "fitted": fitted, "h200_fit": rows, "h200_fit_summary": summary(r["error"] for r in rows),
-            "layer_fit_median_abs_error": float(np.median(lay_err)) if len(lay_err) else None,
+            "layer_fit_median_abs_error": float(np.median(np.abs(lay / prob.l_meas - 1))),
+            "ratio_configurations": sorted({f"{p['model']} b{p['batch']} {p['device']}" for p in pts if abs(p["hooked_ratio"] - 1) <= LAYER_RATIO_TOL}),
+            "free": FREE, "priors": PRIORS, "derived": prob.fixed, "fitted": fitted, "h200_fit": rows,
+            "h200_fit_summary": summary(r["error"] for r in rows), "v100_per_call_b32": per_call,
             "lomo": cv, "lomo_summary": summary(r["error"] for h in MODELS for r in cv[h]["rows"]),
             "published": published, "optimizer_step": update,
             "variants": run_variants(pts, figs, profiles) if variants else None}
@@ -327,16 +368,18 @@ def run(profiles, variants=False, checks=True) -> dict:
 
 def tables(res: dict) -> str:
     """The markdown tables of docs/performance-model.md."""
-    out = [f"Produced by `python benchmarks/fit_compute_model.py --write` (modelled; measured H200 steps and layers "
-           f"from stanza_core/perf/records/h200). **{res['parameters']} free parameters** fitted to "
-           f"{res['step_points']} step points ({res['step_points'] - 1} H200 steps, 1 published figure) and "
-           f"{res['layer_points']} per-layer points from {len(res['layer_configurations'])} configurations whose hooked "
-           f"total agrees with the plain step ({', '.join(res['layer_configurations'])}; together weighted as "
-           f"{len(res['layer_configurations'])} step points); fixed priors: "
-           f"{', '.join(f'{k} {v}' for k, v in res['priors'].items())}.", "",
+    out = [f"Produced by `python benchmarks/fit_compute_model.py --write` (modelled; measured H200 steps from "
+           f"stanza_core/perf/records/h200). **{res['parameters']} free parameters** fitted to "
+           f"{res['step_points']} step points ({res['step_points'] - 1} plain H200 steps, 1 published figure) and "
+           f"{res['layer_points']} Linear-layer times of at least {LINEAR_MIN_S * 1e6:.0f} us from the same configurations "
+           f"(each configuration's together weighted as one step point: they pin the FC head's GEMM rate, which the "
+           f"steps barely see); fixed "
+           f"prior: {', '.join(f'{k} {v}' for k, v in res['priors'].items())}; derived from the per-layer records of the "
+           f"{len(res['ratio_configurations'])} configurations whose hooked total is within 8 % of the plain step (a share "
+           f"within the conv part, not fitted): {', '.join(f'{k} {v}' for k, v in res['derived'].items())}.", "",
            "Fitted constants (devices.FITTED): " + ", ".join(f"{k} {v:.4g}" for k, v in res["fitted"].items()), "",
-           "**Leave one model out** (fit on the other two models' 16 steps, their usable layers and the V100 figure; "
-           "every row below is held out):", "",
+           "**Leave one model out** (fit on the other two models' 16 steps, their Linear-layer times and the V100 "
+           "figure, backward ratios from their records; every row below is held out):", "",
            "| held-out model | device | batch | measured ms | predicted ms | error |", "|---|---|---|---|---|---|"]
     for h in MODELS:
         for r in sorted(res["lomo"][h]["rows"], key=lambda r: (r["device"], r["batch"])):
@@ -349,8 +392,8 @@ def tables(res: dict) -> str:
     out.append(f"| all 24 | {s['median_abs_error'] * 100:.1f} % | {s['worst_abs_error'] * 100:.1f} % |")
     s = res["h200_fit_summary"]
     out += ["", f"Fitted on all 24 steps (fitted points, not agreement): median abs. error "
-            f"{s['median_abs_error'] * 100:.1f} %, worst {s['worst_abs_error'] * 100:.1f} %; the fitted layer points: "
-            f"median abs. error {res['layer_fit_median_abs_error'] * 100:.1f} %.", "",
+            f"{s['median_abs_error'] * 100:.1f} %, worst {s['worst_abs_error'] * 100:.1f} %; the fitted Linear-layer "
+            f"points: median abs. error {res['layer_fit_median_abs_error'] * 100:.1f} %.", "",
             "**Published figures** (images/s; `fit` rows were fitted, `held out` rows are checks):", "",
             "| device | model | batch | published | predicted | error | used | source |", "|---|---|---|---|---|---|---|---|"]
     for r in res["published"]:
@@ -360,12 +403,20 @@ def tables(res: dict) -> str:
             "| model | measured ms | predicted ms | error |", "|---|---|---|---|"]
     for r in res["optimizer_step"]:
         out.append(f"| {r['model']} | {r['measured_s'] * 1e3:.3f} | {r['predicted_s'] * 1e3:.3f} | {r['error'] * 100:+.1f} % |")
+    out += ["", "**V100 per call at batch 32** (modelled, ms; `time_s` of each part and phase, the step without optimizer):", "",
+            "| model | conv fwd | conv bwd | fc fwd | fc bwd | step |", "|---|---|---|---|---|---|"]
+    for m, t in res["v100_per_call_b32"].items():
+        out.append(f"| {m} | " + " | ".join(f"{t[k] * 1e3:.2f}" for k in ("conv_fwd", "conv_bwd", "fc_fwd", "fc_bwd", "step")) + " |")
     if res.get("variants"):
-        out += ["", "**Variants** (leave one model out, median / worst abs. error; see the text: choosing among "
-                "these by this table is itself fitting):", "",
-                "| variant | " + " | ".join(MODELS) + " | all 24 |", "|---|" + "---|" * (len(MODELS) + 1)]
+        names = [FIGURES_SHORT[i] for i in KEY_FIGURES]
+        out += ["", "**Variants** (each fitted and cross-validated by the same command; leave one model out, median / "
+                "worst abs. error; the published errors of the all-data fit; see the text: choosing among these by this "
+                "table is itself fitting):", "",
+                "| variant | " + " | ".join(MODELS) + " | all 24 | " + " | ".join(names) + " |",
+                "|---|" + "---|" * (len(MODELS) + 1 + len(names))]
         for name, v in res["variants"].items():
-            out.append(f"| {name} | " + " | ".join(f"{v[h][0] * 100:.1f} / {v[h][1] * 100:.1f} %" for h in (*MODELS, "all")) + " |")
+            out.append(f"| {name} | " + " | ".join(f"{v[h][0] * 100:.1f} / {v[h][1] * 100:.1f} %" for h in (*MODELS, "all"))
+                       + " | " + " | ".join(f"{e * 100:+.1f} %" for e in v["published"]) + " |")
     return "\n".join(out) + "\n"
 
 
@@ -392,7 +443,7 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     profiles = {m: named_profile(m) for m in MODELS}
     res = run(profiles, variants=args.variants or args.write, checks=not (args.check and not (args.write or args.variants)))
-    print(f"{res['parameters']} free parameters fitted to {res['step_points']} step points and {res['layer_points']} layer points")
+    print(f"{res['parameters']} free parameters fitted to {res['step_points']} step points and {res['layer_points']} Linear-layer points")
     if "lomo" in res:
         print(tables(res))
     else:

@@ -1,4 +1,4 @@
-"""Layer-by-layer compute cost of a training step on a GPU (compute model v2.1).
+"""Layer-by-layer compute cost of a training step on a GPU (compute model v2.2).
 
 Each layer of a profile (`LayerRow`) costs, per call on a batch of b samples, in each phase:
 
@@ -6,45 +6,46 @@ Each layer of a profile (`LayerRow`) costs, per call on a batch of b samples, in
   host     kernels x launch cost (the CPU issuing them: Python, autograd, driver)
 
 Work, by kind:
-  convolution,   each of its GEMMs (forward; backward: data gradient and weight gradient, shapes
-  Linear         in `gemms`) at max(FLOPs / rate, bytes / (bandwidth x memory efficiency)) (the
-                 roofline), rate = peak x efficiency x size factor x algorithmic factor x shape
-                 utilisation:
-                   efficiency   by math: FP32 CUDA cores, TF32 tensor cores (convolutions); FP32
-                                GEMM efficiency for Linear layers (PyTorch runs matmuls in FP32)
-                   size factor  convolutions only: K / (K + conv_half_k x conv peak / FP32 peak),
-                                K = C_in x kernel area, the reduction length (small-channel
-                                convolutions gather badly; math that is faster per SM (TF32 tensor
-                                cores) needs a proportionally longer K to hide the same gather)
+  convolution    FLOPs / rate (linear in b), rate = peak x efficiency x size factor x algorithmic
+                 factor; the backward (data gradient + weight gradient, 2 x the forward FLOPs; the
+                 first layer only the weight gradient) takes conv_bwd_ratio x the forward's seconds
+                 per FLOP:
+                   efficiency   by math: FP32 CUDA cores, TF32 tensor cores
+                   size factor  K / (K + conv_half_k x conv peak / FP32 peak), K = C_in x kernel
+                                area, the reduction length (small-channel convolutions gather
+                                badly; math that is faster per SM (TF32 tensor cores) needs a
+                                proportionally longer K to hide the same gather)
                    algorithmic  3x3 stride-1 convolutions on FP32 CUDA cores run Winograd/FFT
                                 (fewer multiplications than the direct count): winograd_factor
-                   shape        `gemm_utilisation`: the GEMM (M x N, reduction K) cut into output
-                                tiles on the device's SMs: tiles shrink to a small M or N (16 to
-                                128) at a loss of operand reuse ((r / 64) ** tile_exponent,
-                                r = tm tn / (tm + tn)); split-K fills the SMs when there are fewer
-                                tiles than SMs; the last wave of tiles leaves SMs idle
+  Linear         each GEMM (forward; backward: data gradient and weight gradient, shapes in
+                 `gemms`) at max(FLOPs / (FP32 GEMM rate x shape utilisation), bytes / (bandwidth
+                 x memory efficiency)) (the roofline); `gemm_utilisation`: the GEMM (M x N,
+                 reduction K) cut into output tiles on the device's SMs: tiles shrink to a small M
+                 or N (16 to 128) at a loss of operand reuse ((r / 64) ** tile_exponent,
+                 r = tm tn / (tm + tn)); split-K fills the SMs when there are fewer tiles than SMs;
+                 the last wave of tiles leaves SMs idle. So a small batch's FC cost scales with the
+                 device's compute and SM count; bandwidth is only the roofline bound.
   ReLU, dropout, values moved x 4 bytes / (bandwidth x memory efficiency), passes in MEM_PASSES;
   residual adds  torchvision's Bottleneck/BasicBlock `out += identity` (not a module: counted from
                  the block structure, `residual_rows`)
   batch norm,    the same at a lower share of the bandwidth (reduce efficiency): statistics,
   pooling        windows and max-pool's scattered backward
-The first parameterised layer's backward computes only the weight gradient. The loss adds
-LOSS_KERNELS.
+The loss adds LOSS_KERNELS.
 
-GEMM shapes depend on the batch (M = b x output pixels), so the work is not linear in b. A
-DeviceProfile is affine per part (fixed + b x per sample): `layer_cost` takes the secant of the
-work between the profile's batch b0 and 4 b0 (exact at both; fixed >= 0), so a profile built at a
-run's per-worker batch times that batch exactly and a gathered FC batch up to 4x on the secant.
+Linear GEMM shapes depend on the batch (M = b), so their work is not linear in b. A DeviceProfile
+is affine per part (fixed + b x per sample): `layer_cost` takes the secant of the work between the
+profile's batch b0 and 4 b0 (exact at both; fixed >= 0), so a profile built at a run's per-worker
+batch times that batch exactly and a gathered FC batch up to 4x on the secant.
 
 The host floor is a max, not a sum: the CPU issues kernels asynchronously, so a part's call
 lasts max(host launches, device time). It is taken per part and phase (DeviceProfile.call_s),
-which is what the performance model and replay can wait.
+the coarsest unit the performance model and replay wait.
 
 A device is its datasheet (peaks, bandwidth, SM count) plus efficiencies, floors and launch cost
-fitted to measured steps and layers (devices.py says what was fitted to what;
-benchmarks/fit_compute_model.py fits and cross-validates; docs/performance-model.md has the tables).
-The functions on arrays (`gemm_utilisation`, `gemm_seconds`) are numpy-vectorised: the fit
-evaluates them on every GEMM of every point at once.
+fitted to measured steps (devices.py says what was fitted to what; benchmarks/fit_compute_model.py
+fits and cross-validates; docs/performance-model.md has the tables). The functions on arrays
+(`gemm_utilisation`, `gemm_seconds`) are numpy-vectorised: the fit evaluates them on every GEMM of
+every point at once.
 """
 from __future__ import annotations
 
@@ -182,8 +183,19 @@ def gemm_rate(row: LayerRow, spec) -> float:
     return spec.conv_peak_flops * spec.conv_efficiency * factor * size
 
 
+def conv_work(row: LayerRow, spec, batch: int, first: bool = False) -> tuple[float, float]:
+    """(forward, backward) seconds of one convolution call on `batch` samples (no floors): FLOPs at
+    `gemm_rate`; the backward's 2 x FLOPs (first layer: 1 x) at conv_bwd_ratio x the forward's
+    seconds per FLOP."""
+    fwd = batch * row.flops / gemm_rate(row, spec)
+    return fwd, (1 if first else 2) * fwd * spec.conv_bwd_ratio
+
+
 def gemm_work(row: LayerRow, spec, batch: int, first: bool = False) -> tuple[float, float]:
-    """(forward, backward) GEMM seconds of one call of `row` on `batch` samples (no floors)."""
+    """(forward, backward) seconds of one call of a Linear layer `row` on `batch` samples: its
+    GEMMs at their shape on the roofline (no floors); a convolution: `conv_work`."""
+    if row.kernel:
+        return conv_work(row, spec, batch, first)
     g = gemms(row, batch, first)
     t = gemm_seconds([x[1] for x in g], [x[2] for x in g], [x[3] for x in g], [x[4] for x in g],
                      gemm_rate(row, spec), spec.sms, spec.tile_exponent, spec.mem_bytes_per_s * spec.mem_efficiency)
@@ -206,7 +218,10 @@ def layer_cost(row: LayerRow, spec, first: bool = False, batch: int = 32) -> Lay
     (its backward computes only the weight gradient); `batch`: the batch b0 the GEMM work is
     linearised at (module docstring)."""
     kf, kb = (0, 0) if row.kind in FREE_KINDS else KERNELS.get(row.kind, DEFAULT_KERNELS)
-    if row.flops and row.out_values:  # convolutions and Linear layers: GEMMs
+    if row.flops and row.out_values and row.kernel:  # convolutions: linear in the batch
+        kb = kb - 1 if first else kb
+        (fwd, bwd), fixed_f, fixed_b = conv_work(row, spec, 1, first), 0.0, 0.0
+    elif row.flops and row.out_values:  # Linear layers: GEMMs at their shape, on the secant
         kb = kb - 1 if first else kb
         (f0, b0), (f1, b1) = gemm_work(row, spec, batch, first), gemm_work(row, spec, SECANT * batch, first)
         (fixed_f, fwd), (fixed_b, bwd) = secant(f0, f1, batch), secant(b0, b1, batch)
@@ -252,7 +267,7 @@ def residual_rows(profile: Profile) -> list[tuple[int, LayerRow]]:
 
 
 def cost_rows(profile: Profile) -> list[LayerRow]:
-    """The rows compute model v2 costs, in forward order: the profile's layers and the residual adds."""
+    """The rows compute model v2.2 costs, in forward order: the profile's layers and the residual adds."""
     extra = dict(residual_rows(profile))
     out = []
     for i, r in enumerate(profile.layers):

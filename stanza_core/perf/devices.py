@@ -10,10 +10,10 @@ work on the secant through the profile's batch and 4x it); call_s is the floor t
 profiles saved before compute model v2, the weight-streaming roofline floor: the same max). A
 measured profile has fixed and floor 0, because its per-sample times were taken at a real batch.
 
-Table-derived times: with layer rows, compute model v2.1 (compute.py) costs each layer by kind,
-GEMM shape against the device's SMs, with efficiencies, floors and launch cost fitted to measured
-steps and layers (the constants below say
-what was fitted to what); without layer rows (a hand-made profile):
+Table-derived times: with layer rows, compute model v2.2 (compute.py) costs each layer by kind
+(convolutions by FLOP rate, Linear layers as GEMMs at their shape on the device's SMs), with
+efficiencies, floors and launch cost fitted to measured steps (the constants below say what was
+fitted to what); without layer rows (a hand-made profile):
   forward FLOPs per sample from the profile (torch's FLOP counter, a multiply-add = 2 FLOPs);
   backward = 2 x forward (gradients of inputs and of weights: the usual "fwd+bwd = 3x fwd");
   sustained FLOP/s = vendor peak of the math the framework uses x an efficiency;
@@ -33,31 +33,35 @@ import torch
 from ..anatomy import Profile
 
 
-# Compute model v2.1 constants (compute.py). FITTED by benchmarks/fit_compute_model.py (the header
+# Compute model v2.2 constants (compute.py). FITTED by benchmarks/fit_compute_model.py (the header
 # of that script and docs/performance-model.md say on which points: measured H200 steps without
-# hooks, the per-layer H200 records whose hooked total agrees with the plain step, the published
-# V100 ResNet-50 FP32 figure); mem_efficiency is a fixed prior, not fitted. Leave-one-model-out
+# hooks and the published V100 ResNet-50 FP32 figure; the Linear layers' work (no floors) also on
+# their long per-layer times where the hooked total agrees with the plain step). Not fitted: mem_efficiency (a fixed prior)
+# and the *_bwd_ratio shares (derived by the same script from the per-layer records whose hooked
+# total agrees with the plain step: a share within the conv part, never a floor). Leave-one-model-out
 # and the held-out published figures: benchmarks/results/compute_model_fit.json. `--check` refits
 # and fails if these drift. Efficiencies are shares of the datasheet peaks below.
 FITTED: dict[str, float] = {
-    "tf32_efficiency": 0.571361,  # TF32 tensor-core convolutions (a100, h100, h200 rows)
-    "fp32_efficiency": 0.597145,  # FP32 CUDA-core convolutions on Hopper (h100-fp32, h200-fp32)
-    "volta_fp32_efficiency": 1.0,  # at its bound; FP32 CUDA-core convolutions on V100 (and a100-fp32: no dual FP32 issue)
-    "winograd_factor": 1.6482,  # 3x3 stride-1 convolutions on FP32 CUDA cores
-    "conv_half_k": 65.9333,  # reduction length K at which a convolution runs at half its efficiency
-    "gemm_efficiency": 0.554262,  # FP32 GEMMs (Linear layers; matmuls stay FP32 by default)
-    "tile_exponent": 1.25211,  # operand reuse of a tile shrunk to a small M or N: (r / 64) ** this
+    "tf32_efficiency": 0.38053,  # TF32 tensor-core convolutions (a100, h100, h200 rows)
+    "fp32_efficiency": 0.340038,  # FP32 CUDA-core convolutions on Hopper (h100-fp32, h200-fp32)
+    "volta_fp32_efficiency": 0.677899,  # FP32 CUDA-core convolutions on V100 (and a100-fp32: no dual FP32 issue)
+    "winograd_factor": 2.03943,  # 3x3 stride-1 convolutions on FP32 CUDA cores
+    "conv_half_k": 1.00002,  # reduction length K at which a convolution runs at half its efficiency
+    "gemm_efficiency": 0.374903,  # FP32 GEMMs (Linear layers; matmuls stay FP32 by default)
+    "tile_exponent": 0.859972,  # operand reuse of a tile shrunk to a small M or N: (r / 64) ** this
     "mem_efficiency": 0.85,  # element-wise layers (ReLU, dropout, residual adds), optimizer step, GEMM roofline
-    "reduce_efficiency": 0.458121,  # batch norm and pooling: reductions, strided and scattered access
-    "kernel_s": 2.00106e-05,  # device floor per kernel
-    "launch_s": 4.19436e-06,  # host seconds per kernel launched (eager PyTorch: Python, autograd, driver)
+    "reduce_efficiency": 0.54538,  # batch norm and pooling: reductions, strided and scattered access
+    "kernel_s": 2.19877e-05,  # device floor per kernel
+    "launch_s": 1.389e-05,  # host seconds per kernel launched (eager PyTorch: Python, autograd, driver)
+    "tf32_bwd_ratio": 1.1866,  # conv backward seconds per FLOP / forward's, TF32 (derived from records)
+    "fp32_bwd_ratio": 0.7045,  # the same on FP32 CUDA cores (Hopper records; also used for V100)
 }
 
 
 @dataclasses.dataclass(frozen=True)
 class DeviceSpec:
     """One row of the device table: vendor peaks and SM count (sourced), efficiencies, floors and
-    launch cost (compute model v2.1: fitted, see FITTED; a datasheet-only DeviceSpec inherits the
+    launch cost (compute model v2.2: fitted, see FITTED; a datasheet-only DeviceSpec inherits the
     fitted constants, and with sms = 0 no wave quantisation)."""
 
     name: str
@@ -76,6 +80,7 @@ class DeviceSpec:
     launch_s: float = FITTED["launch_s"]  # host seconds per kernel launched
     sms: int = 0  # streaming multiprocessors (GEMM wave quantisation, compute.gemm_utilisation); 0: not modelled
     tile_exponent: float = FITTED["tile_exponent"]  # operand-reuse loss of small GEMM tiles (compute.py)
+    conv_bwd_ratio: float = 1.0  # conv backward seconds per FLOP / forward's (compute.conv_work)
 
 
 # Vendor peaks: NVIDIA product datasheets (nvidia.com/en-us/data-center/v100, /a100, /h100,
@@ -109,7 +114,8 @@ def device_spec(name: str, fitted: dict[str, float] = FITTED) -> DeviceSpec:
                       fitted["mem_efficiency"], note, 1.0 if tf32 else fitted["winograd_factor"],
                       conv_half_k=fitted["conv_half_k"], reduce_efficiency=fitted["reduce_efficiency"],
                       kernel_s=fitted["kernel_s"], launch_s=fitted["launch_s"], sms=sms,
-                      tile_exponent=fitted["tile_exponent"])
+                      tile_exponent=fitted["tile_exponent"],
+                      conv_bwd_ratio=fitted["tf32_bwd_ratio" if tf32 else "fp32_bwd_ratio"])
 
 
 DEVICE_TABLE: dict[str, DeviceSpec] = {name: device_spec(name) for name in DATASHEETS}
@@ -180,7 +186,7 @@ class DeviceProfile:
     def from_spec(cls, s: "DeviceSpec", profile: Profile, *, step_overhead_s: float = 0.0,
                   name: str | None = None) -> "DeviceProfile":
         """Times of `profile`'s model on any DeviceSpec, e.g. one written from a datasheet. With
-        layer rows: compute model v2 (compute.py: work per sample, kernel floors, host launch
+        layer rows: compute model v2.2 (compute.py: work per sample, kernel floors, host launch
         floor); without them (a hand-made profile): the part FLOPs at the conv/GEMM rates."""
         from .compute import part_costs
 
