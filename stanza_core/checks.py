@@ -109,6 +109,16 @@ def fc_workers(k, nodes: int, *, name: str = "fc_workers") -> int:
     return k
 
 
+def fc_workers_on_every(k: int, nodes: list[int], *, name: str = "fc_workers") -> int:
+    """k FC workers fit every cluster size of `nodes` (topology.fc_worker_choices)."""
+    from .topology import fc_worker_choices
+
+    if too_small := [n for n in nodes if k not in fc_worker_choices(n)]:
+        raise ValueError(f"{name} {k} needs nodes >= {2 * k} (every FC worker serves at least one CONV worker); "
+                         f"nodes has {too_small[0]}")
+    return k
+
+
 def fc_workers_that_fit(ks, nodes: int, *, name: str = "fc_workers", needed: bool = True) -> list[int]:
     """The k of `ks` that fit `nodes` ranks (topology.fc_worker_choices), in the order given;
     with `needed`, a one-line error when none does."""

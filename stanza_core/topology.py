@@ -146,6 +146,12 @@ class Topology:
             raise ValueError(f"rank {rank} out of range for world size {self.world_size}")
 
 
+def global_batch_for(strategy: str, nodes: int, fc_workers: int | None, batch_per_worker: int) -> int:
+    """G that gives each data worker `batch_per_worker` samples (k counts for stanza only;
+    dedicated ps servers are nodes beside the `nodes` workers)."""
+    return batch_per_worker * Topology(strategy, nodes, (fc_workers or 0) if strategy == "stanza" else 0, 0).data_workers
+
+
 def fc_worker_choices(nodes: int) -> range:
     """The k FC workers that fit `nodes` ranks: 1..N//2 (k <= N - k, see the module docstring)."""
     return range(1, nodes // 2 + 1)

@@ -147,7 +147,10 @@ class MeasureSpec:
     repeats: int = 1  # runs per configuration and bandwidth (interleaved)
     delay_ms: float = 0.0  # one-way delay added on every upload link
     mtu: int = 9000  # link MTU (the bench's default: jumbo frames)
-    max_link_mbit: float | None = None  # real compute: targets whose wire rate maps above this are modelled only (None: netem's limit)
+    # real compute only: a target whose wire rate maps above this is listed as modelled only, not
+    # run (None: netem's limit; the bench passes inf). Replayed runs never need it: their D is
+    # chosen so that every link fits the emulator (experiments.plan.replay_link).
+    max_link_mbit: float | None = None
     timing_reps: int = 5  # repetitions per timing round
     boundary: str | None = None  # stanza's split point (None: automatic)
     compute: str = "real"  # real arithmetic, or "replay": per-layer waits of dilation x replay_device's times
@@ -199,6 +202,8 @@ class MeasureSpec:
         checks.device_name("target_device", self.target_device)
         if not checks._is_int(self.mtu) or not 576 <= self.mtu <= 65535:
             raise ValueError(f"mtu must be an integer in 576..65535, got {self.mtu!r}")
+        if self.max_link_mbit is not None and self.compute == "replay":
+            raise ValueError("max_link_mbit applies to real compute only (a replayed run's D makes its links fit)")
         if self.max_link_mbit is None:
             self.max_link_mbit = max_link_mbit(self.mtu)
         if self.delay_ms < 0 or not self.max_link_mbit > 0:
@@ -245,11 +250,11 @@ class MeasureSpec:
 
     def global_batch_of(self, strategy: str, fc_workers: int) -> int:
         """G of one configuration: the spec's, or batch_per_worker x its data workers (topology)."""
-        from ..topology import Topology
+        from ..topology import global_batch_for
 
         if self.global_batch:
             return self.global_batch
-        return self.batch_per_worker * Topology(strategy, self.nodes, fc_workers, 0).data_workers
+        return global_batch_for(strategy, self.nodes, fc_workers, self.batch_per_worker)
 
     @property
     def replayed(self) -> bool:
