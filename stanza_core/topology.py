@@ -31,7 +31,9 @@ from __future__ import annotations
 
 import dataclasses
 
-from .config import STRATEGIES, ConfigError
+from .errors import ConfigError
+
+STRATEGIES = ("local", "ddp", "ps", "stanza")  # what the engine runs (config.TrainConfig.strategy)
 
 LOCAL, WORKER, CONV_WORKER, FC_WORKER, PS_SERVER = "local", "worker", "conv_worker", "fc_worker", "ps_server"
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from ..perf import DEFAULT_LATENCY_S, Cluster, best_assignment, named_profile
+from ..perf import DEFAULT_LATENCY_S, DEVICE_TABLE, Cluster, best_assignment, named_profile
 from ..topology import fc_worker_choices
 from .. import checks
 from . import compute_rounds, replayed, validation
@@ -62,7 +62,7 @@ class AssignmentParams(ReplayParams):
         self.paper_models = checks.model_names(self.paper_models, self.paper_image_size, name="paper_models")
         checks.positive_int("paper_nodes", self.paper_nodes, 2)
         checks.positive_int("batch_per_worker", self.batch_per_worker)
-        checks.device_name("paper_device", self.paper_device)
+        checks.one_of("paper_device", self.paper_device, DEVICE_TABLE)
         self.paper_gbps = checks.positive_floats("paper_gbps", self.paper_gbps)
         n = checks.positive_int("replay_nodes", self.replay_nodes, 2)
         # the paper-regime runs: stanza at every k

@@ -13,7 +13,7 @@ import dataclasses
 from typing import Any
 
 from ..labels import config_label, run_key, run_label
-from ..perf import Cluster, best_assignment, named_profile, sweep
+from ..perf import DEVICE_TABLE, Cluster, best_assignment, named_profile, sweep
 from .. import checks
 from . import replayed, validation
 from .replayed import ReplayParams
@@ -66,7 +66,7 @@ class SweepParams(ReplayParams):
         self.measured = MeasureSpec(**common, target_gbps=measured_targets) if measured_targets else None
         checks.positive_int("paper_nodes", self.paper_nodes, 2)
         checks.positive_int("batch_per_worker", self.batch_per_worker)
-        checks.device_name("paper_device", self.paper_device)
+        checks.one_of("paper_device", self.paper_device, DEVICE_TABLE)
         self.paper_models = checks.model_names(self.paper_models, self.paper_image_size, name="paper_models")
         self.sweep_gbps = checks.positive_floats("sweep_gbps", self.sweep_gbps)
         self.sweep_nodes = checks.int_list("sweep_nodes", self.sweep_nodes, 2)

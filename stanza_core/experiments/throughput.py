@@ -13,7 +13,7 @@ import dataclasses
 from typing import Any
 
 from ..labels import run_key
-from ..perf import Cluster, best_assignment, named_profile
+from ..perf import DEVICE_TABLE, Cluster, best_assignment, named_profile
 from .. import checks
 from . import replayed
 from .replayed import ReplayParams
@@ -62,7 +62,7 @@ class ThroughputParams(ReplayParams):
                                      target_device=self.target_device, repeats=self.repeats) for n in nodes]
         self.model_names = checks.model_names(self.model_names, self.model_image_size, name="model_names")
         checks.positive_int("batch_per_worker", self.batch_per_worker)
-        checks.device_name("model_device", self.model_device)
+        checks.one_of("model_device", self.model_device, DEVICE_TABLE)
         self.model_nodes = checks.int_list("model_nodes", self.model_nodes, 2)
         self.model_gbps = checks.positive_floats("model_gbps", self.model_gbps)
         self.replay = self.replay_set(self.strategies, [self.fc_workers])

@@ -15,6 +15,7 @@ import json
 import sys
 from pathlib import Path
 
+from .. import checks
 from .cluster import DEFAULT_LATENCY_S, Cluster
 from .devices import DEVICE_TABLE, DeviceProfile
 from .model import DEFAULT_BATCH_PER_WORKER, DEFAULT_BUCKET_MB
@@ -93,9 +94,7 @@ def _device(args, profile):
             return DeviceProfile(**json.loads(Path(args.device).read_text()))
         except (OSError, ValueError, TypeError) as e:
             raise ValueError(f"--device {args.device} is not a DeviceProfile JSON ({type(e).__name__}: {e})") from None
-    if args.device.lower() not in DEVICE_TABLE:
-        raise ValueError(f"unknown device {args.device!r}; expected one of: {', '.join(DEVICE_TABLE)}, measured")
-    return args.device.lower()
+    return checks.one_of("device", args.device.lower(), [*DEVICE_TABLE, "measured", "PATH.json"])
 
 
 def ps_layout(p) -> str:
@@ -140,9 +139,8 @@ def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     try:
         for name in ("nodes", "image_size", "num_classes", "top", "global_batch", "batch_per_worker", "ps_shards"):
-            v = getattr(args, name)
-            if v is not None and v < 1:
-                raise ValueError(f"--{name.replace('_', '-')} must be >= 1, got {v}")
+            if getattr(args, name) is not None:
+                checks.number(f"--{name.replace('_', '-')}", getattr(args, name), at_least=1)
         if not args.gbps > 0 or not args.latency_us >= 0 or not args.bucket_mb > 0:
             raise ValueError("--gbps and --bucket-mb must be > 0, --latency-us >= 0")
         if args.sweep and not args.out:

@@ -29,6 +29,7 @@ from typing import Any
 
 import torch
 
+from .. import checks
 from ..anatomy import Profile
 
 
@@ -134,8 +135,7 @@ class DeviceProfile:
             v = getattr(self, f.name)
             if f.name == "name":
                 continue
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
-                raise ValueError(f"DeviceProfile.{f.name} must be a finite number >= 0, got {v!r}")
+            checks.number(f"DeviceProfile.{f.name}", v, at_least=0)
 
     def time_s(self, part: str, phase: str, batch: int) -> float:
         """Seconds of one call of `part` ("conv"/"fc") in `phase` ("fwd"/"bwd") on `batch` samples:
@@ -166,9 +166,7 @@ class DeviceProfile:
     @classmethod
     def from_table(cls, device: str, profile: Profile, *, step_overhead_s: float = 0.0) -> "DeviceProfile":
         """Per-sample times of `profile`'s model on a table device (see the module docstring)."""
-        key = device.lower()
-        if key not in DEVICE_TABLE:
-            raise ValueError(f"unknown device {device!r}; expected one of: {', '.join(DEVICE_TABLE)}")
+        key = checks.one_of("device", device.lower(), DEVICE_TABLE)
         return cls.from_spec(DEVICE_TABLE[key], profile, step_overhead_s=step_overhead_s, name=f"{key} (table)")
 
     @classmethod
