@@ -79,7 +79,7 @@ def parse_config(argv: list[str] | None) -> TrainConfig:
     return TrainConfig(**vars(ns))
 
 
-def resolve_device(cfg: TrainConfig, local_rank: int, local_world: int | None = None) -> torch.device:
+def rank_device(cfg: TrainConfig, local_rank: int, local_world: int | None = None) -> torch.device:
     """This rank's device. CUDA: local rank i takes GPU i. More ranks on this machine than GPUs
     is refused (NCCL cannot put two ranks on one GPU) unless --backend gloo, under which ranks
     share the GPUs round-robin (collectives on CUDA tensors, P2P staged through host memory)."""
@@ -118,7 +118,7 @@ def prepare(cfg: TrainConfig) -> Prepared:
     topo = make_topology(cfg.strategy, world, cfg.global_batch, cfg.fc_workers, cfg.ps_shards,
                          cfg.fc_conv_share, cfg.micro_batches, ps_servers=cfg.ps_servers)
     set_numerics(cfg.exact)  # before any CUDA work: cuBLAS reads its workspace setting at init
-    device = resolve_device(cfg, int(os.environ.get("LOCAL_RANK", 0)))
+    device = rank_device(cfg, int(os.environ.get("LOCAL_RANK", 0)))
     if cfg.backend == "nccl" and device.type != "cuda":
         raise ConfigError("--backend nccl: no CUDA GPU here; use --backend gloo or auto", scope="host")
     if cfg.image_size < MIN_IMAGE_SIZE.get(cfg.model, 1):

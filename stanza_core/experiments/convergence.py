@@ -35,7 +35,7 @@ from ..labels import config_label
 from ..launch import run_job
 from ..models import get_model
 from ..topology import make_topology
-from ..nbtools import check_models, resolve_device
+from ..local_device import local_device
 
 STRATEGIES = ("local", "ps", "ddp", "stanza")
 # stanza variants: name -> engine options (fc_conv_share "max": the largest share share_grid allows)
@@ -55,7 +55,7 @@ def plan(*, model: str = "tiny_cnn", nodes: int = 3, fc_workers: int = 1, global
          strategies: Sequence[str] = STRATEGIES, device: str = "cpu") -> dict[str, Any]:
     """The run, every parameter checked (one-line ValueError). eval_every 0: only at the end.
     `jobs` holds each strategy's job resolved once (job_of): what _train_one launches."""
-    check_models([model], image_size)
+    checks.model_fits(model, image_size)
     for name, v, low in (("nodes", nodes, 2), ("fc_workers", fc_workers, 1), ("global_batch", global_batch, 1),
                          ("steps", steps, 1), ("eval_every", eval_every, 0), ("image_size", image_size, 1)):
         checks.positive_int(name, v, low)
@@ -78,7 +78,7 @@ def plan(*, model: str = "tiny_cnn", nodes: int = 3, fc_workers: int = 1, global
     ends = list(range(every, steps, every)) + [steps]
     return {"model": model, "nodes": nodes, "fc_workers": fc_workers, "global_batch": global_batch, "steps": steps,
             "eval_steps": ends, "image_size": image_size, "num_classes": 10, "lr": float(lr),
-            "momentum": float(momentum), "seed": seed, "strategies": names, "device": resolve_device(device),
+            "momentum": float(momentum), "seed": seed, "strategies": names, "device": local_device(device),
             "dataset": DATASET, "options": options,
             "jobs": {s: job_of(s, nodes, fc_workers, global_batch, options.get(s, {})) for s in names}}
 

@@ -27,7 +27,7 @@ from ..anatomy import Profile, profile_model
 from ..labels import config_key, config_label
 from ..launch import run_job
 from ..models import MIN_IMAGE_SIZE, get_model
-from ..nbtools import check_models, resolve_device
+from ..local_device import local_device
 from ..perf import ModelCounts, expected_bytes, totals
 from ..topology import fc_worker_choices, global_batch_for
 
@@ -50,7 +50,7 @@ def plan(models, nodes, fc_workers, *, per_worker: int = 32, steps: int = 3, ima
     One job each of ps, ddp and stanza with every k in fc_workers, for every model and N; each
     job's global batch is per_worker x its data workers (topology), its name labels.config_label
     / config_key."""
-    names = check_models(models)
+    names = checks.model_names(models)
     ns = checks.int_list("nodes", nodes, 2, unique=True)
     ks = [checks.fc_workers_on_every(k, ns) for k in checks.int_list("fc_workers", fc_workers, 1, unique=True)]
     checks.positive_int("per_worker", per_worker)
@@ -59,8 +59,8 @@ def plan(models, nodes, fc_workers, *, per_worker: int = 32, steps: int = 3, ima
     checks.positive_int("image_size", image_size, 0)  # 0: automatic
     if not isinstance(boundary, str):
         raise ValueError(f"boundary must be a module name or '' (automatic), got {boundary!r}")
-    check_models(names, image_size or None)
-    device = resolve_device(device)
+    checks.model_names(names, image_size or None)
+    device = local_device(device)
     out = []
     for m in names:
         for n in ns:

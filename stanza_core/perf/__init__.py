@@ -11,13 +11,13 @@
 The equations and assumptions are written out in docs/performance-model.md.
 """
 from .cluster import DEFAULT_LATENCY_S, Cluster, emulated_bandwidth, replay_dilation
-from .devices import DEVICE_TABLE, DeviceProfile, DeviceSpec, measure_update_s_per_param
+from .devices import DEVICE_TABLE, DeviceProfile, DeviceSpec, device_profile, measure_update_s_per_param
 from .model import Prediction, predict
 from .optimize import Assignment, best_assignment
 from .profiles import load_profile, named_profile
 from .sweep import sweep
 from .traffic import ModelCounts, expected_bytes, ps_shard_sizes, totals
 
-__all__ = ["Cluster", "emulated_bandwidth", "replay_dilation", "DEFAULT_LATENCY_S", "DeviceProfile", "DeviceSpec", "DEVICE_TABLE",
+__all__ = ["Cluster", "emulated_bandwidth", "replay_dilation", "DEFAULT_LATENCY_S", "DeviceProfile", "DeviceSpec", "DEVICE_TABLE", "device_profile",
            "measure_update_s_per_param", "predict", "Prediction", "best_assignment", "Assignment",
            "named_profile", "load_profile", "sweep", "expected_bytes", "ModelCounts", "ps_shard_sizes", "totals"]

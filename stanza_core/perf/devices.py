@@ -188,7 +188,7 @@ class DeviceProfile:
                    update_s_per_param=SGD_MOMENTUM_BYTES_PER_PARAM / mem)
 
 
-def resolve_device(device, profile: Profile) -> DeviceProfile:
+def device_profile(device, profile: Profile) -> DeviceProfile:
     """A Cluster's device (table name or DeviceProfile) as a DeviceProfile for `profile`."""
     return device if isinstance(device, DeviceProfile) else DeviceProfile.from_table(device, profile)
 
