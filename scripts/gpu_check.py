@@ -13,13 +13,24 @@
      through host memory); with >= 2 GPUs the same runs also go over NCCL, one GPU per rank.
      Each run in exact mode equals `local` (numerics.EXACT_TOLERANCE) and its byte counters
      equal perf.expected_bytes;
-  5. a one-screen summary, printed and written to OUT/summary.txt (all figures: OUT/results.json).
+  5. the engine against a plain PyTorch loop: AlexNet, VGG-16 and ResNet-50 at 224x224, batch
+     32, TF32 default; median step of a plain loop (CUDA events) against `stanza_core.train`'s
+     local step and ddp at world size 1 over NCCL (and, with >= 2 GPUs, stanza k=1 on 2 GPUs
+     over NCCL); each engine/plain ratio and whether it is within 5 % (the goal; reported, not
+     failed on: a ratio outside it is a finding, not a broken GPU path);
+  6. replay against real compute at D = 1: VGG-16 replayed from the profile step 3 calibrated
+     (`--compute replay --replay-device PATH.json --dilation 1`) against the real local step
+     of step 5 (the difference is the engine's own time per replayed step on this host);
+  7. a one-screen summary, printed and written to OUT/summary.txt (all figures: OUT/results.json).
 
-On a host without a CUDA GPU it says so in one line and exits with status 3.
+On a host without a CUDA GPU it says so in one line and exits with status 3. `--device cpu
+--tiny` runs checks 5 and 6 (only) on the CPU with small models and few steps: a dry run of
+their code paths for tests, whose figures mean nothing about a GPU.
 """
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import statistics
@@ -35,6 +46,26 @@ sys.path.insert(0, str(ROOT))
 import torch  # noqa: E402
 
 BUDGET_S = 8 * 60
+RATIO_GOAL = 1.05  # the engine's step within 5 % of a plain PyTorch loop's
+
+
+@dataclasses.dataclass(frozen=True)
+class Target:
+    """What checks 5 and 6 run: the GPU configuration, or the CPU dry run (--device cpu --tiny)."""
+
+    device: str = "cuda"
+    models: tuple[str, ...] = ("alexnet", "vgg16", "resnet50")
+    image_size: int = 224
+    batch: int = 32
+    num_classes: int = 1000
+    steps: int = 25  # engine runs: steps, the first `warmup` left out of the median
+    warmup: int = 5
+    backend: str = "nccl"
+    replay_model: str = "vgg16"  # replayed at D = 1 from the profile calibrated for it
+
+
+TINY = Target(device="cpu", models=("tiny_cnn",), image_size=32, batch=8, num_classes=10, steps=6, warmup=2,
+              backend="gloo", replay_model="tiny_cnn")
 
 
 def run(cmd: list[str], timeout: float, env_extra: dict | None = None) -> subprocess.CompletedProcess:
@@ -43,9 +74,13 @@ def run(cmd: list[str], timeout: float, env_extra: dict | None = None) -> subpro
     return subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
 
 
-def train(out: Path, name: str, nproc: int, *args: str, timeout: float = 240) -> tuple[dict | None, str]:
-    metrics, save = out / f"{name}.json", out / f"{name}.pt"
-    cli = ["--metrics", str(metrics), "--save", str(save), "--overwrite", "--quiet", *args]
+def train(out: Path, name: str, nproc: int, *args: str, timeout: float = 240, save: bool = True
+          ) -> tuple[dict | None, str]:
+    """Run `stanza_core.train` (nproc 0: plain python; else torchrun with nproc ranks); its metrics
+    and, unless save=False (replayed runs refuse --save), its model as OUT/NAME.{json,pt}."""
+    metrics = out / f"{name}.json"
+    cli = ["--metrics", str(metrics), *(["--save", str(out / f"{name}.pt")] if save else []), "--overwrite",
+           "--quiet", *args]
     cmd = ([sys.executable, "-m", "stanza_core.train", *cli] if nproc == 0 else
            [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}",
             "-m", "stanza_core.train", *cli])
@@ -83,30 +118,43 @@ def check_resume(out: Path, res: dict):
                     "backend": rest["config"]["backend"]}
 
 
-def step_time(model_name: str, batch: int, tf32: bool, steps: int = 12, warmup: int = 4) -> float:
-    """Median seconds of one local SGD step (fwd, bwd, update) on cuda:0, CUDA events."""
+def step_time(model_name: str, batch: int, tf32: bool, steps: int = 12, warmup: int = 4, *, device: str = "cuda",
+              image_size: int = 224, num_classes: int = 1000) -> float:
+    """Median seconds of one plain PyTorch SGD step (zero_grad, forward, loss, backward, update):
+    on cuda:0 with CUDA events around each step and one synchronize per step; on the CPU (dry
+    run) with perf_counter."""
     from stanza_core.models import get_model
 
-    torch.backends.cudnn.allow_tf32 = tf32
-    torch.backends.cuda.matmul.allow_tf32 = False
+    cuda = device == "cuda"
+    if cuda:
+        torch.backends.cudnn.allow_tf32 = tf32
+        torch.backends.cuda.matmul.allow_tf32 = False
     torch.manual_seed(0)
-    model = get_model(model_name, 1000).cuda().train()
+    model = get_model(model_name, num_classes).to(device).train()  # no sample keys: torch's own dropout
     opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
-    x = torch.randn(batch, 3, 224, 224, device="cuda")
-    y = torch.randint(0, 1000, (batch,), device="cuda")
+    x = torch.randn(batch, 3, image_size, image_size, device=device)
+    y = torch.randint(0, num_classes, (batch,), device=device)
     times = []
     for i in range(warmup + steps):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
+        if cuda:
+            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            a.record()
+        else:
+            t0 = time.perf_counter()
         opt.zero_grad(set_to_none=True)
         torch.nn.functional.cross_entropy(model(x), y).backward()
         opt.step()
-        b.record()
-        torch.cuda.synchronize()
+        if cuda:
+            b.record()
+            torch.cuda.synchronize()
+            dt = a.elapsed_time(b) / 1e3
+        else:
+            dt = time.perf_counter() - t0
         if i >= warmup:
-            times.append(a.elapsed_time(b) / 1e3)
+            times.append(dt)
     del model, opt
-    torch.cuda.empty_cache()
+    if cuda:
+        torch.cuda.empty_cache()
     return statistics.median(times)
 
 
@@ -165,13 +213,95 @@ def check_strategies(out: Path, res: dict, gpus: int):
                         "step_time_median_s": m["step_time_median_s"]}
 
 
+def engine_args(target: Target, model: str, strategy: str, *extra: str) -> list[str]:
+    """The `stanza_core.train` arguments of one engine run of check 5 or 6."""
+    return ["--strategy", strategy, "--model", model, "--num-classes", str(target.num_classes),
+            "--image-size", str(target.image_size), "--global-batch", str(target.batch),
+            "--steps", str(target.steps), "--warmup", str(target.warmup), "--device", target.device, *extra]
+
+
+def engine_runs(target: Target, model: str, gpus: int) -> list[tuple[str, int, list[str]]]:
+    """(label, ranks, train arguments) of the engine runs set against the plain loop for `model`:
+    local; ddp at world size 1 (NCCL on a GPU); with >= 2 GPUs stanza k=1 on 2 GPUs over NCCL."""
+    runs = [("local", 0, engine_args(target, model, "local")),
+            ("ddp_ws1", 1, engine_args(target, model, "ddp", "--backend", target.backend))]
+    if target.device == "cuda" and gpus >= 2:
+        runs.append(("stanza_k1_n2", 2, engine_args(target, model, "stanza", "--fc-workers", "1",
+                                                    "--backend", "nccl")))
+    return runs
+
+
+def judge_ratio(engine_s: float | None, plain_s: float | None, goal: float = RATIO_GOAL) -> dict:
+    """engine/plain step-time ratio and whether it meets the goal (None where a side is missing)."""
+    if not engine_s or not plain_s:
+        return {"engine_s": engine_s, "plain_s": plain_s, "ratio": None, "within_goal": None}
+    ratio = engine_s / plain_s
+    return {"engine_s": engine_s, "plain_s": plain_s, "ratio": ratio, "within_goal": ratio <= goal}
+
+
+def check_engine_ratio(out: Path, res: dict, gpus: int, target: Target, deadline: float):
+    """Check 5: per model, the plain loop's median step against each engine run's median step."""
+    rows = res.setdefault("engine_vs_plain", [])
+    for model in target.models:
+        if time.monotonic() > deadline:
+            res.setdefault("skipped", []).append(f"engine_vs_plain {model}: budget exhausted")
+            continue
+        plain = step_time(model, target.batch, True, target.steps - target.warmup, target.warmup,
+                          device=target.device, image_size=target.image_size, num_classes=target.num_classes)
+        for label, nproc, args in engine_runs(target, model, gpus):
+            m, err = train(out, f"ratio-{model}-{label}", nproc, *args, save=False)
+            row = {"model": model, "engine": label, "ok": m is not None, "error": err,
+                   **judge_ratio(m["step_time_median_s"] if m else None, plain)}
+            if m:
+                row["backend"] = m["config"]["backend"]
+            rows.append(row)
+
+
+def check_replay_vs_real(out: Path, res: dict, target: Target, profile: Path):
+    """Check 6: the replayed local step at D = 1 from `profile` against the real local step."""
+    real = next((r for r in res.get("engine_vs_plain", []) if r["model"] == target.replay_model
+                 and r["engine"] == "local" and r["ok"]), None)
+    if not profile.exists():
+        res["replay_vs_real"] = {"ok": False, "error": f"no calibrated profile {profile.name} (check 3 failed?)"}
+        return
+    m, err = train(out, f"replay-{target.replay_model}-d1", 0,
+                   *engine_args(target, target.replay_model, "local", "--compute", "replay",
+                                "--replay-device", str(profile), "--dilation", "1"), save=False)
+    if m is None:
+        res["replay_vs_real"] = {"ok": False, "error": err}
+        return
+    replayed, measured = m["step_time_median_s"], real["engine_s"] if real else None
+    res["replay_vs_real"] = {"ok": True, "model": target.replay_model, "profile": str(profile),
+                             "replayed_step_s": replayed, "real_step_s": measured,
+                             "replayed_over_real": replayed / measured if measured else None,
+                             "engine_s_per_step": replayed - measured if measured else None}
+
+
+def ratio_lines(res: dict) -> list[str]:
+    lines = []
+    for r in res.get("engine_vs_plain", []):
+        if not r["ok"]:
+            lines.append(f"  FAIL  engine {r['model']:<8} {r['engine']:<13} {r['error']}"[:118])
+        elif r["ratio"] is not None:
+            verdict = "within 5 %" if r["within_goal"] else "NOT within 5 %"
+            lines.append(f"  engine {r['model']:<8} {r['engine']:<13} {r['engine_s'] * 1e3:7.2f} ms vs plain "
+                         f"{r['plain_s'] * 1e3:7.2f} ms: x{r['ratio']:.3f} {verdict}")
+    rv = res.get("replay_vs_real")
+    if rv and rv.get("ok") and rv.get("real_step_s"):
+        lines.append(f"  replay D=1 {rv['model']}: {rv['replayed_step_s'] * 1e3:.2f} ms replayed vs "
+                     f"{rv['real_step_s'] * 1e3:.2f} ms real (x{rv['replayed_over_real']:.2f}; engine "
+                     f"{rv['engine_s_per_step'] * 1e3:.2f} ms per step)")
+    return lines
+
+
 def summary(res: dict, gpus: int, name: str, wall: float) -> str:
     lines = [f"gpu-check on {gpus} x {name}, {wall:.0f} s (budget {BUDGET_S} s)"]
     for k, v in res.items():
         if isinstance(v, dict) and "ok" in v:
             detail = v.get("error") or ", ".join(f"{a}={b:.2e}" if isinstance(b, float) else f"{a}={b}"
-                                                 for a, b in v.items() if a not in ("ok", "path", "line"))
+                                                 for a, b in v.items() if a not in ("ok", "path", "line", "profile"))
             lines.append(f"  {'PASS' if v['ok'] else 'FAIL'}  {k:<28} {detail}"[:118])
+    lines += ratio_lines(res)
     for r in res.get("local_step_times", []):
         mod = " ".join(f"{d} {v:.0f}" for d, v in r["modelled_images_per_s"].items())
         lines.append(f"  local {r['model']:<7} b{r['batch']:<3} tf32 {'on ' if r['tf32'] else 'off'} "
@@ -182,33 +312,60 @@ def summary(res: dict, gpus: int, name: str, wall: float) -> str:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default="gpu-check-out", help="output folder (default gpu-check-out)")
+    ap.add_argument("--device", default="cuda", choices=("cuda", "cpu"),
+                    help="cuda (default); cpu only with --tiny: a dry run of checks 5 and 6")
+    ap.add_argument("--tiny", action="store_true", help="small models, few steps (with --device cpu)")
     args = ap.parse_args(argv)
-    if not torch.cuda.is_available():
+    if args.device == "cpu" and not args.tiny or args.tiny and args.device != "cpu":
+        print("gpu-check: --device cpu and --tiny go together (a dry run of checks 5 and 6 on the CPU)",
+              file=sys.stderr)
+        return 2
+    if args.device == "cuda" and not torch.cuda.is_available():
         print("gpu-check: no CUDA GPU visible on this host; nothing to check (run it on a GPU machine)",
               file=sys.stderr)
         return 3
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix="gpu-check-", dir=out))
-    gpus, name = torch.cuda.device_count(), torch.cuda.get_device_name(0)
-    res: dict = {"device": name, "gpus": gpus, "torch": torch.__version__}
     t0 = time.monotonic()
-    for step in (lambda: check_resume(work, res), lambda: check_step_times(res),
-                 lambda: check_calibrate(out, res), lambda: check_strategies(work, res, gpus)):
-        if time.monotonic() - t0 > BUDGET_S:
+    deadline = t0 + BUDGET_S
+    if args.tiny:
+        gpus, name, target = 0, "CPU (dry run: --device cpu --tiny)", TINY
+        res: dict = {"device": name, "gpus": 0, "torch": torch.__version__, "dry_run": True}
+        profile = out / f"calibrated-{target.replay_model}-b{target.batch}.json"
+        p = run([sys.executable, "-m", "stanza_core.perf", "calibrate", "--model", target.replay_model, "--batch",
+                 str(target.batch), "--image-size", str(target.image_size), "--num-classes", str(target.num_classes),
+                 "--device", "cpu", "--warmup", "1", "--reps", "2", "--out", str(profile)], 240)
+        res[f"calibrate_{target.replay_model}"] = {"ok": p.returncode == 0 and profile.exists(), "path": str(profile)}
+        steps = [lambda: check_engine_ratio(work, res, gpus, target, deadline),
+                 lambda: check_replay_vs_real(work, res, target, profile)]
+    else:
+        gpus, name, target = torch.cuda.device_count(), torch.cuda.get_device_name(0), Target()
+        res = {"device": name, "gpus": gpus, "torch": torch.__version__}
+        profile = out / "calibrated-vgg16-b32.json"  # written by check_calibrate
+        steps = [lambda: check_resume(work, res), lambda: check_step_times(res),
+                 lambda: check_calibrate(out, res), lambda: check_strategies(work, res, gpus),
+                 lambda: check_engine_ratio(work, res, gpus, target, deadline),
+                 lambda: check_replay_vs_real(work, res, target, profile)]
+    for step in steps:
+        if time.monotonic() > deadline:
             res.setdefault("skipped", []).append("budget exhausted")
             break
         try:
             step()
         except Exception as e:  # record and go on: the summary says what failed
             res.setdefault("errors", []).append(f"{type(e).__name__}: {str(e)[:200]}")
-    text = summary(res, gpus, name, time.monotonic() - t0)
+    res["wall_s"] = time.monotonic() - t0
+    text = summary(res, gpus, name, res["wall_s"])
     for e in res.get("errors", []):
         text += f"\n  ERROR {e}"
+    for e in res.get("skipped", []):
+        text += f"\n  SKIPPED {e}"
     (out / "summary.txt").write_text(text + "\n")
     (out / "results.json").write_text(json.dumps(res, indent=1, default=str))
     print(text)
-    failed = res.get("errors") or any(isinstance(v, dict) and v.get("ok") is False for v in res.values())
+    failed = res.get("errors") or any(isinstance(v, dict) and v.get("ok") is False for v in res.values()) \
+        or any(not r["ok"] for r in res.get("engine_vs_plain", []))
     return 1 if failed else 0
 
 

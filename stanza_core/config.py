@@ -33,6 +33,7 @@ class TrainConfig:
     global_batch: int = 32  # samples per step over the whole cluster
     steps: int = 10  # optimizer steps (the total, also when resuming)
     warmup: int = 1  # first steps left out of the throughput
+    log_every: int = 1  # read the losses and step times from the device every K steps (and before any save and at the end); a non-finite loss stops the run at the next read
     lr: float = 0.01  # SGD learning rate
     momentum: float = 0.9  # SGD momentum
     weight_decay: float = 0.0  # SGD L2 weight decay
@@ -62,7 +63,7 @@ class TrainConfig:
     grad_compression: str = "none"  # stanza: CONV gradient allreduce via DDP comm hook (none|fp16|bf16|powersgd)
     timeline: bool = False  # record per-rank event timestamps (sends, receives, allreduces, compute) in the metrics JSON
     compute: str = "real"  # real | replay (layer arithmetic replaced by waits: stanza_core/replay.py)
-    replay_device: str | None = None  # replay: v100 | a100 | h100 (perf device table) or PATH.json profile
+    replay_device: str | None = None  # replay: a device (v100, h200-measured, ...: perf device names) or PATH.json
     dilation: float = 1.0  # replay: D, each replayed compute time is D x the device's
     bn_stats: str = "global"  # batch-norm statistics: global (over the global batch, SyncBatchNorm semantics: equals local) | local (per data worker: not equal to local)
 
@@ -82,7 +83,7 @@ class TrainConfig:
         checks.one_of("backend", self.backend, BACKENDS)
         if self.backend == "nccl" and self.device == "cpu":
             raise ConfigError("--backend nccl needs CUDA tensors; use --device cuda (or --backend gloo on CPU)")
-        for name in ("num_classes", "image_size", "global_batch", "steps"):
+        for name in ("num_classes", "image_size", "global_batch", "steps", "log_every"):
             checks.number(_flag(name), getattr(self, name), at_least=1)
         for name in ("warmup", "checkpoint_every", "save_every", "ps_shards", "ps_servers", "weight_decay"):
             checks.number(_flag(name), getattr(self, name), at_least=0)
@@ -122,7 +123,7 @@ class TrainConfig:
         checks.one_of("--compute", self.compute, COMPUTE)
         if self.compute == "replay":
             if not self.replay_device:
-                raise ConfigError("--compute replay needs --replay-device (v100, a100, h100 or PATH.json)")
+                raise ConfigError("--compute replay needs --replay-device (a device-table row, a measured device or PATH.json)")
             for name in ("save", "checkpoint_dir"):
                 if getattr(self, name):
                     raise ConfigError(f"--{name.replace('_', '-')} is refused with --compute replay "

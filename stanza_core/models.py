@@ -5,9 +5,10 @@ Glossary (the paper's vocabulary, used across the package):
   FC head    - the fully connected suffix: most of the parameters, little of the compute.
   boundary   - the single tensor passed from the CONV body to the FC head (its first module's name).
 
-Every nn.Dropout is replaced by `SampleDropout`, which draws each sample's mask from a key
-(seed, step, position of the sample in the global batch, layer). So a sample gets the same mask
-whichever worker processes it, and distributed runs stay equal to the single-process oracle.
+Every nn.Dropout is replaced by `SampleDropout`, which hashes each sample's mask from a key
+(seed, step, position of the sample in the global batch, layer, element). So a sample gets the
+same mask whichever worker processes it, on whatever device, and distributed runs stay equal to
+the single-process oracle.
 """
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ import contextlib
 import contextvars
 import importlib
 import inspect
+import math
 import os
 from typing import Callable
 
@@ -25,41 +27,124 @@ import torch.nn as nn
 # Per-sample dropout
 
 
-_SAMPLE_KEYS: contextvars.ContextVar[tuple[int, int, torch.Tensor] | None] = contextvars.ContextVar(
-    "stanza_sample_keys", default=None
-)
+# A 32-bit integer mixer (Chris Wellons' lowbias32: xor-shift, multiply, three times; a bijection
+# of [0, 2^32) with near-ideal avalanche). Masks are hashed from their keys with it, in torch
+# integer ops on the tensor's own device: integer arithmetic is exact on every device, so the
+# CPU and every GPU draw the same bits. Values are held in int64 in [0, 2^32). A multiplier
+# c >= 2^31 is applied as c - 2^32 (congruent mod 2^32, |c - 2^32| < 2^31): the product of a
+# 32-bit value and it stays inside int64 (no signed overflow, exact on every device), and
+# `& MASK32` of the two's-complement result is the product mod 2^32.
+MASK32 = 0xFFFFFFFF
+_MIX_MULTIPLIERS = tuple(c - (1 << 32) if c >= 1 << 31 else c for c in (0x7FEB352D, 0x846CA68B))
+_SEED_SALT, _STEP_HI_SALT = 0x9E3779B9, 0x85EBCA6B  # fold the key fields apart from one another
+
+
+def mix32(x):
+    """lowbias32 of x in [0, 2^32): a Python int or an int64 tensor (elementwise), same bits.
+    A tensor is mixed into a new tensor, in place after the first op (no large temporaries)."""
+    if not isinstance(x, torch.Tensor):
+        x = x ^ (x >> 16)
+        x = (x * _MIX_MULTIPLIERS[0]) & MASK32
+        x = x ^ (x >> 15)
+        x = (x * _MIX_MULTIPLIERS[1]) & MASK32
+        return x ^ (x >> 16)
+    x = x ^ (x >> 16)
+    x.mul_(_MIX_MULTIPLIERS[0]).bitwise_and_(MASK32)
+    x.bitwise_xor_(x >> 15)
+    x.mul_(_MIX_MULTIPLIERS[1]).bitwise_and_(MASK32)
+    return x.bitwise_xor_(x >> 16)
+
+
+def layer_key(seed: int, step: int, layer_id: int) -> int:
+    """The 32-bit key of (seed, step, layer), folded on the host in Python integers."""
+    k = mix32((int(seed) ^ _SEED_SALT) & MASK32)
+    k = mix32(k ^ (int(step) & MASK32))
+    k = mix32(k ^ ((int(step) >> 32) ^ _STEP_HI_SALT) & MASK32)
+    return mix32(k ^ (int(layer_id) & MASK32))
+
+
+_ELEMENT_KEYS: dict[tuple[int, str], torch.Tensor] = {}  # (elements per sample, device) -> mix32(arange)
+
+
+def _element_keys(n: int, device: torch.device) -> torch.Tensor:
+    """mix32(i) for i in [0, n) on `device`, made once per (n, device): the same every step."""
+    key = (n, str(device))
+    if key not in _ELEMENT_KEYS:
+        if len(_ELEMENT_KEYS) >= 64:  # a bounded cache: models have few distinct dropout shapes
+            _ELEMENT_KEYS.pop(next(iter(_ELEMENT_KEYS)))
+        _ELEMENT_KEYS[key] = mix32(torch.arange(n, dtype=torch.int64, device=device))
+    return _ELEMENT_KEYS[key]
+
+
+def keep_threshold(p: float) -> int:
+    """Keep an element iff its 32-bit hash h >= this: u = h / 2^32 is uniform on [0, 1) and
+    u >= p  <=>  h >= ceil(p * 2^32) (exact: p * 2^32 is p with its exponent shifted)."""
+    return math.ceil(p * 2.0**32)
+
+
+def keep_uniforms(seed: int, step: int, positions: torch.Tensor, layer_id: int, n: int) -> torch.Tensor:
+    """The 32-bit hashes (len(positions), n) of the elements of these samples, as int64 on the
+    device of `positions`: row i, element j is
+
+        mix32(element_key(j) ^ mix32(positions[i] ^ layer_key(seed, step, layer_id)))
+
+    with element_key(j) = mix32(j). Vectorised over samples and elements; a row depends only on
+    its own sample's key, never on which other samples share the batch."""
+    k = layer_key(seed, step, layer_id)
+    rows = mix32(positions.to(torch.int64).reshape(-1, 1) ^ k)  # (b, 1): one key per sample
+    return mix32(_element_keys(n, positions.device).reshape(1, -1) ^ rows)  # (b, n)
+
+
+def keep_mask(seed: int, step: int, positions: torch.Tensor, layer_id: int, shape: tuple[int, ...], p: float,
+              device: torch.device | str | None = None) -> torch.Tensor:
+    """Boolean keep-mask (len(positions), *shape): row i keeps each element with probability 1 - p,
+    from the hash of (seed, step, positions[i], layer_id, element index) (`keep_uniforms`).
+
+    Computed on `device` (default: the device of `positions`) by torch integer ops, with no
+    per-sample loop; positions on another device are moved there first (`sample_keys` hands
+    SampleDropout positions already on the activations' device, made there without a copy)."""
+    if device is not None and positions.device != torch.device(device):
+        positions = positions.to(device)
+    n = 1
+    for d in shape:
+        n *= int(d)
+    h = keep_uniforms(seed, step, positions, layer_id, n)
+    return (h >= keep_threshold(p)).reshape(positions.numel(), *shape)
+
+
+class _Keys:
+    """The keys of one `sample_keys` block, with its positions on each device they are asked for."""
+
+    def __init__(self, seed: int, step: int, positions: torch.Tensor):
+        self.seed, self.step = int(seed), int(step)
+        self.positions = positions.detach()
+        self._on: dict[torch.device, torch.Tensor] = {positions.device: self.positions}
+
+    def positions_on(self, device: torch.device) -> torch.Tensor:
+        """The positions on `device`. A run of consecutive positions (every strategy's slice of
+        the global batch) is made there by arange: no host-to-device copy, no host sync."""
+        if device not in self._on:
+            pos, n = self.positions, self.positions.numel()
+            first = int(pos[0]) if n and pos.device.type == "cpu" else None
+            if first is not None and torch.equal(pos, torch.arange(first, first + n, dtype=pos.dtype)):
+                self._on[device] = torch.arange(first, first + n, dtype=torch.int64, device=device)
+            else:
+                self._on[device] = pos.to(device)
+        return self._on[device]
+
+
+_SAMPLE_KEYS: contextvars.ContextVar[_Keys | None] = contextvars.ContextVar("stanza_sample_keys", default=None)
 
 
 @contextlib.contextmanager
 def sample_keys(seed: int, step: int, positions: torch.Tensor):
     """Within this block, SampleDropout draws the mask of the sample at `positions[i]` of the
-    global batch of `step` from a generator keyed by (seed, step, position, layer)."""
-    token = _SAMPLE_KEYS.set((int(seed), int(step), positions.detach().to("cpu", torch.int64)))
+    global batch of `step` from the hash of (seed, step, position, layer) (`keep_mask`)."""
+    token = _SAMPLE_KEYS.set(_Keys(seed, step, positions))
     try:
         yield
     finally:
         _SAMPLE_KEYS.reset(token)
-
-
-def keep_mask(seed: int, step: int, positions: torch.Tensor, layer_id: int, shape: tuple[int, ...], p: float,
-              device: torch.device | str = "cpu") -> torch.Tensor:
-    """Boolean keep-mask (len(positions), *shape) on `device`: row i from the generator keyed by
-    (seed, step, positions[i], layer_id), drawn on the CPU so every device draws the same bits.
-
-    For a CUDA device the uniforms are drawn into pinned host memory and copied without
-    blocking the host (a pageable copy would stall every forward until the GPU caught up);
-    the caching host allocator keeps the buffer alive until the copy is done."""
-    device = torch.device(device)
-    pinned = device.type == "cuda"
-    u = torch.empty((positions.numel(), *shape), pin_memory=pinned)
-    gen = torch.Generator(device="cpu")
-    for i, pos in enumerate(positions.tolist()):
-        # One generator stream per (seed, step, position, layer): a 64-bit mix of the four.
-        gen.manual_seed((seed * 1_000_003 + step) * 1_000_033 + pos * 101 + layer_id)
-        torch.rand(shape, generator=gen, out=u[i])
-    if pinned:
-        u = u.to(device, non_blocking=True)
-    return u >= p
 
 
 class SampleDropout(nn.Module):
@@ -80,11 +165,10 @@ class SampleDropout(nn.Module):
         keys = _SAMPLE_KEYS.get()
         if keys is None:
             return nn.functional.dropout(x, self.p, True)
-        seed, step, positions = keys
-        if positions.numel() != x.shape[0]:
-            raise RuntimeError(f"sample_keys holds {positions.numel()} positions, batch has {x.shape[0]}")
-        keep = keep_mask(seed, step, positions, self.layer_id, tuple(x.shape[1:]), self.p, x.device)
-        return x * keep.to(x.dtype) / (1.0 - self.p)
+        if keys.positions.numel() != x.shape[0]:
+            raise RuntimeError(f"sample_keys holds {keys.positions.numel()} positions, batch has {x.shape[0]}")
+        keep = keep_mask(keys.seed, keys.step, keys.positions_on(x.device), self.layer_id, tuple(x.shape[1:]), self.p)
+        return x * keep / (1.0 - self.p)  # bool promotes to x's dtype: x * 1.0 or x * 0.0
 
     def extra_repr(self) -> str:
         return f"p={self.p}, layer_id={self.layer_id}"

@@ -12,11 +12,15 @@ hooks, DDP's buckets and stanza's GradBuckets fire at the moments they would on 
 activation gradients are expanded zeros of the true shape. The optimizer step is replayed the
 same way (DeviceProfile.update_s_per_param x parameters stepped).
 
-Per-layer times come from where the performance model takes them (`perf.model.layer_shares`
-and `DeviceProfile.time_s`), so model and replay agree on compute by construction and differ
-only by what the real network and engine do. Parameterless layers (ReLU, pooling, dropout)
-are replayed with no wait: their time is folded into the parameterised layers' FLOP shares, as
-in the model. Values are meaningless (losses are not reported as losses; --save is refused).
+Per-layer times. With a device-table row or a DeviceProfile file, they come from where the
+performance model takes them (`perf.model.layer_shares` and `DeviceProfile.time_s`), so model and
+replay agree on compute by construction and differ only by what the real network and engine
+do; parameterless layers (ReLU, pooling, dropout) are replayed with no wait: their time is folded
+into the parameterised layers' FLOP shares, as in the model. With a measured per-layer record
+(`--replay-device h200-measured`, or a `perf calibrate` OUT.layers.json) every layer waits its
+own measured time instead, at the batch of each call (perf/records.py: interpolated between
+measured batches; a module called c times per forward waits 1/c of its record time per call).
+Values are meaningless (losses are not reported as losses; --save is refused).
 Batch-norm layers with global statistics (--bn-stats global) still make their four allreduces of
 C values per step (of zeros), so the bn_stats bytes are those of a real step.
 
@@ -27,9 +31,7 @@ from __future__ import annotations
 
 import contextvars
 import copy
-import json
 import time
-from pathlib import Path
 
 import torch
 import torch.nn as nn
@@ -39,35 +41,18 @@ from .config import ConfigError, TrainConfig
 _ATTR = "_stanza_replay"
 
 
-def load_device(spec: str, profile):
-    """The DeviceProfile named by --replay-device: a device-table name (v100|a100|h100), or a
-    PATH.json holding a DeviceProfile (`DeviceProfile.to_dict()`) or a timed Profile
-    (`profile_model(..., time=True).to_dict()`). Bad input: ConfigError, one line."""
-    from .anatomy import Profile
-    from .perf import DEVICE_TABLE, DeviceProfile
+def load_device(spec: str, profile, batch: float | None = None):
+    """The device named by --replay-device, resolved once (perf.device_profile -> perf.Device:
+    its DeviceProfile, its source, and a measured record's per-layer times): a device-table
+    row, a measured device (h200-measured, ...), or a PATH.json holding a DeviceProfile, a
+    per-layer record or a timed Profile. `batch`: samples per data worker. Bad input:
+    ConfigError, one line."""
+    from .perf import device_profile
 
-    if spec.lower() in DEVICE_TABLE:
-        return DeviceProfile.from_table(spec.lower(), profile)
-    if not spec.endswith(".json"):
-        raise ConfigError(f"unknown --replay-device {spec!r}; expected one of {', '.join(DEVICE_TABLE)} "
-                          "or a PATH.json (a DeviceProfile or a timed Profile)")
-    path = Path(spec)
-    if not path.is_file():
-        raise ConfigError(f"--replay-device {spec}: no such file")
     try:
-        d = json.loads(path.read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise ConfigError(f"--replay-device {spec}: not JSON ({type(e).__name__})") from None
-    try:
-        if isinstance(d, dict) and "conv_fwd_s" in d:
-            return DeviceProfile(**d)
-        if isinstance(d, dict) and "layers" in d and "conv" in d:
-            return DeviceProfile.from_profile(Profile.from_dict(d), name=f"{path.name} (measured profile)")
-    except (TypeError, ValueError, KeyError) as e:
-        msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise ConfigError(f"--replay-device {spec}: malformed profile ({msg})") from None
-    raise ConfigError(f"--replay-device {spec}: neither a DeviceProfile (conv_fwd_s, ...) nor a Profile "
-                      "(layers, conv, fc) JSON")
+        return device_profile(spec, profile, batch, what="--replay-device")
+    except ValueError as e:
+        raise ConfigError(str(e).splitlines()[0]) from None
 
 
 def prepare(cfg: TrainConfig, model: nn.Module, batch: int) -> "Replayer | None":
@@ -83,8 +68,8 @@ def prepare(cfg: TrainConfig, model: nn.Module, batch: int) -> "Replayer | None"
                                 boundary=cfg.boundary)
     except SplitError as e:
         raise ConfigError(f"--compute replay: {e}") from None
-    dev = load_device(cfg.replay_device, profile)
-    rep = Replayer(model, profile, dev, cfg.dilation)
+    dev = load_device(cfg.replay_device, profile, batch)
+    rep = Replayer(model, profile, dev.profile, cfg.dilation, measured=dev.measured, source=dev.source)
     setattr(model, _ATTR, rep)
     return rep
 
@@ -99,6 +84,7 @@ class _Layer:
     def __init__(self, rep: "Replayer", name: str, module: nn.Module, meta: nn.Module):
         self.rep, self.name, self.meta = rep, name, meta
         self.part, self.share = rep.shares.get(name, (None, 0.0))
+        self.calls = rep.calls.get(name, 1)  # forward calls per model forward (a reused ReLU: 3)
         self.module = module
         self.shapes: dict[tuple, tuple] = {}  # input shape per sample -> output shape per sample
 
@@ -167,17 +153,24 @@ class Replayer:
     """Waits instead of arithmetic, for one rank. `armed` is off while strategies set up (their
     shape probes wait nothing); the training loop arms it at each step (`begin_step`)."""
 
-    def __init__(self, model: nn.Module, profile, dev, dilation: float):
+    def __init__(self, model: nn.Module, profile, dev, dilation: float, *, measured=None, source: str = "given"):
+        """`dev`: the DeviceProfile (parts, optimizer); `measured`: a perf.MeasuredLayers whose
+        per-layer times each layer waits instead of its share of the part (see the docstring)."""
         from .perf.model import layer_shares
 
         self.profile, self.dev, self.dilation = profile, dev, float(dilation)
+        self.measured, self.source = measured, source
+        self.calls = {r.name: max(1, r.calls) for r in profile.layers}
         self.shares = {}  # leaf name -> (part, share of the part's time): the model's own shares
-        for part in ("conv", "fc"):
-            units = layer_shares(profile, part)
-            for i, (name, _, share) in enumerate(units):
-                if name is None:  # no layer rows: the whole part on its last parameterised leaf
-                    name = [r.name for r in profile.layers if r.part == part and r.params][-1]
-                self.shares[name] = (part, share)
+        if measured is None:
+            for part in ("conv", "fc"):
+                units = layer_shares(profile, part)
+                for i, (name, _, share) in enumerate(units):
+                    if name is None:  # no layer rows: the whole part on its last parameterised leaf
+                        name = [r.name for r in profile.layers if r.part == part and r.params][-1]
+                    self.shares[name] = (part, share)
+        self.extrapolated: set[float] = set()  # batches of calls outside the measured records'
+        self.trace: list | None = None  # a list: every call's (layer, phase, batch, seconds) (tests)
         self.armed, self.waited_s, self.debt_s = False, 0.0, 0.0
         self.grad_cache: dict[int, torch.Tensor] = {}
         state = list(model.parameters()) + list(model.buffers())
@@ -219,9 +212,22 @@ class Replayer:
         self.debt_s = got - want
         self.waited_s += got
 
+    def seconds(self, layer: _Layer, phase: str, batch: int) -> float:
+        """D x the target device's time of one call of `layer` in `phase` on `batch` samples."""
+        if self.measured is not None:
+            if self.measured.extrapolated(batch):
+                self.extrapolated.add(batch)
+            return self.dilation * self.measured.call_s(layer.name, phase, batch) / layer.calls
+        if layer.part is None or layer.share <= 0:
+            return 0.0
+        return self.dilation * layer.share * self.dev.time_s(layer.part, phase, batch)
+
     def compute(self, layer: _Layer, phase: str, batch: int):
-        if layer.part is not None and layer.share > 0:
-            self.wait(self.dilation * layer.share * self.dev.time_s(layer.part, phase, batch))
+        seconds = self.seconds(layer, phase, batch)
+        if self.trace is not None and self.armed:
+            self.trace.append((layer.name, phase, batch, seconds))
+        if seconds > 0:
+            self.wait(seconds)
 
     def begin_step(self):
         self.armed, self.debt_s = True, 0.0
@@ -234,6 +240,11 @@ class Replayer:
         optimizer.step = lambda closure=None: self.wait(seconds)
 
     def describe(self) -> dict:
-        return {"device": self.dev.name, "dilation": self.dilation, "profile": self.dev.to_dict(),
-                "replayed_layers": sum(1 for layer in self.layers if layer.share > 0)}
-
+        waits = (lambda layer: layer.name in self.measured.records[0].fwd) if self.measured is not None else \
+            (lambda layer: layer.share > 0)
+        out = {"device": self.dev.name, "source": self.source, "dilation": self.dilation, "profile": self.dev.to_dict(),
+               "replayed_layers": sum(1 for layer in self.layers if waits(layer))}
+        if self.measured is not None:
+            out["measured"] = {"layers": "each layer waits its own measured time", "batches": self.measured.batches,
+                               "extrapolated_batches": sorted(self.extrapolated)}
+        return out

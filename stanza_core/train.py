@@ -29,6 +29,7 @@ from .data import batch_indices, open_dataset
 from .models import MIN_IMAGE_SIZE, check_model, get_model
 from .numerics import numerics_record, set_numerics
 from .split import SplitError, SplitModel, split_model
+from .steplog import StepLog
 from .strategies import STRATEGY_CLASSES
 from .strategies.base import Batch, positions_of
 from .strategies.stanza import unused_part
@@ -216,37 +217,38 @@ def _train(cfg, prep: Prepared, comm) -> dict | None:
     save_steps = set(cfg.save_steps())
     setup_peak_mib = _peak_rss_mib()  # read before the mark is reset for the steps' own peak
     steps_peak = _reset_peak_rss()
-    losses, times, spans = [], [], []  # spans: (start, end) of each step, perf_counter()
-    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+    # Steps are timed and their losses read without stopping the host in the step (steplog.py):
+    # CUDA events on a GPU, the loss shares left on the device until a read, every --log-every
+    # steps and before anything is saved, so nothing of a non-finite step is ever written.
+    log = StepLog(device, cfg.log_every, host_clock=cfg.timeline or cfg.compute != "real")
+    first = start  # the first step not yet checked for a finite global loss
     for t in steps:
         batch = batch_for(t)
-        sync()
-        t0 = time.perf_counter()
+        mark = log.start()
         if replayer:
             replayer.begin_step()
         with _naming_step(comm, t):
             with comm.counting():
                 share = strategy.step(t, batch)
-        sync()
-        t1 = time.perf_counter()
-        times.append(t1 - t0)
-        spans.append((t0, t1))
-        losses.append(share)
-        # every rank learns the global loss (uncounted, outside the step). Replayed values mean
-        # nothing, but the allreduce still runs: it is the one point where every rank meets
-        # between steps, so without it a replayed FC worker would start its next step early.
-        with _naming_step(comm, t):
-            total = comm.sum_scalar(share if cfg.compute == "real" else 0.0)
-        if not math.isfinite(total):
-            last = _last_checkpoint(cfg, start, t)
-            raise NonFiniteLoss(f"the loss is {total} at step {t}: run stopped, nothing of this step saved"
-                                + (f"; last good checkpoint: step {last} in {cfg.checkpoint_dir}" if last else ""))
-        if cfg.checkpoint_dir and cfg.checkpoint_every and (t + 1) % cfg.checkpoint_every == 0 and t + 1 < cfg.steps:
+        due = log.end(mark, share)
+        if cfg.compute != "real":
+            # Replayed values mean nothing, but an allreduce still runs every step: it is the one
+            # point where every rank meets between steps, so without it a replayed FC worker
+            # would start its next step early.
+            with _naming_step(comm, t):
+                comm.sum_scalar(0.0)
+        checkpoint_due = cfg.checkpoint_dir and cfg.checkpoint_every and (t + 1) % cfg.checkpoint_every == 0 \
+            and t + 1 < cfg.steps
+        if due or checkpoint_due or t + 1 in save_steps or t + 1 == cfg.steps:
+            _check_finite(cfg, comm, first, log.read(), start)
+            first = t + 1
+        if checkpoint_due:
             checkpoint.save(cfg.checkpoint_dir, comm.rank, topo.world_size, t + 1, cfg.to_dict(), strategy.checkpoint_state())
         if t + 1 in save_steps:  # collective: every rank takes part, rank 0 writes
             state = strategy.full_state_dict()
             if comm.rank == 0:
                 _atomic_torch_save(state, step_save_path(cfg.save, t + 1))
+    losses, times, spans = log.losses, log.times, log.spans
     steps_peak_mib = _vm_hwm_mib() if steps_peak else None
     if cfg.checkpoint_dir:
         checkpoint.save(cfg.checkpoint_dir, comm.rank, topo.world_size, cfg.steps, cfg.to_dict(), strategy.checkpoint_state())
@@ -265,6 +267,26 @@ def _train(cfg, prep: Prepared, comm) -> dict | None:
     if cfg.metrics:
         _atomic_write(cfg.metrics, json.dumps(metrics, indent=1))
     return metrics
+
+
+def _check_finite(cfg, comm, first: int, shares: list, start: int) -> None:
+    """Every rank learns whether the global loss of steps first, first+1, ... (its `shares` of
+    them, just read) was finite: one uncounted allreduce of their sum (a sum of finite losses is
+    finite; NaN or inf in any share makes it non-finite), then per step only when it was not.
+    NonFiniteLoss names the first non-finite step. Replayed losses are not computed: no check."""
+    if cfg.compute != "real" or not shares:
+        return
+    with _naming_step(comm, first + len(shares) - 1):
+        total = comm.sum_scalar(sum(0.0 if s is None else s for s in shares))
+        if math.isfinite(total):
+            return
+        for i, s in enumerate(shares):  # rare: find the step (a huge but finite window sum rechecks clean)
+            step_total = comm.sum_scalar(s)
+            if not math.isfinite(step_total):
+                t = first + i
+                last = _last_checkpoint(cfg, start, t)
+                raise NonFiniteLoss(f"the loss is {step_total} at step {t}: run stopped, nothing of this step saved"
+                                    + (f"; last good checkpoint: step {last} in {cfg.checkpoint_dir}" if last else ""))
 
 
 @contextlib.contextmanager

@@ -4,7 +4,8 @@
     Explorer(model="vgg16", nodes=8, bandwidth_gbps=10)   # the last line of a cell shows it
 
 Controls: model, nodes N, link bandwidth (Gb/s per direction), per-message latency (us),
-global batch, device profile (a row of the device table), k FC workers and the strategy whose
+global batch, device (a row of the device table or a measured device such as h200-measured,
+resolved by `perf.device_profile` at the global batch / N; the status names its source), k FC workers and the strategy whose
 communication the diagram draws; beyond the paper, the chosen stanza's FC share (each FC worker
 also runs the CONV body on this share of the global batch, snapped to a share giving whole
 samples), micro-batches M and compression (boundary dtype | CONV gradient compression), and
@@ -30,7 +31,7 @@ import plotly.graph_objects as go
 from IPython.display import display
 
 from . import checks
-from .perf import DEVICE_TABLE, Cluster, best_assignment, named_profile, predict
+from .perf import Cluster, best_assignment, check_device, device_names, device_profile, named_profile, predict
 from .perf.optimize import COMPRESSIONS, MICRO_BATCHES, PAPER, share_grid
 from .topology import fc_worker_choices
 from .viz import assignment as va
@@ -53,7 +54,7 @@ def _check(models: Sequence[str], model: str, nodes: int, max_nodes: int, bandwi
     checks.number("bandwidth_gbps", bandwidth_gbps, above=0)
     checks.number("latency_us", latency_us, above=0)
     checks.positive_int("global_batch", global_batch, nodes, what="nodes")
-    checks.one_of("device", device, DEVICE_TABLE)
+    check_device(device)
     fits = fc_worker_choices(nodes)
     if isinstance(fc_workers, bool) or not isinstance(fc_workers, int) or fc_workers not in (0, *fits):
         raise ValueError(f"fc_workers must be 0 (the optimiser's k) or in 1..{len(fits)} for {nodes} nodes "
@@ -107,7 +108,8 @@ class Explorer:
                                            layout=layout, continuous_update=False),
             "global_batch": W.BoundedIntText(value=global_batch, min=2, max=1 << 20, description="global batch",
                                              style=style, layout=layout),
-            "device": W.Dropdown(options=list(DEVICE_TABLE), value=device, description="device profile",
+            "device": W.Dropdown(options=list(dict.fromkeys([*device_names(), device])), value=device,
+                                 description="device profile",
                                  style=style, layout=layout),
             "fc_workers": W.IntSlider(value=max(fc_workers, 1), min=1, max=len(fc_worker_choices(nodes)),
                                       description="k FC workers",
@@ -131,6 +133,7 @@ class Explorer:
         self.figures: dict[str, go.Figure] = {}
         self.assignment = None
         self.chosen = None
+        self.device = None  # the resolved perf.Device of the last redraw (its caption names its source)
         self.updates = 0  # how many times the views were recomputed (tests, debugging)
         self.last_update_ms = None  # wall time of the last redraw (model + figures)
         self._follow_k = fc_workers == 0  # k follows the optimiser until someone moves it
@@ -178,8 +181,9 @@ class Explorer:
         controls' values; ValueError for a combination the model refuses."""
         v = self.values()
         profile = named_profile(v["model"], self.image_size, 1000)
-        cluster = Cluster(v["nodes"], float(v["bandwidth_gbps"]), float(v["latency_us"]) * 1e-6, v["device"])
         g, n, k = v["global_batch"], v["nodes"], v["fc_workers"]
+        self.device = device_profile(v["device"], profile, g / n)  # a measured record: at the batch per worker
+        cluster = Cluster(v["nodes"], float(v["bandwidth_gbps"]), float(v["latency_us"]) * 1e-6, self.device.profile)
         if g < n:
             raise ValueError(f"global batch {g} is smaller than the {n} nodes: every data worker needs a sample")
         wide = v["search_beyond"]
@@ -213,7 +217,8 @@ class Explorer:
             "diagram": va.assignment_diagram(chosen),
         }
         self.status.value = (va.recommendation_html(a, preds[-1])
-                             + f"<br><small>optimiser and model: {model_ms:.0f} ms this redraw "
+                             + f"<br><small>compute: {self.device.caption}; optimiser and model: {model_ms:.0f} ms "
+                             "this redraw "
                              f"({len(a.ranking)} configurations).</small>")
         for key, out in self.outputs.items():
             out.outputs = (figure_output(self.figures[key]),)
@@ -224,6 +229,7 @@ class Explorer:
         """The current settings and the model's answers (for results.json)."""
         a = self.assignment
         return {"experiment": "explorer", "settings": self.values(), "image_size": self.image_size,
+                "device": self.device.caption, "device_source": self.device.source,
                 "best": {"strategy": a.best.strategy, "fc_workers": a.best.fc_workers,
                          "throughput": a.best.throughput, "iteration_s": a.best.iteration_s},
                 "speedup_vs_ddp": a.speedup_vs_ddp, "speedup_vs_ps": a.speedup_vs_ps,

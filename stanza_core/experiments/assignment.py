@@ -14,7 +14,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from ..perf import DEFAULT_LATENCY_S, DEVICE_TABLE, Cluster, best_assignment, named_profile
+from ..perf import DEFAULT_LATENCY_S, Cluster, best_assignment, check_device, device_profile, named_profile
 from ..topology import fc_worker_choices
 from .. import checks
 from . import compute_rounds, replayed, validation
@@ -62,7 +62,7 @@ class AssignmentParams(ReplayParams):
         self.paper_models = checks.model_names(self.paper_models, self.paper_image_size, name="paper_models")
         checks.positive_int("paper_nodes", self.paper_nodes, 2)
         checks.positive_int("batch_per_worker", self.batch_per_worker)
-        checks.one_of("paper_device", self.paper_device, DEVICE_TABLE)
+        check_device(self.paper_device, "paper_device")
         self.paper_gbps = checks.positive_floats("paper_gbps", self.paper_gbps)
         n = checks.positive_int("replay_nodes", self.replay_nodes, 2)
         # the paper-regime runs: stanza at every k
@@ -87,9 +87,9 @@ def _replayed(p: AssignmentParams, runs: list[Measurement]) -> dict[str, Any]:
         for n, by_g in by_n.items():
             for g, d in by_g.items():
                 tp = {int(key.split("_k")[1]): v for key, v in d["throughput"].items()}
-                a = best_assignment(named_profile(model, p.replay_image_size, p.replay_num_classes),
-                                    Cluster(int(n), float(g), device=p.replay_device),
-                                    batch_per_worker=p.batch_per_worker)
+                prof = named_profile(model, p.replay_image_size, p.replay_num_classes)
+                dev = device_profile(p.replay_device, prof, p.batch_per_worker).profile  # table row or measured
+                a = best_assignment(prof, Cluster(int(n), float(g), device=dev), batch_per_worker=p.batch_per_worker)
                 best = max(tp, key=tp.get)
                 d.update(measured_best_k=best, optimiser_k=a.best_stanza().fc_workers,
                          optimiser_shortfall=1 - tp[a.best_stanza().fc_workers] / tp[best])
@@ -139,8 +139,8 @@ def paper_scale(p: AssignmentParams) -> dict[str, Any]:
     for name in p.paper_models:
         prof = named_profile(name, p.paper_image_size)
         for g in p.paper_gbps:
-            a = best_assignment(prof, Cluster(p.paper_nodes, g, device=p.paper_device),
-                                batch_per_worker=p.batch_per_worker)
+            dev = device_profile(p.paper_device, prof, p.batch_per_worker).profile  # table row or measured
+            a = best_assignment(prof, Cluster(p.paper_nodes, g, device=dev), batch_per_worker=p.batch_per_worker)
             stanza = sorted((x for x in a.ranking if x.strategy == "stanza"), key=lambda x: x.fc_workers)
             top = a.best_stanza()
             out.setdefault(name, {})[f"{g:g}"] = {

@@ -60,12 +60,13 @@ def engine_seconds_arg(value: str, known: dict[str, float], key: str, cfg: RunCo
 
 
 def model_prediction(cfg: RunConfig, gbps: float):
-    """perf.predict of replayed configuration `cfg` on its replay device's table profile, every
-    node (dedicated PS servers included) linked at `gbps` of payload."""
-    from ..perf import Cluster, DeviceProfile, named_profile, predict
+    """perf.predict of replayed configuration `cfg` on its replay device's profile (perf.device_profile),
+    every node (dedicated PS servers included) linked at `gbps` of payload."""
+    from ..perf import Cluster, device_profile, named_profile, predict
 
     profile = named_profile(cfg.model, cfg.image_size, cfg.num_classes)
-    dev = DeviceProfile.from_table(cfg.replay_device, profile)
+    batch = cfg.global_batch // (cfg.nodes - (cfg.fc_workers if cfg.strategy == "stanza" else 0))  # per data worker
+    dev = device_profile(cfg.replay_device, profile, batch).profile  # as replay.prepare resolves it
     return predict(profile, Cluster(cfg.cluster_nodes, gbps, device=dev), cfg.strategy, cfg.fc_workers or None,
                    cfg.global_batch, with_ranks=False, ps_servers=cfg.ps_servers, ps_overlap=cfg.ps_overlap,
                    **cfg.stanza_options)

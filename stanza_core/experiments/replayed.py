@@ -24,6 +24,7 @@ from typing import Any
 
 from ..labels import run_key, run_label
 from .. import checks
+from ..perf import device_source
 from .plan import replay_link
 from .measurement import Measurement
 from .run import measure_or_skip
@@ -126,7 +127,8 @@ def caption(s: ReplaySet, benches: list[Measurement] | None = None) -> str:
     the D of the runs measured (of s.specs before any ran)."""
     ds = _dilations(s, benches or [])
     return (f"measured: communication, for real (every tensor over the shaped links at target / D); "
-            f"replayed: compute (the {s.replay_device} table profile, D = {', '.join(f'{d:g}' for d in ds)}"
+            f"replayed: compute (the {s.replay_device} {device_source(s.replay_device)} profile, "
+            f"D = {', '.join(f'{d:g}' for d in ds)}"
             f"{', per configuration: links and engine seconds' if s.engine else ''})" + slipped_note(benches or []))
 
 

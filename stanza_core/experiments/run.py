@@ -74,10 +74,10 @@ def _run_once(cfg: RunConfig, timeout_s: float) -> dict[str, Any]:
 
 def target_step_s(model: str, image_size: int, num_classes: int, batch: int, device: str) -> float:
     """One data worker's step (forward, backward, update) on `batch` samples on a device-table row."""
-    from ..perf import DeviceProfile, named_profile
+    from ..perf import device_profile, named_profile
 
     profile = named_profile(model, image_size, num_classes, batch)
-    dev = DeviceProfile.from_table(device, profile)
+    dev = device_profile(device, profile, batch).profile
     return dev.step_compute_s(batch) + dev.update_s_per_param * profile.params
 
 

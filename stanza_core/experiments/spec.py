@@ -16,7 +16,7 @@ from ..config import check_stanza_options
 from ..labels import config_label
 from ..launch import cli_args
 from ..netem.facts import max_link_mbit
-from ..perf import DEVICE_TABLE
+from ..perf import check_device
 from .. import checks
 from . import plan
 
@@ -173,7 +173,7 @@ class MeasureSpec:
         if self.compute not in COMPUTE_MODES:
             raise ValueError(f"compute must be one of {', '.join(COMPUTE_MODES)}, got {self.compute!r}")
         if self.compute == "replay":
-            checks.one_of("replay_device", self.replay_device, DEVICE_TABLE)
+            check_device(self.replay_device, "replay_device")
             checks.positive_floats("dilation", [self.dilation])
             if self.target_gbps is None:
                 raise ValueError("replayed compute needs target_gbps (a target maps to the link rate target / D)")
@@ -200,7 +200,7 @@ class MeasureSpec:
             self.target_gbps = checks.positive_floats("target_gbps", self.target_gbps)
         if self.link_mbit is not None:
             self.link_mbit = checks.positive_floats("link_mbit", self.link_mbit)
-        checks.one_of("target_device", self.target_device, DEVICE_TABLE)
+        check_device(self.target_device, "target_device")
         if not checks._is_int(self.mtu) or not 576 <= self.mtu <= 65535:
             raise ValueError(f"mtu must be an integer in 576..65535, got {self.mtu!r}")
         if self.max_link_mbit is not None and self.compute == "replay":

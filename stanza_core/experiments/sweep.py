@@ -13,7 +13,7 @@ import dataclasses
 from typing import Any
 
 from ..labels import config_label, run_key, run_label
-from ..perf import DEVICE_TABLE, Cluster, best_assignment, named_profile, sweep
+from ..perf import Cluster, best_assignment, check_device, device_profile, named_profile, sweep
 from .. import checks
 from . import replayed, validation
 from .replayed import ReplayParams
@@ -66,7 +66,7 @@ class SweepParams(ReplayParams):
         self.measured = MeasureSpec(**common, target_gbps=measured_targets) if measured_targets else None
         checks.positive_int("paper_nodes", self.paper_nodes, 2)
         checks.positive_int("batch_per_worker", self.batch_per_worker)
-        checks.one_of("paper_device", self.paper_device, DEVICE_TABLE)
+        check_device(self.paper_device, "paper_device")
         self.paper_models = checks.model_names(self.paper_models, self.paper_image_size, name="paper_models")
         self.sweep_gbps = checks.positive_floats("sweep_gbps", self.sweep_gbps)
         self.sweep_nodes = checks.int_list("sweep_nodes", self.sweep_nodes, 2)
@@ -131,8 +131,8 @@ def paper_scale(p: SweepParams) -> dict[str, Any]:
     for name in p.paper_models:
         prof = named_profile(name, p.paper_image_size)
         for g in p.target_gbps:
-            a = best_assignment(prof, Cluster(p.paper_nodes, g, device=p.paper_device),
-                                batch_per_worker=p.batch_per_worker)
+            dev = device_profile(p.paper_device, prof, p.batch_per_worker).profile  # table row or measured
+            a = best_assignment(prof, Cluster(p.paper_nodes, g, device=dev), batch_per_worker=p.batch_per_worker)
             st = a.best_stanza()
             out.setdefault(name, {})[f"{g:g}"] = {
                 "stanza": st.throughput, "fc_workers": st.fc_workers, "ddp": a.ddp.throughput,

@@ -13,7 +13,7 @@ import dataclasses
 from typing import Any
 
 from ..labels import run_key
-from ..perf import DEVICE_TABLE, Cluster, best_assignment, named_profile
+from ..perf import Cluster, best_assignment, check_device, device_profile, named_profile
 from .. import checks
 from . import replayed
 from .replayed import ReplayParams
@@ -62,7 +62,7 @@ class ThroughputParams(ReplayParams):
                                      target_device=self.target_device, repeats=self.repeats) for n in nodes]
         self.model_names = checks.model_names(self.model_names, self.model_image_size, name="model_names")
         checks.positive_int("batch_per_worker", self.batch_per_worker)
-        checks.one_of("model_device", self.model_device, DEVICE_TABLE)
+        check_device(self.model_device, "model_device")
         self.model_nodes = checks.int_list("model_nodes", self.model_nodes, 2)
         self.model_gbps = checks.positive_floats("model_gbps", self.model_gbps)
         self.replay = self.replay_set(self.strategies, [self.fc_workers])
@@ -85,7 +85,8 @@ def model_curves(p: ThroughputParams) -> list[dict[str, Any]]:
         prof = named_profile(name, p.model_image_size, p.model_num_classes)
         for gbps in p.model_gbps:
             for n in p.model_nodes:
-                a = best_assignment(prof, Cluster(n, gbps, device=p.model_device), batch_per_worker=p.batch_per_worker)
+                dev = device_profile(p.model_device, prof, p.batch_per_worker).profile  # table row or measured
+                a = best_assignment(prof, Cluster(n, gbps, device=dev), batch_per_worker=p.batch_per_worker)
                 st = a.best_stanza()
                 for pred in (a.ps, a.ddp, st):
                     rows.append({"model": name, "bandwidth_gbps": gbps, "nodes": n, "strategy": pred.strategy,

@@ -106,11 +106,11 @@ def predict_runs(result: Measurement, *, latency_s: float = DEFAULT_LATENCY_S,
 
 def replay_profile(profile, device: str, dilation: float, step_overhead_s: float = 0.0):
     """The DeviceProfile a replayed run computes with: the device-table row's, every time x D."""
-    from ..perf import DeviceProfile
+    from ..perf import DeviceProfile, device_profile
 
-    base = DeviceProfile.from_table(device, profile).to_dict()
+    base = device_profile(device, profile).profile.to_dict()
     times = {k: v * dilation for k, v in base.items() if k not in ("name", "step_overhead_s")}
-    return DeviceProfile(**{**base, **times, "name": f"{device} (table) x {dilation:g}",
+    return DeviceProfile(**{**base, **times, "name": f"{base['name']} x {dilation:g}",
                             "step_overhead_s": step_overhead_s})
 
 

@@ -5,6 +5,8 @@
   python -m stanza_core.perf --profile measured.json --device measured --nodes 4 --gbps 0.08
   python -m stanza_core.perf calibrate --model vgg16 --batch 32 --out gpu.json   (on a GPU)
   python -m stanza_core.perf --model vgg16 --device gpu.json                     (a DeviceProfile JSON)
+  python -m stanza_core.perf --model vgg16 --device gpu.layers.json              (a per-layer record)
+  python -m stanza_core.perf --model alexnet --device h200-measured              (the package's H200 records)
 
 Bad arguments print one line and exit with status 2.
 """
@@ -17,10 +19,11 @@ from pathlib import Path
 
 from .. import checks
 from .cluster import DEFAULT_LATENCY_S, Cluster
-from .devices import DEVICE_TABLE, DeviceProfile
+from .devices import DeviceProfile
 from .model import DEFAULT_BATCH_PER_WORKER, DEFAULT_BUCKET_MB
 from .optimize import best_assignment
 from .profiles import load_profile, named_profile
+from .resolve import device_names, device_profile
 from .sweep import DEFAULT_BANDWIDTHS_GBPS, DEFAULT_SIZES, fmt_table, sweep
 
 
@@ -62,8 +65,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--latency-us", type=float, default=DEFAULT_LATENCY_S * 1e6,
                    help=f"per-message latency in microseconds (default {DEFAULT_LATENCY_S * 1e6:g})")
     p.add_argument("--device", default="v100",
-                   help=f"{', '.join(DEVICE_TABLE)} (table), 'measured' (times of --profile) "
-                   "or PATH.json (a DeviceProfile, e.g. from `perf calibrate`)")
+                   help=f"{', '.join(device_names())} (table rows, then measured records: each "
+                   "layer its own time), 'measured' (times of --profile) or PATH.json (a DeviceProfile or "
+                   "a per-layer record, e.g. from `perf calibrate`)")
     batch = p.add_mutually_exclusive_group()
     batch.add_argument("--global-batch", type=int, help="global batch, split over the data workers")
     batch.add_argument("--batch-per-worker", type=int,
@@ -86,15 +90,16 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def _device(args, profile):
-    if args.device == "measured":
-        return DeviceProfile.from_profile(profile)
-    if args.device.endswith(".json"):  # e.g. written by `perf calibrate`
-        try:
-            return DeviceProfile(**json.loads(Path(args.device).read_text()))
-        except (OSError, ValueError, TypeError) as e:
-            raise ValueError(f"--device {args.device} is not a DeviceProfile JSON ({type(e).__name__}: {e})") from None
-    return checks.one_of("device", args.device.lower(), [*DEVICE_TABLE, "measured", "PATH.json"])
+def _device(args, profile) -> DeviceProfile:
+    """--device resolved once (perf.device_profile) at the samples per data worker: a measured
+    record's per-sample times depend on the batch (--batch-per-worker, else global batch / N)."""
+    if args.batch_per_worker:
+        batch = args.batch_per_worker
+    elif args.global_batch and not args.sweep:
+        batch = args.global_batch / args.nodes
+    else:
+        batch = DEFAULT_BATCH_PER_WORKER
+    return device_profile(args.device, profile, batch).profile
 
 
 def ps_layout(p) -> str:

@@ -188,11 +188,6 @@ class DeviceProfile:
                    update_s_per_param=SGD_MOMENTUM_BYTES_PER_PARAM / mem)
 
 
-def device_profile(device, profile: Profile) -> DeviceProfile:
-    """A Cluster's device (table name or DeviceProfile) as a DeviceProfile for `profile`."""
-    return device if isinstance(device, DeviceProfile) else DeviceProfile.from_table(device, profile)
-
-
 def measure_update_s_per_param(numel: int = 4_000_000, reps: int = 5, device: str = "cpu") -> float:
     """Seconds per parameter of one torch.optim.SGD(momentum=0.9) step here (median of reps),
     for a measured DeviceProfile: the optimizer step is not in profile_model's timings."""

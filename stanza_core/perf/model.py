@@ -37,8 +37,9 @@ from typing import Any
 from .. import checks
 from ..anatomy import DTYPE_BYTES, LABEL_BYTES, Profile
 from .cluster import Cluster
-from .devices import DeviceProfile, device_profile
+from .devices import DeviceProfile
 from .pipeline import stanza_schedule
+from .resolve import device_profile
 from .traffic import (ModelCounts, StanzaOptions, check_config, data_workers, ps_shard_sizes, rank_bytes,
                       split_batch, stanza_options, summary_bytes)
 
@@ -356,7 +357,7 @@ def predict(profile: Profile, cluster: Cluster, strategy: str, fc_workers: int |
     opt, batches = stanza_options(strategy, cluster.nodes, fc_workers, G, fc_conv_share, micro_batches,
                                   boundary_dtype, grad_compression, ps_servers)
     b = batches[0]
-    dev = device_profile(cluster.device, profile)
+    dev = device_profile(cluster.device, profile).profile  # a table row, or the DeviceProfile given
     if strategy in ("ddp", "local"):
         total, crit, terms = _ddp(profile, dev, cluster, b, cap)
     elif strategy == "ps":

@@ -80,8 +80,10 @@ class Strategy:
             return slice(0, self.cfg.global_batch)
         return self.topo.batch_slice(self.rank, self.cfg.global_batch)
 
-    def step(self, t: int, batch: Batch | None) -> float | None:
-        """One BSP step; returns this rank's share of the global mean loss (None if it has none)."""
+    def step(self, t: int, batch: Batch | None) -> torch.Tensor | float | None:
+        """One BSP step; returns this rank's share of the global mean loss (None if it has none),
+        as a 0-d tensor left on the device: reading it would make the host wait for the step's
+        end (the training loop reads every --log-every steps, steplog.py)."""
         raise NotImplementedError
 
     def dropout_keys(self, t: int, positions: torch.Tensor):

@@ -16,4 +16,4 @@ class Local(Strategy):
         loss = self.forward_loss(self.model, batch.x, batch.y, t, batch.positions)
         loss.backward()
         self.optimizer.step()
-        return float(loss.detach())
+        return loss.detach()  # read by the training loop when it reads the step (steplog.py)

@@ -207,7 +207,7 @@ class ParameterServer(Strategy):
         self.comm.wait(self.pull_works, "parameter-server pull")
         self.comm.wait(sends, "parameter-server pull")
         self.push_works, self.pull_works = [], []
-        return None if share is None else float(share.detach())
+        return None if share is None else share.detach()
 
     def checkpoint_state(self):
         state = {"model": self.model.state_dict()}  # parameters are views of self.flat

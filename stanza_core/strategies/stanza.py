@@ -182,7 +182,7 @@ class Stanza(Strategy):
             sends += self.comm.p2p([("send", a.grad, src, "activation_grads")],
                                    self.topo.pair_group(src))  # at once: pipelined
         self.comm.wait(sends, "send of activation gradients")
-        return float(share)
+        return share
 
     def full_state_dict(self):
         """FC worker N-k (the first) sends the FC head's state to rank 0, which holds the CONV body

@@ -129,7 +129,7 @@ class Pipeline:
         for a, grad in own:  # own CONV backward last: the CONV workers' gradients went out first
             a.backward(grad)
         comm.wait(sends, "send of activation gradients")
-        return float(share)
+        return share
 
     def _fc_chunk(self, t, a_in, y, positions):
         """FC forward + backward of one chunk at these global positions; its share of the loss."""

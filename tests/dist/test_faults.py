@@ -30,7 +30,7 @@ def start_ranks(tmp_path, n, timeout_s, strategy="stanza", global_batch=8):
         procs.append(subprocess.Popen(
             [sys.executable, "-m", "stanza_core.train", "--strategy", strategy, "--model", "tiny_cnn",
              "--image-size", "32", "--global-batch", str(global_batch), "--steps", "100000", "--quiet", "--timeout-s",
-             str(timeout_s), "--checkpoint-dir", str(tmp_path / "ck"), "--checkpoint-every", "20"],
+             str(timeout_s), "--checkpoint-dir", str(tmp_path / "ck"), "--checkpoint-every", "20", "--device", "cpu"],
             cwd=ROOT, env=env, stderr=subprocess.PIPE, text=True))
     deadline = time.time() + 150  # generous: a loaded 2-core machine starts 3 ranks slowly
     while not (tmp_path / "ck").exists() or len(list((tmp_path / "ck").glob("*.pt"))) < n:

@@ -1,11 +1,12 @@
 """Helpers for the papermill tests: run a notebook the way `make reproduce` does (same runner,
-same venv kernel), but with its YAML's `tiny` parameters and into pytest's tmp_path."""
+same venv kernel), but with its YAML's `tiny` parameters and into pytest's tmp_path.
+
+stanza_core.reproduce is imported inside the fixtures: it needs the notebook stack (plotly,
+papermill), which some GPU VM images lack, and each test module skips with that reason first."""
 import json
 from pathlib import Path
 
 import pytest
-
-from stanza_core.reproduce import execute, load_spec
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -13,6 +14,8 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 @pytest.fixture(scope="session")
 def spec_of():
     """spec_of("anatomy") -> the checked Spec of reproductions/anatomy.yaml."""
+    from stanza_core.reproduce import load_spec
+
     return lambda name: load_spec(REPO_ROOT / "reproductions" / f"{name}.yaml")
 
 
@@ -22,6 +25,7 @@ def run_notebook(tmp_path):
 
     Runs the spec's notebook with its tiny parameters (updated by `overrides`); a failing cell
     raises papermill's PapermillExecutionError."""
+    from stanza_core.reproduce import execute
 
     def run(spec, **overrides):
         out = tmp_path / spec.name

@@ -7,6 +7,10 @@ import subprocess
 import sys
 
 import pytest
+
+for _pkg in ("plotly", "papermill", "nbformat", "jupytext", "ipykernel"):  # the notebook stack (not on every GPU VM)
+    pytest.importorskip(_pkg, reason=f"the notebook tests need {_pkg}")
+
 from papermill.exceptions import PapermillExecutionError
 
 from stanza_core.netem import missing_requirements

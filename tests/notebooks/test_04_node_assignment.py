@@ -2,6 +2,10 @@
 stanza with k = 1 and k = 2 on 4 emulated nodes (real jobs), the model's prediction and the
 optimiser's pick, and the paper-scale ranking checked against perf.best_assignment."""
 import pytest
+
+for _pkg in ("plotly", "papermill", "nbformat", "jupytext", "ipykernel"):  # the notebook stack (not on every GPU VM)
+    pytest.importorskip(_pkg, reason=f"the notebook tests need {_pkg}")
+
 from papermill.exceptions import PapermillExecutionError
 
 from stanza_core.netem import missing_requirements

@@ -2,6 +2,10 @@
 one measured target on 3 emulated nodes (the runs of the notebook 03 test when the cache is
 shared), predictions at every target, the paper-scale speedups and a coarse sweep."""
 import pytest
+
+for _pkg in ("plotly", "papermill", "nbformat", "jupytext", "ipykernel"):  # the notebook stack (not on every GPU VM)
+    pytest.importorskip(_pkg, reason=f"the notebook tests need {_pkg}")
+
 from papermill.exceptions import PapermillExecutionError
 
 from stanza_core.netem import missing_requirements

@@ -5,6 +5,10 @@ inputs with perf.predict."""
 import json
 
 import pytest
+
+for _pkg in ("plotly", "papermill", "nbformat", "jupytext", "ipykernel"):  # the notebook stack (not on every GPU VM)
+    pytest.importorskip(_pkg, reason=f"the notebook tests need {_pkg}")
+
 from papermill.exceptions import PapermillExecutionError
 
 from stanza_core.experiments.compute_rounds import device_for

@@ -2,8 +2,12 @@
 parameters (AlexNet at 224x224 on 8 V100 nodes, 10 Gb/s): the explorer's recorded answer is
 best_assignment's, and the widget is in the executed notebook. The explorer in a real browser is
 tests/browser/test_explorer_browser.py."""
-import nbformat
 import pytest
+
+for _pkg in ("plotly", "papermill", "nbformat", "jupytext", "ipykernel"):  # the notebook stack (not on every GPU VM)
+    pytest.importorskip(_pkg, reason=f"the notebook tests need {_pkg}")
+
+import nbformat
 from papermill.exceptions import PapermillExecutionError
 
 from stanza_core.perf import Cluster, best_assignment, named_profile

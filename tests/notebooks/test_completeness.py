@@ -5,9 +5,13 @@ no loops or definitions in code cells, its jupytext pair in sync)."""
 import re
 from pathlib import Path
 
+import pytest
+
+for _pkg in ("plotly", "papermill", "nbformat", "jupytext", "ipykernel"):  # the notebook stack (not on every GPU VM)
+    pytest.importorskip(_pkg, reason=f"the notebook tests need {_pkg}")
+
 import jupytext
 import nbformat
-import pytest
 
 from stanza_core.reproduce import load_spec
 

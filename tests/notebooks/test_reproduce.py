@@ -2,8 +2,12 @@
 the report, the claim table, failures, --only, and never writing into someone else's folder."""
 import json
 
-import nbformat
 import pytest
+
+for _pkg in ("plotly", "papermill", "nbformat", "jupytext", "ipykernel"):  # the notebook stack (not on every GPU VM)
+    pytest.importorskip(_pkg, reason=f"the notebook tests need {_pkg}")
+
+import nbformat
 import yaml
 
 from stanza_core.reproduce import MARKER, SpecError, evaluate_claims, load_spec, lookup, main

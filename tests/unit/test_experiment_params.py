@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+pytest.importorskip("plotly", reason="figures and notebook helpers need plotly (some GPU VM images lack it)")
+
 from stanza_core.nbtools import experiment_params
 
 NOTEBOOKS = Path(__file__).resolve().parents[2] / "notebooks"

@@ -147,6 +147,8 @@ def _id(case):
 def test_flag(as_rank0_of, capsys, tmp_path, flags, strategy, world, outcome, fragment):
     as_rank0_of(world)
     argv = ["--strategy", strategy, "--global-batch", "12", *[a.replace("{tmp}", str(tmp_path)) for a in flags]]
+    if "--device" not in flags:  # named, so a GPU on the machine changes nothing
+        argv += ["--device", "cpu"]
     if outcome == E:
         assert train.main(argv + ["--quiet"]) == 2
         err = capsys.readouterr().err.strip()
@@ -174,7 +176,7 @@ def test_a_flag_without_effect_warns_once_and_the_run_goes_on(as_rank0_of, capsy
     as_rank0_of(1)
     m = tmp_path / "m.json"
     assert train.main(["--strategy", "local", "--steps", "2", "--global-batch", "4", "--bucket-mb", "2",
-                       "--metrics", str(m), "--quiet"]) == 0
+                       "--metrics", str(m), "--quiet", "--device", "cpu"]) == 0
     err = capsys.readouterr().err.strip()
     assert err == "warning: --bucket-mb has no effect with local: no gradient buckets are exchanged", err
     assert m.is_file()

@@ -106,12 +106,26 @@ def test_netem_gpu_plan_and_node_environment(capsys):
 
 
 def test_dropout_mask_is_the_keyed_reference():
+    """The mask equals the documented hash, recomputed here element by element in Python integers
+    with uint32 wrap-around (the lowbias32 constants as published, no int64 tricks)."""
+    def lowbias32(x):
+        x ^= x >> 16
+        x = (x * 0x7FEB352D) & 0xFFFFFFFF
+        x ^= x >> 15
+        x = (x * 0x846CA68B) & 0xFFFFFFFF
+        return x ^ (x >> 16)
+
+    seed, step, layer = 7, 2, 1
+    k = lowbias32(seed ^ 0x9E3779B9)
+    k = lowbias32(k ^ step)
+    k = lowbias32(k ^ (0 ^ 0x85EBCA6B))  # the step's high 32 bits (0 here)
+    k = lowbias32(k ^ layer)
     pos, shape = torch.tensor([5, 0, 17]), (3, 4)
-    got = keep_mask(7, 2, pos, 1, shape, 0.5)
-    gen = torch.Generator()
-    for i, p in enumerate(pos.tolist()):  # the documented key mix, drawn row by row
-        gen.manual_seed((7 * 1_000_003 + 2) * 1_000_033 + p * 101 + 1)
-        assert torch.equal(got[i], torch.rand(shape, generator=gen) >= 0.5)
+    got = keep_mask(seed, step, pos, layer, shape, 0.5)
+    for i, p in enumerate(pos.tolist()):
+        row = lowbias32(p ^ k)
+        want = [lowbias32(lowbias32(j) ^ row) / 2**32 >= 0.5 for j in range(12)]
+        assert got[i].reshape(-1).tolist() == want
 
 
 @pytest.fixture
@@ -138,7 +152,7 @@ def test_exact_flag_lands_in_metrics(monkeypatch, tmp_path, restore_numerics):
     monkeypatch.delenv("MASTER_ADDR", raising=False)
     m = tmp_path / "m.json"
     assert train.main(["--strategy", "local", "--steps", "2", "--global-batch", "4", "--image-size", "16",
-                       "--exact", "--metrics", str(m), "--quiet"]) == 0
+                       "--exact", "--device", "cpu", "--metrics", str(m), "--quiet"]) == 0
     import json
     num = json.loads(m.read_text())["config"]["numerics"]
     assert num["exact"] and num["cudnn_deterministic"] and not num["cudnn_tf32"]

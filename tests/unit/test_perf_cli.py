@@ -50,7 +50,8 @@ def test_measured_profile_file(tmp_path, capsys):
 @pytest.mark.parametrize("argv, fragment", [
     (TINY + ["--nodes", "0"], "--nodes must be >= 1"),
     (TINY + ["--gbps", "-1"], "--gbps and --bucket-mb must be > 0"),
-    (TINY + ["--device", "tpu"], "unknown device 'tpu'"),
+    (TINY + ["--device", "tpu"], "unknown device 'tpu'; expected one of: v100"),
+    (TINY + ["--device", "h200-measured"], "h200-measured has no measured record of tiny_cnn; it has: alexnet"),
     (["--model", "nope"], "unknown model 'nope'"),
     (["--model", "vgg16", "--image-size", "16"], "image_size for vgg16 must be an integer >= 32, got 16"),
     (TINY + ["--sweep"], "--sweep needs --out PATH"),
@@ -80,3 +81,23 @@ def test_ps_candidates_can_be_chosen(capsys):
     assert main(TINY + ["--nodes", "6", "--ps-servers", "3", "--ps-overlap", "on"]) == 0
     rows = [line.split() for line in capsys.readouterr().out.splitlines() if line.startswith("ps ")]
     assert sorted(r[-1] for r in rows) == ["S=3+overlap", "colocated", "colocated+overlap"]  # colocated: baseline
+
+
+def test_a_measured_device_end_to_end():
+    """`perf --device h200-measured`, as a user runs it: the package's records at the batch per
+    worker (global batch / N), named as a measured record in the output."""
+    r = subprocess.run([sys.executable, "-m", "stanza_core.perf", "--model", "alexnet", "--device", "h200-measured",
+                        "--nodes", "4", "--gbps", "100", "--global-batch", "128", "--json"],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    res = json.loads(r.stdout)
+    assert res["best"]["device"].startswith("h200-measured (measured record: NVIDIA H200 alexnet 224px tf32 on")
+    assert "at batch 32;" in res["best"]["device"] and "extrapolated" not in res["best"]["device"]
+
+
+def test_table_and_measured_h200_name_their_source(capsys):
+    """`--device h200` (the compute model's row) and `--device h200-measured` (the records) side
+    by side: each prediction names where its compute comes from."""
+    for dev, source in (("h200", "h200 (table)"), ("h200-measured", "h200-measured (measured record")):
+        assert main(["--model", "alexnet", "--device", dev, "--nodes", "4", "--global-batch", "64", "--json"]) == 0
+        assert json.loads(capsys.readouterr().out)["best"]["device"].startswith(source)

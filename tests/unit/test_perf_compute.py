@@ -177,17 +177,19 @@ def test_published_checks_named_in_the_issue(fit):
             assert abs(f.batch / step / f.images_per_s - 1) <= 0.15, r
 
 
-def test_calibrate_refuses_without_gpu_and_runs_on_cpu(tmp_path, capsys):
+def test_calibrate_refuses_without_gpu_and_runs_on_cpu(tmp_path, capsys, monkeypatch):
     import torch
 
     from stanza_core.perf.__main__ import main
     from stanza_core.perf.calibrate import layers_file
 
     out = tmp_path / "cpu.json"
-    if not torch.cuda.is_available():
+    with monkeypatch.context() as m:  # no GPU visible to this process, whatever the machine has
+        m.setattr(torch.cuda, "is_available", lambda: False)
+        m.setattr(torch.cuda, "device_count", lambda: 0)
         assert main(["calibrate", "--model", "tiny_cnn", "--out", str(out)]) == 2
-        err = capsys.readouterr().err.strip()
-        assert len(err.splitlines()) == 1 and "no CUDA GPU visible" in err and not out.exists()
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "no CUDA GPU visible" in err and not out.exists()
     # the same code path with wall-clock timers
     assert main(["calibrate", "--model", "tiny_cnn", "--device", "cpu", "--image-size", "32", "--num-classes", "10",
                  "--batch", "4", "--warmup", "1", "--reps", "3", "--out", str(out)]) == 0

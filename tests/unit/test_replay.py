@@ -121,12 +121,13 @@ def test_load_device_from_files(tmp_path):
     dp = DeviceProfile.from_table("a100", profile)
     path = tmp_path / "dev.json"
     path.write_text(json.dumps(dp.to_dict()))
-    assert replay.load_device(str(path), profile) == dp
+    got = replay.load_device(str(path), profile)
+    assert (got.profile, got.source, got.measured) == (dp, "profile file", None)
     from stanza_core.anatomy import profile_model
     timed = profile_model(get_model("tiny_cnn", 10), (3, 32, 32), 4, time=True, reps=1)
     path2 = tmp_path / "prof.json"
     path2.write_text(json.dumps(timed.to_dict()))
-    got = replay.load_device(str(path2), profile)
+    got = replay.load_device(str(path2), profile).profile
     assert got.conv_fwd_s == timed.conv.fwd_s and got.fc_bwd_s == timed.fc.bwd_s
 
 
@@ -161,7 +162,7 @@ CASES = [
 @pytest.mark.parametrize("args,msg", CASES, ids=[" ".join(c[0][3:]) or "no device" for c in CASES])
 def test_bad_replay_input_one_line_exit_2(as_rank0_of, capsys, args, msg):
     as_rank0_of(4)
-    assert train.main(args + ["--quiet", "--global-batch", "8"]) == 2
+    assert train.main(args + ["--quiet", "--global-batch", "8", "--device", "cpu"]) == 2
     err = capsys.readouterr().err.strip()
     assert msg in err
     assert len(err.splitlines()) == 1 and err.startswith("error: ")
@@ -172,7 +173,8 @@ def test_replay_local_run_reports_target_times(as_rank0_of, tmp_path):
     as_rank0_of(1)
     m = tmp_path / "m.json"
     assert train.main(["--strategy", "local", "--steps", "2", "--global-batch", "4", "--compute", "replay",
-                       "--replay-device", "v100", "--dilation", "50", "--metrics", str(m), "--quiet"]) == 0
+                       "--replay-device", "v100", "--dilation", "50", "--metrics", str(m), "--quiet",
+                       "--device", "cpu"]) == 0
     d = json.loads(m.read_text())
     assert d["compute"] == "replay" and d["replay"]["dilation"] == 50 and d["replay"]["device"] == "v100 (table)"
     assert all(s["loss"] is None for s in d["steps"])
@@ -197,3 +199,102 @@ def test_dilation_rule():
                            target_step_s=0.5) == 120
     with pytest.raises(ValueError):
         replay_dilation(10, 0, max_link_mbit=1000, max_aggregate_mbit=1000)
+
+
+# ---- measured per-layer records: each layer waits its own measured time ----------------------
+
+def tiny_record(batch=4, scale=1.0):
+    """A per-layer record of tiny_cnn (perf calibrate's format), every leaf with its own times;
+    the unhooked totals are `scale` x the per-layer sums (1.0: no rescaling)."""
+    profile = named_profile("tiny_cnn", 32, 10, batch)
+    layers = [{"name": r.name, "kind": r.kind, "part": r.part, "fwd_s": (i + 1) * 1e-4, "bwd_s": (i + 1) * 3e-4}
+              for i, r in enumerate(profile.layers)]
+    unhooked = {f"{p}_{ph}": scale * batch * sum(r[f"{ph}_s"] for r in layers if r["part"] == p)
+                for p in ("conv", "fc") for ph in ("fwd", "bwd")}
+    return profile, {"device": "test", "model": "tiny_cnn", "image_size": 32, "num_classes": 10, "batch": batch,
+                     "tf32": None, "unhooked": unhooked, "layers": layers}
+
+
+def traced(model_name, size, classes, batch, spec, dilation):
+    model = get_model(model_name, classes)
+    profile = named_profile(model_name, size, classes, batch)
+    dev = replay.load_device(spec, profile, batch)
+    rep = Recording(model, profile, dev.profile, dilation, measured=dev.measured, source=dev.source)
+    rep.asked, rep.trace = [], []
+    rep.begin_step()
+    rep.asked.clear()
+    return model, rep
+
+
+def test_a_measured_record_makes_each_layer_wait_its_own_time(tmp_path):
+    """Replay of a per-layer record: every layer's forward and backward waits D x its record
+    time per sample x the call's batch (parameterless layers too), not a FLOP share of its part."""
+    profile, rec = tiny_record(batch=4)
+    path = tmp_path / "tiny.layers.json"
+    path.write_text(json.dumps(rec))
+    model, rep = traced("tiny_cnn", 32, 10, 4, str(path), 7.0)
+    assert rep.source == "measured record"
+    model(torch.randn(4, 3, 32, 32)).sum().backward()
+    want = {(r["name"], ph): 7.0 * r[f"{ph}_s"] * 4 for r in rec["layers"] for ph in ("fwd", "bwd")}
+    got = {(name, ph): s for name, ph, b, s in rep.trace}
+    assert sorted((name, ph) for name, ph, _, _ in rep.trace) == sorted(want)  # every leaf, once each way
+    for key, s in got.items():
+        assert s == pytest.approx(want[key], rel=1e-12), key
+    assert rep.asked == [s for *_, s in rep.trace if s > 0]  # what was waited is what the trace says
+    assert rep.describe()["measured"]["extrapolated_batches"] == []
+
+
+def test_a_package_record_replays_at_and_between_measured_batches():
+    """h200-measured on alexnet: at batch 16 each layer waits D x (its time in the b16 file x 16,
+    scaled by the file's plain step over its per-layer sum); at batch 24 the per-call time is
+    linear between the b16 and b32 files'."""
+    from stanza_core.perf.records import RECORDS_DIR
+
+    def per_call(b):  # raw file -> {(layer, phase): seconds per call at b}, scaled to the plain step
+        d = json.loads((RECORDS_DIR / "h200" / f"alexnet-b{b}-tf32.json").read_text())
+        k = d["plain_fwd_bwd_s"] / sum((r["fwd_s"] + (r["bwd_s"] or 0)) * b for r in d["layers"])
+        return {(r["name"], ph): (r[f"{ph}_s"] or 0) * b * k for r in d["layers"] for ph in ("fwd", "bwd")}
+
+    t16, t32 = per_call(16), per_call(32)
+    for batch, want in ((16, t16), (24, {key: (t16[key] + t32[key]) / 2 for key in t16})):
+        model, rep = traced("alexnet", 224, 1000, batch, "h200-measured", 40.0)
+        model(torch.randn(batch, 3, 224, 224)).sum().backward()
+        assert sorted((name, ph) for name, ph, _, _ in rep.trace) == sorted(want)  # every leaf, fwd and bwd
+        for name, ph, b, s in rep.trace:
+            assert b == batch and s == pytest.approx(40.0 * want[(name, ph)], rel=1e-9), (name, ph)
+        fwd_bwd = sum(s for *_, s in rep.trace) / 40.0
+        assert fwd_bwd == pytest.approx(sum(want.values()), rel=1e-9)
+    assert rep.dev.step_compute_s(24) == pytest.approx(fwd_bwd, rel=1e-9)  # the model's profile agrees
+
+
+def test_a_reused_module_waits_its_share_per_call():
+    """ResNet's bottleneck calls one ReLU module three times: each call waits a third of its
+    record time (the record sums a module's calls in a step)."""
+    model, rep = traced("resnet50", 224, 1000, 16, "h200-measured", 1.0)
+    model(torch.randn(16, 3, 224, 224)).sum()
+    relu = [s for name, ph, _, s in rep.trace if name == "layer1.0.relu" and ph == "fwd"]
+    assert len(relu) == 3 and sum(relu) == pytest.approx(rep.measured.call_s("layer1.0.relu", "fwd", 16))
+
+
+def test_extrapolated_batches_are_reported():
+    model, rep = traced("alexnet", 224, 1000, 8, "h200-measured", 1.0)
+    assert "extrapolated" in rep.dev.name
+    model(torch.randn(8, 3, 224, 224))
+    assert rep.describe()["measured"]["extrapolated_batches"] == [8]
+
+
+def test_replay_run_on_a_measured_device(as_rank0_of, tmp_path):
+    """`train --compute replay --replay-device h200-measured` on one process: AlexNet at 224x224,
+    batch 4 (below the records' 16: extrapolated, and the metrics say so)."""
+    as_rank0_of(1)
+    m = tmp_path / "m.json"
+    assert train.main(["--strategy", "local", "--model", "alexnet", "--image-size", "224", "--num-classes", "1000", "--global-batch", "4",
+                       "--steps", "2", "--device", "cpu", "--compute", "replay", "--replay-device", "h200-measured",
+                       "--dilation", "10", "--metrics", str(m), "--quiet"]) == 0
+    d = json.loads(m.read_text())["replay"]
+    assert d["source"] == "measured record" and d["device"].startswith("h200-measured (measured record")
+    assert "at batch 4 (extrapolated)" in d["device"]
+    assert d["measured"]["batches"] == [16, 32, 64, 128] and d["measured"]["extrapolated_batches"] == [4]
+    assert d["replayed_layers"] == 21  # every AlexNet leaf waits its own time
+    step = DeviceProfile(**d["profile"]).step_compute_s(4)  # at or below b16: the b16 per-call times
+    assert d["wait_s_per_rank"][0] >= 0.95 * 2 * 10 * step

@@ -2,8 +2,10 @@
 
 `main()` runs in-process with torchrun's environment variables set: a process group would need
 MASTER_ADDR, which is not set, so reaching it would fail differently (and the check below that
-no group was initialised would catch it)."""
+no group was initialised would catch it). Every run names its device (--device cpu), so a GPU
+on the machine changes nothing; the no-GPU refusal hides CUDA from this process itself."""
 import pytest
+import torch
 import torch.distributed as dist
 
 from stanza_core import train
@@ -110,9 +112,23 @@ def aux_outputs(num_classes=10):
     return Aux()
 
 
+CPU = ["--device", "cpu"]
+
+
+@pytest.fixture
+def no_cuda(monkeypatch):
+    """This process sees no CUDA GPU, whether or not the machine has one."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 0)
+
+
 @pytest.mark.parametrize("world,args,msg", CASES, ids=[c[2][:30] for c in CASES])
-def test_bad_input_one_line_exit_2(as_rank0_of, capsys, world, args, msg):
+def test_bad_input_one_line_exit_2(as_rank0_of, capsys, request, world, args, msg):
     as_rank0_of(world)
+    if "--device" in args:  # the no-GPU refusal: make the GPU absent here
+        request.getfixturevalue("no_cuda")
+    else:
+        args = args + CPU
     assert train.main(args + ["--quiet"]) == 2
     err = capsys.readouterr().err.strip()
     assert msg in err
@@ -144,7 +160,7 @@ def test_bad_output_path_one_line_before_any_work(as_rank0_of, capsys, tmp_path,
         os.chmod(tmp_path / "ro", 0o500)
         if os.access(tmp_path / "ro", os.W_OK):  # root ignores mode bits
             pytest.skip("permission bits are not enforced for this user")
-    assert train.main(["--strategy", "ddp", flag, str(path), "--quiet"]) == 2
+    assert train.main(["--strategy", "ddp", flag, str(path), "--quiet", *CPU]) == 2
     err = capsys.readouterr().err.strip()
     assert msg in err and len(err.splitlines()) == 1 and err.startswith("error: "), err
     assert not dist.is_initialized()
@@ -154,20 +170,20 @@ def test_bad_output_path_one_line_before_any_work(as_rank0_of, capsys, tmp_path,
 def test_missing_output_folders_are_created(as_rank0_of, tmp_path):
     as_rank0_of(1)
     m = tmp_path / "new" / "deeper" / "m.json"
-    assert train.main(["--strategy", "local", "--steps", "2", "--global-batch", "4", "--metrics", str(m), "--quiet"]) == 0
+    assert train.main(["--strategy", "local", "--steps", "2", "--global-batch", "4", "--metrics", str(m), "--quiet", *CPU]) == 0
     assert m.is_file()
 
 
 def test_non_finite_loss_stops_naming_the_step_and_keeps_the_checkpoint(as_rank0_of, capsys, tmp_path):
     as_rank0_of(1)
     ck, m = tmp_path / "ck", tmp_path / "m.json"
-    args = ["--strategy", "local", "--global-batch", "4", "--checkpoint-dir", str(ck), "--quiet", "--metrics", str(m)]
+    args = ["--strategy", "local", "--global-batch", "4", "--checkpoint-dir", str(ck), "--quiet", "--metrics", str(m), *CPU]
     assert train.main(args + ["--steps", "2", "--lr", "0.01"]) == 0
     good = (ck / "rank0000-of-0001.pt").read_bytes()
     # resumed at a learning rate that diverges: refused as another layout, so diverge from scratch in a new dir
     ck2 = tmp_path / "ck2"
     args2 = ["--strategy", "local", "--global-batch", "4", "--checkpoint-dir", str(ck2), "--checkpoint-every", "1",
-             "--quiet", "--lr", "1e30", "--steps", "8"]
+             "--quiet", "--lr", "1e30", "--steps", "8", *CPU]
     assert train.main(args2) == 1
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and err.startswith("error: the loss is ") and " at step " in err, err
@@ -183,7 +199,7 @@ def test_existing_outputs_are_not_overwritten(as_rank0_of, capsys, tmp_path):
     as_rank0_of(1)
     saved = tmp_path / "model.pt"
     saved.write_bytes(b"a user's file")
-    assert train.main(["--strategy", "local", "--save", str(saved), "--quiet"]) == 2
+    assert train.main(["--strategy", "local", "--save", str(saved), "--quiet", *CPU]) == 2
     assert "already exists; pass --overwrite" in capsys.readouterr().err
     assert saved.read_bytes() == b"a user's file"
 
@@ -194,7 +210,7 @@ def test_existing_step_model_is_not_overwritten(as_rank0_of, capsys, tmp_path):
     as_rank0_of(1)
     earlier = tmp_path / "model.step2.pt"
     earlier.write_bytes(b"an earlier run's model")
-    args = ["--strategy", "local", "--steps", "5", "--save", str(tmp_path / "model.pt"), "--save-every", "2", "--quiet"]
+    args = ["--strategy", "local", "--steps", "5", "--save", str(tmp_path / "model.pt"), "--save-every", "2", "--quiet", *CPU]
     assert train.main(args) == 2
     err = capsys.readouterr().err.strip()
     assert err == f"error: --save-every: {earlier} already exists; pass --overwrite to replace it", err
@@ -213,7 +229,7 @@ def test_save_steps_and_their_paths():
 
 def test_missing_checkpoint_is_one_line(as_rank0_of, capsys, tmp_path):
     as_rank0_of(1)
-    assert train.main(["--strategy", "local", "--checkpoint-dir", str(tmp_path), "--resume", "--quiet"]) == 2
+    assert train.main(["--strategy", "local", "--checkpoint-dir", str(tmp_path), "--resume", "--quiet", *CPU]) == 2
     assert "no checkpoint rank0000-of-0001.pt" in capsys.readouterr().err
 
 
@@ -222,7 +238,7 @@ def test_resume_with_other_bn_stats_is_one_line(as_rank0_of, capsys, tmp_path):
     from stanza_core import checkpoint
 
     as_rank0_of(2)
-    args = ["--strategy", "ddp", "--model", "resnet18", "--image-size", "32", "--checkpoint-dir", str(tmp_path)]
+    args = ["--strategy", "ddp", "--model", "resnet18", "--image-size", "32", "--checkpoint-dir", str(tmp_path), *CPU]
     checkpoint.save(str(tmp_path), 0, 2, 1, train.parse_config(args).to_dict(), {})
     assert train.main(args + ["--bn-stats", "local", "--resume", "--quiet"]) == 2
     err = capsys.readouterr().err.strip()
@@ -233,7 +249,7 @@ def test_resume_with_other_bn_stats_is_one_line(as_rank0_of, capsys, tmp_path):
 def test_local_run_in_process(as_rank0_of, tmp_path):
     as_rank0_of(1)
     m = tmp_path / "m.json"
-    assert train.main(["--strategy", "local", "--steps", "3", "--global-batch", "8", "--metrics", str(m), "--quiet"]) == 0
+    assert train.main(["--strategy", "local", "--steps", "3", "--global-batch", "8", "--metrics", str(m), "--quiet", *CPU]) == 0
     import json
     d = json.loads(m.read_text())
     assert [s["step"] for s in d["steps"]] == [0, 1, 2]
@@ -246,7 +262,7 @@ def test_output_path_the_system_refuses_is_one_line_before_any_work(as_rank0_of,
     """Permission bits do not stop root, /proc and /sys do: the folder or file that writing the
     output needs is created (and removed) up front, so the run never trains and then fails to save."""
     as_rank0_of(1)
-    assert train.main(["--strategy", "local", flag, path, "--overwrite", "--quiet"]) == 2
+    assert train.main(["--strategy", "local", flag, path, "--overwrite", "--quiet", *CPU]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and err.startswith(f"error: {flag} {path}"), err
     assert not dist.is_initialized()

@@ -1,6 +1,8 @@
 """Explorer figures (viz.assignment): every number drawn is perf.predict's / best_assignment's."""
 import pytest
 
+pytest.importorskip("plotly", reason="figures and notebook helpers need plotly (some GPU VM images lack it)")
+
 from stanza_core.perf import Cluster, best_assignment, named_profile, predict
 from stanza_core.viz import assignment as va
 

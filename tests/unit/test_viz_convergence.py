@@ -3,6 +3,8 @@ plan validation, held-out digits, accuracy of a saved model."""
 import pytest
 import torch
 
+pytest.importorskip("plotly", reason="figures and notebook helpers need plotly (some GPU VM images lack it)")
+
 from stanza_core import get_model, viz
 from stanza_core.experiments import convergence as C
 

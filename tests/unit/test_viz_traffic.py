@@ -4,6 +4,8 @@ plan validation, the measured/expected comparison, the PS/Stanza ratio curves.
 Figures are checked through their data: exact bytes as bar heights."""
 import pytest
 
+pytest.importorskip("plotly", reason="figures and notebook helpers need plotly (some GPU VM images lack it)")
+
 from stanza_core import viz
 from stanza_core.experiments import traffic as T
 from stanza_core.perf import ModelCounts, expected_bytes

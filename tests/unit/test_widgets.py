@@ -2,6 +2,9 @@
 and the figures they redraw, checked against stanza_core.perf directly."""
 import pytest
 
+pytest.importorskip("plotly", reason="figures and notebook helpers need plotly (some GPU VM images lack it)")
+pytest.importorskip("ipywidgets", reason="the explorer is an ipywidgets app (some GPU VM images lack it)")
+
 from stanza_core.perf import Cluster, best_assignment, named_profile, predict
 from stanza_core.widgets import Explorer
 
@@ -109,3 +112,20 @@ def test_outputs_carry_the_current_figure_in_plotlys_mimetype(explorer):
     assert spec["data"][0]["y"] == list(explorer.figures["throughput"].data[0].y)
     assert spec["layout"]["title"]["text"] == "Predicted throughput against k (6 nodes, 10 Gb/s)"
     assert "plotly.js" not in str(out)[:10_000] and "text/html" not in out["data"]  # JSON only, no bundled JS
+
+
+def test_a_measured_device_drives_the_explorer_and_is_named():
+    """h200-measured through the one resolver, at the global batch / N; a model the records do
+    not hold is refused in the status line, not raised."""
+    from stanza_core.perf import device_profile
+
+    ex = Explorer(models=["alexnet", "tiny_cnn"], model="alexnet", nodes=4, global_batch=128, device="h200-measured")
+    p = named_profile("alexnet", 224, 1000)
+    dev = device_profile("h200-measured", p, 32)
+    a = best_assignment(p, Cluster(4, 10.0, 50e-6, dev.profile), 128, fc_workers=range(1, 3))
+    assert ex.assignment.best.throughput == a.best.throughput
+    res = ex.results()
+    assert res["device_source"] == "measured record" and res["device"] == dev.caption
+    assert "compute: h200-measured (measured record" in ex.status.value
+    ex.controls["model"].value = "tiny_cnn"
+    assert "Cannot predict this configuration" in ex.status.value and "no measured record of tiny_cnn" in ex.status.value
