@@ -7,7 +7,7 @@ import os
 
 import torch
 
-from .config import ConfigError
+from .errors import ConfigError
 
 # Fields that must match for a resumed run to continue the same training (bn_stats: batch-norm
 # statistics over the global batch or per worker train differently).
