@@ -21,7 +21,7 @@ import time
 
 import torch
 
-from . import checkpoint, replay
+from . import atomic, checkpoint, replay
 from .batchnorm import bn_layers, use_global_batch_stats
 from .comm import Comm, PeerError, report
 from .config import ConfigError, TrainConfig, check_layout, step_save_path
@@ -247,7 +247,7 @@ def _train(cfg, prep: Prepared, comm) -> dict | None:
         if t + 1 in save_steps:  # collective: every rank takes part, rank 0 writes
             state = strategy.full_state_dict()
             if comm.rank == 0:
-                _atomic_torch_save(state, step_save_path(cfg.save, t + 1))
+                atomic.torch_save(state, step_save_path(cfg.save, t + 1))
     losses, times, spans = log.losses, log.times, log.spans
     steps_peak_mib = _vm_hwm_mib() if steps_peak else None
     if cfg.checkpoint_dir:
@@ -263,9 +263,9 @@ def _train(cfg, prep: Prepared, comm) -> dict | None:
         return None
     metrics = build_metrics(cfg, topo, device, start, everyone, replayer.describe() if replayer else None)
     if cfg.save:
-        _atomic_torch_save(state, cfg.save)
+        atomic.torch_save(state, cfg.save)
     if cfg.metrics:
-        _atomic_write(cfg.metrics, json.dumps(metrics, indent=1))
+        atomic.write_text(cfg.metrics, json.dumps(metrics, indent=1))
     return metrics
 
 
@@ -406,21 +406,6 @@ def _backend_name() -> str:
     import torch.distributed as dist
 
     return dist.get_backend() if dist.is_available() and dist.is_initialized() else "none"
-
-
-def _atomic_write(path: str, text: str):
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    tmp = path + ".tmp"
-    with open(tmp, "w") as fh:
-        fh.write(text)
-    os.replace(tmp, path)
-
-
-def _atomic_torch_save(obj, path: str):
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    tmp = path + ".tmp"
-    torch.save(obj, tmp)
-    os.replace(tmp, path)
 
 
 def error_line(e: Exception, rank: int, local_rank: int) -> str | None:
