@@ -17,6 +17,7 @@ from ..labels import config_label
 from ..launch import cli_args
 from ..netem.facts import max_link_mbit
 from ..perf import check_device
+from ..topology import Topology, global_batch_for, make_topology
 from .. import checks
 from . import plan
 
@@ -66,8 +67,6 @@ class RunConfig:
         if not self.fc_conv_share:  # a hybrid share moves samples onto the FC workers: make_topology checks it
             checks.batch_divides(self.global_batch, self.strategy, self.nodes, self.fc_workers)
         if self.strategy == "stanza":  # the engine's own layout check: the share's batches, M per worker batch
-            from ..topology import make_topology
-
             make_topology("stanza", self.nodes, self.global_batch, self.fc_workers,
                           fc_conv_share=self.fc_conv_share, micro_batches=self.micro_batches)
         if not checks._is_int(self.warmup) or not 0 <= self.warmup < self.steps:
@@ -100,6 +99,13 @@ class RunConfig:
     def cluster_nodes(self) -> int:
         """Nodes of the emulated cluster: the N workers plus any dedicated PS servers."""
         return self.nodes + self.ps_servers
+
+    def topology(self) -> Topology:
+        """The rank layout the engine builds for this run (topology.make_topology): the one
+        source of its batches per role (experiments.plan, dilation)."""
+        return make_topology(self.strategy, self.cluster_nodes, self.global_batch, self.fc_workers or 1,
+                             fc_conv_share=self.fc_conv_share, micro_batches=self.micro_batches,
+                             ps_servers=self.ps_servers)
 
     def train_flags(self) -> dict[str, Any]:
         """The training CLI's flags for this run as keywords (launch.cli_args, launch.run_job);
@@ -251,8 +257,6 @@ class MeasureSpec:
 
     def global_batch_of(self, strategy: str, fc_workers: int) -> int:
         """G of one configuration: the spec's, or batch_per_worker x its data workers (topology)."""
-        from ..topology import global_batch_for
-
         if self.global_batch:
             return self.global_batch
         return global_batch_for(strategy, self.nodes, fc_workers, self.batch_per_worker)
