@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 FULL ?=
 PYTEST_ARGS ?=
 
-.PHONY: install reproduce test test-fast gpu-check clean
+.PHONY: install reproduce test test-fast gpu-check course clean
 
 install: $(STAMP)
 
@@ -32,6 +32,12 @@ test-fast: install
 # Without a CUDA GPU it says so in one line and exits non-zero. Output: gpu-check-out/summary.txt.
 gpu-check: install
 	$(BIN)/python scripts/gpu_check.py --out gpu-check-out
+
+# The graded labs (nbgrader): the student release into reproductions/out/course/release, then
+# autograding. SUBMISSIONS=path grades <path>/<student>/<lab>/<lab>.ipynb; without it, a
+# self-check (reference solutions full marks, unmodified release zero). docs/course.md.
+course: install
+	$(BIN)/python -m tutorials.course $(if $(SUBMISSIONS),--submissions "$(SUBMISSIONS)",)
 
 clean:
 	rm -rf reproductions/out .pytest_cache

@@ -81,9 +81,18 @@
 # activation values next to 14.7 M CONV parameters). The paper's "up to 10x" sits on this
 # curve at small clusters (about 10.3 at N = 8).
 #
-# **More FC workers cost bytes:** k > 1 adds $2(k-1)\cdot 4P_f$, the head's gradient, which is
-# the very thing layer separation keeps off the network. k = 1 moves the fewest bytes; a larger
-# k only pays when one FC worker's link or compute is the bottleneck (notebook 04, tutorial T5).
+# **More FC workers: bytes only when the head is big.** k > 1 adds $2(k-1)\cdot 4P_f$, the head's
+# gradient, which is the very thing layer separation keeps off the network; but each FC worker
+# added is one CONV worker fewer: with b samples per CONV worker fixed, going from k to k + 1
+# removes $b(8A + 8)$ boundary bytes and one member's share of the CONV allreduce,
+# $2 \cdot 4P_c$, and adds $2 \cdot 4P_f$. So k = 1 moves the fewest bytes only while
+# $P_f > P_c + b(A+1)$. That holds for AlexNet and VGG-16 (VGG-16: $P_f$ = 123.6 M against
+# 15.5 M at b = 32), not for ResNet-50, whose 2.0 M-parameter head is far lighter than its
+# 23.5 M-parameter body: at N = 8 and b = 32, `perf.expected_bytes` gives 1,132 MB per step for
+# k = 1 and 960 MB for k = 2. (At a fixed global batch G instead, the boundary term does not
+# change with k and the condition is $P_f > P_c$.) Whether a larger k pays in *time* is another
+# question: it pays when one FC worker's link or compute is the bottleneck (notebook 04,
+# tutorial T5).
 #
 # ## Who sends what to whom
 #
@@ -150,11 +159,13 @@ figs["table"]
 # move the whole model's gradients (and ps its parameters) through every node; Stanza's CONV
 # workers move only the CONV gradients plus one boundary activation per sample, and its FC
 # workers the activations of the CONV workers they serve. With k = 2 the FC workers also
-# allreduce the FC gradients between them, which is why more FC workers cost traffic.
+# allreduce the FC gradients between them, which is why more FC workers cost traffic for these
+# models (their heads outweigh $P_c + b(A+1)$; ResNet-50's does not, see above).
 #
 # **What the figure says.** Check your prediction: ps and ddp have the same cluster total
 # $2(N-1)\cdot 4P$, but ps concentrates it on the shard owners; Stanza k = 1 is the smallest bar
-# by roughly the ratio of step 5, and k = 2 adds the FC head's gradient once more.
+# by roughly the ratio of step 5, and k = 2 adds the FC head's gradient once more (less the
+# boundary and CONV-allreduce bytes of the CONV worker it replaces).
 
 # %%
 figs["bytes"]

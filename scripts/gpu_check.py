@@ -4,9 +4,10 @@
 
   1. NCCL, world size 1: ddp and ps, 6 steps straight vs 3 steps + checkpoint + resume to 6
      (parameters must match: exact mode on one GPU is deterministic);
-  2. local step times of AlexNet and VGG-16 at 224x224, batch 32 and 64, TF32 on and off
-     (CUDA events, median of timed steps; beside them the calibrated model's v100/a100/h100
-     predictions, which are modelled, not measured here);
+  2. plain PyTorch steps on configurations the compute model was not fitted on (ResNet-18 and
+     VGG-11 at batch 32 and 64; AlexNet, VGG-16, ResNet-50 at batch 48), TF32 on and off (CUDA
+     events, medians; fwd+bwd and the whole step), beside the fitted model's h200 rows and the
+     interpolated measured records (modelled, not measured here): held-out points;
   3. `python -m stanza_core.perf calibrate` for AlexNet and VGG-16 (batch 32): DeviceProfile JSONs;
   4. every strategy on several ranks with CUDA compute: on ONE GPU NCCL cannot host several
      ranks, so the ranks share it under --backend gloo (collectives on CUDA tensors, P2P staged
@@ -23,6 +24,7 @@
      of step 5 (the difference is the engine's own time per replayed step on this host);
   7. a one-screen summary, printed and written to OUT/summary.txt (all figures: OUT/results.json).
 
+The checks run in the order 3, 5, 6, 2, 1, 4 (the newest first), each only while the budget lasts.
 On a host without a CUDA GPU it says so in one line and exits with status 3. `--device cpu
 --tiny` runs checks 5 and 6 (only) on the CPU with small models and few steps: a dry run of
 their code paths for tests, whose figures mean nothing about a GPU.
@@ -119,10 +121,11 @@ def check_resume(out: Path, res: dict):
 
 
 def step_time(model_name: str, batch: int, tf32: bool, steps: int = 12, warmup: int = 4, *, device: str = "cuda",
-              image_size: int = 224, num_classes: int = 1000) -> float:
+              image_size: int = 224, num_classes: int = 1000, with_fwd_bwd: bool = False):
     """Median seconds of one plain PyTorch SGD step (zero_grad, forward, loss, backward, update):
     on cuda:0 with CUDA events around each step and one synchronize per step; on the CPU (dry
-    run) with perf_counter."""
+    run) with perf_counter. with_fwd_bwd: also the median of zero_grad + forward + loss +
+    backward alone (an event before the update), as (step_s, fwd_bwd_s)."""
     from stanza_core.models import get_model
 
     cuda = device == "cuda"
@@ -134,46 +137,61 @@ def step_time(model_name: str, batch: int, tf32: bool, steps: int = 12, warmup: 
     opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
     x = torch.randn(batch, 3, image_size, image_size, device=device)
     y = torch.randint(0, num_classes, (batch,), device=device)
-    times = []
+    times, fb = [], []
     for i in range(warmup + steps):
         if cuda:
-            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            a, m, b = (torch.cuda.Event(enable_timing=True) for _ in range(3))
             a.record()
         else:
             t0 = time.perf_counter()
         opt.zero_grad(set_to_none=True)
         torch.nn.functional.cross_entropy(model(x), y).backward()
+        if cuda:
+            m.record()
+        else:
+            t1 = time.perf_counter()
         opt.step()
         if cuda:
             b.record()
             torch.cuda.synchronize()
-            dt = a.elapsed_time(b) / 1e3
+            dt, dfb = a.elapsed_time(b) / 1e3, a.elapsed_time(m) / 1e3
         else:
-            dt = time.perf_counter() - t0
+            dt, dfb = time.perf_counter() - t0, t1 - t0
         if i >= warmup:
             times.append(dt)
+            fb.append(dfb)
     del model, opt
     if cuda:
         torch.cuda.empty_cache()
-    return statistics.median(times)
+    return (statistics.median(times), statistics.median(fb)) if with_fwd_bwd else statistics.median(times)
+
+
+# Plain steps the compute model was NOT fitted on (its data: alexnet, vgg16, resnet50 at batch
+# 16/32/64/128): other models, and a batch between the measured ones. Committed with the run's
+# results, they are held-out points for benchmarks/fit_compute_model.py.
+HELD_OUT_STEPS = [(m, b) for m in ("resnet18", "vgg11") for b in (32, 64)] + \
+                 [(m, 48) for m in ("alexnet", "vgg16", "resnet50")]
 
 
 def check_step_times(res: dict):
-    from stanza_core.perf import DeviceProfile, named_profile
+    """Plain steps on configurations the compute model never saw, beside its fitted rows
+    (h200 / h200-fp32: modelled) and the measured-record device (h200-measured: interpolated)."""
+    from stanza_core.perf import device_profile, named_profile
 
     rows = []
-    for m in ("alexnet", "vgg16"):
+    for m, b in HELD_OUT_STEPS:
         prof = named_profile(m)
-        for b in (32, 64):
-            for tf32 in (True, False):
-                s = step_time(m, b, tf32)
-                model = {}
-                for dev in (("v100", "a100", "h100") if tf32 else ("v100", "a100-fp32", "h100-fp32")):
-                    d = DeviceProfile.from_table(dev, prof)
-                    t = d.step_compute_s(b) + prof.params * d.update_s_per_param
-                    model[dev] = b / t
-                rows.append({"model": m, "batch": b, "tf32": tf32, "step_s": s, "images_per_s": b / s,
-                             "modelled_images_per_s": model})
+        for tf32 in (True, False):
+            s, fb = step_time(m, b, tf32, with_fwd_bwd=True)
+            model = {}
+            for dev in (("h200", "h200-measured") if tf32 else ("h200-fp32", "h200-fp32-measured")):
+                try:
+                    d = device_profile(dev, prof, b).profile
+                except ValueError:  # a measured record of another model: none for resnet18 / vgg11
+                    continue
+                model[dev] = d.step_compute_s(b)
+            rows.append({"model": m, "batch": b, "tf32": tf32, "step_s": s, "fwd_bwd_s": fb, "images_per_s": b / s,
+                         "modelled_fwd_bwd_s": model})
     res["local_step_times"] = rows
 
 
@@ -303,9 +321,9 @@ def summary(res: dict, gpus: int, name: str, wall: float) -> str:
             lines.append(f"  {'PASS' if v['ok'] else 'FAIL'}  {k:<28} {detail}"[:118])
     lines += ratio_lines(res)
     for r in res.get("local_step_times", []):
-        mod = " ".join(f"{d} {v:.0f}" for d, v in r["modelled_images_per_s"].items())
-        lines.append(f"  local {r['model']:<7} b{r['batch']:<3} tf32 {'on ' if r['tf32'] else 'off'} "
-                     f"{r['step_s'] * 1e3:7.1f} ms  {r['images_per_s']:6.0f} img/s measured | modelled: {mod}")
+        mod = " ".join(f"{d} {v * 1e3:.1f}" for d, v in r["modelled_fwd_bwd_s"].items())
+        lines.append(f"  plain {r['model']:<8} b{r['batch']:<3} tf32 {'on ' if r['tf32'] else 'off'} fwd+bwd "
+                     f"{r['fwd_bwd_s'] * 1e3:7.2f} ms (step {r['step_s'] * 1e3:6.2f}) | model ms: {mod}")
     return "\n".join(lines)
 
 
@@ -343,10 +361,10 @@ def main(argv=None) -> int:
         gpus, name, target = torch.cuda.device_count(), torch.cuda.get_device_name(0), Target()
         res = {"device": name, "gpus": gpus, "torch": torch.__version__}
         profile = out / "calibrated-vgg16-b32.json"  # written by check_calibrate
-        steps = [lambda: check_resume(work, res), lambda: check_step_times(res),
-                 lambda: check_calibrate(out, res), lambda: check_strategies(work, res, gpus),
-                 lambda: check_engine_ratio(work, res, gpus, target, deadline),
-                 lambda: check_replay_vs_real(work, res, target, profile)]
+        # The checks a run on a new machine most needs come first, so a budget cut leaves the older ones
+        steps = [lambda: check_calibrate(out, res), lambda: check_engine_ratio(work, res, gpus, target, deadline),
+                 lambda: check_replay_vs_real(work, res, target, profile), lambda: check_step_times(res),
+                 lambda: check_resume(work, res), lambda: check_strategies(work, res, gpus)]
     for step in steps:
         if time.monotonic() > deadline:
             res.setdefault("skipped", []).append("budget exhausted")

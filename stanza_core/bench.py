@@ -147,11 +147,14 @@ def main(argv=None) -> int:
 
 def auto_fc_workers(args) -> int:
     """k chosen by the performance model for the first target (or, with --link-mbit, the first rate)."""
-    from .perf import Cluster, best_assignment, named_profile
+    from .perf import Cluster, best_assignment, device_profile, named_profile
 
-    profile = named_profile(args.model, args.image_size, args.num_classes, args.global_batch // args.nodes)
+    batch = args.global_batch // args.nodes
+    profile = named_profile(args.model, args.image_size, args.num_classes, batch)
     gbps = float((args.target_gbps or "").split(",")[0] or 0) or float(args.link_mbit.split(",")[0]) / 1000
-    a = best_assignment(profile, Cluster(args.nodes, gbps, device=args.target_device), args.global_batch)
+    # the one resolver: a table row, a measured device (h200-measured) or PATH.json, as perf.check_device accepts
+    dev = device_profile(args.target_device, profile, batch, what="--target-device").profile
+    a = best_assignment(profile, Cluster(args.nodes, gbps, device=dev), args.global_batch)
     return a.best_stanza().fc_workers
 
 

@@ -12,11 +12,12 @@ Automatic boundary (boundary=None). Among the valid cuts whose FC side holds par
 convolution, pick the one that minimises the bytes a CONV worker moves per step under layer
 separation at `batch_size` samples:
 
-    bytes(cut) = 2 * batch_size * A(cut) * 4  +  2 * P_conv(cut) * 4
+    bytes(cut) = 2 * batch_size * A(cut) * 4  +  2 * 2 * P_conv(cut) * 4
 
-(A: boundary values per sample, sent forward as activations and back as their gradients;
-P_conv: parameters on the CONV side, allreduced each step, which a bandwidth-optimal ring
-moves about twice). Ties go to the earliest cut. For AlexNet/VGG this is the cut between
+counting both directions of the CONV worker's link for both terms (A: boundary values per
+sample, sent forward as activations and received back as their gradients; P_conv: parameters on
+the CONV side, allreduced each step: a ring member sends 2 (n-1)/n * 4 P_conv bytes and receives
+as much, taken at its large-n value 2 * 4 P_conv each way). Ties go to the earliest cut. For AlexNet/VGG this is the cut between
 `features` and the rest (boundary `avgpool`), for ResNet the cut after global pooling
 (boundary `flatten`, FC side `fc`).
 """
@@ -142,7 +143,8 @@ def _choose(model_name: str, cuts: list[_Cut], boundary: str | None, sizes_fn, b
             f"{model_name}: no single-tensor cut has parameters on both sides and no convolution after it"
         )
     sizes = sizes_fn(candidates)
-    cost = [2 * batch_size * a * 4 + 2 * c.conv_params * 4 for c, a in zip(candidates, sizes)]
+    # both directions: activations out + gradients back; the ring's sent + received share
+    cost = [2 * batch_size * a * 4 + 2 * 2 * c.conv_params * 4 for c, a in zip(candidates, sizes)]
     return candidates[cost.index(min(cost))]
 
 

@@ -111,10 +111,13 @@ figs["shares"]
 # cut after layer $i$, a CONV worker computing $b$ samples moves per step
 #
 # $$\text{bytes}(i) = \underbrace{2 \cdot 4 b A_i}_{\text{activations out, their gradients back}}
-#   + \underbrace{2 \cdot 4 P_{\text{conv},i}}_{\text{CONV gradient allreduce (about)}}$$
+#   + \underbrace{2 \cdot 2 \cdot 4 P_{\text{conv},i}}_{\text{CONV gradient allreduce, sent and received}}$$
 #
 # with $A_i$ the values per sample leaving layer $i$ and $P_{\text{conv},i}$ the parameters
-# before the cut. Cut too early and the activations are huge (early feature maps are big); cut
+# before the cut. Both terms count both directions: the activations leave and their gradients
+# come back ($4bA_i$ bytes each way); in a ring allreduce among $n$ CONV workers each member sends
+# $2\frac{n-1}{n} \cdot 4P_{\text{conv},i}$ bytes and receives as much, about $2 \cdot 4P_{\text{conv},i}$
+# each way for large n. (The labels, 8 bytes per sample, are the same at every cut.) Cut too early and the activations are huge (early feature maps are big); cut
 # too late and FC layers, with their millions of parameters, end up on the CONV side where they
 # must be allreduced. `split_model` picks the cut minimising this sum. Let us recompute it.
 
@@ -127,7 +130,7 @@ for i, row in enumerate(rows):
     fc_side = rows[i + 1:]
     if not fc_side or not any(r.params for r in fc_side) or any("Conv" in r.kind for r in fc_side):
         continue
-    cost = 2 * 4 * batch_size * row.out_values + 2 * 4 * params_before
+    cost = 2 * 4 * batch_size * row.out_values + 2 * 2 * 4 * params_before  # both directions
     if candidates and (candidates[-1]["A"], candidates[-1]["P_conv"]) == (row.out_values, params_before):
         continue  # a parameter-free layer (ReLU, dropout) in between: the same cut, moved one module
     candidates.append({"cut_after": row.name, "next": fc_side[0].name, "A": row.out_values,
@@ -165,15 +168,13 @@ written = nbt.save_figures(figs, out_dir, png=png)
 # %% [markdown]
 # ## Exercises
 #
-# Solutions: `tutorials/solutions/t1.py` (checked by `tests/tutorials/test_solutions.py`). Try
-# first.
+# Graded lab: `labs/source/lab1/lab1.ipynb` (nbgrader; `make course` builds the student
+# release without solutions and grades submissions, see `docs/course.md`).
 #
-# 1. Write `fc_param_share(model_name)` that returns the FC share of a zoo model's parameters
-#    using only `split_model` and `.parameters()` (no `profile_model`). What does it give for
-#    `vgg16`? For `resnet50`?
-# 2. ResNet-50 is the counter-example of layer separation. Using your function, explain in one
-#    sentence why Stanza would gain little on it.
-# 3. Write `boundary_bytes_per_step(model_name, image_size, b)`: the bytes one CONV worker
-#    sends across the boundary in one step (activations and int64 labels) and receives
-#    (activation gradients), as a pair `(sent, received)`. Check it against
-#    `stanza_core.perf.expected_bytes` for 2 nodes and k = 1.
+# 1. `fc_param_share(model_name, image_size)`: the FC share of a zoo model's parameters from
+#    `split_model` alone. What does it give for `vgg16`? For `resnet50`?
+# 2. `ddp_over_stanza_bytes(P, Pc, A, N, b)`: DDP's bytes per step over Stanza's (k = 1), from
+#    the formulas. Compare VGG-16 and ResNet-50 at N = 8, b = 32, and say in one sentence (not
+#    graded) why layer separation gains little on ResNet-50.
+# 3. `boundary_bytes_per_step(model_name, image_size, b)`: what one CONV worker sends across the
+#    boundary per step (activations and labels) and receives (activation gradients).

@@ -83,8 +83,12 @@ print("x", tuple(x.shape), "y", y.tolist())
 # ## The ledger: a network that writes down every message
 #
 # `send` is the only way a tensor moves from one rank to another. An allreduce among n ranks is
-# written the way the engine counts it (and the way gloo and NCCL run it): a ring, in which
-# every member sends `2 (n - 1) / n` of the buffer to its neighbour and receives as much.
+# written the way the engine counts it: a ring, in which every member sends `2 (n - 1) / n` of
+# the buffer to its neighbour and receives as much, the least any allreduce algorithm can move.
+# A backend need not run a ring: gloo (CPU) uses its ring algorithm by default, while NCCL
+# (GPU) chooses between rings and trees by message size and cluster shape; a tree needs only
+# about log n latency steps instead of the ring's 2 (n - 1), and moves no fewer bytes per rank.
+# The byte counters, here and in the engine, count the ring's volume whatever the backend picks.
 
 # %%
 ledger = []
@@ -233,14 +237,13 @@ written = nbt.save_figures({"ledger_diagram": diagram}, out_dir, png=png)
 # %% [markdown]
 # ## Exercises
 #
-# Solutions: `tutorials/solutions/t2.py` (checked by `tests/tutorials/test_solutions.py`).
+# Graded lab: `labs/source/lab2/lab2.ipynb` (nbgrader; `make course` builds the student
+# release without solutions and grades submissions, see `docs/course.md`).
 #
-# 1. Write `stanza_bytes_per_step(Pc, Pf, A, N, k, G)`: the cluster's total bytes sent per step,
-#    from the formulas alone. Check it against `perf.totals(perf.expected_bytes(...))` for the
-#    run above and for N = 4, k = 2, G = 8.
+# 1. `stanza_bytes_per_step(Pc, Pf, A, N, k, G)`: the cluster's bytes sent per step, from the
+#    formulas alone; compare with `perf.totals(perf.expected_bytes(...))`.
 # 2. Rerun this notebook with `nodes=4, fc_workers=2, global_batch=8` (papermill `-p`). Which FC
-#    worker serves CONV worker 1? Write `samples_per_fc_worker(N, k, G)` returning, per FC
-#    worker, how many samples' activations it receives (use `stanza_core.topology`).
-# 3. Why does each FC worker divide its loss by G and not by b? Write
-#    `loss_scale_error(G, nc)`: by what factor would the summed gradient be off if every slice
-#    used the mean over its own b = G / nc samples instead?
+#    worker serves CONV worker 1? `samples_per_fc_worker(N, k, G)`: per FC worker, how many
+#    samples' activations it receives.
+# 3. Why does each FC worker divide its loss by G and not by b? `loss_scale_error(G, nc)`: by
+#    what factor the summed gradient would be off if every slice used its own mean.

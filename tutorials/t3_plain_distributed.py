@@ -57,8 +57,8 @@ Code(filename=str(script), language="python")
 # engine does instead.
 #
 # **Predict first.** Rank 2 (the FC worker) calls `dist.recv(a, 0)` before `dist.recv(a, 1)`. If
-# CONV worker 1 happens to finish first, what happens? (Its send waits until rank 2 asks for it:
-# gloo sends of small tensors complete into a buffer, larger ones wait for the matching receive.)
+# CONV worker 1 finishes its forward first, what happens to its `dist.send`, and when does it
+# return? Write your answer down before reading on; the answer is after the run.
 
 # %%
 out = Path(out_dir).resolve()
@@ -74,6 +74,15 @@ for p in plain:
           f"{ {c: round(v) for c, v in p['sent_per_step'].items()} }")
 
 # %% [markdown]
+# **The answer to the prediction.** Nothing is lost and nothing fails: CONV worker 1's
+# `dist.send` waits. Gloo's TCP transport holds every send, of any size, until the receiver has
+# posted the matching receive (the receiver tells the sender where the data goes; only then do
+# the bytes leave). So CONV worker 1 blocks until rank 2 has finished with CONV worker 0 and
+# calls `dist.recv(a, 1)`. This is not MPI's eager/rendezvous split, where small messages
+# complete into a buffer at once: under gloo even a 4-byte send waits (the failure-modes lesson,
+# `t7_failure_modes`, measures it). It is also why a send and a receive posted in the wrong
+# order on both sides wait forever, until the timeout fires.
+#
 # Now the engine, on the same configuration: same seed (same initial parameters), same data
 # stream, same learning rate. `run_job` starts one `torchrun` job and returns its metrics JSON;
 # `save=` writes the final full model.
@@ -124,11 +133,12 @@ nbt.write_results(results, out_dir)
 # %% [markdown]
 # ## Exercises
 #
-# Solutions: `tutorials/solutions/t3.py` (checked by `tests/tutorials/test_solutions.py`).
+# Graded lab: `labs/source/lab3/lab3.ipynb` (nbgrader; `make course` builds the student
+# release without solutions and grades submissions, see `docs/course.md`).
 #
-# 1. Run the script with `nodes=4, fc_workers=2, global_batch=8` (papermill `-p`) and check it
-#    still matches the engine. Write `plain_run(nodes, fc_workers, global_batch, steps, out)`
-#    that launches the script and returns each rank's trained parameters.
-# 2. The script sends the labels as a second message. Write `label_bytes_per_step(G)`: how many
-#    bytes all labels of a step cost the cluster, and compare with the activations of the tiny
-#    CNN (256 values per sample): what fraction of the boundary traffic are labels?
+# 1. `messages_per_step(N, k)`: every rank's `dist.send` and `dist.recv` calls per step of
+#    `t3_stanza_step.py`. (Not graded: rerun this notebook with `nodes=4, fc_workers=2,
+#    global_batch=8` and check it still matches the engine.)
+# 2. `label_bytes_per_step(G)`: what all labels of a step cost the cluster.
+# 3. `label_share_of_boundary(A)`: the labels' share of the boundary traffic, for the tiny CNN
+#    (A = 256) and for VGG-16 (A = 25,088).

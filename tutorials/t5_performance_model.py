@@ -146,14 +146,13 @@ written = nbt.save_figures({"breakdown": breakdown, "throughput_vs_k": k_figure}
 # %% [markdown]
 # ## Exercises
 #
-# Solutions: `tutorials/solutions/t5.py` (checked by `tests/tutorials/test_solutions.py`).
+# Graded lab: `labs/source/lab5/lab5.ipynb` (nbgrader; `make course` builds the student
+# release without solutions and grades submissions, see `docs/course.md`).
 #
-# 1. Write `allreduce_seconds(nbytes, n, gbps, latency_s)` from the ring formula and check it
-#    against `perf.Cluster(...).ring_allreduce_s`.
-# 2. Write `best_stanza_k(profile, cluster, batch_per_worker)` with a loop over
-#    `perf.predict(..., "stanza", k, ...)` for k = 1..N/2, and check it against
-#    `perf.best_assignment(...).best_stanza()`.
-# 3. As N grows, PS bytes / Stanza bytes per step tends to a limit that depends only on the
-#    parameter counts. Write `ps_over_stanza_limit(P, Pc)` and compare it with the model's
-#    ratio for VGG-16 at N = 1024 (hint: each of ps's N nodes moves about 2 x 4P; each of
-#    Stanza's CONV workers about 2 x 4Pc plus a few activations).
+# 1. `bandwidth_for_allreduce(nbytes, n, seconds, latency_s)`: the link speed at which a ring
+#    allreduce takes a given time (section 1's formula, turned around).
+# 2. `best_stanza_k(profile, cluster, batch_per_worker)`: section 3's choice of k with your own
+#    loop over `perf.predict`.
+# 3. `ps_over_stanza_limit(P, Pc, A, b)`: the limit of PS bytes over Stanza bytes per step as N
+#    grows with b samples per worker fixed. Check it against the model at N = 4096 for VGG-16
+#    at b = 1 and at b = 32: is the parameter ratio $P/P_c$ the limit at both?

@@ -6,6 +6,9 @@ notebook and tutorial rendered to HTML, with their figures.
     write_gallery(out_root)   <out>/gallery.html: a card per experiment and per tutorial, each
                               linking its rendered notebook and showing its PNG figures (or
                               links to the interactive HTML figures where no PNG was made)
+
+Lectures (tutorials/lectures/l*_*.ipynb) run with the tutorials and are also rendered as
+reveal.js slides (nbconvert's SlidesExporter, code hidden: `<stem>.slides.html`).
 """
 from __future__ import annotations
 
@@ -27,6 +30,26 @@ def tutorial_notebooks(folder: Path = TUTORIALS_DIR) -> list[Path]:
     return sorted(folder.glob("t[0-9]_*.ipynb"))
 
 
+def lecture_notebooks(folder: Path = TUTORIALS_DIR) -> list[Path]:
+    """The lecture decks: <tutorials>/lectures/l*_*.ipynb (cells carry reveal.js slide types)."""
+    return sorted((folder / "lectures").glob("l[0-9]_*.ipynb"))
+
+
+def _export_slides(ipynb: Path) -> Path | None:
+    from .execute import one_line as _one_line
+
+    try:
+        from nbconvert import SlidesExporter
+
+        body, _ = SlidesExporter(exclude_input=True).from_filename(str(ipynb))
+    except Exception as e:  # a convenience, like the HTML export
+        print(f"  slides export of {ipynb.name} skipped: {_one_line(e)}")
+        return None
+    out = ipynb.with_suffix(".slides.html")
+    out.write_text(body)
+    return out
+
+
 def _title(ipynb: Path) -> str:
     cells = json.loads(ipynb.read_text())["cells"]
     first = "".join(cells[0]["source"]) if cells else ""
@@ -39,7 +62,7 @@ def run_tutorials(out_root: Path, *, html_export: bool = True, folder: Path = TU
     from .execute import execute, export_html as _export_html, one_line as _one_line
 
     statuses = []
-    notebooks = tutorial_notebooks(folder)
+    notebooks = tutorial_notebooks(folder) + lecture_notebooks(folder)
     for i, nb in enumerate(notebooks, start=1):
         out = out_root / TUTORIALS_OUT / nb.stem
         out.mkdir(parents=True, exist_ok=True)
@@ -56,6 +79,8 @@ def run_tutorials(out_root: Path, *, html_export: bool = True, folder: Path = TU
             st["executed"] = executed.name
             if html_export and (h := _export_html(executed)):
                 st["html"] = h.name
+            if html_export and nb.parent.name == "lectures" and (sl := _export_slides(executed)):
+                st["slides"] = sl.name
         st["duration_s"] = round(time.perf_counter() - t0, 1)
         (out / "status.json").write_text(json.dumps(st, indent=1) + "\n")
         print(f"[tutorial {i}/{len(notebooks)}] {nb.stem}: {st['status']} in {st['duration_s']} s"
@@ -75,6 +100,8 @@ def _card(rel: str, st: dict[str, Any], folder: Path, kind: str) -> str:
     title = e(st.get("title") or st["name"])
     status = st.get("status", "not run")
     link = (f"<a href='{e(rel)}/{e(st['html'])}'>rendered notebook</a>" if st.get("html") else "not rendered")
+    if st.get("slides"):
+        link += f" · <a href='{e(rel)}/{e(st['slides'])}'>slides</a>"
     figs = []
     for name in _figure_names(folder):
         if (folder / f"{name}.png").is_file():
@@ -110,19 +137,22 @@ def write_gallery(out_root: Path, specs: list[Spec], tutorials: list[Path] | Non
         st = json.loads(path.read_text()) if path.is_file() else {"name": spec.name, "title": spec.title,
                                                                    "status": "not run"}
         cards_exp.append(_card(spec.name, st, folder, spec.notebook.name))
-    for nb in tutorial_notebooks() if tutorials is None else tutorials:
+    tutorials = tutorial_notebooks() if tutorials is None else tutorials
+    lectures = lecture_notebooks(tutorials[0].parent if tutorials else TUTORIALS_DIR)
+    for nb in tutorials + lectures:
         folder = out_root / TUTORIALS_OUT / nb.stem
         path = folder / "status.json"
         st = json.loads(path.read_text()) if path.is_file() else {"name": nb.stem, "title": _title(nb),
                                                                    "status": "not run"}
-        cards_tut.append(_card(f"{TUTORIALS_OUT}/{nb.stem}", st, folder, f"tutorials/{nb.name}"))
+        where = f"tutorials/lectures/{nb.name} (slides)" if nb.parent.name == "lectures" else f"tutorials/{nb.name}"
+        cards_tut.append(_card(f"{TUTORIALS_OUT}/{nb.stem}", st, folder, where))
     page = ("<!DOCTYPE html><html><head><meta charset='utf-8'><title>Stanza workbench: gallery</title>"
             f"<style>{_CSS}</style></head><body><h1>Stanza workbench: gallery</h1>"
             "<p>Every executed notebook and tutorial of the last <code>make reproduce</code>, rendered to HTML "
             "(nbconvert), with its figures; click a figure for its interactive version. "
             f"Generated {time.strftime('%Y-%m-%d %H:%M:%S')}. The claims and their checks: "
             "<a href='index.html'>the report</a>.</p>"
-            "<h2>Course: tutorials</h2><div class='grid'>" + "".join(cards_tut) + "</div>"
+            "<h2>Course: tutorials and lectures</h2><div class='grid'>" + "".join(cards_tut) + "</div>"
             "<h2>Paper reproductions: notebooks</h2><div class='grid'>" + "".join(cards_exp) + "</div>"
             "</body></html>\n")
     out = out_root / GALLERY

@@ -11,6 +11,7 @@ One module per experiment family; shared colours and layout helpers live in `_st
   convergence  loss and accuracy against steps and time, distance from local (06)
   assignment  samples/s against k (04); the node-assignment explorer's views (08, stanza_core.widgets)
   validation  the performance model's predictions against measured runs (07)
+  today_gpus  stanza on a measured H200 profile: modelled, the optimiser's pick, replayed (09)
   timeline  one measured step per rank: compute and network lanes (--timeline; tutorial T4)
 
 A new family (traffic, throughput, node assignment, bandwidth, convergence, ...) goes in its own
@@ -36,3 +37,6 @@ __all__ += ["accuracy_curves", "convergence_figures", "convergence_table", "loss
 from .timeline import intervals as timeline_intervals, step_timeline
 
 __all__ += ["timeline_intervals", "step_timeline"]
+from .today_gpus import choice_map, modelled_speedups, replayed_runs, today_figures
+
+__all__ += ["choice_map", "modelled_speedups", "replayed_runs", "today_figures"]

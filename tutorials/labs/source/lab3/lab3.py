@@ -1,0 +1,104 @@
+# ---
+# jupyter:
+#   jupytext:
+#     formats: ipynb,py:percent
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#   kernelspec:
+#     display_name: Python 3 (ipykernel)
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown] nbgrader={"grade": false, "grade_id": "intro", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# # Lab 3 · The step in plain `torch.distributed` (goes with tutorial T3)
+#
+# Fill in every cell marked `YOUR CODE HERE` (delete the `raise NotImplementedError()`), then
+# run the test cell below it. The answers come from reading `tutorials/t3_stanza_step.py`; the
+# graded tests check them at several inputs against the topology (`stanza_core.topology`) and
+# the performance model (`perf.expected_bytes`). Do not change the test cells.
+
+# %% nbgrader={"grade": false, "grade_id": "setup", "locked": true, "schema_version": 3, "solution": false, "task": false}
+from stanza_core import perf
+from stanza_core.topology import make_topology
+
+# %% [markdown] nbgrader={"grade": false, "grade_id": "ex1_text", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# ## Exercise 1 (3 points)
+#
+# Count the point-to-point messages of one step of `t3_stanza_step.py`. Write
+# `messages_per_step(N, k)`: a dict `{rank: (sends, receives)}` with, for every rank of an
+# N-process job with k FC workers, how many `dist.send` and how many `dist.recv` calls it makes
+# per step (collectives such as `all_reduce` do not count). Every send must have its receive:
+# check that the totals agree.
+
+# %% nbgrader={"grade": false, "grade_id": "messages_per_step", "locked": false, "schema_version": 3, "solution": true, "task": false}
+def messages_per_step(N: int, k: int) -> dict[int, tuple[int, int]]:
+    ### BEGIN SOLUTION
+    nc = N - k
+    out = {i: (2, 1) for i in range(nc)}  # activations and labels out, their gradient back
+    for j in range(nc, N):
+        served = len(range(j - nc, nc, k))
+        out[j] = (served, 2 * served)
+    return out
+    ### END SOLUTION
+
+
+# %% nbgrader={"grade": true, "grade_id": "test_messages_per_step", "locked": true, "points": 3, "schema_version": 3, "solution": false, "task": false}
+m = messages_per_step(3, 1)
+assert sorted(m) == [0, 1, 2]
+assert sum(s for s, _ in m.values()) == sum(r for _, r in m.values())
+### BEGIN HIDDEN TESTS
+for N, k in ((3, 1), (4, 2), (5, 2), (7, 3), (8, 1), (9, 4)):
+    topo = make_topology("stanza", N, 6 * (N - k), k)
+    want = {i: (2, 1) for i in topo.conv_ranks}
+    want.update({j: (len(topo.served_by(j)), 2 * len(topo.served_by(j))) for j in topo.fc_ranks})
+    assert {r: tuple(v) for r, v in messages_per_step(N, k).items()} == want, (N, k)
+### END HIDDEN TESTS
+
+# %% [markdown] nbgrader={"grade": false, "grade_id": "ex2_text", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# ## Exercise 2 (2 points)
+#
+# The script sends the labels as a message of their own. Write `label_bytes_per_step(G)`: how
+# many bytes all labels of one step cost the whole cluster, for a global batch of G samples
+# (does it depend on N or k?).
+
+# %% nbgrader={"grade": false, "grade_id": "label_bytes_per_step", "locked": false, "schema_version": 3, "solution": true, "task": false}
+def label_bytes_per_step(G: int) -> int:
+    ### BEGIN SOLUTION
+    return 8 * G  # one int64 per sample, CONV worker -> FC worker, once
+    ### END SOLUTION
+
+
+# %% nbgrader={"grade": true, "grade_id": "test_label_bytes_per_step", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
+assert label_bytes_per_step(6) > 0
+### BEGIN HIDDEN TESTS
+for N, k, G in ((3, 1, 6), (4, 2, 8), (5, 1, 12), (7, 3, 40)):
+    rows = perf.expected_bytes(perf.ModelCounts(10, 10, 256), "stanza", N, k, G)
+    assert label_bytes_per_step(G) == sum(r["sent"].get("labels", 0) for r in rows), (N, k, G)
+### END HIDDEN TESTS
+
+# %% [markdown] nbgrader={"grade": false, "grade_id": "ex3_text", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# ## Exercise 3 (2 points)
+#
+# Write `label_share_of_boundary(A)`: the fraction of the bytes that cross the boundary in a
+# step (activations out, their gradients back, labels out) that are labels, for a model whose
+# boundary carries A fp32 values per sample. What is it for the tiny CNN (A = 256)? For VGG-16
+# (A = 25,088)?
+
+# %% nbgrader={"grade": false, "grade_id": "label_share_of_boundary", "locked": false, "schema_version": 3, "solution": true, "task": false}
+def label_share_of_boundary(A: int) -> float:
+    ### BEGIN SOLUTION
+    return 8 / (2 * 4 * A + 8)
+    ### END SOLUTION
+
+
+# %% nbgrader={"grade": true, "grade_id": "test_label_share_of_boundary", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
+assert 0 < label_share_of_boundary(256) < 1
+### BEGIN HIDDEN TESTS
+for A, (N, k, G) in ((256, (3, 1, 6)), (25_088, (5, 2, 9)), (1, (4, 1, 3)), (2_048, (9, 3, 12))):
+    rows = perf.expected_bytes(perf.ModelCounts(10, 10, A), "stanza", N, k, G)
+    boundary = sum(r["sent"].get(c, 0) for r in rows for c in ("activations", "activation_grads", "labels"))
+    labels = sum(r["sent"].get("labels", 0) for r in rows)
+    assert abs(label_share_of_boundary(A) - labels / boundary) < 1e-12, A
+### END HIDDEN TESTS
