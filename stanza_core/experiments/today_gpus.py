@@ -14,7 +14,7 @@ ddp on a measured H200 profile (perf.device_profile: the package's per-layer rec
 
     p = TodayParams(models=["alexnet"], target_gbps=[25.0, 400.0], ...)  # every check, first
     modelled = model_grid(p)                     # no run: the performance model only
-    benches = run_replayed(p, modelled, cache_dir)   # bench dicts, one per MeasureSpec
+    benches = run_replayed(p, modelled, cache_dir)   # Measurements, one per MeasureSpec
     results = today_results(p, modelled, benches)    # results.json
 
 Configuration roles (`replay_configs`): "stanza" (the optimiser's best k at that point),
@@ -29,9 +29,10 @@ import statistics
 from typing import Any
 
 from ..labels import config_key, config_label, run_key
-from ..perf import Cluster, best_assignment, device_profile, named_profile
+from ..perf import Cluster, best_assignment, check_device, device_profile, named_profile
 from .. import checks
 from .replayed import PAPER_CLASSES, PAPER_IMAGE, caption as replay_caption
+from .measurement import Measurement
 from .run import measure_or_skip, modelled_only
 from .spec import MeasureSpec
 
@@ -62,8 +63,8 @@ class TodayParams:
 
     def __post_init__(self):
         self.models = checks.model_names(self.models, self.image_size, name="models")
-        checks.device_name("device", self.device)
-        checks.device_name("compare_device", self.compare_device)
+        check_device(self.device, "device")
+        check_device(self.compare_device, "compare_device")
         checks.positive_int("batch_per_worker", self.batch_per_worker)
         self.target_gbps = checks.positive_floats("target_gbps", self.target_gbps)
         self.model_nodes = checks.int_list("model_nodes", self.model_nodes, 2)
@@ -159,8 +160,8 @@ def replay_specs(p: TodayParams, modelled: dict[str, Any]) -> list[tuple[str, in
     return out
 
 
-def run_replayed(p: TodayParams, modelled: dict[str, Any], cache_dir: str | None = None) -> list[dict[str, Any]]:
-    """One bench results dict per replay spec (run.measure: every configuration at its own D
+def run_replayed(p: TodayParams, modelled: dict[str, Any], cache_dir: str | None = None) -> list[Measurement]:
+    """One Measurement per replay spec (run.measure: every configuration at its own D
     from its plan; runs and engine seconds cached); measuring off or no emulated cluster: benches
     that say why and hold no runs."""
     return [measure_or_skip(spec, cache_dir, p.measure_runs) for *_, spec in replay_specs(p, modelled)]
@@ -172,7 +173,7 @@ def step_spread(run: dict[str, Any], warmup: int) -> float:
     return (max(steps) - min(steps)) / statistics.median(steps) if len(steps) > 1 else 0.0
 
 
-def replayed_points(p: TodayParams, modelled: dict[str, Any], benches: list[dict[str, Any]]) -> dict[str, Any]:
+def replayed_points(p: TodayParams, modelled: dict[str, Any], benches: list[Measurement]) -> dict[str, Any]:
     """Replayed: by_model.<model>.<N>.<Gb/s> -> per configuration key: samples/s on the target
     cluster (measured x D), the model's prediction, their ratio, D and the step spread; the
     optimiser's pick and whether the configuration it ranks first among those replayed measured
@@ -182,9 +183,9 @@ def replayed_points(p: TodayParams, modelled: dict[str, Any], benches: list[dict
         cell = modelled["by_model"][m][p.device][str(n)][f"{g:g}"]
         pt = out.setdefault(m, {}).setdefault(str(n), {}).setdefault(f"{g:g}", {
             "choice": cell["best"]["label"], "configs": {}, "labels": {}})
-        for row in bench["summary"]:
+        for row in bench.summary:
             key = run_key(row)
-            runs = [r for r in bench["runs"] if run_key(r) == key]
+            runs = [r for r in bench.runs if run_key(r) == key]
             pred = cell["predicted"][key]
             pt["labels"][key] = row["label"]
             pt["configs"][key] = {"replayed": row["target_throughput"], "predicted": pred,
@@ -260,7 +261,7 @@ def _verdict(checked: bool | None) -> str:
     return {True: "agree", False: "differ", None: "one configuration replayed, nothing to rank"}[checked]
 
 
-def today_results(p: TodayParams, modelled: dict[str, Any], benches: list[dict[str, Any]]) -> dict[str, Any]:
+def today_results(p: TodayParams, modelled: dict[str, Any], benches: list[Measurement]) -> dict[str, Any]:
     """results.json of notebook 09; `modelled_only` is why nothing was replayed (None: replayed)."""
     specs = replay_specs(p, modelled)
     cap = replay_caption(_CaptionSet(p.device, p.replay_engine, [s for *_, s in specs]), benches) if specs else None
@@ -269,9 +270,9 @@ def today_results(p: TodayParams, modelled: dict[str, Any], benches: list[dict[s
             "image_size": p.image_size, "target_gbps": p.target_gbps, "modelled": modelled,
             "where_it_pays": where_it_pays(p, modelled),
             "replayed": {"source": f"replayed ({p.device})", "caption": cap, "nodes": p.replay_nodes,
-                         "gbps": p.replay_gbps, "unavailable": next((b["unavailable"] for b in benches
-                                                                     if b["unavailable"]), None),
-                         "by_model": replayed_points(p, modelled, benches), "benches": benches}}
+                         "gbps": p.replay_gbps, "unavailable": next((b.unavailable for b in benches if b.unavailable), None),
+                         "by_model": replayed_points(p, modelled, benches),
+                         "benches": [b.to_dict() for b in benches]}}
 
 
 @dataclasses.dataclass

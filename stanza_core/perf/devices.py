@@ -30,6 +30,7 @@ from typing import Any
 
 import torch
 
+from .. import checks
 from ..anatomy import Profile
 
 
@@ -145,8 +146,7 @@ class DeviceProfile:
             v = getattr(self, f.name)
             if f.name == "name":
                 continue
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
-                raise ValueError(f"DeviceProfile.{f.name} must be a finite number >= 0, got {v!r}")
+            checks.number(f"DeviceProfile.{f.name}", v, at_least=0)
 
     def time_s(self, part: str, phase: str, batch: int) -> float:
         """Seconds of one call of `part` ("conv"/"fc") in `phase` ("fwd"/"bwd") on `batch` samples:
@@ -177,9 +177,7 @@ class DeviceProfile:
     @classmethod
     def from_table(cls, device: str, profile: Profile, *, step_overhead_s: float = 0.0) -> "DeviceProfile":
         """Per-sample times of `profile`'s model on a table device (see the module docstring)."""
-        key = device.lower()
-        if key not in DEVICE_TABLE:
-            raise ValueError(f"unknown device {device!r}; expected one of: {', '.join(DEVICE_TABLE)}")
+        key = checks.one_of("device", device.lower(), DEVICE_TABLE)
         return cls.from_spec(DEVICE_TABLE[key], profile, step_overhead_s=step_overhead_s, name=f"{key} (table)")
 
     @classmethod
@@ -199,11 +197,6 @@ class DeviceProfile:
             "fc_fwd_call_s": 4 * profile.fc.params / mem, "fc_bwd_call_s": 12 * profile.fc.params / mem}
         return cls(name=name or f"{s.name} (datasheet)", **parts, step_overhead_s=step_overhead_s,
                    update_s_per_param=SGD_MOMENTUM_BYTES_PER_PARAM / mem)
-
-
-def resolve_device(device, profile: Profile) -> DeviceProfile:
-    """A Cluster's device (table name or DeviceProfile) as a DeviceProfile for `profile`."""
-    return device if isinstance(device, DeviceProfile) else DeviceProfile.from_table(device, profile)
 
 
 def measure_update_s_per_param(numel: int = 4_000_000, reps: int = 5, device: str = "cpu") -> float:
