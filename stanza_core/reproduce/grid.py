@@ -34,10 +34,11 @@ import math
 import os
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from ..experiments.store import Point, Store, points
-from .spec import Spec
+from .spec import REPO_ROOT, Spec
 
 SETUP_S_PER_NODE = 10.0  # seconds per emulated node to start a run (namespaces, a Python + torch per rank): rough
 
@@ -168,8 +169,10 @@ def _h(seconds: float) -> str:
 
 def print_listing(lst: dict[str, Any], points_: list[GridPoint], *, verbose: bool = True) -> None:
     by_name = {gp.point.name: gp for gp in points_}
+    root = Path(lst["store"]).resolve()
+    where = root.relative_to(REPO_ROOT) if root.is_relative_to(REPO_ROOT) else root
     print(f"full grid: {lst['points']} replayed configurations; {lst['stored']} stored (measurement version "
-          f"{lst['version']}, {lst['store']}), {lst['missing']} to measure"
+          f"{lst['version']}, {where}), {lst['missing']} to measure"
           + (f" ({lst['old_version']} of them stored at another version)" if lst["old_version"] else ""))
     for name, d in lst["by_experiment"].items():
         print(f"  {name}: {d['stored']} of {d['points']} stored")
@@ -178,10 +181,11 @@ def print_listing(lst: dict[str, Any], points_: list[GridPoint], *, verbose: boo
             gp = by_name[name]
             print(f"  to measure: {gp.point.label} (~{_h(lst['estimate_s'][name])}; {', '.join(gp.experiments)})")
     ratio = lst["measured_over_estimate"]
-    print(f"estimate (links' D, {SETUP_S_PER_NODE:g} s set-up per node): {_h(lst['estimate_missing_s'])} to fill the "
-          f"missing ones, {_h(lst['estimate_all_s'])} for the whole grid"
-          + (f"; the stored runs took {ratio:.2f}x their estimate, so about {_h(ratio * lst['estimate_missing_s'])}"
-             if ratio else "; a lower bound where the engine term raises D"))
+    print(f"estimate (steps x D x the model's step, {SETUP_S_PER_NODE:g} s set-up per node, D from the links where "
+          f"no engine seconds are stored; the engine term raises D for short steps): "
+          f"{_h(lst['estimate_missing_s'])} to fill the missing ones, {_h(lst['estimate_all_s'])} for the whole grid"
+          + (f"; the stored runs took {ratio:.2f}x their estimate, so about {_h(ratio * lst['estimate_missing_s'])} "
+             f"to fill" if ratio else ""))
 
 
 def fill(points_: list[GridPoint], store: Store, measure_point: Callable[[Point], tuple[dict, dict, dict]], *,
