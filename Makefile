@@ -6,6 +6,8 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 FULL ?=
+BUDGET_MIN ?=
+LIST ?=
 PYTEST_ARGS ?=
 
 .PHONY: install reproduce test test-fast gpu-check course clean
@@ -19,8 +21,11 @@ $(STAMP): pyproject.toml constraints.txt
 	@bash scripts/install_chromium.sh || echo "chromium: not installed; PNG export and browser tests will be skipped"
 	@touch $(STAMP)
 
+# FULL=1: the paper-scale run. Its replayed configurations are measured into the committed store
+# benchmarks/results/full first (BUDGET_MIN=60: for at most an hour, the notebooks once the grid
+# is complete; LIST=1: list the grid and the time to fill it, measuring nothing). docs/benchmarks.md.
 reproduce: install
-	$(BIN)/python -m stanza_core.reproduce $(if $(FULL),--full,)
+	$(BIN)/python -m stanza_core.reproduce $(if $(FULL),--full,) $(if $(BUDGET_MIN),--budget-min $(BUDGET_MIN),) $(if $(LIST),--list,)
 
 test: install
 	$(BIN)/python -m pytest $(PYTEST_ARGS)

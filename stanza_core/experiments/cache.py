@@ -4,6 +4,10 @@ Every timing round and every run is stored as one JSON file under the cache fold
 every parameter that determines it and by a fingerprint of the code that measures it, so
 notebooks asking for the same run share it and a changed parameter or engine never reuses an
 old one. What was reused is printed and recorded in the results (`Cache.report`).
+
+This cache is local (reproductions/out/bench-cache). The full grid's replayed runs are kept in
+the committed store (experiments.store), whose validity is its MEASUREMENT_VERSION, not this
+fingerprint; run.measure reads the store before this cache.
 """
 from __future__ import annotations
 

@@ -28,8 +28,9 @@ from . import compute_rounds
 from ..topology import Topology
 from .cache import Cache
 from .measurement import Measurement, summarize
-from .plan import RunPlan
+from .plan import RunPlan, replayed_plan
 from .spec import MeasureSpec, RunConfig
+from .store import STORE_DIR, Point, Store, points
 
 
 def netem_unavailable() -> str | None:
@@ -133,23 +134,41 @@ def modelled_only(benches: list[Measurement | None]) -> str | None:
     return reasons[0] if reasons and not ran else None
 
 
-def measure(spec: MeasureSpec, cache_dir: str | None = None, progress: bool = True) -> Measurement:
+def measure(spec: MeasureSpec, cache_dir: str | None = None, progress: bool = True,
+            store_dir: str | os.PathLike | None = STORE_DIR) -> Measurement:
     """Timing rounds (real compute), the plans of `spec` (MeasureSpec.plans: D and link rates
     resolved once per configuration) and every run of them (cached); their Measurement.
 
-    Without root/netem: prints one line and returns a Measurement with `unavailable` set and no runs."""
+    Replayed runs are first looked up in the store at `store_dir` (experiments.store: by default
+    the committed configurations, benchmarks/results/full, of the current MEASUREMENT_VERSION;
+    None: no store); a stored one is neither measured nor planned again (no engine seconds
+    either). The store is only read here.
+
+    Without root/netem: prints one line and returns a Measurement with `unavailable` set and no
+    runs, unless every replayed run is stored."""
     if not isinstance(spec, MeasureSpec):
         raise ValueError(f"measure needs a MeasureSpec, got {type(spec).__name__}")
+    store = Store(store_dir) if spec.replayed and store_dir is not None else None
+    todo = points(spec) if spec.replayed else []
+    stored = [store.get(pt) for pt in todo] if store is not None else [None] * len(todo)
+    if todo and all(stored):  # everything stored: nothing to measure, here or on a machine without the emulator
+        runs = [e["run"] for e in stored]
+        return _finish(spec, Cache(cache_dir), runs, calibration=_replay_calibration(spec, runs), store=store)
     if reason := netem_unavailable():
         print(f"measured part skipped: {reason}")
         return skipped(spec, reason)
     cache = Cache(cache_dir)
     if spec.replayed:
-        plans = spec.plans(cache)
-        calibration = {"compute": "replay", "replay_device": spec.replay_device,
-                       "dilation": {p.label: p.dilation for p in plans}}
-        runs = execute(plans, spec.repeats, cache, run_config, key_extra={}, desc="replayed runs", progress=progress)
-        return _finish(spec, cache, runs, calibration=calibration)
+        bar = _bar(len(todo), "replayed runs") if progress else None
+        runs = []
+        for pt, entry in zip(todo, stored):
+            runs.append(entry["run"] if entry else replayed_point(pt, cache)[1])
+            if bar:
+                bar.set_postfix_str(f"{pt.label}{' (stored)' if entry else ''}")
+                bar.update(1)
+        if bar:
+            bar.close()
+        return _finish(spec, cache, runs, calibration=_replay_calibration(spec, runs), store=store)
     base = {"model": spec.model, "image_size": spec.image_size, "num_classes": spec.num_classes}
     with contextlib.ExitStack() as stack:
         pool = _LazyPool(stack, spec)
@@ -206,10 +225,40 @@ def execute(plans: list[RunPlan], repeats: int, cache: Cache, run, *, key_extra:
     return rows
 
 
-def _finish(spec: MeasureSpec, cache: Cache, runs: list[dict[str, Any]], **made: Any) -> Measurement:
-    """The Measurement of `spec`'s runs: their summary and the cache report."""
+def replayed_point(point: Point, cache: Cache) -> tuple[RunPlan, dict[str, Any]]:
+    """One replayed configuration measured: its plan (experiments.plan.replayed_plan: engine
+    seconds measured once and kept in `cache`) and its run (from the runs cache, or run_config),
+    as the Measurement row run.measure makes of it."""
+    p = replayed_plan(point.config, point.target_gbps, cache, engine=point.engine, min_dilation=point.min_dilation)
+    key = p.cache_key(repeat=point.repeat)
+    got = cache.get("run", key)
+    if got is None:
+        got = run_config(p.config)
+        cache.put("run", key, got)
+    return p, {**got, **p.row(), "repeat": point.repeat}
+
+
+def _replay_calibration(spec: MeasureSpec, runs: list[dict[str, Any]]) -> dict[str, Any]:
+    return {"compute": "replay", "replay_device": spec.replay_device,
+            "dilation": {r["label"]: r["dilation"] for r in runs}}
+
+
+def _bar(total: int, desc: str):
+    from tqdm import tqdm
+
+    return tqdm(total=total, desc=desc, unit="run")
+
+
+def _finish(spec: MeasureSpec, cache: Cache, runs: list[dict[str, Any]], store: Store | None = None,
+            **made: Any) -> Measurement:
+    """The Measurement of `spec`'s runs: their summary and the cache report (with the store's:
+    how many runs it gave)."""
     report = cache.report()
     cache.say_reused()
+    if store is not None and store.reused:
+        print(f"reused {len(store.reused)} stored configurations from {store.root} "
+              f"(measurement version {store.version})")
+        report = {**report, "store": store.report()}
     return Measurement(spec=spec.to_dict(), config=_config(spec), runs=runs, summary=summarize(runs),
                        cache=report, **made)
 

@@ -1,6 +1,14 @@
 """Run every paper experiment's notebook with papermill and build one report.
 
-    python -m stanza_core.reproduce [--full] [--only NAME[,NAME]] [--out DIR] [--specs DIR]
+    python -m stanza_core.reproduce [--full [--list] [--budget-min M]] [--only NAME[,NAME]] [--out DIR] [--specs DIR]
+
+With --full, the replayed configurations of the experiments' full parameter sets (the full grid,
+reproduce.grid) are measured first into the committed store benchmarks/results/full
+(experiments.store: one JSON file per configuration, valid while MEASUREMENT_VERSION is
+unchanged), only those not stored yet, cheapest first; the notebooks then read them. --budget-min
+stops starting new ones after M minutes (the notebooks run only once the grid is complete);
+--list prints the grid, how much of it is stored and the time to fill the rest, and measures
+nothing. Nothing is committed: the new files are left for a person to commit.
 
 Each experiment is one YAML file in `reproductions/` (its stem is the experiment's name and the
 folder `<out>/<name>/` its notebook writes into). Schema, every key checked on load:

@@ -10,7 +10,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+from ..experiments.store import Store
 from .execute import VenvKernelManager, execute, export_html, one_line
+from .grid import budget_seconds, run_grid
 from .report import write_index
 from .spec import MARKER, REPO_ROOT, Spec, SpecError, evaluate_claims, load_specs
 
@@ -89,20 +91,39 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, default=None, help="output folder (default: <specs>/out)")
     ap.add_argument("--no-html", action="store_true", help="skip the nbconvert HTML export")
     ap.add_argument("--no-tutorials", action="store_true", help="skip the tutorials (they run unless --only is given)")
+    ap.add_argument("--list", action="store_true",
+                    help="with --full: list the full grid's replayed configurations against the store of measured "
+                         "ones (benchmarks/results/full), with the time to fill it; measures nothing")
+    ap.add_argument("--budget-min", type=float, default=None,
+                    help="with --full: measure missing configurations of the grid for at most this many minutes, "
+                         "then stop (the notebooks run once the grid is complete); default: measure them all")
     args = ap.parse_args(argv)
     mode = "full" if args.full else "quick"
     out_root = args.out if args.out is not None else args.specs / "out"
     try:
+        if (args.list or args.budget_min is not None) and not args.full:
+            raise SpecError("--list and --budget-min are about the full grid: add --full, or FULL=1 with make")
+        budget_s = budget_seconds(args.budget_min)
         specs = load_specs(args.specs)
         if args.only:
             wanted = [n.strip() for n in args.only.split(",") if n.strip()]
             if unknown := [n for n in wanted if n not in {s.name for s in specs}]:
                 raise SpecError(f"--only: unknown experiments {unknown}; known: {[s.name for s in specs]}")
             specs = [s for s in specs if s.name in wanted]
-        prepare_out(out_root)
-    except SpecError as e:
+        if not args.list:
+            prepare_out(out_root)
+    except (SpecError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    if args.full:  # the replayed configurations first, into the store the notebooks then read
+        got = run_grid(specs, store=Store(), cache_dir=out_root / "bench-cache", list_only=args.list,
+                       budget_s=budget_s)
+        if got == "listed":
+            return 0
+        if got != "complete" and args.budget_min is not None:
+            print("notebooks not run: the grid is not complete (they would measure the missing configurations "
+                  "without a budget); run again to continue filling it")
+            return 0 if got == "partial" else 1
     statuses = []
     for i, spec in enumerate(specs, start=1):
         print(f"[{i}/{len(specs)}] {spec.name} ({mode}): {spec.notebook.name}", flush=True)

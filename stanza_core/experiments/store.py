@@ -1,0 +1,159 @@
+"""The store of measured configurations: one JSON file per replayed configuration under
+`benchmarks/results/full/`, committed, reused by every later run on any machine.
+
+    MEASUREMENT_VERSION                    the one number that decides whether a stored run is valid
+    points(spec) -> [Point]                the configurations of a replayed MeasureSpec, in run order
+    Store(root).get(point) -> entry | None a stored entry of the current version, else None
+    Store(root).put(point, plan=..., config=..., run=..., seconds=...)  write one entry
+
+A Point is a configuration before its plan is resolved: the RunConfig at the grid's placeholder
+rate (link 1000 Mbit/s, D = 1), the target bandwidth, the smallest D the links ask for and
+whether the engine term may raise it, and the repeat. Its key is what the store is keyed by:
+the plan's dilation and link rates are resolved on the measuring machine (the engine seconds
+are measured there, experiments.plan.replayed_plan) and are stored in the entry, not in the key,
+so a configuration measured on one machine is found on another.
+
+An entry holds: version, key, the resolved plan (RunPlan.row() and its RunConfig), the run's
+summary row (measurement.summarize), the Measurement row itself (what run.measure returns for
+it), and when and where it was measured (host, CPUs, load average before and after, seconds).
+
+Validity is decided by MEASUREMENT_VERSION alone, not by a fingerprint of source files: a stored
+entry of another version is neither reused nor counted as stored.
+"""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+import platform
+import socket
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from .. import atomic
+from ..labels import config_key
+
+if TYPE_CHECKING:
+    from .spec import MeasureSpec, RunConfig
+
+# Bump by hand, here and only here, when the measuring code changes in a way that changes what a
+# replayed run measures (the engine's messages or waits, the emulator's shaping, the dilation
+# rule, the run row's meaning). Every stored entry of an older version is then measured again.
+# Changes that measure the same thing (refactors, figures, reports) leave it as it is.
+MEASUREMENT_VERSION = 1
+
+STORE_DIR = Path(__file__).resolve().parents[2] / "benchmarks" / "results" / "full"
+
+
+@dataclasses.dataclass(frozen=True)
+class Point:
+    """One configuration of the grid before its plan is resolved (the module docstring)."""
+
+    config: RunConfig  # at link_mbit 1000 and D = 1: what the plan starts from
+    target_gbps: float
+    min_dilation: float  # the smallest D (the links' floor, MeasureSpec.dilation)
+    engine: bool  # the engine's own seconds may raise D (MeasureSpec.engine)
+    repeat: int = 0
+
+    def key(self) -> dict[str, Any]:
+        """The store's key: every field of the configuration but its placeholder rate and D, the
+        target, the floor of D (the links' floor or min_dilation, whichever is larger: what the
+        plan starts from, the same however a notebook states it), the engine term, the repeat."""
+        from .plan import replay_link
+
+        c = self.config
+        cfg = {k: v for k, v in c.cache_key().items() if k not in ("link_mbit", "dilation")}
+        floor = replay_link(self.target_gbps, c.cluster_nodes, mtu=c.mtu, min_dilation=self.min_dilation).dilation
+        return {**cfg, "target_gbps": float(self.target_gbps), "dilation_floor": float(floor),
+                "engine": bool(self.engine), "repeat": int(self.repeat)}
+
+    @property
+    def name(self) -> str:
+        """The entry's file name: readable (model, N, configuration, target, repeat) and unique
+        (a digest of the whole key)."""
+        c = self.config
+        digest = hashlib.sha256(json.dumps(self.key(), sort_keys=True).encode()).hexdigest()[:10]
+        ck = config_key(c.strategy, c.fc_workers, ps_servers=c.ps_servers, ps_overlap=c.ps_overlap,
+                        **c.stanza_options)
+        rep = f"-r{self.repeat}" if self.repeat else ""
+        device = "".join(ch if ch.isalnum() or ch in "._-" else "_" for ch in str(c.replay_device))
+        return f"{c.model}-n{c.nodes}-{ck}-{self.target_gbps:g}g-{device}{rep}-{digest}.json"
+
+    @property
+    def label(self) -> str:
+        c = self.config
+        rep = f", repeat {self.repeat}" if self.repeat else ""
+        return f"{c.model} N={c.nodes} {c.label} @ {self.target_gbps:g} Gb/s ({c.replay_device}{rep})"
+
+
+def points(spec: MeasureSpec) -> list[Point]:
+    """The Points of a replayed spec in the order run.measure runs them (every configuration at
+    every target, then the next repeat): the order of MeasureSpec.plans."""
+    if not spec.replayed:
+        raise ValueError("the store holds replayed configurations only (real compute maps its link "
+                         "rates from this machine's own timing rounds)")
+    cfgs = [dataclasses.replace(spec.run_config(s, k, 1000.0, srv, ov), dilation=1.0) for s, k, srv, ov in spec.variants()]
+    return [Point(cfg, float(g), float(spec.dilation), bool(spec.engine), rep)
+            for rep in range(spec.repeats) for g in spec.target_gbps for cfg in cfgs]
+
+
+def host() -> dict[str, Any]:
+    """Where a run is measured: host name, CPUs, platform, load average now."""
+    load = os.getloadavg() if hasattr(os, "getloadavg") else None
+    return {"host": socket.gethostname(), "cpus": os.cpu_count(), "platform": platform.platform(),
+            "python": platform.python_version(), "loadavg": list(load) if load else None}
+
+
+class Store:
+    """One JSON file per configuration under `root` (the module docstring); `get` counts what it reused."""
+
+    def __init__(self, root: str | os.PathLike = STORE_DIR, version: int = MEASUREMENT_VERSION):
+        self.root = Path(root)
+        self.version = version
+        self.reused: list[str] = []
+
+    def path(self, point: Point) -> Path:
+        return self.root / point.name
+
+    def read(self, point: Point) -> dict[str, Any] | None:
+        """The stored entry of `point` whatever its version (None: no file for it)."""
+        path = self.path(point)
+        if not path.is_file():
+            return None
+        entry = json.loads(path.read_text())
+        return entry if entry.get("key") == point.key() else None  # a digest collision: not this point
+
+    def get(self, point: Point) -> dict[str, Any] | None:
+        """The entry of `point` if stored at the current version, else None."""
+        entry = self.read(point)
+        if entry is None or entry.get("version") != self.version:
+            return None
+        self.reused.append(point.name)
+        return entry
+
+    def status(self, point: Point) -> str:
+        """"stored" (current version), "old" (another version: to measure again) or "missing"."""
+        entry = self.read(point)
+        return "missing" if entry is None else "stored" if entry.get("version") == self.version else "old"
+
+    def put(self, point: Point, *, plan: dict[str, Any], config: dict[str, Any], run: dict[str, Any],
+            seconds: float, load_before: list[float] | None = None) -> Path:
+        """Write `point`'s entry: the resolved plan (RunPlan.row) and RunConfig, the Measurement row
+        `run`, its summary row, and when and where it was measured (`seconds`: the wall time it
+        took, engine seconds and cluster set-up included)."""
+        from .measurement import summarize
+
+        where = host()
+        entry = {"version": self.version, "key": point.key(), "label": point.label, "plan": plan, "config": config,
+                 "summary": summarize([run])[0], "run": run,
+                 "measured": {"at": time.strftime("%Y-%m-%d %H:%M:%S %z"), "seconds": round(seconds, 1),
+                              **{k: v for k, v in where.items() if k != "loadavg"},
+                              "loadavg_before": load_before, "loadavg_after": where["loadavg"]}}
+        path = self.path(point)
+        atomic.write_text(path, json.dumps(entry, indent=1, sort_keys=True) + "\n")
+        return path
+
+    def report(self) -> dict[str, Any]:
+        return {"dir": str(self.root), "version": self.version, "reused": len(self.reused)}

@@ -1,0 +1,262 @@
+"""The full grid: every replayed configuration the experiments' `full` parameter sets run, listed
+against the store of measured configurations (experiments.store, benchmarks/results/full), and
+filled within a time budget.
+
+    python -m stanza_core.reproduce --full --list              the grid: stored, missing, time to fill
+    python -m stanza_core.reproduce --full --budget-min 60     measure missing ones for up to 60 min
+
+The grid is built the way the notebooks build their runs: each measuring notebook's `parameters`
+cell defaults, overridden by its YAML's parameter set, give its parameters dataclass
+(nbtools.experiment_params), whose replayed MeasureSpecs give the configurations
+(experiments.store.points). A configuration several notebooks share is one point of the grid.
+Real-compute runs are not in it: their link rates come from this machine's own timing rounds,
+so they are measured (in seconds, on the small CIFAR-sized models) by the notebooks on each
+machine, as before.
+
+Filling measures the missing points cheapest first (by the estimate below), each with
+run.replayed_point (engine seconds and runs also kept in the local runs cache), and writes each
+into the store as soon as it is measured. It starts no new point once the budget is spent (a
+point already started runs to its end). It commits nothing: a person commits the new files.
+
+The time estimate of a point, measuring nothing: its plan with the links' D (the engine term,
+measured on the machine, can only raise D; where the store already holds the configuration at
+another target, its engine seconds are used), `steps` dilated steps D x the model's step on the
+target, plus SETUP_S_PER_NODE per emulated node, plus the engine-seconds run (ENGINE_STEPS steps
+at D = 1) once per configuration not yet stored at any target. Where points are stored, their
+measured seconds against their estimate give a ratio the listing also applies to the missing ones.
+"""
+from __future__ import annotations
+
+import ast
+import dataclasses
+import importlib
+import math
+import os
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from ..experiments.store import Point, Store, points
+from .spec import REPO_ROOT, Spec
+
+SETUP_S_PER_NODE = 10.0  # seconds per emulated node to start a run (namespaces, a Python + torch per rank): rough
+
+# notebook stem -> (experiments module, parameters dataclass, its replayed MeasureSpecs)
+_NOTEBOOKS: dict[str, tuple[str, str, Callable[[Any], list]]] = {
+    "03_throughput": ("throughput", "ThroughputParams", lambda p: p.replay.specs),
+    "04_node_assignment": ("assignment", "AssignmentParams", lambda p: p.replay.specs),
+    "05_bandwidth_sweep": ("sweep", "SweepParams", lambda p: p.replay.specs),
+    "07_model_validation": ("validation", "ValidationParams", lambda p: p.replay.specs),
+    "09_today_gpus": ("today_gpus", "TodayParams", lambda p: _today_specs(p)),
+}
+
+
+def _today_specs(p) -> list:
+    from ..experiments import today_gpus
+
+    return [s for *_, s in today_gpus.replay_specs(p, today_gpus.model_grid(p))] if p.replay_models else []
+
+
+def notebook_parameters(spec: Spec, mode: str) -> dict[str, Any]:
+    """The parameters a notebook runs with in `mode`: its `parameters` cell's defaults, then the
+    YAML's parameter set (as papermill injects it)."""
+    import papermill as pm
+
+    defaults = {name: ast.literal_eval(d["default"]) for name, d in pm.inspect_notebook(str(spec.notebook)).items()}
+    return {**defaults, **spec.params[mode]}
+
+
+def replayed_specs(spec: Spec, mode: str = "full") -> list:
+    """The replayed MeasureSpecs an experiment's notebook runs in `mode` ([] for a notebook that
+    replays nothing)."""
+    from ..nbtools import experiment_params
+
+    known = _NOTEBOOKS.get(spec.notebook.stem)
+    if known is None:
+        return []
+    module, cls, specs_of = known
+    params_cls = getattr(importlib.import_module(f"stanza_core.experiments.{module}"), cls)
+    here = os.getcwd()
+    os.chdir(spec.notebook.parent)  # relative paths in parameters are the notebook's (papermill's cwd)
+    try:
+        p = experiment_params(params_cls, notebook_parameters(spec, mode))
+    finally:
+        os.chdir(here)
+    return [s for s in specs_of(p) if s.replayed] if getattr(p, "measure_runs", True) else []
+
+
+@dataclasses.dataclass
+class GridPoint:
+    point: Point
+    experiments: list[str]  # the experiments (YAML stems) that run it
+
+
+def grid(specs: list[Spec], mode: str = "full") -> list[GridPoint]:
+    """Every replayed configuration of `specs` in `mode`, once, in the experiments' order."""
+    out: dict[str, GridPoint] = {}
+    for spec in specs:
+        for ms in replayed_specs(spec, mode):
+            for pt in points(ms):
+                gp = out.setdefault(pt.name, GridPoint(pt, []))
+                if spec.name not in gp.experiments:
+                    gp.experiments.append(spec.name)
+    return list(out.values())
+
+
+def estimate_s(point: Point, engine_s: float | None = None, *, engine_run: bool = True) -> float:
+    """Seconds to measure `point` (the module docstring): set-up, `steps` dilated steps, and the
+    engine-seconds run when `engine_run` (D from the links, or with `engine_s` when known)."""
+    from ..experiments import dilation
+    from ..experiments.plan import replayed_plan
+
+    cfg = point.config
+    p = replayed_plan(cfg, point.target_gbps, None, engine=point.engine and engine_s is not None,
+                      min_dilation=point.min_dilation, engine_s=engine_s if point.engine else None)
+    setup = SETUP_S_PER_NODE * cfg.cluster_nodes
+    run = setup + cfg.steps * p.dilation * p.target_step_s
+    if engine_run and point.engine:
+        run += setup + dilation.ENGINE_STEPS * (dilation.model_step_s(cfg, 1000.0) + (engine_s or 0.0))
+    return run
+
+
+def _engine_key(point: Point) -> str:
+    """A configuration without its target: the points whose engine seconds are the same."""
+    key = point.key()
+    return repr(sorted((k, v) for k, v in key.items() if k not in ("target_gbps", "dilation_floor", "repeat")))
+
+
+def _estimates(gps: list[GridPoint], engine: dict[str, float], engine_done: set[str]) -> dict[str, float]:
+    """estimate_s of each point, cheapest first, the engine-seconds run counted once per
+    configuration (none for those in `engine_done`); `engine`: known engine seconds."""
+    est, done = {}, set(engine_done)
+    for gp in sorted(gps, key=lambda g: estimate_s(g.point, engine_run=False)):
+        k = _engine_key(gp.point)
+        est[gp.point.name] = estimate_s(gp.point, engine.get(k), engine_run=k not in done)
+        done.add(k)
+    return est
+
+
+def listing(points_: list[GridPoint], store: Store) -> dict[str, Any]:
+    """The grid against the store: counts (stored at the current version, old versions, missing),
+    per experiment, the order filling measures the missing ones in and the estimated seconds."""
+    status = {gp.point.name: store.status(gp.point) for gp in points_}
+    entries = {gp.point.name: store.read(gp.point) for gp in points_ if status[gp.point.name] == "stored"}
+    engine = {_engine_key(gp.point): e["plan"]["engine_s"] for gp in points_
+              if (e := entries.get(gp.point.name)) and e["plan"].get("engine_s") is not None}
+    missing = [gp for gp in points_ if status[gp.point.name] != "stored"]
+    est = _estimates(missing, engine, set(engine))
+    measured = [(entries[n]["measured"]["seconds"], estimate_s(gp.point, entries[n]["plan"].get("engine_s"),
+                                                               engine_run=False))
+                for gp in points_ if (n := gp.point.name) in entries]
+    ratio = sum(m for m, _ in measured) / sum(e for _, e in measured) if measured else None
+    per = {}
+    for gp in points_:
+        for x in gp.experiments:
+            d = per.setdefault(x, {"points": 0, "stored": 0})
+            d["points"] += 1
+            d["stored"] += status[gp.point.name] == "stored"
+    return {"points": len(points_), "stored": len(entries), "old_version": sum(s == "old" for s in status.values()),
+            "missing": len(missing), "version": store.version, "store": str(store.root),
+            "estimate_missing_s": sum(est.values()), "estimate_all_s": sum(_estimates(points_, {}, set()).values()),
+            "measured_over_estimate": ratio, "by_experiment": per, "order": list(est), "estimate_s": est,
+            "status": status}
+
+
+def _h(seconds: float) -> str:
+    return f"{seconds / 3600:.1f} h" if seconds >= 3600 else f"{seconds / 60:.0f} min"
+
+
+def print_listing(lst: dict[str, Any], points_: list[GridPoint], *, verbose: bool = True) -> None:
+    by_name = {gp.point.name: gp for gp in points_}
+    root = Path(lst["store"]).resolve()
+    where = root.relative_to(REPO_ROOT) if root.is_relative_to(REPO_ROOT) else root
+    print(f"full grid: {lst['points']} replayed configurations; {lst['stored']} stored (measurement version "
+          f"{lst['version']}, {where}), {lst['missing']} to measure"
+          + (f" ({lst['old_version']} of them stored at another version)" if lst["old_version"] else ""))
+    for name, d in lst["by_experiment"].items():
+        print(f"  {name}: {d['stored']} of {d['points']} stored")
+    if verbose:
+        for name in lst["order"]:
+            gp = by_name[name]
+            print(f"  to measure: {gp.point.label} (~{_h(lst['estimate_s'][name])}; {', '.join(gp.experiments)})")
+    ratio = lst["measured_over_estimate"]
+    print(f"estimate (steps x D x the model's step, {SETUP_S_PER_NODE:g} s set-up per node, D from the links where "
+          f"no engine seconds are stored; the engine term raises D for short steps): "
+          f"{_h(lst['estimate_missing_s'])} to fill the missing ones, {_h(lst['estimate_all_s'])} for the whole grid"
+          + (f"; the stored runs took {ratio:.2f}x their estimate, so about {_h(ratio * lst['estimate_missing_s'])} "
+             f"to fill" if ratio else ""))
+
+
+def fill(points_: list[GridPoint], store: Store, measure_point: Callable[[Point], tuple[dict, dict, dict]], *,
+         budget_s: float, clock: Callable[[], float] = time.monotonic,
+         say: Callable[[str], None] = print) -> dict[str, Any]:
+    """Measure the grid's missing points, cheapest first, each written to `store` once measured,
+    starting none once `budget_s` seconds have passed. `measure_point(point)` -> (plan row,
+    RunConfig dict, Measurement row). Returns what was measured and what is left."""
+    lst = listing(points_, store)
+    by_name = {gp.point.name: gp for gp in points_}
+    start, done = clock(), []
+    for i, name in enumerate(lst["order"], start=1):
+        spent = clock() - start
+        if spent >= budget_s:
+            say(f"budget of {_h(budget_s)} spent ({_h(spent)}): {len(lst['order']) - len(done)} configurations "
+                f"left for a later run")
+            break
+        pt = by_name[name].point
+        say(f"[{i}/{len(lst['order'])}] {pt.label} (~{_h(lst['estimate_s'][name])})")
+        load = list(os.getloadavg()) if hasattr(os, "getloadavg") else None
+        t0 = clock()
+        plan, config, run = measure_point(pt)
+        path = store.put(pt, plan=plan, config=config, run=run, seconds=clock() - t0, load_before=load)
+        done.append(path.name)
+    return {"measured": done, "left": len(lst["order"]) - len(done), "seconds": clock() - start}
+
+
+def measure_point(cache_dir: str | os.PathLike | None) -> Callable[[Point], tuple[dict, dict, dict]]:
+    """The real measure_point of `fill`: run.replayed_point with the runs cache at `cache_dir`."""
+    from ..experiments.cache import Cache
+    from ..experiments.run import replayed_point
+
+    cache = Cache(cache_dir)
+
+    def one(pt: Point) -> tuple[dict, dict, dict]:
+        plan, row = replayed_point(pt, cache)
+        return plan.row(), plan.config.to_dict(), row
+
+    return one
+
+
+def budget_seconds(minutes: float | None) -> float:
+    """--budget-min as seconds (None: no limit); one-line ValueError for a bad value."""
+    if minutes is None:
+        return math.inf
+    if not (isinstance(minutes, (int, float)) and math.isfinite(minutes) and minutes > 0):
+        raise ValueError(f"--budget-min must be a positive number of minutes, got {minutes!r}")
+    return 60.0 * minutes
+
+
+
+
+def run_grid(specs: list[Spec], *, store: Store, cache_dir: str | os.PathLike | None, list_only: bool,
+             budget_s: float) -> str:
+    """`reproduce --full`'s first step: list the grid (`list_only`: and stop, "listed"), else fill
+    its missing points within `budget_s`. Returns "complete" (every point stored at the current
+    version), "partial" (the budget ran out) or "unavailable" (no emulated cluster here)."""
+    from ..experiments.run import netem_unavailable
+
+    gps = grid(specs, "full")
+    lst = listing(gps, store)
+    print_listing(lst, gps, verbose=list_only)
+    if list_only:
+        return "listed"
+    if not lst["missing"]:
+        return "complete"
+    if reason := netem_unavailable():
+        print(f"full grid not measured: {reason}")
+        return "unavailable"
+    got = fill(gps, store, measure_point(cache_dir), budget_s=budget_s)
+    if got["measured"]:
+        print(f"wrote {len(got['measured'])} measured configurations into {store.root} in {_h(got['seconds'])}; "
+              f"nothing is committed: commit them with `git add {store.root}`")
+    return "complete" if got["left"] == 0 else "partial"

@@ -1,0 +1,185 @@
+"""The store of measured configurations (benchmarks/results/full) and the full grid filled within
+a budget, without running anything: a fake measure function and a fake clock stand in for the
+emulated cluster."""
+import dataclasses
+import json
+
+import pytest
+
+from stanza_core.experiments import replayed, run
+from stanza_core.experiments.spec import MeasureSpec
+from stanza_core.experiments.store import MEASUREMENT_VERSION, Point, Store, points
+from stanza_core.reproduce import grid
+from stanza_core.reproduce import main as reproduce_main
+
+
+def _spec(**kw) -> MeasureSpec:
+    """AlexNet at 224 px on 4 replayed nodes at 10 and 100 Gb/s: ps, ddp, stanza k=1 (a ReplaySet's)."""
+    s = replayed.ReplaySet(**{"models": ["alexnet"], "nodes": [4], "strategies": ["ps", "ddp", "stanza"],
+                              "fc_workers": [1], "target_gbps": [10.0], **kw})
+    return s.specs[0]
+
+
+def _fake_run(pt: Point, throughput: float = 2.0) -> tuple[dict, dict, dict]:
+    """What replayed_point would return (plan row, RunConfig dict, Measurement row), made up."""
+    c = pt.config
+    plan_row = {"label": c.label, "target_gbps": pt.target_gbps, "link_mbit": 250.0, "payload_gbps": 0.25,
+                "dilation": 40.0, "target_step_s": 0.3, "engine_s": 0.5, "global_batch": c.global_batch,
+                "batch_per_worker": 32, "fc_batch": 0}
+    row = {"strategy": c.strategy, "fc_workers": c.fc_workers, "ps_servers": 0, "ps_overlap": False,
+           "throughput": throughput, "step_time_median_s": 12.0, "bytes_per_step": 1000, "wall_s": 60.0,
+           **plan_row, "repeat": pt.repeat}
+    return plan_row, dataclasses.replace(c, link_mbit=250.0, dilation=40.0).to_dict(), row
+
+
+def _grid(spec: MeasureSpec, name: str = "throughput") -> list[grid.GridPoint]:
+    return [grid.GridPoint(pt, [name]) for pt in points(spec)]
+
+
+def test_the_store_round_trips_one_readable_file_per_configuration(tmp_path):
+    st = Store(tmp_path)
+    pts = points(_spec())
+    assert [p.config.label for p in pts] == ["ps", "ddp", "stanza k=1"] and st.get(pts[0]) is None
+    plan_row, cfg, row = _fake_run(pts[1], throughput=3.25)
+    path = st.put(pts[1], plan=plan_row, config=cfg, run=row, seconds=61.04, load_before=[1.0, 0.5, 0.25])
+    assert path.parent == tmp_path and path.name.startswith("alexnet-n4-ddp-10g-v100-")
+    entry = json.loads(path.read_text())
+    assert entry["version"] == MEASUREMENT_VERSION and entry["key"] == pts[1].key()
+    assert entry["plan"] == plan_row and entry["config"] == cfg and entry["run"] == row
+    assert entry["summary"]["throughput"] == 3.25 and entry["summary"]["target_throughput"] == 3.25 * 40
+    m = entry["measured"]
+    assert m["seconds"] == 61.0 and m["loadavg_before"] == [1.0, 0.5, 0.25] and m["host"] and m["cpus"] >= 1
+    got = Store(tmp_path).get(pts[1])  # a later run (any machine: nothing but the folder is read)
+    assert got["run"] == row and Store(tmp_path).get(pts[0]) is None
+    assert [Store(tmp_path).status(p) for p in pts] == ["missing", "stored", "missing"]
+
+
+def test_an_entry_of_another_version_is_not_reused(tmp_path):
+    pt = points(_spec())[0]
+    plan_row, cfg, row = _fake_run(pt)
+    Store(tmp_path, version=MEASUREMENT_VERSION + 1).put(pt, plan=plan_row, config=cfg, run=row, seconds=1.0)
+    st = Store(tmp_path)
+    assert st.get(pt) is None and st.status(pt) == "old" and not st.reused
+    assert grid.listing(_grid(_spec()), st)["old_version"] == 1
+    # a file under the point's name holding another configuration's key is not this point's
+    other = points(_spec())[1]
+    st.put(other, plan=plan_row, config=cfg, run=row, seconds=1.0)
+    st.path(pt).write_text(st.path(other).read_text())
+    assert st.get(pt) is None and st.status(pt) == "missing"
+
+
+def test_the_key_is_stable_for_the_same_configuration_and_differs_for_another():
+    a, b = points(_spec()), points(_spec())
+    assert [p.name for p in a] == [p.name for p in b] and [p.key() for p in a] == [p.key() for p in b]
+    key = a[0].key()
+    assert "link_mbit" not in key and "dilation" not in key  # resolved on the measuring machine: in the entry
+    assert key["target_gbps"] == 10.0 and key["dilation_floor"] == 40.0 and key["engine"] is True
+    # the floor of D stated as the user's 1 (notebook 09) or as the links' 40 (ReplaySet): one key
+    spec = _spec()
+    spec.dilation = 1.0
+    assert [p.name for p in points(spec)] == [p.name for p in a]
+    # a different target, step count, device or engine term is another configuration
+    others = [points(_spec(target_gbps=[100.0]))[0],
+              points(_spec(steps=4))[0], points(_spec(replay_device="a100"))[0],
+              points(_spec(engine=False))[0]]
+    assert len({p.name for p in others} | {a[0].name}) == 5
+    # repeats are their own entries
+    rep = points(_spec(repeats=2))
+    assert len(rep) == 6 and "-r1-" in rep[3].name and rep[3].key()["repeat"] == 1
+
+
+class _Clock:
+    def __init__(self):
+        self.t = 0.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def test_the_budget_stops_new_runs_and_a_later_fill_measures_only_the_rest(tmp_path):
+    st, clock, calls = Store(tmp_path), _Clock(), []
+    gps = _grid(_spec()) + _grid(_spec(target_gbps=[100.0]))  # 6 points
+
+    def measure_point(pt):  # each run takes ten minutes by the clock
+        calls.append(pt.name)
+        clock.t += 600
+        return _fake_run(pt)
+
+    said = []
+    got = grid.fill(gps, st, measure_point, budget_s=25 * 60, clock=clock, say=said.append)
+    # started at 0, 10 and 20 min; at 30 min the 25 min budget is spent: no fourth run
+    assert len(calls) == 3 and got["left"] == 3 and len(got["measured"]) == 3
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(calls) and "budget" in said[-1]
+    order = grid.listing(gps, Store(tmp_path))["order"]
+    assert len(order) == 3 and not set(order) & set(calls)
+    calls.clear()
+    got = grid.fill(gps, Store(tmp_path), measure_point, budget_s=grid.budget_seconds(None), clock=clock,
+                    say=said.append)
+    assert sorted(calls) == sorted(order) and got["left"] == 0
+    calls.clear()
+    assert grid.fill(gps, Store(tmp_path), measure_point, budget_s=60, clock=clock, say=said.append)["measured"] == []
+    assert not calls
+
+
+def test_the_listing_counts_stored_and_missing_and_estimates_the_fill(tmp_path):
+    st = Store(tmp_path)
+    gps = _grid(_spec()) + [grid.GridPoint(gps.point, ["bandwidth_sweep"])
+                            for gps in _grid(_spec(target_gbps=[100.0]))]
+    gps[0].experiments.append("bandwidth_sweep")
+    empty = grid.listing(gps, st)
+    assert (empty["points"], empty["stored"], empty["missing"]) == (6, 0, 6)
+    assert empty["by_experiment"] == {"throughput": {"points": 3, "stored": 0},
+                                      "bandwidth_sweep": {"points": 4, "stored": 0}}
+    ests = empty["estimate_s"]
+    assert list(ests) == empty["order"] and empty["estimate_missing_s"] == pytest.approx(sum(ests.values()))
+    assert all(e > grid.SETUP_S_PER_NODE * 4 for e in ests.values()) and empty["measured_over_estimate"] is None
+    for gp in gps[:2]:
+        plan_row, cfg, row = _fake_run(gp.point)
+        st.put(gp.point, plan=plan_row, config=cfg, run=row, seconds=600.0)
+    lst = grid.listing(gps, st)
+    assert (lst["stored"], lst["missing"], lst["old_version"]) == (2, 4, 0)
+    assert lst["by_experiment"]["throughput"] == {"points": 3, "stored": 2}
+    assert lst["by_experiment"]["bandwidth_sweep"] == {"points": 4, "stored": 1}
+    assert lst["estimate_missing_s"] < empty["estimate_missing_s"] and lst["measured_over_estimate"] > 0
+    grid.print_listing(lst, gps)  # prints; the counts above are what it says
+
+
+def test_measure_reads_stored_configurations_and_measures_nothing(tmp_path, monkeypatch):
+    spec = _spec()
+    st = Store(tmp_path)
+    rows = []
+    for pt in points(spec):
+        plan_row, cfg, row = _fake_run(pt)
+        st.put(pt, plan=plan_row, config=cfg, run=row, seconds=60.0)
+        rows.append(row)
+    # no emulated cluster here and no engine-seconds run: everything comes from the store
+    monkeypatch.setattr(run, "netem_unavailable", lambda: "no root")
+    monkeypatch.setattr(run, "replayed_point", lambda *a: pytest.fail("a stored configuration was measured"))
+    m = run.measure(spec, None, progress=False, store_dir=tmp_path)
+    assert m.unavailable is None and m.runs == rows and m.cache["store"]["reused"] == 3
+    assert [r["label"] for r in m.summary] == sorted(r["label"] for r in rows)
+    # one missing configuration and no emulated cluster: skipped, as before
+    st.path(points(spec)[2]).unlink()
+    assert run.measure(spec, None, progress=False, store_dir=tmp_path).unavailable == "no root"
+    # with the emulator, only the missing one is measured
+    monkeypatch.setattr(run, "netem_unavailable", lambda: None)
+    measured = []
+    monkeypatch.setattr(run, "replayed_point", lambda pt, cache: (measured.append(pt), _fake_run(pt)[2]))
+    m = run.measure(spec, None, progress=False, store_dir=tmp_path)
+    assert [p.config.label for p in measured] == ["stanza k=1"] and m.runs == rows
+    with pytest.raises(ValueError, match="replayed configurations only"):
+        points(MeasureSpec(model="alexnet", image_size=224, num_classes=1000, nodes=4, strategies=["ddp"],
+                           fc_workers=[1], global_batch=64, steps=3, target_gbps=[10.0]))
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--list"], "--list and --budget-min are about the full grid: add --full, or FULL=1 with make"),
+    (["--budget-min", "30"], "--list and --budget-min are about the full grid: add --full, or FULL=1 with make"),
+    (["--full", "--budget-min", "0"], "--budget-min must be a positive number of minutes, got 0.0"),
+    (["--full", "--budget-min", "nan"], "--budget-min must be a positive number of minutes, got nan"),
+])
+def test_bad_grid_options_fail_in_one_line(argv, message, capsys, tmp_path):
+    assert reproduce_main(argv + ["--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert err == f"error: {message}\n" and not (tmp_path / "out").exists()
+
