@@ -14,7 +14,7 @@
 # %% [markdown]
 # # T3 · The same step in plain `torch.distributed`
 #
-# *Course on layer separation, part 3 of 5. Before: T2 (one step by hand, one process). Next:
+# *Course on layer separation, part 3 of 8. Before: T2 (one step by hand, one process). Next:
 # T4 (overlap).*
 #
 # **The idea of this part.** T2 moved tensors by copying them. Now three real processes do it
