@@ -29,6 +29,7 @@ from stanza_core.experiments.replay_bench import run_plans
 from stanza_core.experiments.spec import RunConfig
 from stanza_core.perf import Cluster, DeviceProfile, best_assignment, named_profile, predict
 from stanza_core.perf.optimize import MICRO_BATCHES
+from stanza_core.topology import global_batch_for
 
 OPTION_KEYS = ("fc_conv_share", "micro_batches")
 
@@ -41,8 +42,8 @@ def candidates(profile, n, gbps, dev, b) -> dict[str, dict]:
     stanza = [p for p in a.ranking if p.strategy == "stanza"]
     best = stanza[0]
     m_only = next(p for p in stanza if not p.fc_batch)
-    out = {"ddp": {"strategy": "ddp", "fc_workers": None, "global_batch": b * n},
-           "paper stanza": {"strategy": "stanza", "fc_workers": 1, "global_batch": b * (n - 1)}}
+    out = {"ddp": {"strategy": "ddp", "fc_workers": None, "global_batch": global_batch_for("ddp", n, 0, b)},
+           "paper stanza": {"strategy": "stanza", "fc_workers": 1, "global_batch": global_batch_for("stanza", n, 1, b)}}
     for name, p in (("best option", best), ("best M only", m_only)):
         out[name] = {"strategy": "stanza", "fc_workers": p.fc_workers, "global_batch": p.global_batch,
                      "fc_conv_share": p.fc_conv_share, "micro_batches": p.micro_batches}

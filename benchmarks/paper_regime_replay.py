@@ -43,7 +43,7 @@ from stanza_core.experiments.validation import engine_apart
 from stanza_core.experiments.replay_bench import run_plans
 from stanza_core.experiments.spec import RunConfig
 from stanza_core.netem import MAX_AGGREGATE_MBIT
-from stanza_core.topology import Topology
+from stanza_core.topology import global_batch_for
 
 # name -> (strategy, k, dedicated servers, overlapped push)
 CONFIGS = {"ps": ("ps", 0, 0, False), "ps_s1": ("ps", 0, 1, False), "ps_ov": ("ps", 0, 0, True),
@@ -104,7 +104,7 @@ def main(argv=None) -> int:
                         continue
                     s, k, servers, overlap = CONFIGS[name]
                     cfg = RunConfig(model=model, image_size=224, num_classes=1000, nodes=n, strategy=s, fc_workers=k,
-                                    global_batch=a.batch_per_worker * data_workers(s, n, k), steps=a.steps,
+                                    global_batch=global_batch_for(s, n, k, a.batch_per_worker), steps=a.steps,
                                     warmup=a.warmup, link_mbit=1000.0, mtu=a.mtu, ps_servers=servers,
                                     ps_overlap=overlap, compute="replay", replay_device=a.device)
                     e = dilation.engine_seconds_arg(a.engine_s, engines, f"{model} N={n} {name}", cfg,
@@ -120,11 +120,6 @@ def main(argv=None) -> int:
     rows = run_plans(plans, write=write, name_key="config")
     print(format_table(results + rows))
     return 0
-
-
-def data_workers(strategy: str, nodes: int, k: int) -> int:
-    """The data workers of a configuration on `nodes` workers (topology; servers are extra nodes)."""
-    return Topology(strategy, nodes, k, 0).data_workers
 
 
 def format_table(results: list[dict]) -> str:

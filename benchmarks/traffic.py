@@ -19,16 +19,17 @@ import subprocess
 import sys
 import tempfile
 
+from stanza_core.topology import global_batch_for
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 IMAGE = {"alexnet": 64, "vgg16": 32}
 
 
 def run(model, nodes, strategy, k, per_worker, steps, workdir):
-    data_workers = nodes - k if strategy == "stanza" else nodes
     metrics = os.path.join(workdir, f"{model}-{strategy}{k}-{nodes}.json")
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nodes}",
            "-m", "stanza_core.train", "--strategy", strategy, "--model", model, "--num-classes", "1000",
-           "--image-size", str(IMAGE[model]), "--global-batch", str(per_worker * data_workers),
+           "--image-size", str(IMAGE[model]), "--global-batch", str(global_batch_for(strategy, nodes, k, per_worker)),
            "--steps", str(steps), "--warmup", "1", "--boundary", "flatten", "--device", "cpu",
            "--metrics", metrics, "--quiet", "--overwrite", "--timeout-s", "600"]
     if strategy == "stanza":

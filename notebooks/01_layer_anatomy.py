@@ -85,12 +85,13 @@ out_dir: str = "../reproductions/out/anatomy"  # where results.json and the figu
 # %%
 import stanza_core.nbtools as nbt
 from stanza_core import viz
+from stanza_core.experiments import anatomy
 
-profiles = nbt.profile_models(models, image_size=image_size, num_classes=num_classes,
-                              batch_size=batch_size, time=time_layers, device=device)
+profiles = anatomy.profile_models(models, image_size=image_size, num_classes=num_classes,
+                                  batch_size=batch_size, time=time_layers, device=device)
 
 # %%
-results = nbt.anatomy_results(profiles)
+results = anatomy.anatomy_results(profiles)
 nbt.write_results(results, out_dir)
 figs = viz.anatomy_figures(profiles)
 nbt.save_figures(figs, out_dir, png=png)

@@ -43,7 +43,8 @@ import os
 import sys
 
 from .checks import int_list, positive_floats
-from .experiments.run import measure, netem_unavailable, summarize, target_step_s  # noqa: F401 (re-exported)
+from .experiments.measurement import Measurement, summarize  # noqa: F401 (re-exported)
+from .experiments.run import measure, netem_unavailable, target_step_s  # noqa: F401 (re-exported)
 from .experiments.spec import MeasureSpec
 from .labels import run_label
 
@@ -57,9 +58,9 @@ def run_bench(*, model: str, image_size: int, nodes: int, strategies: list[str],
               link_mbit: list[float] | None = None, target_gbps: list[float] | None = None,
               target_device: str = "v100", repeats: int = 1, delay_ms: float = 0.0, boundary: str | None = None,
               mtu: int = 9000, progress: bool = True, ps_servers: list[int] | None = None,
-              ps_overlap: list[bool] | None = None) -> dict:
-    """Run every configuration at every bandwidth (experiments.run.measure, uncached); the results
-    dict. Bad input raises ValueError, an unusable emulator RuntimeError, before any run."""
+              ps_overlap: list[bool] | None = None) -> Measurement:
+    """Run every configuration at every bandwidth (experiments.run.measure, uncached); their
+    Measurement. Bad input raises ValueError, an unusable emulator RuntimeError, before any run."""
     spec = MeasureSpec(model=model, image_size=image_size, num_classes=num_classes, nodes=nodes,
                        strategies=strategies, fc_workers=fc_workers, global_batch=global_batch, steps=steps,
                        warmup=warmup, target_gbps=target_gbps, link_mbit=link_mbit, target_device=target_device,
@@ -71,10 +72,10 @@ def run_bench(*, model: str, image_size: int, nodes: int, strategies: list[str],
     return measure(spec, None, progress=progress)
 
 
-def format_table(result: dict) -> str:
+def format_table(result: Measurement) -> str:
     lines = ["| target Gb/s | emulated Mbit/s | strategy | samples/s (median) | spread | vs ps | vs ddp | MB/step |",
              "|---|---|---|---|---|---|---|---|"]
-    for r in result["summary"]:
+    for r in result.summary:
         name = run_label(r) + (f" (links slipped in {r['slipped_runs']}/{r['repeats']})" if r.get("slipped_runs") else "")
         spread = f"{r['throughput_min']:.1f}-{r['throughput_max']:.1f}"
         vs = [f"{r[f'speedup_vs_{b}']:.2f}x" if r[f"speedup_vs_{b}"] else "-" for b in ("ps", "ddp")]
@@ -132,25 +133,28 @@ def main(argv=None) -> int:
     except RuntimeError as e:  # netem unavailable, a failed node
         print(f"error: {str(e).splitlines()[0]}", file=sys.stderr)
         return 1
-    if result["calibration"]:
-        c = result["calibration"]
+    if result.calibration:
+        c = result.calibration
         print(f"compute step of {c['batch_per_worker']} samples: {c['t_step_here_s'] * 1e3:.1f} ms here, "
               f"{c['t_step_target_s'] * 1e3:.2f} ms on {c['target_device']} (ratio {c['ratio']:.4g})")
     print(format_table(result))
     if args.out:
         os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
         with open(args.out, "w") as fh:
-            json.dump(result, fh, indent=1)
+            json.dump(result.to_dict(), fh, indent=1)
     return 0
 
 
 def auto_fc_workers(args) -> int:
     """k chosen by the performance model for the first target (or, with --link-mbit, the first rate)."""
-    from .perf import Cluster, best_assignment, named_profile
+    from .perf import Cluster, best_assignment, device_profile, named_profile
 
-    profile = named_profile(args.model, args.image_size, args.num_classes, args.global_batch // args.nodes)
+    batch = args.global_batch // args.nodes
+    profile = named_profile(args.model, args.image_size, args.num_classes, batch)
     gbps = float((args.target_gbps or "").split(",")[0] or 0) or float(args.link_mbit.split(",")[0]) / 1000
-    a = best_assignment(profile, Cluster(args.nodes, gbps, device=args.target_device), args.global_batch)
+    # the one resolver: a table row, a measured device (h200-measured) or PATH.json, as perf.check_device accepts
+    dev = device_profile(args.target_device, profile, batch, what="--target-device").profile
+    a = best_assignment(profile, Cluster(args.nodes, gbps, device=dev), args.global_batch)
     return a.best_stanza().fc_workers
 
 

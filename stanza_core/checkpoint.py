@@ -1,4 +1,4 @@
-"""Per-rank checkpoints, written atomically (temporary file, fsync, rename) and loaded with
+"""Per-rank checkpoints, written atomically (atomic.py: temporary file, fsync, rename) and loaded with
 weights_only=True. A checkpoint records the layout it was made with; resuming under another
 layout is refused with a one-line error instead of silently training something else."""
 from __future__ import annotations
@@ -7,7 +7,8 @@ import os
 
 import torch
 
-from .config import ConfigError
+from . import atomic
+from .errors import ConfigError
 
 # Fields that must match for a resumed run to continue the same training (bn_stats: batch-norm
 # statistics over the global batch or per worker train differently).
@@ -21,15 +22,10 @@ def path_for(directory: str, rank: int, world_size: int) -> str:
 
 
 def save(directory: str, rank: int, world_size: int, step: int, cfg_dict: dict, state: dict):
-    os.makedirs(directory, exist_ok=True)
-    final = path_for(directory, rank, world_size)
-    tmp = final + ".tmp"
     layout = {k: cfg_dict[k] for k in LAYOUT_FIELDS}
-    with open(tmp, "wb") as fh:
-        torch.save({"step": step, "layout": layout, "world_size": world_size, "state": state}, fh)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, final)  # atomic: a reader sees the old checkpoint or the new one, never half
+    # atomic: a reader sees the old checkpoint or the new one, never half
+    atomic.torch_save({"step": step, "layout": layout, "world_size": world_size, "state": state},
+                      path_for(directory, rank, world_size))
 
 
 def load(directory: str, rank: int, world_size: int, cfg_dict: dict) -> tuple[int, dict]:

@@ -2,11 +2,13 @@
 from __future__ import annotations
 
 import dataclasses
-import math
 import os
 from typing import Any
 
-STRATEGIES = ("local", "ddp", "ps", "stanza")
+from . import checks
+from .errors import ConfigError  # noqa: F401 (the engine's modules import it from here)
+from .topology import STRATEGIES
+
 DEVICES = ("auto", "cpu", "cuda")
 BACKENDS = ("auto", "gloo", "nccl")
 BOUNDARY_DTYPES = ("fp32", "bf16", "fp16")
@@ -20,16 +22,6 @@ MAX_TIMEOUT_S = 7 * 86400.0
 MAX_BUCKET_MB = 1e5
 
 
-class ConfigError(ValueError):
-    """Bad user input; the message is one line saying what was wrong and what was expected.
-
-    `scope` says who can see it: "job" (the same on every rank: only rank 0 prints it), "host"
-    (this machine's GPUs: local rank 0 of each machine prints it) or "rank" (this rank's own
-    device or checkpoint: every rank that hits it prints it, prefixed with its rank)."""
-
-    def __init__(self, message: str = "", *, scope: str = "job"):
-        super().__init__(message)
-        self.scope = scope
 
 
 @dataclasses.dataclass(kw_only=True)
@@ -77,43 +69,27 @@ class TrainConfig:
 
     def __post_init__(self):
         for f in dataclasses.fields(self):  # every number finite, before any range check
-            value = getattr(self, f.name)
-            if isinstance(value, float) and not math.isfinite(value):
-                raise ConfigError(f"--{f.name.replace('_', '-')} must be a finite number, got {value}")
-        if self.bn_stats not in BN_STATS:
-            raise ConfigError(f"unknown --bn-stats {self.bn_stats!r}; expected one of {', '.join(BN_STATS)}")
-        if not 0 <= self.seed < MAX_SEED:
-            raise ConfigError(f"--seed must be in [0, {MAX_SEED}), got {self.seed}")
-        if self.fc_workers < 0:
-            raise ConfigError(f"--fc-workers must be >= 0, got {self.fc_workers}")
+            if isinstance(getattr(self, f.name), float):
+                checks.number(_flag(f.name), getattr(self, f.name))
+        checks.one_of("--bn-stats", self.bn_stats, BN_STATS)
+        checks.in_interval("--seed", self.seed, 0, MAX_SEED)
+        checks.number("--fc-workers", self.fc_workers, at_least=0)
         if self.timeout_s > MAX_TIMEOUT_S:
             raise ConfigError(f"--timeout-s must be <= {MAX_TIMEOUT_S:.0f} (a week), got {self.timeout_s}")
         if self.bucket_mb > MAX_BUCKET_MB:
             raise ConfigError(f"--bucket-mb must be <= {MAX_BUCKET_MB:.0f}, got {self.bucket_mb}")
-        if self.strategy not in STRATEGIES:
-            raise ConfigError(f"unknown strategy {self.strategy!r}; expected one of {', '.join(STRATEGIES)}")
-        if self.device not in DEVICES:
-            raise ConfigError(f"unknown device {self.device!r}; expected one of {', '.join(DEVICES)}")
-        if self.backend not in BACKENDS:
-            raise ConfigError(f"unknown backend {self.backend!r}; expected one of {', '.join(BACKENDS)}")
+        checks.one_of("strategy", self.strategy, STRATEGIES)
+        checks.one_of("device", self.device, DEVICES)
+        checks.one_of("backend", self.backend, BACKENDS)
         if self.backend == "nccl" and self.device == "cpu":
             raise ConfigError("--backend nccl needs CUDA tensors; use --device cuda (or --backend gloo on CPU)")
         for name in ("num_classes", "image_size", "global_batch", "steps", "log_every"):
-            if getattr(self, name) < 1:
-                raise ConfigError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(self, name)}")
-        for name in ("warmup", "checkpoint_every", "save_every", "ps_shards", "ps_servers"):
-            if getattr(self, name) < 0:
-                raise ConfigError(f"--{name.replace('_', '-')} must be >= 0, got {getattr(self, name)}")
-        if self.lr <= 0:
-            raise ConfigError(f"--lr must be > 0, got {self.lr}")
-        if not 0 <= self.momentum < 1:
-            raise ConfigError(f"--momentum must be in [0, 1), got {self.momentum}")
-        if self.weight_decay < 0:
-            raise ConfigError(f"--weight-decay must be >= 0, got {self.weight_decay}")
-        if self.timeout_s <= 0:
-            raise ConfigError(f"--timeout-s must be > 0, got {self.timeout_s}")
-        if self.bucket_mb <= 0:
-            raise ConfigError(f"--bucket-mb must be > 0, got {self.bucket_mb}")
+            checks.number(_flag(name), getattr(self, name), at_least=1)
+        for name in ("warmup", "checkpoint_every", "save_every", "ps_shards", "ps_servers", "weight_decay"):
+            checks.number(_flag(name), getattr(self, name), at_least=0)
+        for name in ("lr", "timeout_s", "bucket_mb", "dilation"):
+            checks.number(_flag(name), getattr(self, name), above=0)
+        checks.in_interval("--momentum", self.momentum, 0, 1)
         if self.warmup >= self.steps:
             raise ConfigError(f"--warmup {self.warmup} leaves no timed step of --steps {self.steps}, so there is no "
                               "throughput to report; expected --warmup < --steps (e.g. --warmup 0)")
@@ -144,10 +120,7 @@ class TrainConfig:
             if os.path.exists(path) and not self.overwrite and not self.resume:
                 raise ConfigError(f"--save-every: {path} already exists; pass --overwrite to replace it")
 
-        if self.compute not in COMPUTE:
-            raise ConfigError(f"unknown --compute {self.compute!r}; expected one of {', '.join(COMPUTE)}")
-        if isinstance(self.dilation, bool) or not math.isfinite(self.dilation) or self.dilation <= 0:
-            raise ConfigError(f"--dilation must be a finite number > 0, got {self.dilation}")
+        checks.one_of("--compute", self.compute, COMPUTE)
         if self.compute == "replay":
             if not self.replay_device:
                 raise ConfigError("--compute replay needs --replay-device (a device-table row, a measured device or PATH.json)")
@@ -226,22 +199,19 @@ def check_layout(cfg: TrainConfig, topo) -> list[str]:
     return out
 
 
+def _flag(field: str) -> str:
+    return "--" + field.replace("_", "-")
+
+
 def check_stanza_options(strategy: str, *, fc_conv_share: float = 0.0, micro_batches: int = 1,
                          boundary_dtype: str = "fp32", grad_compression: str = "none") -> None:
     """One-line ConfigError unless stanza's options beyond the paper hold valid values and are
     left at their defaults by every other strategy (the training CLI's check; the experiments'
     RunConfig makes the same one)."""
-    if isinstance(micro_batches, bool) or not isinstance(micro_batches, int):
-        raise ConfigError(f"--micro-batches must be an integer >= 1, got {micro_batches!r}")
-    if micro_batches < 1:
-        raise ConfigError(f"--micro-batches must be >= 1, got {micro_batches}")
-    if isinstance(fc_conv_share, bool) or not isinstance(fc_conv_share, (int, float)) or not 0 <= fc_conv_share < 1:
-        raise ConfigError(f"--fc-conv-share must be in [0, 1), got {fc_conv_share}")
-    if boundary_dtype not in BOUNDARY_DTYPES:
-        raise ConfigError(f"unknown --boundary-dtype {boundary_dtype!r}; expected one of {', '.join(BOUNDARY_DTYPES)}")
-    if grad_compression not in GRAD_COMPRESSIONS:
-        raise ConfigError(f"unknown --grad-compression {grad_compression!r}; "
-                          f"expected one of {', '.join(GRAD_COMPRESSIONS)}")
+    checks.positive_int("--micro-batches", micro_batches)
+    checks.in_interval("--fc-conv-share", fc_conv_share, 0, 1)
+    checks.one_of("--boundary-dtype", boundary_dtype, BOUNDARY_DTYPES)
+    checks.one_of("--grad-compression", grad_compression, GRAD_COMPRESSIONS)
     if strategy != "stanza":
         given = {"fc_conv_share": fc_conv_share, "micro_batches": micro_batches, "boundary_dtype": boundary_dtype,
                  "grad_compression": grad_compression}

@@ -18,7 +18,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from .config import ConfigError
+from .errors import ConfigError
 
 SYNTHETIC_SIZE = 50_000
 MEAN, STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)

@@ -31,7 +31,9 @@ from __future__ import annotations
 
 import dataclasses
 
-from .config import STRATEGIES, ConfigError
+from .errors import ConfigError
+
+STRATEGIES = ("local", "ddp", "ps", "stanza")  # what the engine runs (config.TrainConfig.strategy)
 
 LOCAL, WORKER, CONV_WORKER, FC_WORKER, PS_SERVER = "local", "worker", "conv_worker", "fc_worker", "ps_server"
 
@@ -144,6 +146,12 @@ class Topology:
     def _check_rank(self, rank: int):
         if not 0 <= rank < self.world_size:
             raise ValueError(f"rank {rank} out of range for world size {self.world_size}")
+
+
+def global_batch_for(strategy: str, nodes: int, fc_workers: int | None, batch_per_worker: int) -> int:
+    """G that gives each data worker `batch_per_worker` samples (k counts for stanza only;
+    dedicated ps servers are nodes beside the `nodes` workers)."""
+    return batch_per_worker * Topology(strategy, nodes, (fc_workers or 0) if strategy == "stanza" else 0, 0).data_workers
 
 
 def fc_worker_choices(nodes: int) -> range:

@@ -21,7 +21,7 @@ import time
 
 import torch
 
-from . import checkpoint, replay
+from . import atomic, checkpoint, replay
 from .batchnorm import bn_layers, use_global_batch_stats
 from .comm import Comm, PeerError, report
 from .config import ConfigError, TrainConfig, check_layout, step_save_path
@@ -80,7 +80,7 @@ def parse_config(argv: list[str] | None) -> TrainConfig:
     return TrainConfig(**vars(ns))
 
 
-def resolve_device(cfg: TrainConfig, local_rank: int, local_world: int | None = None) -> torch.device:
+def rank_device(cfg: TrainConfig, local_rank: int, local_world: int | None = None) -> torch.device:
     """This rank's device. CUDA: local rank i takes GPU i. More ranks on this machine than GPUs
     is refused (NCCL cannot put two ranks on one GPU) unless --backend gloo, under which ranks
     share the GPUs round-robin (collectives on CUDA tensors, P2P staged through host memory)."""
@@ -119,7 +119,7 @@ def prepare(cfg: TrainConfig) -> Prepared:
     topo = make_topology(cfg.strategy, world, cfg.global_batch, cfg.fc_workers, cfg.ps_shards,
                          cfg.fc_conv_share, cfg.micro_batches, ps_servers=cfg.ps_servers)
     set_numerics(cfg.exact)  # before any CUDA work: cuBLAS reads its workspace setting at init
-    device = resolve_device(cfg, int(os.environ.get("LOCAL_RANK", 0)))
+    device = rank_device(cfg, int(os.environ.get("LOCAL_RANK", 0)))
     if cfg.backend == "nccl" and device.type != "cuda":
         raise ConfigError("--backend nccl: no CUDA GPU here; use --backend gloo or auto", scope="host")
     if cfg.image_size < MIN_IMAGE_SIZE.get(cfg.model, 1):
@@ -247,7 +247,7 @@ def _train(cfg, prep: Prepared, comm) -> dict | None:
         if t + 1 in save_steps:  # collective: every rank takes part, rank 0 writes
             state = strategy.full_state_dict()
             if comm.rank == 0:
-                _atomic_torch_save(state, step_save_path(cfg.save, t + 1))
+                atomic.torch_save(state, step_save_path(cfg.save, t + 1))
     losses, times, spans = log.losses, log.times, log.spans
     steps_peak_mib = _vm_hwm_mib() if steps_peak else None
     if cfg.checkpoint_dir:
@@ -263,9 +263,9 @@ def _train(cfg, prep: Prepared, comm) -> dict | None:
         return None
     metrics = build_metrics(cfg, topo, device, start, everyone, replayer.describe() if replayer else None)
     if cfg.save:
-        _atomic_torch_save(state, cfg.save)
+        atomic.torch_save(state, cfg.save)
     if cfg.metrics:
-        _atomic_write(cfg.metrics, json.dumps(metrics, indent=1))
+        atomic.write_text(cfg.metrics, json.dumps(metrics, indent=1))
     return metrics
 
 
@@ -406,21 +406,6 @@ def _backend_name() -> str:
     import torch.distributed as dist
 
     return dist.get_backend() if dist.is_available() and dist.is_initialized() else "none"
-
-
-def _atomic_write(path: str, text: str):
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    tmp = path + ".tmp"
-    with open(tmp, "w") as fh:
-        fh.write(text)
-    os.replace(tmp, path)
-
-
-def _atomic_torch_save(obj, path: str):
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    tmp = path + ".tmp"
-    torch.save(obj, tmp)
-    os.replace(tmp, path)
 
 
 def error_line(e: Exception, rank: int, local_rank: int) -> str | None:

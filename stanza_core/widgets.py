@@ -30,9 +30,8 @@ import ipywidgets as W
 import plotly.graph_objects as go
 from IPython.display import display
 
-from .models import MODEL_NAMES, known_model
-from .perf import Cluster, best_assignment, device_names, device_profile, named_profile, predict
-from .perf.resolve import known_device, unknown_message
+from . import checks
+from .perf import Cluster, best_assignment, check_device, device_names, device_profile, named_profile, predict
 from .perf.optimize import COMPRESSIONS, MICRO_BATCHES, PAPER, share_grid
 from .topology import fc_worker_choices
 from .viz import assignment as va
@@ -46,29 +45,22 @@ def _check(models: Sequence[str], model: str, nodes: int, max_nodes: int, bandwi
            global_batch: int, device: str, fc_workers: int, strategy: str, image_size: int) -> None:
     """One-line ValueError for the first bad argument (before any widget exists)."""
     for m in models:
-        if not known_model(m):
-            raise ValueError(f"unknown model {m!r}; expected one of: {', '.join(MODEL_NAMES)} or package.module:factory")
+        checks.model_fits(m, None)
     if model not in models:
         raise ValueError(f"model {model!r} is not among models {list(models)}")
-    if isinstance(max_nodes, bool) or not isinstance(max_nodes, int) or max_nodes < 2:
-        raise ValueError(f"max_nodes must be an integer >= 2, got {max_nodes!r}")
+    checks.positive_int("max_nodes", max_nodes, 2)
     if isinstance(nodes, bool) or not isinstance(nodes, int) or not 2 <= nodes <= max_nodes:
         raise ValueError(f"nodes must be an integer in 2..{max_nodes}, got {nodes!r}")
-    for name, v in (("bandwidth_gbps", bandwidth_gbps), ("latency_us", latency_us)):
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0:
-            raise ValueError(f"{name} must be a number > 0, got {v!r}")
-    if isinstance(global_batch, bool) or not isinstance(global_batch, int) or global_batch < nodes:
-        raise ValueError(f"global_batch must be an integer >= nodes ({nodes}), got {global_batch!r}")
-    if not known_device(device):
-        raise ValueError(unknown_message(device))
+    checks.number("bandwidth_gbps", bandwidth_gbps, above=0)
+    checks.number("latency_us", latency_us, above=0)
+    checks.positive_int("global_batch", global_batch, nodes, what="nodes")
+    check_device(device)
     fits = fc_worker_choices(nodes)
     if isinstance(fc_workers, bool) or not isinstance(fc_workers, int) or fc_workers not in (0, *fits):
         raise ValueError(f"fc_workers must be 0 (the optimiser's k) or in 1..{len(fits)} for {nodes} nodes "
                          f"(every FC worker serves a CONV worker), got {fc_workers!r}")
-    if strategy not in STRATEGIES:
-        raise ValueError(f"unknown strategy {strategy!r}; expected one of: {', '.join(STRATEGIES)}")
-    if isinstance(image_size, bool) or not isinstance(image_size, int) or image_size < 32:
-        raise ValueError(f"image_size must be an integer >= 32, got {image_size!r}")
+    checks.one_of("strategy", strategy, STRATEGIES)
+    checks.positive_int("image_size", image_size, 32)
 
 
 PLOTLY_MIME = "application/vnd.plotly.v1+json"
@@ -99,11 +91,8 @@ class Explorer:
                strategy, image_size)
         if isinstance(fc_conv_share, bool) or not isinstance(fc_conv_share, (int, float)) or not 0 <= fc_conv_share <= 0.5:
             raise ValueError(f"fc_conv_share must be a number in [0, 0.5], got {fc_conv_share!r}")
-        if micro_batches not in MICRO_BATCHES:
-            raise ValueError(f"micro_batches must be one of {', '.join(map(str, MICRO_BATCHES))}, got {micro_batches!r}")
-        if compression not in [f"{d}|{c}" for d, c in COMPRESSIONS]:
-            raise ValueError(f"compression must be one of {', '.join(f'{d}|{c}' for d, c in COMPRESSIONS)}, "
-                             f"got {compression!r}")
+        checks.one_of("micro_batches", micro_batches, MICRO_BATCHES)
+        checks.one_of("compression", compression, [f"{d}|{c}" for d, c in COMPRESSIONS])
         self.image_size = image_size
         style = {"description_width": "150px"}
         layout = W.Layout(width="460px")

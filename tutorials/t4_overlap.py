@@ -138,11 +138,11 @@ fig_one
 
 # %%
 from stanza_core import perf
-from stanza_core.perf.devices import resolve_device
+from stanza_core.perf import device_profile
 from stanza_core.perf.model import bucketed_backward, layer_shares
 
 vgg = perf.named_profile(model_of_model, batch_size=32)
-bwd_s = resolve_device("v100", vgg).time_s("conv", "bwd", 32)
+bwd_s = device_profile("v100", vgg).profile.time_s("conv", "bwd", 32)
 units = [(p, share * bwd_s) for _, p, share in layer_shares(vgg, "conv")][::-1]  # backward order
 modelled = []
 for gbps in model_gbps:

@@ -14,11 +14,12 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from ..perf import DEFAULT_LATENCY_S, Cluster, best_assignment, device_profile, named_profile
+from ..perf import DEFAULT_LATENCY_S, Cluster, best_assignment, check_device, device_profile, named_profile
 from ..topology import fc_worker_choices
 from .. import checks
 from . import compute_rounds, replayed, validation
 from .replayed import ReplayParams
+from .measurement import Measurement
 from .run import measure_or_skip, modelled_only
 from .spec import MeasureSpec
 
@@ -61,7 +62,7 @@ class AssignmentParams(ReplayParams):
         self.paper_models = checks.model_names(self.paper_models, self.paper_image_size, name="paper_models")
         checks.positive_int("paper_nodes", self.paper_nodes, 2)
         checks.positive_int("batch_per_worker", self.batch_per_worker)
-        checks.device_name("paper_device", self.paper_device)
+        check_device(self.paper_device, "paper_device")
         self.paper_gbps = checks.positive_floats("paper_gbps", self.paper_gbps)
         n = checks.positive_int("replay_nodes", self.replay_nodes, 2)
         # the paper-regime runs: stanza at every k
@@ -69,16 +70,16 @@ class AssignmentParams(ReplayParams):
                                       target_gbps=[self.replay_gbps])
 
 
-def run_measured(p: AssignmentParams, cache_dir: str | None = None) -> dict[str, Any]:
+def run_measured(p: AssignmentParams, cache_dir: str | None = None) -> Measurement:
     return measure_or_skip(p.measured, cache_dir, p.measure_runs)
 
 
-def run_replayed(p: AssignmentParams, cache_dir: str | None = None) -> list[dict[str, Any]]:
+def run_replayed(p: AssignmentParams, cache_dir: str | None = None) -> list[Measurement]:
     """The paper-regime runs: stanza at every k, replayed compute, real communication."""
     return replayed.run_replayed(p.replay, cache_dir, p.measure_runs)
 
 
-def _replayed(p: AssignmentParams, runs: list[dict[str, Any]]) -> dict[str, Any]:
+def _replayed(p: AssignmentParams, runs: list[Measurement]) -> dict[str, Any]:
     """replayed.summary plus, per model, the measured best k and best_assignment's pick for the
     same cluster (N nodes at the target on the replay device: what the replayed runs emulate)."""
     out = replayed.summary(p.replay, runs)
@@ -95,14 +96,14 @@ def _replayed(p: AssignmentParams, runs: list[dict[str, Any]]) -> dict[str, Any]
     return out
 
 
-def _emulated(bench: dict[str, Any]) -> dict[str, Any]:
+def _emulated(bench: Measurement) -> dict[str, Any]:
     """Measured and predicted throughput per k on the emulated cluster, and the optimiser's picks."""
-    cfg = bench["config"]
+    cfg = bench.config
     n, G = cfg["nodes"], cfg["global_batch"]
-    out: dict[str, Any] = {"nodes": n, "global_batch": G, "unavailable": bench["unavailable"],
-                           "calibration": bench["calibration"], "cache": bench["cache"],
-                           "modelled_only_gbps": bench["modelled_only_gbps"]}
-    if bench["unavailable"] or not bench["runs"]:
+    out: dict[str, Any] = {"nodes": n, "global_batch": G, "unavailable": bench.unavailable,
+                           "calibration": bench.calibration, "cache": bench.cache,
+                           "modelled_only_gbps": bench.modelled_only_gbps}
+    if bench.unavailable or not bench.runs:
         return out
     rows = validation.predict_runs(bench)
     mbit = rows[0]["link_mbit"]
@@ -113,7 +114,7 @@ def _emulated(bench: dict[str, Any]) -> dict[str, Any]:
     optimiser = max(rows, key=lambda r: (r["predicted_throughput"], -r["fc_workers"]))
     # The same question without contention: one single-process profile for every k.
     gbps = rows[0]["payload_gbps"]  # the payload the links carried (the runs' plan)
-    lone = [r for r in bench["timing_rounds"] if r["level"] == 1]
+    lone = [r for r in bench.timing_rounds if r["level"] == 1]
     uncontended = None
     if lone:
         b = max(lone, key=lambda r: r["batch"])["batch"]
@@ -152,15 +153,15 @@ def paper_scale(p: AssignmentParams) -> dict[str, Any]:
     return out
 
 
-def assignment_results(p: AssignmentParams, bench: dict[str, Any], paper: dict[str, Any],
-                       replayed_runs: list[dict[str, Any]] = ()) -> dict[str, Any]:
+def assignment_results(p: AssignmentParams, bench: Measurement | None, paper: dict[str, Any],
+                       replayed_runs: list[Measurement] = ()) -> dict[str, Any]:
     """results.json of notebook 04; `modelled_only` is why nothing was measured (None: measured)."""
     spec = p.measured
     return {"experiment": "node_assignment", "modelled_only": modelled_only([bench, *replayed_runs]),
             "replayed": _replayed(p, list(replayed_runs)),
             "measured": None if bench is None else {"model": spec.model, "image_size": spec.image_size,
                                                     "target_device": spec.target_device, **_emulated(bench),
-                                                    "bench": bench},
+                                                    "bench": bench.to_dict()},
             "paper_scale": {"models": p.paper_models, "nodes": p.paper_nodes, "device": p.paper_device,
                             "image_size": p.paper_image_size, "batch_per_worker": p.batch_per_worker,
                             "results": paper},

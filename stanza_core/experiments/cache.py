@@ -13,6 +13,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from .. import atomic
+
 PACKAGE = Path(__file__).resolve().parents[1]
 # What a measured run depends on: everything but the figures, the report and the notebook glue
 # (the experiments' own measuring modules are added back by name below).
@@ -61,12 +63,9 @@ class Cache:
         self.measured += 1
         if self.root is None:
             return
-        self.root.mkdir(parents=True, exist_ok=True)
         entry = {"key": key, "code": self.fingerprint, "measured_at": time.strftime("%Y-%m-%d %H:%M:%S"),
                  "value": value}
-        tmp = self._path(kind, key).with_suffix(".tmp")
-        tmp.write_text(json.dumps(entry))
-        tmp.replace(self._path(kind, key))
+        atomic.write_text(self._path(kind, key), json.dumps(entry))
 
     def report(self) -> dict[str, Any]:
         when = sorted(r["measured_at"] for r in self.reused)

@@ -31,9 +31,11 @@ from tqdm import tqdm
 from .. import checks
 from ..config import step_save_path
 from ..data import batch_indices, open_dataset
+from ..labels import config_label
 from ..launch import run_job
 from ..models import get_model
-from ..nbtools import check_models, resolve_device
+from ..topology import make_topology
+from ..local_device import local_device
 
 STRATEGIES = ("local", "ps", "ddp", "stanza")
 # stanza variants: name -> engine options (fc_conv_share "max": the largest share share_grid allows)
@@ -51,8 +53,9 @@ GAP = 1e-4  # a loss difference from local above this is more than float summati
 def plan(*, model: str = "tiny_cnn", nodes: int = 3, fc_workers: int = 1, global_batch: int = 24, steps: int = 60,
          eval_every: int = 0, image_size: int = 32, lr: float = 0.05, momentum: float = 0.5, seed: int = 0,
          strategies: Sequence[str] = STRATEGIES, device: str = "cpu") -> dict[str, Any]:
-    """The run, every parameter checked (one-line ValueError). eval_every 0: only at the end."""
-    check_models([model], image_size)
+    """The run, every parameter checked (one-line ValueError). eval_every 0: only at the end.
+    `jobs` holds each strategy's job resolved once (job_of): what _train_one launches."""
+    checks.model_fits(model, image_size)
     for name, v, low in (("nodes", nodes, 2), ("fc_workers", fc_workers, 1), ("global_batch", global_batch, 1),
                          ("steps", steps, 1), ("eval_every", eval_every, 0), ("image_size", image_size, 1)):
         checks.positive_int(name, v, low)
@@ -68,15 +71,28 @@ def plan(*, model: str = "tiny_cnn", nodes: int = 3, fc_workers: int = 1, global
         if s != "local":
             strategy = "stanza" if s in VARIANTS else s
             checks.batch_divides(global_batch, strategy, nodes, fc_workers if strategy == "stanza" else 0)
+    options = {s: variant_options(s, nodes, fc_workers, global_batch) for s in names if s in VARIANTS}
     if not (isinstance(lr, (int, float)) and lr > 0) or not (isinstance(momentum, (int, float)) and 0 <= momentum < 1):
         raise ValueError(f"lr must be > 0 and momentum in [0, 1), got lr={lr!r}, momentum={momentum!r}")
     every = eval_every or steps
     ends = list(range(every, steps, every)) + [steps]
     return {"model": model, "nodes": nodes, "fc_workers": fc_workers, "global_batch": global_batch, "steps": steps,
             "eval_steps": ends, "image_size": image_size, "num_classes": 10, "lr": float(lr),
-            "momentum": float(momentum), "seed": seed, "strategies": names, "device": resolve_device(device),
-            "dataset": DATASET, "options": {s: variant_options(s, nodes, fc_workers, global_batch)
-                                            for s in names if s in VARIANTS}}
+            "momentum": float(momentum), "seed": seed, "strategies": names, "device": local_device(device),
+            "dataset": DATASET, "options": options,
+            "jobs": {s: job_of(s, nodes, fc_workers, global_batch, options.get(s, {})) for s in names}}
+
+
+def job_of(name: str, nodes: int, fc_workers: int, global_batch: int, options: dict[str, Any]) -> dict[str, Any]:
+    """One strategy's job, resolved once: the engine's strategy and options, its ranks (local: one
+    process) and k (stanza, else None), its label and its batches per role (topology)."""
+    strategy = "stanza" if name in VARIANTS else name
+    n, k = (1, 0) if strategy == "local" else (nodes, fc_workers if strategy == "stanza" else 0)
+    topo = make_topology(strategy, n, global_batch, k or 1, fc_conv_share=options.get("fc_conv_share", 0.0),
+                         micro_batches=options.get("micro_batches", 1))
+    return {"strategy": strategy, "options": options, "nodes": n, "fc_workers": k or None,
+            "label": config_label(strategy, k, **options), "batch_per_worker": topo.worker_batch(global_batch),
+            "fc_batch": topo.fc_batch}
 
 
 def variant_options(name: str, nodes: int, fc_workers: int, global_batch: int) -> dict[str, Any]:
@@ -122,16 +138,15 @@ def accuracy(model_name: str, state_path: str, image_size: int, num_classes: int
 
 
 def _train_one(p: dict[str, Any], name: str, work: str, heldout: list[int]) -> dict[str, Any]:
-    nodes = 1 if name == "local" else p["nodes"]
-    options = p.get("options", {}).get(name, {})
-    strategy = "stanza" if name in VARIANTS else name
+    job = p["jobs"][name]
+    nodes, options, strategy, k = job["nodes"], job["options"], job["strategy"], job["fc_workers"]
     ends = p["eval_steps"]
     save = os.path.join(work, name, "model.pt")
     every = ends[0] if len(ends) > 1 else 0  # the full model after every eval_every-th step, then the last
     m = run_job(nodes, os.path.join(work, name), strategy=strategy, model=p["model"],
                 num_classes=p["num_classes"], image_size=p["image_size"], global_batch=p["global_batch"],
                 steps=p["steps"], lr=p["lr"], momentum=p["momentum"], seed=p["seed"], dataset=DATASET,
-                fc_workers=p["fc_workers"] if strategy == "stanza" else None, device=p["device"],
+                fc_workers=k, device=p["device"],
                 save=save, save_every=every or None, metrics=os.path.join(work, name, "metrics.json"), **options)
     if [s["step"] for s in m["steps"]] != list(range(p["steps"])):
         raise RuntimeError(f"{strategy}: reported steps {[s['step'] for s in m['steps']]}, expected 0..{p['steps'] - 1}")
@@ -148,7 +163,7 @@ def _train_one(p: dict[str, Any], name: str, work: str, heldout: list[int]) -> d
     for s in steps:
         wall += s["time_s"]
         s["wall_s"] = wall
-    return {"strategy": strategy, "options": options, "nodes": nodes, "fc_workers": p["fc_workers"] if strategy == "stanza" else None,
+    return {"strategy": strategy, "options": options, "nodes": nodes, "fc_workers": k, "label": job["label"],
             "steps": steps, "evals": evals, "final_loss": steps[-1]["loss"], "final_accuracy": evals[-1]["accuracy_all"],
             "final_accuracy_heldout": evals[-1]["accuracy_heldout"], "train_time_s": wall,
             "step_time_median_s": m["step_time_median_s"]}

@@ -65,7 +65,7 @@ def model_prediction(cfg: RunConfig, gbps: float):
     from ..perf import Cluster, device_profile, named_profile, predict
 
     profile = named_profile(cfg.model, cfg.image_size, cfg.num_classes)
-    batch = cfg.global_batch // (cfg.nodes - (cfg.fc_workers if cfg.strategy == "stanza" else 0))  # per data worker
+    batch = cfg.topology().worker_batch(cfg.global_batch)  # per data worker
     dev = device_profile(cfg.replay_device, profile, batch).profile  # as replay.prepare resolves it
     return predict(profile, Cluster(cfg.cluster_nodes, gbps, device=dev), cfg.strategy, cfg.fc_workers or None,
                    cfg.global_batch, with_ranks=False, ps_servers=cfg.ps_servers, ps_overlap=cfg.ps_overlap,

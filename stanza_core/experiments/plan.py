@@ -34,7 +34,7 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from ..labels import config_key
-from ..topology import Topology, make_topology
+from ..topology import Topology
 
 if TYPE_CHECKING:  # spec imports this module: the plan only reads and replaces RunConfigs
     from .spec import RunConfig
@@ -144,8 +144,7 @@ def plan_run(cfg: RunConfig, link: Link, *, target_gbps: float | None = None, ta
     if not replay and link.dilation != 1:
         raise ValueError(f"D = {link.dilation:g} given to a real-compute run (only replayed compute dilates)")
     cfg = dataclasses.replace(cfg, link_mbit=round(link.wire_mbit, 6), dilation=link.dilation if replay else 1.0)
-    topo = make_topology(cfg.strategy, cfg.cluster_nodes, cfg.global_batch, cfg.fc_workers or 1,
-                         fc_conv_share=cfg.fc_conv_share, micro_batches=cfg.micro_batches, ps_servers=cfg.ps_servers)
+    topo = cfg.topology()
     return RunPlan(config=cfg, topology=topo, link=link, target_gbps=target_gbps, target_step_s=target_step_s,
                    engine_s=engine_s, batch_per_worker=topo.worker_batch(cfg.global_batch), fc_batch=topo.fc_batch,
                    label=cfg.label, key=config_key(cfg.strategy, cfg.fc_workers, ps_servers=cfg.ps_servers,

@@ -26,6 +26,7 @@ from ..labels import run_key, run_label
 from .. import checks
 from ..perf import device_source
 from .plan import replay_link
+from .measurement import Measurement
 from .run import measure_or_skip
 from .spec import MeasureSpec
 
@@ -109,19 +110,19 @@ class ReplayParams:
                          engine=self.replay_engine)
 
 
-def run_replayed(s: ReplaySet, cache_dir: str | None, measure_runs: bool = True) -> list[dict[str, Any]]:
-    """One bench results dict per spec of `s` (run.measure: every configuration at its own D from
+def run_replayed(s: ReplaySet, cache_dir: str | None, measure_runs: bool = True) -> list[Measurement]:
+    """One Measurement per spec of `s` (run.measure: every configuration at its own D from
     its plan; runs and engine seconds cached, so notebooks share them); with measuring off or no
     emulated cluster here, benches that say why and hold no runs."""
     return [measure_or_skip(spec, cache_dir, measure_runs) for spec in s.specs]
 
 
-def _dilations(s: ReplaySet, benches: list[dict[str, Any]]) -> list[float]:
-    ran = [r["dilation"] for b in benches for r in b.get("runs") or [] if r.get("dilation")]
+def _dilations(s: ReplaySet, benches: list[Measurement]) -> list[float]:
+    ran = [r["dilation"] for b in benches for r in b.runs if r.get("dilation")]
     return sorted(set(ran or [spec.dilation for spec in s.specs]))
 
 
-def caption(s: ReplaySet, benches: list[dict[str, Any]] | None = None) -> str:
+def caption(s: ReplaySet, benches: list[Measurement] | None = None) -> str:
     """What a replayed figure shows, in one line (every figure built from these runs carries it):
     the D of the runs measured (of s.specs before any ran)."""
     ds = _dilations(s, benches or [])
@@ -131,24 +132,24 @@ def caption(s: ReplaySet, benches: list[dict[str, Any]] | None = None) -> str:
             f"{', per configuration: links and engine seconds' if s.engine else ''})" + slipped_note(benches or []))
 
 
-def slipped_note(benches: list[dict[str, Any]]) -> str:
+def slipped_note(benches: list[Measurement]) -> str:
     """'; links slipped in ...' when a kept run's links carried under their set rate (netem.linkstats)."""
-    bad = [r["label"] for b in benches for r in b.get("runs") or [] if (r.get("link_check") or {}).get("slipped")]
+    bad = [r["label"] for b in benches for r in b.runs if (r.get("link_check") or {}).get("slipped")]
     return f"; links slipped (below 95 % of their rate) in {len(bad)} run(s): {', '.join(sorted(set(bad)))}" if bad else ""
 
 
-def summary(s: ReplaySet, benches: list[dict[str, Any]]) -> dict[str, Any]:
+def summary(s: ReplaySet, benches: list[Measurement]) -> dict[str, Any]:
     """results.json part: by_model.<model>.<N>.<target Gb/s> -> samples/s on the target cluster
     (measured x D) per configuration (config_key), each configuration's D and link rate, and the
     speedups of the fastest stanza over ps (colocated, no overlap) and ddp, from those samples/s."""
     out: dict[str, Any] = {"caption": caption(s, benches), "replay_device": s.replay_device,
                            "image_size": s.image_size, "num_classes": s.num_classes,
                            "batch_per_worker": s.batch_per_worker,
-                           "unavailable": next((b["unavailable"] for b in benches if b["unavailable"]), None),
-                           "labels": {}, "by_model": {}, "benches": benches}
+                           "unavailable": next((b.unavailable for b in benches if b.unavailable), None),
+                           "labels": {}, "by_model": {}, "benches": [b.to_dict() for b in benches]}
     for b in benches:
-        spec = b["spec"]
-        for row in b["summary"]:
+        spec = b.spec
+        for row in b.summary:
             g = f"{row['target_gbps']:g}"
             d = out["by_model"].setdefault(spec["model"], {}).setdefault(str(spec["nodes"]), {}).setdefault(
                 g, {"link_mbit": {}, "dilation": {}, "throughput": {}})

@@ -1,8 +1,8 @@
 """Running on the emulated cluster: the one primitive every measurement goes through.
 
     run_config(RunConfig(...)) -> one run's row   (bench, notebooks 03-07 and the tests call it)
-    measure(MeasureSpec(...), cache_dir) -> bench results dict ("config", "calibration", "runs",
-                                            "summary", "timing_rounds", "cache", "unavailable")
+    measure(MeasureSpec(...), cache_dir) -> Measurement (experiments.measurement: runs, summary,
+                                            timing rounds, calibration, cache, why unavailable)
 
 `measure` takes the timing rounds the performance model needs (`compute_rounds`), resolves the
 spec's plans (`MeasureSpec.plans`, experiments.plan: each configuration's D, payload and wire
@@ -19,7 +19,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import statistics
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -28,6 +27,7 @@ from ..labels import run_label
 from . import compute_rounds
 from ..topology import Topology
 from .cache import Cache
+from .measurement import Measurement, summarize
 from .plan import RunPlan
 from .spec import MeasureSpec, RunConfig
 
@@ -81,44 +81,6 @@ def target_step_s(model: str, image_size: int, num_classes: int, batch: int, dev
     return dev.step_compute_s(batch) + dev.update_s_per_param * profile.params
 
 
-def _point(run: dict) -> tuple:
-    """The bandwidth a run stands for: its target (configurations of one target may run at their
-    own D and wire rate), else its wire rate."""
-    return (0, run["target_gbps"]) if run.get("target_gbps") is not None else (1, run["link_mbit"])
-
-
-def summarize(runs: list[dict]) -> list[dict]:
-    """Per (bandwidth, configuration): median throughput over repeats, spread, speedups. A
-    replayed run's throughput on the target is its measured throughput x its D, and speedups
-    compare those (every configuration of a target may run at its own D)."""
-    rows = []
-    for point in sorted({_point(r) for r in runs}):
-        here = [r for r in runs if _point(r) == point]
-        med = {}
-        for label in sorted({run_label(r) for r in here}):
-            same = [r for r in here if run_label(r) == label]
-            tp = [r["throughput"] for r in same]
-            first = same[0]
-            d = first.get("dilation") or 1.0
-            med[label] = statistics.median(tp) * d
-            rows.append({"strategy": first["strategy"], "fc_workers": first["fc_workers"],
-                         "ps_servers": first.get("ps_servers") or 0, "ps_overlap": bool(first.get("ps_overlap")),
-                         "fc_conv_share": first.get("fc_conv_share") or 0.0,
-                         "micro_batches": first.get("micro_batches") or 1,
-                         "label": label, "link_mbit": first["link_mbit"], "payload_gbps": first.get("payload_gbps"),
-                         "dilation": d, "engine_s": first.get("engine_s"), "target_gbps": first["target_gbps"],
-                         "throughput": statistics.median(tp), "throughput_min": min(tp), "throughput_max": max(tp),
-                         "target_throughput": med[label], "repeats": len(tp), "bytes_per_step": first["bytes_per_step"],
-                         "slipped_runs": sum(bool((r.get("link_check") or {}).get("slipped")) for r in same)})
-        best_ps = max((v for r, v in zip(rows[-len(med):], med.values()) if r["strategy"] == "ps"), default=None)
-        for row in rows[-len(med):]:
-            for base in ("ps", "ddp"):  # ps: colocated shards, no overlap
-                ref = med.get(base)
-                row[f"speedup_vs_{base}"] = row["target_throughput"] / ref if ref else None
-            row["speedup_vs_best_ps"] = row["target_throughput"] / best_ps if best_ps else None  # the fastest ps
-    return rows
-
-
 class _LazyPool:
     """The timing pool, started the first time something needs timing (a fully cached
     measurement starts no process)."""
@@ -144,53 +106,50 @@ def _run_with_rounds(pool: compute_rounds.TimingPool, spec: MeasureSpec, cfg: Ru
     return {**run, "timing_rounds": compute_rounds.mean_rounds(before, pool.time(need))}
 
 
-def _empty(spec: MeasureSpec, unavailable: str | None) -> dict[str, Any]:
-    return {"spec": spec.to_dict(), "config": {**spec.to_dict(), "fc_workers": spec.fc_workers},
-            "unavailable": unavailable, "calibration": None, "timing_rounds": [], "runs": [], "summary": [],
-            "modelled_only_gbps": [], "cache": None}
+def _config(spec: MeasureSpec) -> dict[str, Any]:
+    return {**spec.to_dict(), "fc_workers": spec.fc_workers}
 
 
-def skipped(spec: MeasureSpec, reason: str) -> dict[str, Any]:
-    """The results of a measurement that was not run (e.g. measuring turned off): no runs."""
-    return _empty(spec, reason)
+def skipped(spec: MeasureSpec, reason: str) -> Measurement:
+    """The result of a measurement that was not run (e.g. measuring turned off): no runs."""
+    return Measurement(spec=spec.to_dict(), config=_config(spec), unavailable=reason)
 
 
 MEASURE_OFF = "measure_runs=False: the measured cells were not run (modelled figures only)"
 
 
-def measure_or_skip(spec: MeasureSpec, cache_dir: str | None, measure_runs: bool) -> dict[str, Any]:
+def measure_or_skip(spec: MeasureSpec, cache_dir: str | None, measure_runs: bool) -> Measurement:
     """measure(spec, cache_dir), or with measuring turned off (a notebook's `measure_runs`) the
-    results of a measurement not run."""
+    result of a measurement not run."""
     return measure(spec, cache_dir) if measure_runs else skipped(spec, MEASURE_OFF)
 
 
-def modelled_only(benches: list[dict[str, Any] | None]) -> str | None:
+def modelled_only(benches: list[Measurement | None]) -> str | None:
     """Why an experiment's figures are modelled only: the reason its measurements did not run
     (no root or tc here, measuring turned off); None when something was measured or nothing
     was asked to be."""
-    reasons = [b["unavailable"] for b in benches if b is not None and b.get("unavailable")]
-    ran = [b for b in benches if b is not None and not b.get("unavailable")]
+    reasons = [b.unavailable for b in benches if b is not None and b.unavailable]
+    ran = [b for b in benches if b is not None and not b.unavailable]
     return reasons[0] if reasons and not ran else None
 
 
-def measure(spec: MeasureSpec, cache_dir: str | None = None, progress: bool = True) -> dict[str, Any]:
+def measure(spec: MeasureSpec, cache_dir: str | None = None, progress: bool = True) -> Measurement:
     """Timing rounds (real compute), the plans of `spec` (MeasureSpec.plans: D and link rates
-    resolved once per configuration) and every run of them (cached); a bench results dict.
+    resolved once per configuration) and every run of them (cached); their Measurement.
 
-    Without root/netem: prints one line and returns the dict with "unavailable" set and no runs."""
+    Without root/netem: prints one line and returns a Measurement with `unavailable` set and no runs."""
     if not isinstance(spec, MeasureSpec):
         raise ValueError(f"measure needs a MeasureSpec, got {type(spec).__name__}")
-    out = _empty(spec, netem_unavailable())
-    if out["unavailable"]:
-        print(f"measured part skipped: {out['unavailable']}")
-        return out
+    if reason := netem_unavailable():
+        print(f"measured part skipped: {reason}")
+        return skipped(spec, reason)
     cache = Cache(cache_dir)
     if spec.replayed:
         plans = spec.plans(cache)
-        out["calibration"] = {"compute": "replay", "replay_device": spec.replay_device,
-                              "dilation": {p.label: p.dilation for p in plans}}
-        execute(plans, spec.repeats, cache, out, run_config, key_extra={}, desc="replayed runs", progress=progress)
-        return _finish(out, cache)
+        calibration = {"compute": "replay", "replay_device": spec.replay_device,
+                       "dilation": {p.label: p.dilation for p in plans}}
+        runs = execute(plans, spec.repeats, cache, run_config, key_extra={}, desc="replayed runs", progress=progress)
+        return _finish(spec, cache, runs, calibration=calibration)
     base = {"model": spec.model, "image_size": spec.image_size, "num_classes": spec.num_classes}
     with contextlib.ExitStack() as stack:
         pool = _LazyPool(stack, spec)
@@ -205,58 +164,59 @@ def measure(spec: MeasureSpec, cache_dir: str | None = None, progress: bool = Tr
         for r, got in zip(missing, pool().time(missing) if missing else []):
             cache.put("round", keys[r], got)
             have[r] = got
-        out["timing_rounds"] = [have[r] for r in rounds]
-        here = there = None
+        here = there = calibration = None
         if spec.target_gbps is not None:
             here = have[calib_round]["step"]
             there = target_step_s(spec.model, spec.image_size, spec.num_classes, calib_round[1], spec.target_device)
-            out["calibration"] = {"batch_per_worker": calib_round[1], "t_step_here_s": here,
-                                  "t_step_target_s": there, "target_device": spec.target_device,
-                                  "ratio": there / here}
+            calibration = {"batch_per_worker": calib_round[1], "t_step_here_s": here, "t_step_target_s": there,
+                           "target_device": spec.target_device, "ratio": there / here}
         plans = spec.plans(t_here=here, t_target=there)
-        out["modelled_only_gbps"] = sorted({p.target_gbps for p in plans if p.link.wire_mbit > spec.max_link_mbit})
+        too_fast = sorted({p.target_gbps for p in plans if p.link.wire_mbit > spec.max_link_mbit})
         plans = [p for p in plans if p.link.wire_mbit <= spec.max_link_mbit]
-        execute(plans, spec.repeats, cache, out, lambda cfg: _run_with_rounds(pool(), spec, cfg),
-                key_extra={"reps": spec.timing_reps}, desc="measured runs", progress=progress)
-    return _finish(out, cache)
+        runs = execute(plans, spec.repeats, cache, lambda cfg: _run_with_rounds(pool(), spec, cfg),
+                       key_extra={"reps": spec.timing_reps}, desc="measured runs", progress=progress)
+    return _finish(spec, cache, runs, calibration=calibration, timing_rounds=[have[r] for r in rounds],
+                   modelled_only_gbps=too_fast)
 
 
-def execute(plans: list[RunPlan], repeats: int, cache: Cache, out: dict[str, Any], run, *, key_extra: dict[str, Any],
-            desc: str, progress: bool = True) -> None:
-    """Every plan `repeats` times (repeats interleaved: every plan once, then again) into
-    out["runs"]: from the cache (keyed by the plan, the repeat and `key_extra`) or run by
-    `run(plan.config)` and cached; each row carries its plan's values (RunPlan.row)."""
+def execute(plans: list[RunPlan], repeats: int, cache: Cache, run, *, key_extra: dict[str, Any], desc: str,
+            progress: bool = True) -> list[dict[str, Any]]:
+    """Every plan `repeats` times (repeats interleaved: every plan once, then again), one row each:
+    from the cache (keyed by the plan, the repeat and `key_extra`) or run by `run(plan.config)`
+    and cached; each row carries its plan's values (RunPlan.row)."""
     todo = [(p, rep) for rep in range(repeats) for p in plans]
     bar = None
     if progress:
         from tqdm import tqdm
         bar = tqdm(total=len(todo), desc=desc, unit="run")
+    rows = []
     for p, rep in todo:
         key = p.cache_key(repeat=rep, **key_extra)
         got = cache.get("run", key)
         if got is None:
             got = run(p.config)
             cache.put("run", key, got)
-        out["runs"].append({**got, **p.row(), "repeat": rep})
+        rows.append({**got, **p.row(), "repeat": rep})
         if bar:
             d = f", D={p.dilation:g}" if p.config.compute == "replay" else ""
             bar.set_postfix_str(f"{p.label} @ {p.link.wire_mbit:.1f} Mbit/s{d}")
             bar.update(1)
     if bar:
         bar.close()
+    return rows
 
 
-def _finish(out: dict[str, Any], cache: Cache) -> dict[str, Any]:
-    """The summary and the cache report of a measurement whose runs are in out["runs"]."""
-    out["summary"] = summarize(out["runs"]) if out["runs"] else []
-    out["cache"] = cache.report()
+def _finish(spec: MeasureSpec, cache: Cache, runs: list[dict[str, Any]], **made: Any) -> Measurement:
+    """The Measurement of `spec`'s runs: their summary and the cache report."""
+    report = cache.report()
     cache.say_reused()
-    return out
+    return Measurement(spec=spec.to_dict(), config=_config(spec), runs=runs, summary=summarize(runs),
+                       cache=report, **made)
 
 
 def bench_from_metrics(paths: list[str], *, link_mbit: float, mtu: int = 1500,
-                       target_gbps: float | None = None) -> dict[str, Any]:
-    """A bench results dict from metrics JSONs of runs made elsewhere (e.g. one torchrun per GPU
+                       target_gbps: float | None = None) -> Measurement:
+    """A Measurement of metrics JSONs of runs made elsewhere (e.g. one torchrun per GPU
     node with --device cuda), so the notebooks can plot and model them. All runs must share
     model, image size, classes, cluster size, global batch and steps; `link_mbit` is the
     network's rate in Mbit/s (per node and direction). No timing rounds: measure them on the
@@ -286,5 +246,4 @@ def bench_from_metrics(paths: list[str], *, link_mbit: float, mtu: int = 1500,
               "warmup": first["warmup"], "mtu": mtu, "delay_ms": 0.0,
               "strategies": sorted({r["strategy"] for r in runs}),
               "fc_workers": sorted({r["fc_workers"] for r in runs if r["fc_workers"]})}
-    return {"spec": config, "config": config, "unavailable": None, "calibration": None, "timing_rounds": [],
-            "runs": runs, "summary": summarize(runs), "modelled_only_gbps": [], "cache": None}
+    return Measurement(spec=config, config=config, runs=runs, summary=summarize(runs), source=", ".join(paths))

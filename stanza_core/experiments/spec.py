@@ -16,6 +16,8 @@ from ..config import check_stanza_options
 from ..labels import config_label
 from ..launch import cli_args
 from ..netem.facts import max_link_mbit
+from ..perf import check_device
+from ..topology import Topology, global_batch_for, make_topology
 from .. import checks
 from . import plan
 
@@ -65,8 +67,6 @@ class RunConfig:
         if not self.fc_conv_share:  # a hybrid share moves samples onto the FC workers: make_topology checks it
             checks.batch_divides(self.global_batch, self.strategy, self.nodes, self.fc_workers)
         if self.strategy == "stanza":  # the engine's own layout check: the share's batches, M per worker batch
-            from ..topology import make_topology
-
             make_topology("stanza", self.nodes, self.global_batch, self.fc_workers,
                           fc_conv_share=self.fc_conv_share, micro_batches=self.micro_batches)
         if not checks._is_int(self.warmup) or not 0 <= self.warmup < self.steps:
@@ -99,6 +99,13 @@ class RunConfig:
     def cluster_nodes(self) -> int:
         """Nodes of the emulated cluster: the N workers plus any dedicated PS servers."""
         return self.nodes + self.ps_servers
+
+    def topology(self) -> Topology:
+        """The rank layout the engine builds for this run (topology.make_topology): the one
+        source of its batches per role (experiments.plan, dilation)."""
+        return make_topology(self.strategy, self.cluster_nodes, self.global_batch, self.fc_workers or 1,
+                             fc_conv_share=self.fc_conv_share, micro_batches=self.micro_batches,
+                             ps_servers=self.ps_servers)
 
     def train_flags(self) -> dict[str, Any]:
         """The training CLI's flags for this run as keywords (launch.cli_args, launch.run_job);
@@ -147,7 +154,10 @@ class MeasureSpec:
     repeats: int = 1  # runs per configuration and bandwidth (interleaved)
     delay_ms: float = 0.0  # one-way delay added on every upload link
     mtu: int = 9000  # link MTU (the bench's default: jumbo frames)
-    max_link_mbit: float | None = None  # real compute: targets whose wire rate maps above this are modelled only (None: netem's limit)
+    # real compute only: a target whose wire rate maps above this is listed as modelled only, not
+    # run (None: netem's limit; the bench passes inf). Replayed runs never need it: their D is
+    # chosen so that every link fits the emulator (experiments.plan.replay_link).
+    max_link_mbit: float | None = None
     timing_reps: int = 5  # repetitions per timing round
     boundary: str | None = None  # stanza's split point (None: automatic)
     compute: str = "real"  # real arithmetic, or "replay": per-layer waits of dilation x replay_device's times
@@ -169,7 +179,7 @@ class MeasureSpec:
         if self.compute not in COMPUTE_MODES:
             raise ValueError(f"compute must be one of {', '.join(COMPUTE_MODES)}, got {self.compute!r}")
         if self.compute == "replay":
-            checks.device_name("replay_device", self.replay_device)
+            check_device(self.replay_device, "replay_device")
             checks.positive_floats("dilation", [self.dilation])
             if self.target_gbps is None:
                 raise ValueError("replayed compute needs target_gbps (a target maps to the link rate target / D)")
@@ -196,9 +206,11 @@ class MeasureSpec:
             self.target_gbps = checks.positive_floats("target_gbps", self.target_gbps)
         if self.link_mbit is not None:
             self.link_mbit = checks.positive_floats("link_mbit", self.link_mbit)
-        checks.device_name("target_device", self.target_device)
+        check_device(self.target_device, "target_device")
         if not checks._is_int(self.mtu) or not 576 <= self.mtu <= 65535:
             raise ValueError(f"mtu must be an integer in 576..65535, got {self.mtu!r}")
+        if self.max_link_mbit is not None and self.compute == "replay":
+            raise ValueError("max_link_mbit applies to real compute only (a replayed run's D makes its links fit)")
         if self.max_link_mbit is None:
             self.max_link_mbit = max_link_mbit(self.mtu)
         if self.delay_ms < 0 or not self.max_link_mbit > 0:
@@ -245,11 +257,9 @@ class MeasureSpec:
 
     def global_batch_of(self, strategy: str, fc_workers: int) -> int:
         """G of one configuration: the spec's, or batch_per_worker x its data workers (topology)."""
-        from ..topology import Topology
-
         if self.global_batch:
             return self.global_batch
-        return self.batch_per_worker * Topology(strategy, self.nodes, fc_workers, 0).data_workers
+        return global_batch_for(strategy, self.nodes, fc_workers, self.batch_per_worker)
 
     @property
     def replayed(self) -> bool:

@@ -13,10 +13,11 @@ import dataclasses
 from typing import Any
 
 from ..labels import config_label, run_key, run_label
-from ..perf import Cluster, best_assignment, device_profile, named_profile, sweep
+from ..perf import Cluster, best_assignment, check_device, device_profile, named_profile, sweep
 from .. import checks
 from . import replayed, validation
 from .replayed import ReplayParams
+from .measurement import Measurement
 from .run import measure_or_skip, modelled_only
 from .spec import MeasureSpec
 from .throughput import PAPER
@@ -65,41 +66,41 @@ class SweepParams(ReplayParams):
         self.measured = MeasureSpec(**common, target_gbps=measured_targets) if measured_targets else None
         checks.positive_int("paper_nodes", self.paper_nodes, 2)
         checks.positive_int("batch_per_worker", self.batch_per_worker)
-        checks.device_name("paper_device", self.paper_device)
+        check_device(self.paper_device, "paper_device")
         self.paper_models = checks.model_names(self.paper_models, self.paper_image_size, name="paper_models")
         self.sweep_gbps = checks.positive_floats("sweep_gbps", self.sweep_gbps)
         self.sweep_nodes = checks.int_list("sweep_nodes", self.sweep_nodes, 2)
         self.replay = self.replay_set(self.strategies, [self.fc_workers])
 
 
-def run_measured(p: SweepParams, cache_dir: str | None = None) -> dict[str, Any] | None:
-    """The measured targets' bench results (None: no target is measured)."""
+def run_measured(p: SweepParams, cache_dir: str | None = None) -> Measurement | None:
+    """The measured targets' Measurement (None: no target is measured)."""
     if p.measured is None:
         return None
     return measure_or_skip(p.measured, cache_dir, p.measure_runs)
 
 
-def run_replayed(p: SweepParams, cache_dir: str | None = None) -> list[dict[str, Any]]:
+def run_replayed(p: SweepParams, cache_dir: str | None = None) -> list[Measurement]:
     """The paper-regime runs (replayed compute, real communication) at `replay_gbps`."""
     return replayed.run_replayed(p.replay, cache_dir, p.measure_runs)
 
 
-def emulated(p: SweepParams, bench: dict[str, Any] | None) -> dict[str, Any]:
+def emulated(p: SweepParams, bench: Measurement | None) -> dict[str, Any]:
     """Per target: the emulated link rate, measured samples/s (where measured) and the model's
     prediction with this machine's profile, per configuration."""
     out: dict[str, Any] = {"nodes": p.predicted.nodes, "model": p.predicted.model, "image_size": p.predicted.image_size,
-                           "unavailable": bench["unavailable"] if bench else None,
-                           "modelled_only_gbps": bench["modelled_only_gbps"] if bench else [], "by_gbps": {}}
-    if bench is None or bench["unavailable"] or not bench["timing_rounds"]:
+                           "unavailable": bench.unavailable if bench else None,
+                           "modelled_only_gbps": bench.modelled_only_gbps if bench else [], "by_gbps": {}}
+    if bench is None or bench.unavailable or not bench.timing_rounds:
         return out
-    cal = bench["calibration"]
+    cal = bench.calibration
     # The same configurations at every target rate, predicted (runs with no measurement behind
     # them), each at its plan's link rates: the measured ones' calibration, the one link rule.
     plans = p.predicted.plans(t_target=cal["t_step_target_s"], t_here=cal["t_step_here_s"])
     ghost = [{"strategy": pl.config.strategy, "fc_workers": pl.config.fc_workers, **pl.row(), "repeat": 0,
               "throughput": float("nan"), "step_time_median_s": float("nan"), "bytes_per_step": None}
              for pl in plans]
-    predicted = validation.predict_runs({**bench, "runs": ghost})
+    predicted = validation.predict_runs(dataclasses.replace(bench, runs=ghost))
     measured = {(r["target_gbps"], r["strategy"], r["fc_workers"]): r for r in validation.predict_runs(bench)}
     for row in predicted:
         g = row["target_gbps"]
@@ -120,7 +121,7 @@ def emulated(p: SweepParams, bench: dict[str, Any] | None) -> dict[str, Any]:
                 if st is not None and base in tp:
                     d[f"{kind}_stanza_vs_{base}"] = st / tp[base]
     out["calibration"] = cal
-    out["cache"] = bench["cache"]
+    out["cache"] = bench.cache
     return out
 
 
@@ -156,11 +157,11 @@ def model_sweep(p: SweepParams) -> dict[str, Any]:
     return out
 
 
-def sweep_results(p: SweepParams, bench, emu: dict[str, Any], paper: dict[str, Any], swept: dict[str, Any],
-                  replayed_runs: list[dict[str, Any]] = ()) -> dict[str, Any]:
+def sweep_results(p: SweepParams, bench: Measurement | None, emu: dict[str, Any], paper: dict[str, Any], swept: dict[str, Any],
+                  replayed_runs: list[Measurement] = ()) -> dict[str, Any]:
     """results.json of notebook 05; `modelled_only` is why nothing was measured (None: measured)."""
     return {"experiment": "bandwidth_sweep", "modelled_only": modelled_only([bench, *replayed_runs]),
             "replayed": replayed.summary(p.replay, list(replayed_runs)), "target_gbps": p.target_gbps, "emulated": emu,
             "paper_scale": {"nodes": p.paper_nodes, "device": p.paper_device, "batch_per_worker": p.batch_per_worker,
                             "image_size": p.paper_image_size, "results": paper},
-            "sweep": swept, "paper": PAPER, "bench": bench}
+            "sweep": swept, "paper": PAPER, "bench": bench.to_dict() if bench else None}

@@ -13,10 +13,11 @@ import dataclasses
 from typing import Any
 
 from ..labels import run_key
-from ..perf import Cluster, best_assignment, device_profile, named_profile
+from ..perf import Cluster, best_assignment, check_device, device_profile, named_profile
 from .. import checks
 from . import replayed
 from .replayed import ReplayParams
+from .measurement import Measurement
 from .run import MEASURE_OFF, measure_or_skip, modelled_only  # noqa: F401 (MEASURE_OFF: a public name here)
 from .spec import MeasureSpec
 
@@ -61,18 +62,18 @@ class ThroughputParams(ReplayParams):
                                      target_device=self.target_device, repeats=self.repeats) for n in nodes]
         self.model_names = checks.model_names(self.model_names, self.model_image_size, name="model_names")
         checks.positive_int("batch_per_worker", self.batch_per_worker)
-        checks.device_name("model_device", self.model_device)
+        check_device(self.model_device, "model_device")
         self.model_nodes = checks.int_list("model_nodes", self.model_nodes, 2)
         self.model_gbps = checks.positive_floats("model_gbps", self.model_gbps)
         self.replay = self.replay_set(self.strategies, [self.fc_workers])
 
 
-def run_measured(p: ThroughputParams, cache_dir: str | None = None) -> list[dict[str, Any]]:
-    """One bench results dict per measured cluster size (see run.measure)."""
+def run_measured(p: ThroughputParams, cache_dir: str | None = None) -> list[Measurement]:
+    """One Measurement per measured cluster size (see run.measure)."""
     return [measure_or_skip(spec, cache_dir, p.measure_runs) for spec in p.measured]
 
 
-def run_replayed(p: ThroughputParams, cache_dir: str | None = None) -> list[dict[str, Any]]:
+def run_replayed(p: ThroughputParams, cache_dir: str | None = None) -> list[Measurement]:
     """The paper-regime runs (replayed compute, real communication), one bench dict per spec."""
     return replayed.run_replayed(p.replay, cache_dir, p.measure_runs)
 
@@ -96,11 +97,10 @@ def model_curves(p: ThroughputParams) -> list[dict[str, Any]]:
     return rows
 
 
-def _measured_summary(res: dict[str, Any]) -> dict[str, Any]:
-    spec = res["spec"]
-    out = {"nodes": spec["nodes"], "unavailable": res["unavailable"], "calibration": res["calibration"],
-           "link_mbit": None, "throughput": {}, "cache": res["cache"], "modelled_only_gbps": res["modelled_only_gbps"]}
-    for row in res["summary"]:
+def _measured_summary(res: Measurement) -> dict[str, Any]:
+    out = {"nodes": res.spec["nodes"], "unavailable": res.unavailable, "calibration": res.calibration,
+           "link_mbit": None, "throughput": {}, "cache": res.cache, "modelled_only_gbps": res.modelled_only_gbps}
+    for row in res.summary:
         label = run_key(row)
         out["link_mbit"] = row["link_mbit"]
         out["throughput"][label] = row["throughput"]
@@ -127,11 +127,11 @@ def _model_speedups(rows: list[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
-def throughput_results(p: ThroughputParams, measured: list[dict[str, Any]], modelled: list[dict[str, Any]],
-                       replayed_runs: list[dict[str, Any]] = ()) -> dict[str, Any]:
+def throughput_results(p: ThroughputParams, measured: list[Measurement], modelled: list[dict[str, Any]],
+                       replayed_runs: list[Measurement] = ()) -> dict[str, Any]:
     """results.json of notebook 03 (claims point into measured.by_nodes and modelled.speedups);
     `modelled_only` is why nothing was measured (None when the measured cells ran)."""
-    by_nodes = {str(m["spec"]["nodes"]): _measured_summary(m) for m in measured}
+    by_nodes = {str(m.spec["nodes"]): _measured_summary(m) for m in measured}
     return {
         "experiment": "throughput", "modelled_only": modelled_only([*measured, *replayed_runs]),
         "replayed": replayed.summary(p.replay, list(replayed_runs)),
@@ -140,8 +140,8 @@ def throughput_results(p: ThroughputParams, measured: list[dict[str, Any]], mode
                      "target_gbps": p.measured[0].target_gbps[0] if p.measured else None,
                      "target_device": p.measured[0].target_device if p.measured else None,
                      "global_batch": p.measured[0].global_batch if p.measured else None,
-                     "unavailable": next((m["unavailable"] for m in measured if m["unavailable"]), None),
-                     "by_nodes": by_nodes, "benches": measured},
+                     "unavailable": next((m.unavailable for m in measured if m.unavailable), None),
+                     "by_nodes": by_nodes, "benches": [m.to_dict() for m in measured]},
         "modelled": {"models": p.model_names, "image_size": p.model_image_size, "device": p.model_device,
                      "batch_per_worker": p.batch_per_worker, "rows": modelled, "speedups": _model_speedups(modelled)},
         "paper": PAPER,

@@ -22,33 +22,20 @@ from typing import Any
 
 from tqdm import tqdm
 
+from .. import checks
 from ..anatomy import Profile, profile_model
 from ..labels import config_key, config_label
 from ..launch import run_job
 from ..models import MIN_IMAGE_SIZE, get_model
-from ..nbtools import check_models, resolve_device
+from ..local_device import local_device
 from ..perf import ModelCounts, expected_bytes, totals
+from ..topology import fc_worker_choices, global_batch_for
 
 BASELINES = ("ps", "ddp")
 DEFAULT_IMAGE = 32  # smallest input of the zoo's VGGs (five max-pools); AlexNet needs 63
 PAPER_MODEL = "vgg16"  # the paper's "up to 10x less data than PS" model
 PAPER_RATIO = 10.0
 RATIO_NODES = (2, 3, 4, 6, 8, 12, 16, 24, 32)
-
-
-def _positive_int(name: str, value) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{name} must be a positive integer, got {value!r}")
-    return value
-
-
-def _int_list(name: str, values, low: int) -> list[int]:
-    vals = [int(v) for v in values.split(",")] if isinstance(values, str) else list(values)
-    if not vals or any(isinstance(v, bool) or not isinstance(v, int) or v < low for v in vals):
-        raise ValueError(f"{name} must be a non-empty list of integers >= {low}, got {values!r}")
-    if len(set(vals)) != len(vals):
-        raise ValueError(f"{name} lists a value twice: {vals}")
-    return vals
 
 
 def image_size_for(model: str, image_size: int) -> int:
@@ -60,44 +47,30 @@ def plan(models, nodes, fc_workers, *, per_worker: int = 32, steps: int = 3, ima
          num_classes: int = 1000, boundary: str = "flatten", device: str = "cpu") -> list[dict[str, Any]]:
     """The configurations to measure, all parameters checked first (one-line ValueError).
 
-    One job each of ps, ddp and stanza with every k in fc_workers, for every model and N."""
-    names = check_models(models)
-    ns = _int_list("nodes", nodes, 2)
-    ks = _int_list("fc_workers", fc_workers, 1)
-    for k in ks:  # the engine refuses an FC worker that would serve no CONV worker
-        too_small = [n for n in ns if k > n - k]
-        if too_small:
-            raise ValueError(f"fc_workers {k} needs nodes >= {2 * k} (every FC worker serves at least one CONV "
-                             f"worker); nodes has {too_small[0]}")
-    _positive_int("per_worker", per_worker)
-    _positive_int("num_classes", num_classes)
-    if _positive_int("steps", steps) < 2:
-        raise ValueError(f"steps must be >= 2 (the first step is warm-up), got {steps}")
-    if isinstance(image_size, bool) or not isinstance(image_size, int) or image_size < 0:
-        raise ValueError(f"image_size must be 0 (automatic) or a positive integer, got {image_size!r}")
+    One job each of ps, ddp and stanza with every k in fc_workers, for every model and N; each
+    job's global batch is per_worker x its data workers (topology), its name labels.config_label
+    / config_key."""
+    names = checks.model_names(models)
+    ns = checks.int_list("nodes", nodes, 2, unique=True)
+    ks = [checks.fc_workers_on_every(k, ns) for k in checks.int_list("fc_workers", fc_workers, 1, unique=True)]
+    checks.positive_int("per_worker", per_worker)
+    checks.positive_int("num_classes", num_classes)
+    checks.positive_int("steps", steps, 2)  # the first step is warm-up
+    checks.positive_int("image_size", image_size, 0)  # 0: automatic
     if not isinstance(boundary, str):
         raise ValueError(f"boundary must be a module name or '' (automatic), got {boundary!r}")
-    check_models(names, image_size or None)
-    device = resolve_device(device)
+    checks.model_names(names, image_size or None)
+    device = local_device(device)
     out = []
     for m in names:
         for n in ns:
             for strategy, k in [(s, None) for s in BASELINES] + [("stanza", k) for k in ks]:
-                workers = n - k if k else n
-                out.append({"key": f"{m}.n{n}.{label_key(strategy, k)}", "model": m, "nodes": n,
-                            "strategy": strategy, "fc_workers": k, "label": label(strategy, k),
-                            "global_batch": per_worker * workers, "per_worker": per_worker,
+                out.append({"key": f"{m}.n{n}.{config_key(strategy, k)}", "model": m, "nodes": n,
+                            "strategy": strategy, "fc_workers": k, "label": config_label(strategy, k),
+                            "global_batch": global_batch_for(strategy, n, k, per_worker), "per_worker": per_worker,
                             "image_size": image_size_for(m, image_size), "num_classes": num_classes,
                             "boundary": boundary or None, "steps": steps, "device": device})
     return out
-
-
-def label(strategy: str, k: int | None) -> str:
-    return config_label(strategy, k)
-
-
-def label_key(strategy: str, k: int | None) -> str:
-    return config_key(strategy, k)
 
 
 def model_profile(model: str, image_size: int, num_classes: int, per_worker: int, boundary: str | None) -> Profile:
@@ -167,10 +140,11 @@ def ratio_curve(counts: ModelCounts, nodes: Sequence[int] = RATIO_NODES, per_wor
     samples per data worker): cluster totals and busiest node (max of sent, received)."""
     out: dict[str, list] = {"nodes": [], "total": [], "busiest": []}
     for n in nodes:
-        if fc_workers > n - fc_workers:
+        if fc_workers not in fc_worker_choices(n):
             continue
-        ps = totals(expected_bytes(counts, "ps", n, global_batch=per_worker * n))
-        st = totals(expected_bytes(counts, "stanza", n, fc_workers, global_batch=per_worker * (n - fc_workers)))
+        ps = totals(expected_bytes(counts, "ps", n, global_batch=global_batch_for("ps", n, 0, per_worker)))
+        st = totals(expected_bytes(counts, "stanza", n, fc_workers,
+                                   global_batch=global_batch_for("stanza", n, fc_workers, per_worker)))
         out["nodes"].append(n)
         out["total"].append(ps["bytes_per_step"] / st["bytes_per_step"])
         out["busiest"].append(max(ps["max_node_sent"], ps["max_node_recv"])
@@ -203,7 +177,7 @@ def results(rows: Sequence[dict], curves: dict[str, dict], params: dict[str, Any
     configs: dict[str, dict] = {}
     for r in rows:
         ps = next(x for x in rows if (x["model"], x["nodes"], x["strategy"]) == (r["model"], r["nodes"], "ps"))
-        configs.setdefault(r["model"], {}).setdefault(f"n{r['nodes']}", {})[label_key(r["strategy"], r["fc_workers"])] = {
+        configs.setdefault(r["model"], {}).setdefault(f"n{r['nodes']}", {})[config_key(r["strategy"], r["fc_workers"])] = {
             "bytes_per_step": r["measured"]["bytes_per_step"],
             "model_bytes_per_step": r["model_bytes"]["bytes_per_step"],
             "max_node_bytes": r["measured"]["max_node_bytes"],

@@ -1,5 +1,5 @@
-"""The performance model against measured runs: predictions for every run of a bench results
-dict (with timing rounds: `compute_rounds`), their errors, which model term misses, and notebook 07.
+"""The performance model against measured runs: predictions for every run of a Measurement
+(with timing rounds: `compute_rounds`), their errors, which model term misses, and notebook 07.
 
 No prediction input is fitted to the runs being predicted: per-part compute times from the
 timing rounds (each phase at its contention), the optimizer step, the emulated link rate in
@@ -23,6 +23,7 @@ from .. import checks
 from .compute_rounds import device_for, mean_rounds, rounds_needed, timing_rounds
 from .plan import shaped_link
 from .replayed import ReplayParams, run_replayed
+from .measurement import Measurement
 from .run import measure_or_skip, modelled_only
 
 # ---------------------------------------------------------------------------------------------
@@ -33,10 +34,10 @@ def _median(values):
     return statistics.median(values) if values else None
 
 
-def predict_runs(result: dict[str, Any], *, latency_s: float = DEFAULT_LATENCY_S,
+def predict_runs(result: Measurement, *, latency_s: float = DEFAULT_LATENCY_S,
                  overhead_s: dict[str, float] | None = None, with_engine: bool = False) -> list[dict[str, Any]]:
-    """One row per measured configuration (strategy, k, S, overlap, share, M, link rate) of a bench
-    results dict with timing rounds: medians over repeats of the measured figures, the model's
+    """One row per measured configuration (strategy, k, S, overlap, share, M, link rate) of a
+    Measurement with timing rounds: medians over repeats of the measured figures, the model's
     prediction with this machine's DeviceProfile for that configuration (from the runs' own rounds
     where they carry them, else the bench's), and the errors.
 
@@ -49,7 +50,7 @@ def predict_runs(result: dict[str, Any], *, latency_s: float = DEFAULT_LATENCY_S
     rate its links carried and, replayed, its D; rows written before runs carried them: the
     payload of their wire rate, the bench's D. `with_engine`: a replayed run's measured engine
     seconds (its plan's engine_s) are added to its predicted step."""
-    cfg, rounds = result["config"], result.get("timing_rounds") or []
+    cfg, rounds = result.config, result.timing_rounds
     replayed = cfg.get("compute") == "replay"
     if not rounds and not replayed:
         raise ValueError("the results have no timing rounds: measure them with measure_rounds_for(result) first")
@@ -58,7 +59,7 @@ def predict_runs(result: dict[str, Any], *, latency_s: float = DEFAULT_LATENCY_S
     delay_s = (cfg.get("delay_ms") or 0.0) / 1000
     mtu = cfg.get("mtu") or 1500  # bench results before the mtu option ran at 1500
     groups: dict[tuple, list[dict]] = {}
-    for r in result["runs"]:  # layout options: rows written before an option existed have its default
+    for r in result.runs:  # layout options: rows written before an option existed have its default
         opts = (r.get("ps_servers") or 0, bool(r.get("ps_overlap")), r.get("fc_conv_share") or 0.0,
                 r.get("micro_batches") or 1)
         groups.setdefault((r["strategy"], r["fc_workers"], r["link_mbit"], opts), []).append(r)
@@ -161,15 +162,15 @@ def engine_apart(runs: list[dict[str, Any]]) -> dict[str, Any]:
             "low_share": stats(low), "subtracted": stats(sub)}
 
 
-def measure_rounds_for(result: dict[str, Any], reps: int = 5) -> dict[str, Any]:
-    """A bench results dict (e.g. from `python -m stanza_core.bench --out`) with the timing rounds
+def measure_rounds_for(result: Measurement, reps: int = 5) -> Measurement:
+    """A Measurement (e.g. read from `python -m stanza_core.bench --out`) with the timing rounds
     its configurations need, measured now on this machine (recorded as such)."""
-    cfg = result["config"]
-    configs = sorted({(r["strategy"], r["fc_workers"]) for r in result["runs"]})
+    cfg = result.config
+    configs = sorted({(r["strategy"], r["fc_workers"]) for r in result.runs})
     rounds = rounds_needed(configs, cfg["nodes"], cfg["global_batch"])
     measured = timing_rounds(cfg["model"], cfg["image_size"], cfg["num_classes"], rounds, reps=reps)
-    return {**result, "timing_rounds": measured,
-            "timing_rounds_note": "measured at validation time, not beside the runs"}
+    return dataclasses.replace(result, timing_rounds=measured,
+                               timing_rounds_note="measured at validation time, not beside the runs")
 
 
 
@@ -257,47 +258,46 @@ class ValidationParams(ReplayParams):
                 raise ValueError(f"bench_json {f}: no such file")
 
 
-def run_measured(p: ValidationParams, cache_dir: str | None = None) -> list[dict[str, Any]]:
+def run_measured(p: ValidationParams, cache_dir: str | None = None) -> list[Measurement]:
     """The real-compute runs (the fidelity anchor), then the replayed paper-regime runs."""
     real = [measure_or_skip(s, cache_dir, p.measure_runs) for s in p.specs]
     return real + run_replayed(p.replay, cache_dir, p.measure_runs)
 
 
-def load_benches(p: ValidationParams) -> list[dict[str, Any]]:
+def load_benches(p: ValidationParams) -> list[Measurement]:
     """The bench_json files, with timing rounds measured now where a file has none."""
     import json
 
     out = []
     for f in p.bench_json:
-        b = json.loads(Path(f).read_text())
-        b = b if b.get("timing_rounds") else measure_rounds_for(b)
-        out.append({**b, "source": str(f)})
+        b = Measurement.from_dict(json.loads(Path(f).read_text()), source=str(f))
+        out.append(b if b.timing_rounds else measure_rounds_for(b))
     return out
 
 
-def _predict_bench(b: dict[str, Any], latency_s: float) -> list[dict[str, Any]]:
+def _predict_bench(b: Measurement, latency_s: float) -> list[dict[str, Any]]:
     """predict_runs of one bench. A replayed run with its engine seconds measured (its plan's
     engine_s, experiments.plan.replayed_plan) is predicted as the emulated run it is: the model's step on
     the dilated device profile plus those seconds (the engine's own CPU work per step, which
     replay keeps and the target cluster would not have; measured at D = 1, apart from the run);
     each row keeps the error without them (`error_without_engine`)."""
     plain = predict_runs(b, latency_s=latency_s)
-    if b["config"].get("compute") != "replay" or all(r.get("engine_s") is None for r in b["runs"]):
+    if not b.replayed or all(r.get("engine_s") is None for r in b.runs):
         return plain
     rows = predict_runs(b, latency_s=latency_s, with_engine=True)
     return [{**r, "error_without_engine": p["error"], "plain_step_s": p["predicted_step_s"]} for r, p in zip(rows, plain)]
 
 
-def validate(benches: list[dict[str, Any]], latency_s: float = DEFAULT_LATENCY_S) -> dict[str, Any]:
+def validate(benches: list[Measurement], latency_s: float = DEFAULT_LATENCY_S) -> dict[str, Any]:
     """Rows (predicted against measured, with the out-of-sample calibrated variant) of every
     bench with runs; the error summary, calibrated error summary and term fit per bench.
     Replayed runs: `replayed_summary` predicts them with their engine seconds where measured
     (_predict_bench), `replayed_summary_without_engine` with the model's step alone."""
     rows, per_bench = [], []
     for i, b in enumerate(benches):
-        if b.get("unavailable") or not b.get("runs"):
+        if b.unavailable or not b.runs:
             continue
-        cfg = b["config"]
+        cfg = b.config
         got = calibrated(_predict_bench(b, latency_s))
         ds = ", ".join(f"{d:g}" for d in sorted({r["dilation"] for r in got}))
         name = (f"{cfg['model']} N={cfg['nodes']} replayed ({cfg['replay_device']}, D={ds})"
@@ -305,14 +305,14 @@ def validate(benches: list[dict[str, Any]], latency_s: float = DEFAULT_LATENCY_S
         for r in got:
             r.update(bench=i, bench_name=name, nodes=cfg["nodes"], compute=cfg.get("compute", "real"))
         rows += got
-        per_bench.append({"bench": i, "name": name, "source": b.get("source", "measured here"),
+        per_bench.append({"bench": i, "name": name, "source": b.source or "measured here",
                           "summary": error_summary(got), "term_fit": term_fit(got),
-                          "timing_rounds": b["timing_rounds"], "calibration": b.get("calibration"),
-                          "timing_rounds_note": b.get("timing_rounds_note")})
+                          "timing_rounds": b.timing_rounds, "calibration": b.calibration,
+                          "timing_rounds_note": b.timing_rounds_note})
     cal = [{**r, "error": r["calibrated_error"]} for r in rows if r["calibrated_error"] is not None]
-    unavailable = next((b["unavailable"] for b in benches if b.get("unavailable")), None)
-    replay = sorted({(b["config"]["replay_device"], r.get("dilation") or b["config"]["dilation"]) for b in benches
-                     if b.get("config", {}).get("compute") == "replay" for r in b.get("runs") or [{}]})
+    unavailable = next((b.unavailable for b in benches if b.unavailable), None)
+    replay = sorted({(b.config["replay_device"], r.get("dilation") or b.config["dilation"]) for b in benches
+                     if b.replayed for r in b.runs or [{}]})
     engine = any(r.get("engine_s") is not None for r in rows)
     caption = ("measured: communication, for real (shaped links); replayed runs: compute from "
                + ", ".join(f"the {d} table profile x D = {x:g}" for d, x in replay)

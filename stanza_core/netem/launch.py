@@ -16,6 +16,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from .. import atomic
 from . import linkstats
 from .cluster import EmulatedCluster
 from .host import NetemError
@@ -266,9 +267,7 @@ def train_on(cl: EmulatedCluster, train_args: list[str], *, timeout_s: float = 9
                        "kernel_tx_bytes_total": sum(k["tx_bytes"] for k in kernel)}
     result["link_check"], result["host_load"] = judge_run(cl, sampler, result)
     if given is not None:   # the user's metrics file carries what the launcher learned too
-        tmp_path = metrics + ".tmp"
-        Path(tmp_path).write_text(json.dumps(result, indent=1))
-        os.replace(tmp_path, metrics)
+        atomic.write_text(metrics, json.dumps(result, indent=1))
     return result
 
 

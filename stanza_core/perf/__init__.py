@@ -16,7 +16,7 @@ from .cluster import DEFAULT_LATENCY_S, Cluster, emulated_bandwidth, replay_dila
 from .devices import DEVICE_TABLE, DeviceProfile, DeviceSpec, measure_update_s_per_param
 from .model import Prediction, predict
 from .records import MEASURED_DEVICES, MeasuredLayers
-from .resolve import Device, device_names, device_profile, device_source, known_device
+from .resolve import Device, check_device, device_names, device_profile, device_source, known_device
 from .optimize import Assignment, best_assignment
 from .profiles import load_profile, named_profile
 from .sweep import sweep
@@ -24,6 +24,6 @@ from .traffic import ModelCounts, expected_bytes, ps_shard_sizes, totals
 
 __all__ = ["Cluster", "emulated_bandwidth", "replay_dilation", "DEFAULT_LATENCY_S", "DeviceProfile", "DeviceSpec", "DEVICE_TABLE",
            "measure_update_s_per_param",
-           "device_profile", "Device", "device_names", "device_source", "known_device", "MEASURED_DEVICES",
+           "check_device", "device_profile", "Device", "device_names", "device_source", "known_device", "MEASURED_DEVICES",
            "MeasuredLayers", "predict", "Prediction", "best_assignment", "Assignment",
            "named_profile", "load_profile", "sweep", "expected_bytes", "ModelCounts", "ps_shard_sizes", "totals"]

@@ -17,6 +17,7 @@ import json
 import sys
 from pathlib import Path
 
+from .. import checks
 from .cluster import DEFAULT_LATENCY_S, Cluster
 from .devices import DeviceProfile
 from .model import DEFAULT_BATCH_PER_WORKER, DEFAULT_BUCKET_MB
@@ -143,9 +144,8 @@ def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     try:
         for name in ("nodes", "image_size", "num_classes", "top", "global_batch", "batch_per_worker", "ps_shards"):
-            v = getattr(args, name)
-            if v is not None and v < 1:
-                raise ValueError(f"--{name.replace('_', '-')} must be >= 1, got {v}")
+            if getattr(args, name) is not None:
+                checks.number(f"--{name.replace('_', '-')}", getattr(args, name), at_least=1)
         if not args.gbps > 0 or not args.latency_us >= 0 or not args.bucket_mb > 0:
             raise ValueError("--gbps and --bucket-mb must be > 0, --latency-us >= 0")
         if args.sweep and not args.out:

@@ -12,6 +12,8 @@ import dataclasses
 import math
 from typing import TYPE_CHECKING, Union
 
+from .. import checks
+
 if TYPE_CHECKING:
     from .devices import DeviceProfile
 
@@ -19,11 +21,7 @@ DEFAULT_LATENCY_S = 50e-6  # assumption: one-way per-message cost over TCP on 10
 
 
 def _positive_finite(name: str, value, *, allow_zero: bool = False) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise ValueError(f"{name} must be a finite number, got {value!r}")
-    if value < 0 or (value == 0 and not allow_zero):
-        raise ValueError(f"{name} must be {'>= 0' if allow_zero else '> 0'}, got {value!r}")
-    return float(value)
+    return float(checks.number(name, value, **({"at_least": 0} if allow_zero else {"above": 0})))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -40,16 +38,13 @@ class Cluster:
     device: Union[str, "DeviceProfile"] = "v100"
 
     def __post_init__(self):
-        if isinstance(self.nodes, bool) or not isinstance(self.nodes, int) or self.nodes < 1:
-            raise ValueError(f"nodes must be a positive integer, got {self.nodes!r}")
+        checks.positive_int("nodes", self.nodes)
         _positive_finite("bandwidth_gbps", self.bandwidth_gbps)
         _positive_finite("latency_s", self.latency_s, allow_zero=True)
         from .devices import DEVICE_TABLE, DeviceProfile  # late: devices imports nothing from here
 
         if isinstance(self.device, str):
-            if self.device.lower() not in DEVICE_TABLE:
-                raise ValueError(f"unknown device {self.device!r}; expected one of: {', '.join(DEVICE_TABLE)} "
-                                 "or a DeviceProfile")
+            checks.one_of("device", self.device.lower(), [*DEVICE_TABLE, "a DeviceProfile"])
             object.__setattr__(self, "device", self.device.lower())
         elif not isinstance(self.device, DeviceProfile):
             raise ValueError(f"device must be a device-table name or a DeviceProfile, got {type(self.device).__name__}")
@@ -114,8 +109,7 @@ def replay_dilation(target_gbps: float, nodes: int, *, max_link_mbit: float, max
     _positive_finite("max_aggregate_mbit", max_aggregate_mbit)
     _positive_finite("engine_s", engine_s, allow_zero=True)
     _positive_finite("engine_share", engine_share)
-    if isinstance(nodes, bool) or not isinstance(nodes, int) or nodes < 1:
-        raise ValueError(f"nodes must be a positive integer, got {nodes!r}")
+    checks.positive_int("nodes", nodes)
     mbit = 1000 * target_gbps
     need = [1.0, mbit / max_link_mbit, nodes * mbit / max_aggregate_mbit]
     if engine_s > 0:

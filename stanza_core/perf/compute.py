@@ -1,41 +1,57 @@
-"""Layer-by-layer compute cost of a training step on a GPU (compute model v2).
+"""Layer-by-layer compute cost of a training step on a GPU (compute model v2.2).
 
 Each layer of a profile (`LayerRow`) costs, per call on a batch of b samples, in each phase:
 
-  device   kernels x kernel floor + weight streaming  +  b x work per sample
+  device   kernels x kernel floor + work(b)
   host     kernels x launch cost (the CPU issuing them: Python, autograd, driver)
 
-Work per sample, by kind:
-  convolution       FLOPs / (conv peak x conv efficiency x size factor x algorithmic factor)
-                    size factor K / (K + conv_half_k), K = FLOPs / (2 x output values) the
-                    reduction length of the implicit GEMM (C_in x kernel area): small-channel
-                    convolutions fill the math units badly. Algorithmic factor: 3x3 stride-1
-                    convolutions on FP32 CUDA cores run Winograd/FFT (fewer multiplications than
-                    the direct count); tensor-core (TF32) convolutions run implicit GEMM: 1
-  Linear (GEMM)     FLOPs / (GEMM peak x GEMM efficiency); its floor also streams the weights
-                    (forward reads W, backward reads W and writes dW) at bandwidth x weight efficiency
-  ReLU, dropout     values moved x 4 bytes / (bandwidth x memory efficiency), passes in MEM_PASSES
-  batch norm,       the same at a lower share of the bandwidth (reduce efficiency): statistics,
-  pooling           windows and max-pool's scattered backward
-backward work = 2 x forward for convolutions and GEMMs (input and weight gradients), except the
-first parameterised layer, whose input needs no gradient (1 x). The loss adds LOSS_KERNELS.
+Work, by kind:
+  convolution    FLOPs / rate (linear in b), rate = peak x efficiency x size factor x algorithmic
+                 factor; the backward (data gradient + weight gradient, 2 x the forward FLOPs; the
+                 first layer only the weight gradient) takes conv_bwd_ratio x the forward's seconds
+                 per FLOP:
+                   efficiency   by math: FP32 CUDA cores, TF32 tensor cores
+                   size factor  K / (K + conv_half_k x conv peak / FP32 peak), K = C_in x kernel
+                                area, the reduction length (small-channel convolutions gather
+                                badly; math that is faster per SM (TF32 tensor cores) needs a
+                                proportionally longer K to hide the same gather)
+                   algorithmic  3x3 stride-1 convolutions on FP32 CUDA cores run Winograd/FFT
+                                (fewer multiplications than the direct count): winograd_factor
+  Linear         each GEMM (forward; backward: data gradient and weight gradient, shapes in
+                 `gemms`) at max(FLOPs / (FP32 GEMM rate x shape utilisation), bytes / (bandwidth
+                 x memory efficiency)) (the roofline); `gemm_utilisation`: the GEMM (M x N,
+                 reduction K) cut into output tiles on the device's SMs: tiles shrink to a small M
+                 or N (16 to 128) at a loss of operand reuse ((r / 64) ** tile_exponent,
+                 r = tm tn / (tm + tn)); split-K fills the SMs when there are fewer tiles than SMs;
+                 the last wave of tiles leaves SMs idle. So a small batch's FC cost scales with the
+                 device's compute and SM count; bandwidth is only the roofline bound.
+  ReLU, dropout, values moved x 4 bytes / (bandwidth x memory efficiency), passes in MEM_PASSES;
+  residual adds  torchvision's Bottleneck/BasicBlock `out += identity` (not a module: counted from
+                 the block structure, `residual_rows`)
+  batch norm,    the same at a lower share of the bandwidth (reduce efficiency): statistics,
+  pooling        windows and max-pool's scattered backward
+The loss adds LOSS_KERNELS.
 
-Floors and work ADD (affine in b) rather than take a max: at batch 16 the measured H200 steps sit
-well above both the kernel floors and the work alone (VGG-16 TF32 b16: 14.0 ms, work alone 11 ms,
-floors 1 ms); the fit of the max form leaves larger residuals (benchmarks/fit_compute_model.py
-prints both). The affine form is also what a DeviceProfile carries exactly (fixed + b x per_sample).
+Linear GEMM shapes depend on the batch (M = b), so their work is not linear in b. A DeviceProfile
+is affine per part (fixed + b x per sample): `layer_cost` takes the secant of the work between the
+profile's batch b0 and 4 b0 (exact at both; fixed >= 0), so a profile built at a run's per-worker
+batch times that batch exactly and a gathered FC batch up to 4x on the secant.
 
 The host floor is a max, not a sum: the CPU issues kernels asynchronously, so a part's call
 lasts max(host launches, device time). It is taken per part and phase (DeviceProfile.call_s),
-which is what the performance model and replay can wait.
+the coarsest unit the performance model and replay wait.
 
-A device is its datasheet (peaks, bandwidth) plus efficiencies, floors and launch cost fitted to
-measured steps (devices.py says what was fitted to what; benchmarks/fit_compute_model.py fits and
-cross-validates; docs/performance-model.md has the tables).
+A device is its datasheet (peaks, bandwidth, SM count) plus efficiencies, floors and launch cost
+fitted to measured steps (devices.py says what was fitted to what; benchmarks/fit_compute_model.py
+fits and cross-validates; docs/performance-model.md has the tables). The functions on arrays
+(`gemm_utilisation`, `gemm_seconds`) are numpy-vectorised: the fit evaluates them on every GEMM of
+every point at once.
 """
 from __future__ import annotations
 
 import dataclasses
+
+import numpy as np
 
 from ..anatomy import DTYPE_BYTES, LayerRow, Profile
 
@@ -46,11 +62,13 @@ MEM_PASSES: dict[str, tuple[float, float]] = {
     "BatchNorm1d": (1.5, 2.5),  # fwd: read x for the statistics, read again, write y; bwd: x, dy twice, write dx
     "BatchNorm2d": (1.5, 2.5),
     "ReLU": (1.0, 1.5),  # fwd: read, write; bwd: read y and dy, write dx
-    "MaxPool2d": (1.0, 1.5),  # bwd: read dy and the indices, write (scatter) dx
+    "MaxPool2d": (1.4, 3.0),  # 2x2 window (io = 5 x outputs): fwd reads x, writes y and int64 indices (7 outputs' worth);
+    # bwd zero-fills dx, reads dy and the indices, scatter-adds into dx (read and write: 15)
     "AvgPool2d": (1.0, 1.0),
     "AdaptiveAvgPool2d": (1.0, 1.0),
     "Dropout": (1.5, 1.5),  # the mask is read once more each way
     "SampleDropout": (1.5, 1.5),
+    "ResidualAdd": (1.0, 1.0),  # io = 3 x outputs: fwd reads two, writes one; bwd accumulates the identity path's gradient
 }
 # Memory-bound layers that reduce or gather (batch norm's statistics, pooling windows, max-pool's
 # scattered backward) reach a lower share of the bandwidth than element-wise ones.
@@ -70,6 +88,11 @@ KERNELS: dict[str, tuple[int, int]] = {
 DEFAULT_KERNELS = (1, 1)  # element-wise layers and the other pools: one kernel each way
 LOSS_KERNELS = (2, 3)  # cross-entropy: log_softmax + nll forward; nll (fill + scatter) + log_softmax backward
 
+TILE = 128  # the largest output tile edge (cuBLAS/cuDNN FP32 and TF32 kernels: 128 x 128)
+MIN_TILE = 16  # the smallest tile edge a kernel shrinks to for a small M or N
+SPLIT_K_MIN = 256  # the shortest reduction slice split-K gives one CTA
+SECANT = 4  # DeviceProfile's affine work: the secant between the profile's batch b0 and SECANT x b0
+
 
 @dataclasses.dataclass(frozen=True)
 class LayerCost:
@@ -83,7 +106,7 @@ class LayerCost:
     bwd_kernels: int
 
     def seconds(self, phase: str, batch: int) -> float:
-        """Device seconds of one call in `phase` on `batch` samples (floors + work)."""
+        """Device seconds of one call in `phase` on `batch` samples (floors + work, on the secant)."""
         return getattr(self, f"{phase}_fixed_s") + batch * getattr(self, f"{phase}_s")
 
 
@@ -93,27 +116,115 @@ def is_winograd(row: LayerRow) -> bool:
 
 
 def reduction_length(row: LayerRow) -> float:
-    """K of a convolution's implicit GEMM (C_in / groups x kernel area): FLOPs = 2 x outputs x K."""
+    """K of a convolution's (or Linear's) GEMM: FLOPs = 2 x outputs x K (C_in / groups x kernel area)."""
     return row.flops / (2 * row.out_values) if row.out_values else 0.0
 
 
-def layer_cost(row: LayerRow, spec, first: bool = False) -> LayerCost:
+def out_channels(row: LayerRow) -> float:
+    """C_out of a convolution (N of its GEMM) from its parameters (C_out x K, + C_out with a bias);
+    a Linear layer's output features."""
+    if not row.kernel:
+        return float(row.out_values)
+    k = reduction_length(row)
+    if k <= 0:
+        return float(row.out_values)
+    kk = round(k)
+    return float(row.params // (kk + 1) if row.params % (kk + 1) == 0 else row.params / k)
+
+
+def gemms(row: LayerRow, batch: int, first: bool = False) -> list[tuple[str, float, float, float, float]]:
+    """(phase, FLOPs, M, N, K) of each GEMM one call of a convolution (implicit GEMM) or Linear
+    layer runs on `batch` samples: forward (M = b x pixels, N = C_out, K = C_in x kernel area);
+    backward, data gradient (M = b x pixels, N = K, K = C_out; not for the first layer) and weight
+    gradient (M = C_out, N = K, K = b x pixels)."""
+    k, n = reduction_length(row), out_channels(row)
+    m = batch * row.out_values / n
+    flops = batch * row.flops
+    out = [("fwd", flops, m, n, k)]
+    if not first:
+        out.append(("bwd", flops, m, k, n))
+    out.append(("bwd", flops, n, k, m))
+    return out
+
+
+def gemm_utilisation(m, n, k, sms, tile_exponent):
+    """Share of the device's math a GEMM of M x N outputs (reduction K) can use (numpy arrays or
+    scalars): tile reuse x padding x wave fill, with split-K when tiles < SMs. sms <= 0: 1."""
+    m, n, k = (np.asarray(v, dtype=float) for v in (m, n, k))
+    tm = np.clip(2.0 ** np.ceil(np.log2(np.maximum(m, 1.0))), MIN_TILE, TILE)
+    tn = np.clip(2.0 ** np.ceil(np.log2(np.maximum(n, 1.0))), MIN_TILE, TILE)
+    reuse = (tm * tn / (tm + tn) / (TILE / 2)) ** tile_exponent
+    tiles = np.ceil(m / tm) * np.ceil(n / tn)
+    pad = m * n / (tiles * tm * tn)
+    if not sms or sms <= 0:
+        return reuse * pad
+    split = np.where(tiles >= sms, 1.0, np.maximum(1.0, np.minimum(np.floor(sms / tiles), np.floor(k / SPLIT_K_MIN))))
+    ctas = tiles * split
+    fill = ctas / (np.ceil(ctas / sms) * sms)
+    return reuse * pad * fill
+
+
+def gemm_seconds(flops, m, n, k, rate, sms, tile_exponent, mem_rate):
+    """Seconds of GEMMs (numpy arrays or scalars): the roofline max of FLOPs at `rate` x the shape
+    utilisation and fp32 operands and result (M K + K N + M N values) at `mem_rate` bytes/s."""
+    util = gemm_utilisation(m, n, k, sms, tile_exponent)
+    moved = DTYPE_BYTES * (np.asarray(m) * k + np.asarray(k) * n + np.asarray(m) * n)
+    return np.maximum(np.asarray(flops) / (np.asarray(rate) * util), moved / mem_rate)
+
+
+def gemm_rate(row: LayerRow, spec) -> float:
+    """FLOP/s of `row`'s GEMMs before the shape utilisation: peak x efficiency x size x algorithm."""
+    if not row.kernel:
+        return spec.fc_peak_flops * spec.fc_efficiency
+    k = reduction_length(row)
+    half = spec.conv_half_k * spec.conv_peak_flops / spec.fc_peak_flops  # tensor cores: longer K to saturate
+    size = k / (k + half) if k > 0 else 1.0
+    factor = spec.winograd_factor if is_winograd(row) else 1.0
+    return spec.conv_peak_flops * spec.conv_efficiency * factor * size
+
+
+def conv_work(row: LayerRow, spec, batch: int, first: bool = False) -> tuple[float, float]:
+    """(forward, backward) seconds of one convolution call on `batch` samples (no floors): FLOPs at
+    `gemm_rate`; the backward's 2 x FLOPs (first layer: 1 x) at conv_bwd_ratio x the forward's
+    seconds per FLOP."""
+    fwd = batch * row.flops / gemm_rate(row, spec)
+    return fwd, (1 if first else 2) * fwd * spec.conv_bwd_ratio
+
+
+def gemm_work(row: LayerRow, spec, batch: int, first: bool = False) -> tuple[float, float]:
+    """(forward, backward) seconds of one call of a Linear layer `row` on `batch` samples: its
+    GEMMs at their shape on the roofline (no floors); a convolution: `conv_work`."""
+    if row.kernel:
+        return conv_work(row, spec, batch, first)
+    g = gemms(row, batch, first)
+    t = gemm_seconds([x[1] for x in g], [x[2] for x in g], [x[3] for x in g], [x[4] for x in g],
+                     gemm_rate(row, spec), spec.sms, spec.tile_exponent, spec.mem_bytes_per_s * spec.mem_efficiency)
+    return (float(sum(s for (ph, *_), s in zip(g, t) if ph == "fwd")),
+            float(sum(s for (ph, *_), s in zip(g, t) if ph == "bwd")))
+
+
+def secant(c0: float, c1: float, b0: int) -> tuple[float, float]:
+    """(fixed, per sample) of the line through (b0, c0) and (SECANT b0, c1), both >= 0: else the
+    line through the origin and (b0, c0) (fixed < 0), or c0 flat (slope < 0: a fuller last wave)."""
+    per = (c1 - c0) / ((SECANT - 1) * b0)
+    if per < 0:
+        return c0, 0.0
+    fixed = c0 - b0 * per
+    return (fixed, per) if fixed >= 0 else (0.0, c0 / b0)
+
+
+def layer_cost(row: LayerRow, spec, first: bool = False, batch: int = 32) -> LayerCost:
     """Cost of one call of `row` on DeviceSpec `spec`; `first`: the first parameterised layer
-    (its backward computes only the weight gradient)."""
+    (its backward computes only the weight gradient); `batch`: the batch b0 the GEMM work is
+    linearised at (module docstring)."""
     kf, kb = (0, 0) if row.kind in FREE_KINDS else KERNELS.get(row.kind, DEFAULT_KERNELS)
-    if row.kernel:  # a convolution
-        k = reduction_length(row)
-        size = k / (k + spec.conv_half_k) if k > 0 else 1.0
-        factor = spec.winograd_factor if is_winograd(row) else 1.0
-        fwd = row.flops / (spec.conv_peak_flops * spec.conv_efficiency * factor * size)
+    if row.flops and row.out_values and row.kernel:  # convolutions: linear in the batch
         kb = kb - 1 if first else kb
-        bwd, fixed_f, fixed_b = (1 if first else 2) * fwd, 0.0, 0.0
-    elif row.flops:  # Linear and other GEMM-counted layers
-        fwd = row.flops / (spec.fc_peak_flops * spec.fc_efficiency)
+        (fwd, bwd), fixed_f, fixed_b = conv_work(row, spec, 1, first), 0.0, 0.0
+    elif row.flops and row.out_values:  # Linear layers: GEMMs at their shape, on the secant
         kb = kb - 1 if first else kb
-        bwd = (1 if first else 2) * fwd
-        stream = row.params * DTYPE_BYTES / (spec.mem_bytes_per_s * spec.weight_efficiency)
-        fixed_f, fixed_b = stream, (1 if first else 2) * stream
+        (f0, b0), (f1, b1) = gemm_work(row, spec, batch, first), gemm_work(row, spec, SECANT * batch, first)
+        (fixed_f, fwd), (fixed_b, bwd) = secant(f0, f1, batch), secant(b0, b1, batch)
     elif row.kind in FREE_KINDS:
         return LayerCost(0.0, 0.0, 0.0, 0.0, 0, 0)
     else:
@@ -127,23 +238,56 @@ def layer_cost(row: LayerRow, spec, first: bool = False) -> LayerCost:
     return LayerCost(fwd, bwd, fixed_f + kf * spec.kernel_s, fixed_b + kb * spec.kernel_s, kf, kb)
 
 
-def layer_seconds(row: LayerRow, spec) -> tuple[float, float]:
-    """(forward, backward) work seconds per sample of one layer on DeviceSpec `spec` (no floors)."""
-    c = layer_cost(row, spec)
+def layer_seconds(row: LayerRow, spec, batch: int = 32) -> tuple[float, float]:
+    """(forward, backward) work seconds per sample of one layer on DeviceSpec `spec` (no floors;
+    GEMMs: the secant slope at `batch`)."""
+    c = layer_cost(row, spec, batch=batch)
     return c.fwd_s, c.bwd_s
 
 
+def residual_rows(profile: Profile) -> list[tuple[int, LayerRow]]:
+    """(index after which it runs, row) of each residual add `out += identity` of torchvision's
+    Bottleneck/BasicBlock, which is not a module: a block X is recognised by X.conv1 and a ReLU
+    X.relu called more than once; the add's outputs are those of X's last batch norm outside
+    X.downsample."""
+    rows, out = profile.layers, []
+    names = {r.name for r in rows}
+    for i, r in enumerate(rows):
+        block = r.name[:-len(".relu")] if r.name.endswith(".relu") else None
+        if r.kind != "ReLU" or r.calls < 2 or block is None or f"{block}.conv1" not in names:
+            continue
+        bns = [j for j, q in enumerate(rows) if q.name.startswith(block + ".") and q.kind.startswith("BatchNorm")
+               and ".downsample" not in q.name]
+        if not bns:
+            continue
+        last = max(j for j, q in enumerate(rows) if q.name.startswith(block + "."))
+        v = rows[bns[-1]].out_values
+        out.append((last, LayerRow(f"{block}.add", "ResidualAdd", r.part, 0, 0.0, v, 4 * v, 3 * v)))
+    return out
+
+
+def cost_rows(profile: Profile) -> list[LayerRow]:
+    """The rows compute model v2.2 costs, in forward order: the profile's layers and the residual adds."""
+    extra = dict(residual_rows(profile))
+    out = []
+    for i, r in enumerate(profile.layers):
+        out.append(r)
+        if i in extra:
+            out.append(extra[i])
+    return out
+
+
 def layer_costs(profile: Profile, spec) -> list[tuple[LayerRow, LayerCost]]:
-    """Every layer row with its cost, in forward order."""
+    """Every costed row (layers and residual adds) with its cost at the profile's batch, in forward order."""
     out, seen_params = [], False
-    for r in profile.layers:
-        out.append((r, layer_cost(r, spec, first=not seen_params and r.params > 0)))
+    for r in cost_rows(profile):
+        out.append((r, layer_cost(r, spec, first=not seen_params and r.params > 0, batch=profile.batch_size)))
         seen_params = seen_params or r.params > 0
     return out
 
 
 def layer_times(profile: Profile, spec) -> list[dict]:
-    """Per-layer forward/backward work seconds per sample, in forward order (name, part, kind, fwd_s, bwd_s)."""
+    """Per-row forward/backward work seconds per sample, in forward order (name, part, kind, fwd_s, bwd_s)."""
     return [{"name": r.name, "part": r.part, "kind": r.kind, "fwd_s": c.fwd_s, "bwd_s": c.bwd_s}
             for r, c in layer_costs(profile, spec)]
 
@@ -171,7 +315,7 @@ def part_costs(profile: Profile, spec) -> dict[str, float] | None:
 
 
 def step_kernels(profile: Profile, spec) -> int:
-    """Kernels one forward+backward launches (layers and loss)."""
+    """Kernels one forward+backward launches (layers, residual adds and loss)."""
     return sum(c.fwd_kernels + c.bwd_kernels for _, c in layer_costs(profile, spec)) + sum(LOSS_KERNELS)
 
 

@@ -5,14 +5,15 @@ device time per call and a floor per call; one call on a batch of b samples take
 
     max(call_s, fixed_s + b * per_sample_s)
 
-fixed_s + b x per_sample_s is the device's time (kernel floors and weight streaming, plus the
-work: compute.py); call_s is the floor the host sets by launching the call's kernels (or, in
+fixed_s + b x per_sample_s is the device's time (kernel floors plus the work: compute.py; GEMM
+work on the secant through the profile's batch and 4x it); call_s is the floor the host sets by launching the call's kernels (or, in
 profiles saved before compute model v2, the weight-streaming roofline floor: the same max). A
 measured profile has fixed and floor 0, because its per-sample times were taken at a real batch.
 
-Table-derived times: with layer rows, compute model v2 (compute.py) costs each layer by kind,
-with efficiencies, floors and launch cost fitted to measured steps (the constants below say
-what was fitted to what); without layer rows (a hand-made profile):
+Table-derived times: with layer rows, compute model v2.2 (compute.py) costs each layer by kind
+(convolutions by FLOP rate, Linear layers as GEMMs at their shape on the device's SMs), with
+efficiencies, floors and launch cost fitted to measured steps (the constants below say what was
+fitted to what); without layer rows (a hand-made profile):
   forward FLOPs per sample from the profile (torch's FLOP counter, a multiply-add = 2 FLOPs);
   backward = 2 x forward (gradients of inputs and of weights: the usual "fwd+bwd = 3x fwd");
   sustained FLOP/s = vendor peak of the math the framework uses x an efficiency;
@@ -29,35 +30,40 @@ from typing import Any
 
 import torch
 
+from .. import checks
 from ..anatomy import Profile
 
 
-# Compute model v2 constants (compute.py). FITTED by benchmarks/fit_compute_model.py: 10 free
-# parameters to 25 points (24 measured H200 steps, forward+backward without hooks, from
-# stanza_core/perf/records/h200; 1 published figure, V100 ResNet-50 FP32 367 img/s);
-# mem_efficiency is a fixed prior, not fitted. Leave-one-model-out and the held-out published
-# figures: benchmarks/results/compute_model_fit.json, docs/performance-model.md (the
-# leave-one-model-out targets are missed). `--check` refits and fails if these drift.
-# Efficiencies are shares of the datasheet peaks below; volta_fp32_efficiency sits at its bound 1.0.
+# Compute model v2.2 constants (compute.py). FITTED by benchmarks/fit_compute_model.py (the header
+# of that script and docs/performance-model.md say on which points: measured H200 steps without
+# hooks and the published V100 ResNet-50 FP32 figure; the Linear layers' work (no floors) also on
+# their long per-layer times where the hooked total agrees with the plain step). Not fitted: mem_efficiency (a fixed prior)
+# and the *_bwd_ratio shares (derived by the same script from the per-layer records whose hooked
+# total agrees with the plain step: a share within the conv part, never a floor). Leave-one-model-out
+# and the held-out published figures: benchmarks/results/compute_model_fit.json. `--check` refits
+# and fails if these drift. Efficiencies are shares of the datasheet peaks below.
 FITTED: dict[str, float] = {
-    "tf32_efficiency": 0.378861,  # TF32 tensor-core convolutions (a100, h100, h200 rows)
-    "fp32_efficiency": 0.533816,  # FP32 CUDA-core convolutions on Hopper (h100-fp32, h200-fp32)
-    "volta_fp32_efficiency": 1.0,  # FP32 CUDA-core convolutions on V100 (and a100-fp32: no dual FP32 issue)
-    "winograd_factor": 1.8374,  # 3x3 stride-1 convolutions on FP32 CUDA cores
-    "conv_half_k": 164.523,  # reduction length K at which a convolution runs at half its efficiency
-    "gemm_efficiency": 0.425969,  # FP32 GEMMs (Linear layers; matmuls stay FP32 by default)
-    "weight_efficiency": 0.128367,  # share of the bandwidth a Linear layer streams its weights at
-    "mem_efficiency": 0.85,  # element-wise layers (ReLU, dropout), optimizer step
-    "reduce_efficiency": 0.468706,  # batch norm and pooling: reductions, strided and scattered access
-    "kernel_s": 1.47388e-05,  # device floor per kernel
-    "launch_s": 3.59328e-05,  # host seconds per kernel launched (eager PyTorch: Python, autograd, driver)
+    "tf32_efficiency": 0.38053,  # TF32 tensor-core convolutions (a100, h100, h200 rows)
+    "fp32_efficiency": 0.340038,  # FP32 CUDA-core convolutions on Hopper (h100-fp32, h200-fp32)
+    "volta_fp32_efficiency": 0.677899,  # FP32 CUDA-core convolutions on V100 (and a100-fp32: no dual FP32 issue)
+    "winograd_factor": 2.03943,  # 3x3 stride-1 convolutions on FP32 CUDA cores
+    "conv_half_k": 1.00002,  # reduction length K at which a convolution runs at half its efficiency
+    "gemm_efficiency": 0.374903,  # FP32 GEMMs (Linear layers; matmuls stay FP32 by default)
+    "tile_exponent": 0.859972,  # operand reuse of a tile shrunk to a small M or N: (r / 64) ** this
+    "mem_efficiency": 0.85,  # element-wise layers (ReLU, dropout, residual adds), optimizer step, GEMM roofline
+    "reduce_efficiency": 0.54538,  # batch norm and pooling: reductions, strided and scattered access
+    "kernel_s": 2.19877e-05,  # device floor per kernel
+    "launch_s": 1.389e-05,  # host seconds per kernel launched (eager PyTorch: Python, autograd, driver)
+    "tf32_bwd_ratio": 1.1866,  # conv backward seconds per FLOP / forward's, TF32 (derived from records)
+    "fp32_bwd_ratio": 0.7045,  # the same on FP32 CUDA cores (Hopper records; also used for V100)
 }
 
 
 @dataclasses.dataclass(frozen=True)
 class DeviceSpec:
-    """One row of the device table: vendor peaks (sourced), efficiencies, floors and launch cost
-    (compute model v2: fitted, see FITTED; a datasheet-only DeviceSpec inherits the fitted floors)."""
+    """One row of the device table: vendor peaks and SM count (sourced), efficiencies, floors and
+    launch cost (compute model v2.2: fitted, see FITTED; a datasheet-only DeviceSpec inherits the
+    fitted constants, and with sms = 0 no wave quantisation)."""
 
     name: str
     conv_peak_flops: float  # peak FLOP/s of the math PyTorch uses for fp32 convolutions
@@ -70,9 +76,12 @@ class DeviceSpec:
     winograd_factor: float = 1.0  # 3x3 stride-1 convs: direct FLOPs / the algorithm's (compute.py)
     conv_half_k: float = FITTED["conv_half_k"]  # conv efficiency x K / (K + this)
     reduce_efficiency: float = FITTED["reduce_efficiency"]  # achievable / peak bandwidth, batch norm and pooling
-    weight_efficiency: float = FITTED["weight_efficiency"]  # Linear weight streaming / peak bandwidth
+    weight_efficiency: float = 0.0  # unused since compute model v2.1 (Linear layers are GEMMs on the roofline); kept for old callers
     kernel_s: float = FITTED["kernel_s"]  # device seconds per kernel, beside its work
     launch_s: float = FITTED["launch_s"]  # host seconds per kernel launched
+    sms: int = 0  # streaming multiprocessors (GEMM wave quantisation, compute.gemm_utilisation); 0: not modelled
+    tile_exponent: float = FITTED["tile_exponent"]  # operand-reuse loss of small GEMM tiles (compute.py)
+    conv_bwd_ratio: float = 1.0  # conv backward seconds per FLOP / forward's (compute.conv_work)
 
 
 # Vendor peaks: NVIDIA product datasheets (nvidia.com/en-us/data-center/v100, /a100, /h100,
@@ -83,28 +92,31 @@ class DeviceSpec:
 # convolutions in TF32 on Ampere and later by default (torch.backends.cudnn.allow_tf32 = True)
 # and fp32 matmuls in full FP32 (torch.backends.cuda.matmul.allow_tf32 = False since 1.12):
 # hence the two peaks. "-fp32" rows: the same GPUs with TF32 off (--exact), convolutions on
-# FP32 CUDA cores.
-#   name: (conv peak, GEMM peak, bandwidth, conv math: FITTED["<math>_efficiency"], note)
-DATASHEETS: dict[str, tuple[float, float, float, str, str]] = {
-    "v100": (15.7e12, 15.7e12, 900e9, "volta_fp32", "V100 SXM2 (EC2 p3): FP32 CUDA cores for convs and matmuls"),
-    "a100": (156e12, 19.5e12, 2039e9, "tf32", "A100 SXM4 80 GB: convs on TF32 tensor cores (implicit GEMM), matmuls FP32"),
-    "h100": (494.7e12, 67e12, 3350e9, "tf32", "H100 SXM5: convs on TF32 tensor cores (implicit GEMM), matmuls FP32"),
-    "h200": (494.7e12, 67e12, 4800e9, "tf32", "H200 SXM: convs on TF32 tensor cores (implicit GEMM), matmuls FP32"),
-    "a100-fp32": (19.5e12, 19.5e12, 2039e9, "volta_fp32", "A100 SXM4 80 GB, TF32 off: FP32 CUDA cores"),
-    "h100-fp32": (67e12, 67e12, 3350e9, "fp32", "H100 SXM5, TF32 off: FP32 CUDA cores"),
-    "h200-fp32": (67e12, 67e12, 4800e9, "fp32", "H200 SXM, TF32 off: FP32 CUDA cores"),
+# FP32 CUDA cores. SM counts (NVIDIA architecture whitepapers: Tesla V100 (Volta) 80 SMs; A100
+# (Ampere GA100) 108 SMs; H100 SXM5 (Hopper GH100) 132 SMs; the H200 SXM is the same GH100
+# configuration, 132 SMs, as the measured H200 reported, stanza_core/perf/records/h200/SOURCE.md).
+#   name: (conv peak, GEMM peak, bandwidth, conv math: FITTED["<math>_efficiency"], note, SMs)
+DATASHEETS: dict[str, tuple[float, float, float, str, str, int]] = {
+    "v100": (15.7e12, 15.7e12, 900e9, "volta_fp32", "V100 SXM2 (EC2 p3): FP32 CUDA cores for convs and matmuls", 80),
+    "a100": (156e12, 19.5e12, 2039e9, "tf32", "A100 SXM4 80 GB: convs on TF32 tensor cores (implicit GEMM), matmuls FP32", 108),
+    "h100": (494.7e12, 67e12, 3350e9, "tf32", "H100 SXM5: convs on TF32 tensor cores (implicit GEMM), matmuls FP32", 132),
+    "h200": (494.7e12, 67e12, 4800e9, "tf32", "H200 SXM: convs on TF32 tensor cores (implicit GEMM), matmuls FP32", 132),
+    "a100-fp32": (19.5e12, 19.5e12, 2039e9, "volta_fp32", "A100 SXM4 80 GB, TF32 off: FP32 CUDA cores", 108),
+    "h100-fp32": (67e12, 67e12, 3350e9, "fp32", "H100 SXM5, TF32 off: FP32 CUDA cores", 132),
+    "h200-fp32": (67e12, 67e12, 4800e9, "fp32", "H200 SXM, TF32 off: FP32 CUDA cores", 132),
 }
 
 
 def device_spec(name: str, fitted: dict[str, float] = FITTED) -> DeviceSpec:
     """The table row `name` (a DATASHEETS key) with the compute model's constants `fitted`."""
-    conv_peak, fc_peak, mem, math_mode, note = DATASHEETS[name]
+    conv_peak, fc_peak, mem, math_mode, note, sms = DATASHEETS[name]
     tf32 = math_mode == "tf32"
     return DeviceSpec(name, conv_peak, fc_peak, mem, fitted[f"{math_mode}_efficiency"], fitted["gemm_efficiency"],
                       fitted["mem_efficiency"], note, 1.0 if tf32 else fitted["winograd_factor"],
                       conv_half_k=fitted["conv_half_k"], reduce_efficiency=fitted["reduce_efficiency"],
-                      weight_efficiency=fitted["weight_efficiency"], kernel_s=fitted["kernel_s"],
-                      launch_s=fitted["launch_s"])
+                      kernel_s=fitted["kernel_s"], launch_s=fitted["launch_s"], sms=sms,
+                      tile_exponent=fitted["tile_exponent"],
+                      conv_bwd_ratio=fitted["tf32_bwd_ratio" if tf32 else "fp32_bwd_ratio"])
 
 
 DEVICE_TABLE: dict[str, DeviceSpec] = {name: device_spec(name) for name in DATASHEETS}
@@ -134,8 +146,7 @@ class DeviceProfile:
             v = getattr(self, f.name)
             if f.name == "name":
                 continue
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
-                raise ValueError(f"DeviceProfile.{f.name} must be a finite number >= 0, got {v!r}")
+            checks.number(f"DeviceProfile.{f.name}", v, at_least=0)
 
     def time_s(self, part: str, phase: str, batch: int) -> float:
         """Seconds of one call of `part` ("conv"/"fc") in `phase` ("fwd"/"bwd") on `batch` samples:
@@ -166,16 +177,14 @@ class DeviceProfile:
     @classmethod
     def from_table(cls, device: str, profile: Profile, *, step_overhead_s: float = 0.0) -> "DeviceProfile":
         """Per-sample times of `profile`'s model on a table device (see the module docstring)."""
-        key = device.lower()
-        if key not in DEVICE_TABLE:
-            raise ValueError(f"unknown device {device!r}; expected one of: {', '.join(DEVICE_TABLE)}")
+        key = checks.one_of("device", device.lower(), DEVICE_TABLE)
         return cls.from_spec(DEVICE_TABLE[key], profile, step_overhead_s=step_overhead_s, name=f"{key} (table)")
 
     @classmethod
     def from_spec(cls, s: "DeviceSpec", profile: Profile, *, step_overhead_s: float = 0.0,
                   name: str | None = None) -> "DeviceProfile":
         """Times of `profile`'s model on any DeviceSpec, e.g. one written from a datasheet. With
-        layer rows: compute model v2 (compute.py: work per sample, kernel floors, host launch
+        layer rows: compute model v2.2 (compute.py: work per sample, kernel floors, host launch
         floor); without them (a hand-made profile): the part FLOPs at the conv/GEMM rates."""
         from .compute import part_costs
 
@@ -188,11 +197,6 @@ class DeviceProfile:
             "fc_fwd_call_s": 4 * profile.fc.params / mem, "fc_bwd_call_s": 12 * profile.fc.params / mem}
         return cls(name=name or f"{s.name} (datasheet)", **parts, step_overhead_s=step_overhead_s,
                    update_s_per_param=SGD_MOMENTUM_BYTES_PER_PARAM / mem)
-
-
-def resolve_device(device, profile: Profile) -> DeviceProfile:
-    """A Cluster's device (table name or DeviceProfile) as a DeviceProfile for `profile`."""
-    return device if isinstance(device, DeviceProfile) else DeviceProfile.from_table(device, profile)
 
 
 def measure_update_s_per_param(numel: int = 4_000_000, reps: int = 5, device: str = "cpu") -> float:

@@ -34,10 +34,12 @@ import itertools
 import math
 from typing import Any
 
+from .. import checks
 from ..anatomy import DTYPE_BYTES, LABEL_BYTES, Profile
 from .cluster import Cluster
-from .devices import DeviceProfile, resolve_device
+from .devices import DeviceProfile
 from .pipeline import stanza_schedule
+from .resolve import device_profile
 from .traffic import (ModelCounts, StanzaOptions, check_config, data_workers, ps_shard_sizes, rank_bytes,
                       split_batch, stanza_options, summary_bytes)
 
@@ -164,12 +166,8 @@ def _resolve_batch(n: int, global_batch: int | None, batch_per_worker: int | Non
         raise ValueError("give global_batch or batch_per_worker, not both")
     if global_batch is None:
         b = DEFAULT_BATCH_PER_WORKER if batch_per_worker is None else batch_per_worker
-        if isinstance(b, bool) or not isinstance(b, int) or b < 1:
-            raise ValueError(f"batch_per_worker must be a positive integer, got {b!r}")
-        return b * n
-    if isinstance(global_batch, bool) or not isinstance(global_batch, int) or global_batch < n:
-        raise ValueError(f"global_batch must be an integer >= {n} (the data workers), got {global_batch!r}")
-    return global_batch
+        return checks.positive_int("batch_per_worker", b) * n
+    return checks.positive_int("global_batch", global_batch, n, what="the data workers")
 
 
 def _ddp(profile, dev, cluster, b, cap):
@@ -354,13 +352,12 @@ def predict(profile: Profile, cluster: Cluster, strategy: str, fc_workers: int |
         raise ValueError(f"ps_overlap applies to ps only, not {strategy}")
     n = data_workers(strategy, cluster.nodes, fc_workers, ps_servers)
     G = _resolve_batch(n, global_batch, batch_per_worker)
-    if isinstance(bucket_mb, bool) or not isinstance(bucket_mb, (int, float)) or not bucket_mb > 0:
-        raise ValueError(f"bucket_mb must be > 0, got {bucket_mb!r}")
+    checks.number("bucket_mb", bucket_mb, above=0)
     cap = int(bucket_mb * 2**20)
     opt, batches = stanza_options(strategy, cluster.nodes, fc_workers, G, fc_conv_share, micro_batches,
                                   boundary_dtype, grad_compression, ps_servers)
     b = batches[0]
-    dev = resolve_device(cluster.device, profile)
+    dev = device_profile(cluster.device, profile).profile  # a table row, or the DeviceProfile given
     if strategy in ("ddp", "local"):
         total, crit, terms = _ddp(profile, dev, cluster, b, cap)
     elif strategy == "ps":

@@ -5,8 +5,9 @@ import functools
 import json
 from pathlib import Path
 
+from .. import checks
 from ..anatomy import Profile, profile_model
-from ..models import MIN_IMAGE_SIZE, MODEL_NAMES, get_model, known_model
+from ..models import MIN_IMAGE_SIZE, get_model
 
 
 @functools.lru_cache(maxsize=32)
@@ -15,11 +16,8 @@ def named_profile(name: str, image_size: int = 224, num_classes: int = 1000, bat
 
     batch_size only matters for the automatic split point (the per-worker batch it optimises
     for); AlexNet and VGG cut at `avgpool` at any batch."""
-    if not known_model(name):
-        raise ValueError(f"unknown model {name!r}; expected one of: {', '.join(MODEL_NAMES)} or package.module:factory")
-    low = MIN_IMAGE_SIZE.get(name, 8)
-    if isinstance(image_size, bool) or not isinstance(image_size, int) or image_size < low:
-        raise ValueError(f"image_size for {name} must be an integer >= {low}, got {image_size!r}")
+    checks.model_fits(name, None)
+    checks.positive_int(f"image_size for {name}", image_size, MIN_IMAGE_SIZE.get(name, 8))
     try:
         return profile_model(get_model(name, num_classes), (3, image_size, image_size), batch_size, name=name)
     except RuntimeError as e:  # e.g. VGG's five max-pools need at least 32x32

@@ -20,6 +20,7 @@ import json
 from pathlib import Path
 
 from ..anatomy import Profile
+from ..errors import ConfigError
 from .devices import DEVICE_TABLE, DeviceProfile
 from .records import MEASURED_DEVICES, MeasuredLayers, for_model, parse_record
 
@@ -66,6 +67,13 @@ def known_device(spec: str) -> bool:
 def unknown_message(spec: str, what: str = "device") -> str:
     return (f"unknown {what} {spec!r}; expected one of: {', '.join(device_names())} "
             "or PATH.json (a DeviceProfile, a per-layer record of `perf calibrate`, or a timed Profile)")
+
+
+def check_device(spec: str, what: str = "device") -> str:
+    """`spec` names a device the resolver knows (known_device), else a one-line ConfigError."""
+    if not known_device(spec):
+        raise ConfigError(unknown_message(spec, what))
+    return spec
 
 
 def device_profile(spec: str | DeviceProfile, profile: Profile, batch: float | None = None, *,

@@ -6,7 +6,7 @@ from typing import Any
 from ..anatomy import Profile
 from ..labels import config_label
 from .cluster import DEFAULT_LATENCY_S, Cluster
-from .devices import resolve_device
+from .resolve import device_profile
 from .model import DEFAULT_BATCH_PER_WORKER, DEFAULT_BUCKET_MB
 from .optimize import best_assignment
 
@@ -24,7 +24,7 @@ def sweep(profile: Profile, device="v100", bandwidths_gbps=DEFAULT_BANDWIDTHS_GB
     With a fixed global_batch, sizes with more data workers than samples are skipped."""
     if not bandwidths_gbps or not sizes:
         raise ValueError("a sweep needs at least one bandwidth and one cluster size")
-    dev = resolve_device(device, profile)
+    dev = device_profile(device, profile).profile
     rows, skipped = [], []
     for n in sizes:
         if global_batch is not None and global_batch < n:

@@ -14,6 +14,7 @@ import dataclasses
 from collections.abc import Mapping
 from fractions import Fraction
 
+from .. import checks
 from ..anatomy import DTYPE_BYTES, LABEL_BYTES, Profile
 from ..topology import Topology, fc_worker_choices
 
@@ -83,13 +84,9 @@ class StanzaOptions:
     grad_compression: str = "none"  # CONV allreduce: none | fp16 | bf16 | powersgd
 
     def __post_init__(self):
-        if self.boundary_dtype not in WIRE_BYTES:
-            raise ValueError(f"unknown boundary_dtype {self.boundary_dtype!r}; expected one of: {', '.join(WIRE_BYTES)}")
-        if self.grad_compression not in GRAD_COMPRESSIONS:
-            raise ValueError(f"unknown grad_compression {self.grad_compression!r}; "
-                             f"expected one of: {', '.join(GRAD_COMPRESSIONS)}")
-        if isinstance(self.micro_batches, bool) or not isinstance(self.micro_batches, int) or self.micro_batches < 1:
-            raise ValueError(f"micro_batches must be a positive integer, got {self.micro_batches!r}")
+        checks.one_of("boundary_dtype", self.boundary_dtype, WIRE_BYTES)
+        checks.one_of("grad_compression", self.grad_compression, GRAD_COMPRESSIONS)
+        checks.positive_int("micro_batches", self.micro_batches)
 
     @property
     def paper(self) -> bool:
@@ -168,10 +165,8 @@ def check_config(strategy: str, nodes: int, fc_workers: int | None, ps_shards: i
                  ps_servers: int = 0) -> tuple[int | None, int | None]:
     """Validate a configuration; return (k, S) resolved (S defaults to N: a shard on every
     rank; with dedicated servers S = ps_servers, one shard per server)."""
-    if strategy not in STRATEGIES:
-        raise ValueError(f"unknown strategy {strategy!r}; expected one of: {', '.join(STRATEGIES)}")
-    if isinstance(nodes, bool) or not isinstance(nodes, int) or nodes < 1:
-        raise ValueError(f"nodes must be a positive integer, got {nodes!r}")
+    checks.one_of("strategy", strategy, STRATEGIES)
+    checks.positive_int("nodes", nodes)
     if strategy == "local" and nodes != 1:
         raise ValueError(f"strategy local runs on 1 node, got {nodes}")
     if strategy == "stanza":
@@ -184,8 +179,7 @@ def check_config(strategy: str, nodes: int, fc_workers: int | None, ps_shards: i
                              f"(k <= N - k), got {fc_workers!r}")
     elif fc_workers is not None:
         raise ValueError(f"fc_workers applies to stanza only, not {strategy}")
-    if isinstance(ps_servers, bool) or not isinstance(ps_servers, int) or ps_servers < 0:
-        raise ValueError(f"ps_servers must be an integer >= 0, got {ps_servers!r}")
+    checks.positive_int("ps_servers", ps_servers, 0)
     if ps_servers and strategy != "ps":
         raise ValueError(f"ps_servers applies to ps only, not {strategy}")
     if strategy == "ps" and ps_servers:
@@ -318,7 +312,7 @@ def stanza_options(strategy: str, nodes: int, fc_workers: int | None, global_bat
                    ps_servers: int = 0) -> tuple[StanzaOptions, list[int]]:
     """Validated options and the CONV workers' batches, with the engine's own batch rule
     (topology.hybrid_batches) for a hybrid FC worker's share of the global batch."""
-    from ..config import ConfigError
+    from ..errors import ConfigError
     from ..topology import hybrid_batches
 
     if strategy != "stanza":
@@ -355,8 +349,7 @@ def expected_bytes(profile_or_counts, strategy: str, nodes: int, fc_workers: int
         counts = counts.local_bn()
     fc_workers, ps_shards = check_config(strategy, nodes, fc_workers, ps_shards, ps_servers)
     n = data_workers(strategy, nodes, fc_workers, ps_servers)
-    if isinstance(global_batch, bool) or not isinstance(global_batch, int) or global_batch < n:
-        raise ValueError(f"global_batch must be an integer >= {n} (the data workers), got {global_batch!r}")
+    checks.positive_int("global_batch", global_batch, n, what="the data workers")
     if global_batch % n and not fc_conv_share:
         raise ValueError(f"global_batch {global_batch} does not split evenly over {n} data workers")
     opt, batches = stanza_options(strategy, nodes, fc_workers, global_batch, fc_conv_share, micro_batches,

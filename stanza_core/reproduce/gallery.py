@@ -36,7 +36,7 @@ def lecture_notebooks(folder: Path = TUTORIALS_DIR) -> list[Path]:
 
 
 def _export_slides(ipynb: Path) -> Path | None:
-    from .run import _one_line
+    from .execute import one_line as _one_line
 
     try:
         from nbconvert import SlidesExporter
@@ -59,7 +59,7 @@ def _title(ipynb: Path) -> str:
 
 def run_tutorials(out_root: Path, *, html_export: bool = True, folder: Path = TUTORIALS_DIR) -> list[dict[str, Any]]:
     """Execute every tutorial (its own default parameters, figures into its folder); statuses."""
-    from .run import _export_html, _one_line, execute
+    from .execute import execute, export_html as _export_html, one_line as _one_line
 
     statuses = []
     notebooks = tutorial_notebooks(folder) + lecture_notebooks(folder)

@@ -1,6 +1,7 @@
-"""Figures of the node-assignment explorer: predicted throughput against k, one step's time
-breakdown, bytes per node by category, the optimiser's recommendation, and a diagram of who
-sends what to whom.
+"""Node-assignment figures. Notebook 04 (`assignment_figures`): stanza's samples/s against k,
+measured on the emulated cluster and modelled at the paper's scale. The explorer (notebook 08,
+stanza_core.widgets): predicted throughput against k, one step's time breakdown, bytes per node
+by category, the optimiser's recommendation, and a diagram of who sends what to whom.
 
 Inputs are `stanza_core.perf` objects: an `Assignment` (from `best_assignment`) and
 `Prediction`s (from `predict`; the diagram needs one made with `with_ranks=True`). Every number
@@ -16,7 +17,10 @@ import plotly.graph_objects as go
 
 from ..perf import Assignment, Prediction
 from ..topology import Topology
-from ._style import STRATEGY_COLORS, finish, si
+from plotly.subplots import make_subplots
+
+from ._style import STRATEGY_COLORS, finish, mark_modelled_only, note_figure, si
+from .throughput import replayed_throughput
 from .traffic import CATEGORY_COLORS, ROLE_LABELS, node_bytes
 
 # Breakdown activities in the order they are listed, with what each one measures.
@@ -253,3 +257,73 @@ def assignment_diagram(p: Prediction) -> go.Figure:
     fig = finish(fig, title, 460 if p.nodes <= 12 else min(460 + 25 * (p.nodes - 12), 1200))
     return fig.update_layout(margin=dict(r=330, t=60, b=70),
                              legend=dict(orientation="h", x=0, xanchor="left", y=-0.02, yanchor="top"))
+
+# ---------------------------------------------------------------------------------------------
+# Node assignment (notebook 04): throughput against k
+
+
+def assignment_measured(results: dict[str, Any]) -> go.Figure:
+    """Measured and predicted samples/s of stanza against k on the emulated cluster; the
+    optimiser's pick and the measured best marked."""
+    m = results["measured"]
+    title = "Emulated cluster: stanza throughput against the number of FC workers k"
+    if m is None or m.get("unavailable") or not m.get("by_k"):
+        return note_figure(f"not measured: {(m or {}).get('unavailable') or 'no measured runs'}", title)
+    ks = sorted(int(k) for k in m["by_k"])
+    meas = [m["by_k"][str(k)]["measured"] for k in ks]
+    pred = [m["by_k"][str(k)]["predicted"] for k in ks]
+    fig = go.Figure()
+    fig.add_scatter(x=ks, y=meas, mode="lines+markers", name="measured", line_color=STRATEGY_COLORS["stanza"],
+                    hovertemplate="k=%{x}: %{y:.2f} samples/s measured<extra></extra>")
+    fig.add_scatter(x=ks, y=pred, mode="lines+markers", name="predicted (this machine's profile)",
+                    line=dict(color=STRATEGY_COLORS["stanza"], dash="dash"), marker_symbol="circle-open",
+                    hovertemplate="k=%{x}: %{y:.2f} samples/s predicted<extra></extra>")
+    k_opt, k_best = m["optimiser_k"], m["measured_best_k"]
+    fig.add_scatter(x=[k_opt], y=[m["by_k"][str(k_opt)]["predicted"]], mode="markers", name=f"optimiser: k={k_opt}",
+                    marker=dict(symbol="star", size=16, color="black"))
+    fig.add_scatter(x=[k_best], y=[m["by_k"][str(k_best)]["measured"]], mode="markers",
+                    name=f"measured best: k={k_best}", marker=dict(symbol="diamond-open", size=18, color="black",
+                                                                   line_width=2))
+    verdict = ("the optimiser's k is the measured best" if m["optimiser_is_measured_best"] else
+               f"the optimiser's k is {m['optimiser_shortfall']:.1%} below the measured best")
+    fig.add_annotation(text=verdict, xref="paper", yref="paper", x=0.01, y=0.02, showarrow=False, xanchor="left")
+    fig.update_xaxes(title_text="FC workers k", dtick=1)
+    fig.update_yaxes(title_text="samples/s", rangemode="tozero")
+    return finish(fig, f"{title} ({m['nodes']} nodes, {m['link_mbit']:.0f} Mbit/s = {m['target_gbps']:g} Gb/s "
+                       f"on {m['target_device']})", 460)
+
+
+def assignment_paper_scale(results: dict[str, Any]) -> go.Figure:
+    """Modelled samples/s against k at the paper's scale, one panel per model, one line per
+    bandwidth, ddp and ps as dotted levels, best_assignment's k starred."""
+    ps_ = results["paper_scale"]
+    models = ps_["models"]
+    fig = make_subplots(rows=1, cols=len(models), subplot_titles=[f"{m}, {ps_['nodes']} nodes" for m in models],
+                        horizontal_spacing=0.08)
+    dashes = ["solid", "dash", "dot", "dashdot"]
+    for col, model in enumerate(models, start=1):
+        for gi, (g, d) in enumerate(sorted(ps_["results"][model].items(), key=lambda kv: float(kv[0]))):
+            ks = sorted(int(k) for k in d["by_k"])
+            fig.add_scatter(x=ks, y=[d["by_k"][str(k)] for k in ks], mode="lines", name=f"stanza, {g} Gb/s",
+                            legendgroup=g, showlegend=(col == 1), line=dict(color=STRATEGY_COLORS["stanza"],
+                                                                            dash=dashes[gi % len(dashes)]),
+                            hovertemplate=f"{g} Gb/s, k=%{{x}}: %{{y:.0f}} samples/s<extra></extra>", row=1, col=col)
+            for s in ("ddp", "ps"):
+                fig.add_scatter(x=[ks[0], ks[-1]], y=[d[s]] * 2, mode="lines", name=f"{s}, {g} Gb/s",
+                                legendgroup=g, showlegend=(col == 1),
+                                line=dict(color=STRATEGY_COLORS[s], dash=dashes[gi % len(dashes)], width=1),
+                                hovertemplate=f"{s}, {g} Gb/s: %{{y:.0f}} samples/s<extra></extra>", row=1, col=col)
+            fig.add_scatter(x=[d["best_k"]], y=[d["by_k"][str(d["best_k"])]], mode="markers", showlegend=False,
+                            marker=dict(symbol="star", size=14, color="black"),
+                            hovertemplate=f"best k at {g} Gb/s: %{{x}}<extra></extra>", row=1, col=col)
+        fig.update_xaxes(title_text="FC workers k", type="log", row=1, col=col)
+        fig.update_yaxes(type="log", title_text="samples/s" if col == 1 else None, row=1, col=col)
+    return finish(fig, f"Modelled at the paper's scale ({ps_['device']} table, {ps_['image_size']}x{ps_['image_size']},"
+                       f" {ps_['batch_per_worker']} samples per CONV worker); star: best k", 480)
+
+
+def assignment_figures(results: dict[str, Any]) -> dict[str, go.Figure]:
+    """The figures of notebook 04 by key: measured, paper_scale."""
+    return mark_modelled_only({"replayed": replayed_throughput(results.get("replayed"), "Paper regime, stanza at every k"),
+                               "measured": assignment_measured(results), "paper_scale": assignment_paper_scale(results)},
+                              results.get("modelled_only"))

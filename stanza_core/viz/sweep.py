@@ -15,7 +15,7 @@ def _strategy(label: str) -> str:
     return label.split("_")[0]
 
 
-def emulated_bandwidth(results: dict[str, Any]) -> go.Figure:
+def emulated_throughput(results: dict[str, Any]) -> go.Figure:
     """Samples/s against the target bandwidth on the emulated cluster: the model's prediction
     with this machine's profile (lines) and the measured runs (markers)."""
     e = results["emulated"]
@@ -110,5 +110,5 @@ def sweep_figures(results: dict[str, Any]) -> dict[str, go.Figure]:
     from .throughput import replayed_throughput
 
     return mark_modelled_only({"replayed": replayed_throughput(results.get("replayed"), "Paper regime, replayed compute"),
-                               "emulated": emulated_bandwidth(results), "paper_scale": paper_scale_speedups(results),
+                               "emulated": emulated_throughput(results), "paper_scale": paper_scale_speedups(results),
                                "sweep": sweep_heatmaps(results)}, results.get("modelled_only"))

@@ -71,6 +71,7 @@ def test_idle_spells_are_stored_as_one_row_and_never_read_as_busy():
 
 def test_benchmark_measures_a_slipped_run_once_more_and_marks_a_second_slip(monkeypatch):
     from stanza_core.experiments import run as run_mod
+    from stanza_core.experiments.measurement import summarize
     from stanza_core.experiments.spec import RunConfig
 
     cfg = RunConfig(model="tiny_cnn", image_size=32, num_classes=10, nodes=2, strategy="ddp", global_batch=8,
@@ -91,7 +92,7 @@ def test_benchmark_measures_a_slipped_run_once_more_and_marks_a_second_slip(monk
     assert len(calls) == 4 and second["link_check"]["slipped"] is True
     third = run_mod.run_config(cfg)   # fine at once: one run
     assert len(calls) == 5 and "remeasured" not in third
-    rows = run_mod.summarize([{**second, "strategy": "ddp", "fc_workers": 0, "target_gbps": None,
+    rows = summarize([{**second, "strategy": "ddp", "fc_workers": 0, "target_gbps": None,
                                "bytes_per_step": 1}, {**third, "strategy": "ddp", "fc_workers": 0,
                                                       "target_gbps": None, "bytes_per_step": 1}])
     assert rows[0]["slipped_runs"] == 1 and rows[0]["repeats"] == 2

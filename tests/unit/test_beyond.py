@@ -149,5 +149,11 @@ def test_convergence_variants_resolve_to_engine_options():
     p = C.plan(steps=4, strategies=["local", "stanza_hybrid_m2", "stanza_powersgd"])
     assert p["options"]["stanza_hybrid_m2"] == {"fc_conv_share": 8 / 24, "micro_batches": 2}  # 8 of 24: an even split
     assert p["options"]["stanza_powersgd"] == {"grad_compression": "powersgd"}
+    # each job resolved once: ranks, k, label and batches per role from topology (3 nodes, G = 24)
+    jobs = {name: (j["nodes"], j["fc_workers"], j["label"], j["batch_per_worker"], j["fc_batch"])
+            for name, j in p["jobs"].items()}
+    assert jobs == {"local": (1, None, "local", 24, 0),
+                    "stanza_hybrid_m2": (3, 1, "stanza k=1 share=0.333 M=2", 8, 8),  # 2 x 8 + 8 = 24
+                    "stanza_powersgd": (3, 1, "stanza k=1 fp32|powersgd", 12, 0)}
     with pytest.raises(ValueError, match="strategies must be distinct names"):
         C.plan(strategies=["local", "stanza_int8"])

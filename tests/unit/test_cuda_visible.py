@@ -61,16 +61,16 @@ def cuda(monkeypatch) -> FakeCuda:
 
 
 def test_the_fake_takes_effect_auto_picks_cuda(cuda):
-    assert train.resolve_device(TrainConfig(device="auto"), 1, local_world=2) == torch.device("cuda", 1)
+    assert train.rank_device(TrainConfig(device="auto"), 1, local_world=2) == torch.device("cuda", 1)
     assert ("set_device", (1,)) in cuda.work and "is_available" in cuda.availability
-    assert train.resolve_device(TrainConfig(device="cuda"), 0, local_world=1) == torch.device("cuda", 0)
+    assert train.rank_device(TrainConfig(device="cuda"), 0, local_world=1) == torch.device("cuda", 0)
     assert gpu_plan(2, "auto")  # the emulated nodes would take one GPU each
 
 
-def test_train_resolve_device_cpu_never_asks_cuda(cuda):
+def test_train_rank_device_cpu_never_asks_cuda(cuda):
     for cfg in (TrainConfig(device="cpu"), TrainConfig(device="cpu", backend="gloo")):
         for rank, local_world in ((0, 1), (1, 2), (3, 4), (7, 8)):
-            assert train.resolve_device(cfg, rank, local_world=local_world) == torch.device("cpu")
+            assert train.rank_device(cfg, rank, local_world=local_world) == torch.device("cpu")
     assert cuda.availability == [] and cuda.work == []
 
 
@@ -136,14 +136,13 @@ def test_profile_model_timed_on_cpu(cuda):
 
 
 def test_notebook_device_cpu_and_experiments_specs_stay_on_cpu(cuda):
-    pytest.importorskip("plotly", reason="stanza_core.nbtools needs plotly (some GPU VM images lack it)")
-    from stanza_core import nbtools
     from stanza_core.experiments import convergence, traffic
     from stanza_core.experiments.spec import RunConfig
+    from stanza_core.local_device import local_device
 
-    assert nbtools.resolve_device("auto") == "cuda"  # the fake is seen here too
+    assert local_device("auto") == "cuda"  # the fake is seen here too
     cuda.forget()
-    assert nbtools.resolve_device("cpu") == "cpu"
+    assert local_device("cpu") == "cpu"
     assert convergence.plan(steps=2, device="cpu")["device"] == "cpu"
     assert {c["device"] for c in traffic.plan(["tiny_cnn"], [3], [1], per_worker=2, steps=2, image_size=32,
                                               num_classes=10, device="cpu")} == {"cpu"}

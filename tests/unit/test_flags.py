@@ -78,6 +78,8 @@ CASES = [  # (flags, strategy, world size, outcome, fragment)
     (["--steps", "2", "--warmup", "2"], "stanza", 4, E, "expected --warmup < --steps"),
     (["--steps", "1", "--warmup", "0"], "local", 1, OK, None),
     (["--warmup", "-1"], "stanza", 4, E, "--warmup must be >= 0"),
+    (["--log-every", "0"], "ddp", 4, E, "--log-every must be >= 1"),
+    (["--log-every", "4"], "stanza", 4, OK, None),
     # the optimizer
     (["--lr", "0"], "ddp", 4, E, "--lr must be > 0"),
     (["--momentum", "1"], "ps", 4, E, "--momentum must be in [0, 1)"),
@@ -89,7 +91,7 @@ CASES = [  # (flags, strategy, world size, outcome, fragment)
     (["--compute", "fake"], "ddp", 4, E, "unknown --compute 'fake'"),
     (["--replay-device", "v100"], "stanza", 4, E, "--replay-device and --dilation need --compute replay"),
     (["--dilation", "4"], "ps", 4, E, "--replay-device and --dilation need --compute replay"),
-    ([*REPLAY, "--dilation", "0"], "ddp", 4, E, "--dilation must be a finite number > 0"),
+    ([*REPLAY, "--dilation", "0"], "ddp", 4, E, "--dilation must be > 0"),
     ([*REPLAY, "--dilation", "4"], "ddp", 4, OK, None),
     ([*REPLAY, "--lr", "0.1"], "ddp", 4, W, "--lr has no effect with --compute replay"),
     ([*REPLAY, "--momentum", "0.5", "--weight-decay", "0.1"], "stanza", 4, W,

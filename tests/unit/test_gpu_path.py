@@ -61,17 +61,17 @@ def fake_gpus(monkeypatch):
 def test_auto_with_fewer_gpus_than_local_ranks_is_one_host_error(fake_gpus):
     fake_gpus(1)
     with pytest.raises(ConfigError, match="4 ranks on this machine but 1 GPU") as e:
-        train.resolve_device(TrainConfig(device="auto"), 2, local_world=4)
+        train.rank_device(TrainConfig(device="auto"), 2, local_world=4)
     assert e.value.scope == "host" and "\n" not in str(e.value)
 
 
 def test_one_gpu_per_local_rank_and_gloo_sharing(fake_gpus):
     chosen = fake_gpus(2)
-    assert train.resolve_device(TrainConfig(device="auto"), 1, local_world=2) == torch.device("cuda", 1)
+    assert train.rank_device(TrainConfig(device="auto"), 1, local_world=2) == torch.device("cuda", 1)
     # gloo may put several ranks on one GPU: round-robin
-    assert train.resolve_device(TrainConfig(device="cuda", backend="gloo"), 3, local_world=4) == torch.device("cuda", 1)
+    assert train.rank_device(TrainConfig(device="cuda", backend="gloo"), 3, local_world=4) == torch.device("cuda", 1)
     assert chosen == [1, 1]
-    assert train.resolve_device(TrainConfig(device="cpu"), 3, local_world=4) == torch.device("cpu")
+    assert train.rank_device(TrainConfig(device="cpu"), 3, local_world=4) == torch.device("cpu")
 
 
 def test_who_prints_a_config_error():

@@ -29,8 +29,15 @@ def test_labels_and_keys():
     (lambda: checks.positive_floats("gbps", "10,x"), "gbps must be a non-empty list of positive numbers, got '10,x'"),
     (lambda: checks.model_names(["alexnet"], 32), "alexnet needs image_size >= 63, got 32"),
     (lambda: checks.model_names("nope"), "unknown model 'nope'; expected one of:"),
-    (lambda: checks.device_name("target_device", "p100"), "unknown target_device 'p100'; expected one of"),
+    (lambda: checks.one_of("target_device", "p100", ["v100", "a100"]), "unknown target_device 'p100'; expected one of v100, a100"),
     (lambda: checks.fc_workers(3, 5), "fc_workers 3 with 5 nodes: expected 1 <= k <= 2"),
+    (lambda: checks.positive_int("nodes", True), "nodes must be a positive integer, got True"),
+    (lambda: checks.positive_int("global_batch", 3, 4, what="the data workers"),
+     "global_batch must be an integer >= 4 (the data workers), got 3"),
+    (lambda: checks.number("--lr", float("nan"), above=0), "--lr must be a finite number, got nan"),
+    (lambda: checks.number("--lr", 0.0, above=0), "--lr must be > 0, got 0.0"),
+    (lambda: checks.number("latency_s", -1, at_least=0), "latency_s must be >= 0, got -1"),
+    (lambda: checks.in_interval("--momentum", 1.0, 0, 1), "--momentum must be in [0, 1), got 1.0"),
     (lambda: checks.batch_divides(7, "stanza", 4, 1), "global_batch 7 is not divisible by the 3 data workers of "
                                                       "stanza k=1 on 4 nodes"),
 ])
@@ -97,9 +104,9 @@ def test_run_config_refuses_stanza_options_as_the_cli_does(change):
 
 
 @pytest.mark.parametrize("change, message", [
-    ({"micro_batches": 2.5}, "--micro-batches must be an integer >= 1, got 2.5"),
-    ({"micro_batches": True}, "--micro-batches must be an integer >= 1, got True"),
-    ({"fc_conv_share": "0.25"}, "--fc-conv-share must be in [0, 1), got 0.25"),
+    ({"micro_batches": 2.5}, "--micro-batches must be a positive integer, got 2.5"),
+    ({"micro_batches": True}, "--micro-batches must be a positive integer, got True"),
+    ({"fc_conv_share": "0.25"}, "--fc-conv-share must be in [0, 1), got '0.25'"),
     ({"fc_conv_share": 0.1}, "--fc-conv-share 0.1 of --global-batch 24 is 2.4 samples"),
     ({"micro_batches": 13}, "--micro-batches 13 exceeds the 12 samples of the smallest worker batch"),
     ({"fc_conv_share": 0.25, "micro_batches": 7}, "--micro-batches 7 exceeds the 6 samples"),

@@ -12,6 +12,7 @@ pytest.importorskip("papermill", reason="claims are checked against notebook spe
 
 from stanza_core import viz
 from stanza_core.experiments import assignment, run, sweep, throughput, validation
+from stanza_core.experiments.measurement import Measurement
 from stanza_core.reproduce import evaluate_claims, load_spec
 from stanza_core.reproduce.spec import NOT_MEASURED
 
@@ -49,7 +50,7 @@ def test_throughput_without_root_models_and_says_so(no_root, capsys):
                                     model_nodes=[2, 16], model_gbps=[10.0, 100.0])
     benches = throughput.run_measured(p)
     assert "measured part skipped: " + REASON in capsys.readouterr().out
-    assert benches[0]["runs"] == [] and benches[0]["unavailable"] == REASON
+    assert benches[0].runs == [] and benches[0].unavailable == REASON
     results = throughput.throughput_results(p, benches, throughput.model_curves(p))
     _check(viz.throughput_figures(results), results, ["modelled", "speedups"])
     rows = _claims("throughput", results)
@@ -92,7 +93,8 @@ def test_measuring_turned_off_is_modelled_only_with_its_own_reason(monkeypatch):
 
 
 def test_with_the_emulator_nothing_is_marked():
-    assert run.modelled_only([{"unavailable": None}, {"unavailable": REASON}]) is None
+    spec = {"nodes": 2}
+    assert run.modelled_only([Measurement(spec=spec, config=spec), Measurement(spec=spec, config=spec, unavailable=REASON)]) is None
     assert run.modelled_only([None]) is None
     figs = {"f": viz.throughput_figures.__globals__["note_figure"]("x", "title")}
     assert viz._style.mark_modelled_only(figs, None)["f"].layout.title.text == "title"

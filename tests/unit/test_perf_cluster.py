@@ -94,7 +94,7 @@ def test_a100_and_h100_convs_use_tf32_peak_fc_uses_fp32():
 
 
 def test_device_profile_validation_and_measured_profile_errors():
-    with pytest.raises(ValueError, match="conv_fwd_s must be a finite number >= 0"):
+    with pytest.raises(ValueError, match="conv_fwd_s must be >= 0"):
         DeviceProfile(name="x", conv_fwd_s=-1, conv_bwd_s=0, fc_fwd_s=0, fc_bwd_s=0)
     with pytest.raises(ValueError, match="no timings"):
         DeviceProfile.from_profile(hand_profile())

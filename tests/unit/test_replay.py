@@ -146,8 +146,8 @@ def test_malformed_profile_file(tmp_path, content, msg):
 
 REPLAY = ["--strategy", "ddp", "--compute", "replay"]
 CASES = [
-    (REPLAY + ["--replay-device", "v100", "--dilation", "0"], "--dilation must be a finite number > 0"),
-    (REPLAY + ["--replay-device", "v100", "--dilation", "-2"], "--dilation must be a finite number > 0"),
+    (REPLAY + ["--replay-device", "v100", "--dilation", "0"], "--dilation must be > 0"),
+    (REPLAY + ["--replay-device", "v100", "--dilation", "-2"], "--dilation must be > 0"),
     (REPLAY + ["--replay-device", "v100", "--dilation", "nan"], "--dilation must be a finite number"),
     (REPLAY + ["--replay-device", "v100", "--dilation", "inf"], "--dilation must be a finite number"),
     (REPLAY, "--compute replay needs --replay-device"),

@@ -14,7 +14,7 @@ pytest.importorskip("plotly", reason="figures and notebook helpers need plotly (
 from stanza_core import viz
 from stanza_core.experiments import dilation, plan, replay_bench, replayed, validation
 from stanza_core.experiments.cache import Cache
-from stanza_core.experiments.run import summarize
+from stanza_core.experiments.measurement import Measurement, summarize
 from stanza_core.experiments.spec import MeasureSpec, RunConfig
 from stanza_core.netem.facts import MAX_AGGREGATE_MBIT, max_link_mbit, payload_gbps, payload_per_wire_byte
 from stanza_core.perf import Cluster, DeviceProfile, emulated_bandwidth, named_profile, predict, replay_dilation
@@ -56,6 +56,7 @@ def test_dilation_rule_and_specs():
     ({"batch_per_worker": 32, "global_batch": 64}, "give the batch as global_batch or as batch_per_worker"),
     ({"replay_device": "p100"}, "unknown replay_device 'p100'"),
     ({"dilation": 0}, "dilation must be a non-empty list of positive numbers"),
+    ({"max_link_mbit": 900.0}, "max_link_mbit applies to real compute only"),
 ])
 def test_replayed_spec_checks_in_one_line(change, message):
     ok = dict(model="alexnet", image_size=224, num_classes=1000, nodes=4, strategies=["ddp"], fc_workers=[1],
@@ -71,7 +72,7 @@ def test_a_replayed_run_is_predicted_with_the_dilated_device_profile():
            "delay_ms": 0.0, "compute": "replay", "replay_device": "v100", "dilation": 20.0}
     run = {"strategy": "stanza", "fc_workers": 1, "link_mbit": 500.0, "target_gbps": 10.0, "global_batch": 96,
            "throughput": 10.0, "step_time_median_s": 9.6, "bytes_per_step": 1}
-    (row,) = validation.predict_runs({"config": cfg, "runs": [run], "timing_rounds": []})
+    (row,) = validation.predict_runs(Measurement(spec=cfg, config=cfg, runs=[run]))
     prof = named_profile("alexnet", 224, 1000)
     table = DeviceProfile.from_table("v100", prof)
     dev = validation.replay_profile(prof, "v100", 20.0)
@@ -83,7 +84,7 @@ def test_a_replayed_run_is_predicted_with_the_dilated_device_profile():
     assert row["error"] == pytest.approx(p.throughput / 10.0 - 1, rel=1e-12)
     # with its engine seconds measured, a replayed run is predicted as the emulated run: the
     # dilated step plus those seconds; the error without them is kept beside
-    out = validation.validate([{"config": cfg, "runs": [{**run, "engine_s": 0.3}], "timing_rounds": []}])
+    out = validation.validate([Measurement(spec=cfg, config=cfg, runs=[{**run, "engine_s": 0.3}])])
     (r,) = out["rows"]
     q = predict(prof, Cluster(4, payload_gbps(500.0, 9000), 50e-6, validation.replay_profile(prof, "v100", 20.0, 0.3)),
                 "stanza", 1, global_batch=96)
@@ -95,7 +96,7 @@ def test_a_replayed_run_is_predicted_with_the_dilated_device_profile():
     assert "engine seconds, measured at D = 1" in out["caption"]
     # a run with stanza's options (run_config's rows carry them) is its own row, predicted with them
     hybrid = {**run, "fc_conv_share": 0.25, "micro_batches": 2}
-    plain, opt = validation.predict_runs({"config": cfg, "runs": [run, hybrid], "timing_rounds": []})
+    plain, opt = validation.predict_runs(Measurement(spec=cfg, config=cfg, runs=[run, hybrid]))
     q = predict(prof, Cluster(4, payload_gbps(500.0, 9000), 50e-6, dev), "stanza", 1, global_batch=96,
                 fc_conv_share=0.25, micro_batches=2)
     assert plain["label"] == "stanza k=1" and plain["predicted_throughput"] == row["predicted_throughput"]
@@ -103,8 +104,8 @@ def test_a_replayed_run_is_predicted_with_the_dilated_device_profile():
     assert opt["predicted_throughput"] == pytest.approx(q.throughput, rel=1e-12) != plain["predicted_throughput"]
     # ps with one dedicated server node is not the colocated ps: its own row, the server a node of the cluster
     ps = {**run, "strategy": "ps", "fc_workers": 0, "global_batch": 128}
-    colocated, dedicated = validation.predict_runs({"config": cfg, "runs": [ps, {**ps, "ps_servers": 1}],
-                                                    "timing_rounds": []})
+    colocated, dedicated = validation.predict_runs(Measurement(spec=cfg, config=cfg,
+                                                               runs=[ps, {**ps, "ps_servers": 1}]))
     q = predict(prof, Cluster(5, payload_gbps(500.0, 9000), 50e-6, dev), "ps", global_batch=128, ps_servers=1)
     assert (colocated["label"], dedicated["label"]) == ("ps", "ps S=1")
     assert dedicated["predicted_throughput"] == pytest.approx(q.throughput, rel=1e-12)
@@ -114,18 +115,18 @@ def test_replayed_figure_says_what_is_measured_and_what_replayed():
     s = replayed.ReplaySet(models=["alexnet"], nodes=[4], strategies=["ddp", "stanza"], fc_workers=[1],
                            target_gbps=[10.0])
     D = s.specs[0].dilation
-    # the runs' summary (run.summarize): stanza k=1 ran at its own D, twice the links' one
+    # the runs' summary (measurement.summarize): stanza k=1 ran at its own D, twice the links' one
     runs = [{"strategy": "ddp", "fc_workers": 0, "target_gbps": 10.0, "link_mbit": 500.0, "dilation": D,
              "throughput": 2.0, "bytes_per_step": 1},
             {"strategy": "stanza", "fc_workers": 1, "target_gbps": 10.0, "link_mbit": 250.0, "dilation": 2 * D,
              "throughput": 4.0, "bytes_per_step": 1}]
-    bench = {"spec": s.specs[0].to_dict(), "unavailable": None, "runs": runs, "summary": summarize(runs)}
+    bench = Measurement(spec=s.specs[0].to_dict(), config=s.specs[0].to_dict(), runs=runs, summary=summarize(runs))
     out = replayed.summary(s, [bench])
     d = out["by_model"]["alexnet"]["4"]["10"]
     assert d["throughput"] == {"ddp": 2.0 * D, "stanza_k1": 8.0 * D} and d["stanza_vs_ddp"] == 4.0  # x each D
     assert d["dilation"] == {"ddp": D, "stanza_k1": 2 * D} and d["link_mbit"] == {"ddp": 500.0, "stanza_k1": 250.0}
     assert d["stanza_vs_ps"] is None and d["stanza_fc_workers"] == 1
-    assert [r["speedup_vs_ddp"] for r in bench["summary"]] == [1.0, 4.0]  # on the target, not at each D here
+    assert [r["speedup_vs_ddp"] for r in bench.summary] == [1.0, 4.0]  # on the target, not at each D here
     fig = viz.throughput.replayed_throughput(out, "Paper regime")
     assert any(f"replayed: compute (the v100 table profile, D = {D:g}, {2 * D:g}," in a.text
                for a in fig.layout.annotations)
@@ -195,7 +196,7 @@ def test_each_configuration_runs_at_its_own_dilation_with_engine_seconds_measure
     plain = dataclasses.replace(s, engine=False).specs[0].plans(Cache(None))
     assert not measured and {p.dilation for p in plain} == {40} and {p.engine_s for p in plain} == {None}
     runs = [{**p.row(), "strategy": p.config.strategy} for p in plans]
-    caption = replayed.caption(s, [{"spec": spec.to_dict(), "runs": runs}])
+    caption = replayed.caption(s, [Measurement(spec=spec.to_dict(), config=spec.to_dict(), runs=runs)])
     assert f"D = {', '.join(f'{d:g}' for d in sorted(set(got.values())))}, per configuration" in caption
     with pytest.raises(ValueError, match="^replay_engine must be true or false, got 'yes'$"):
         dataclasses.replace(s, engine="yes")

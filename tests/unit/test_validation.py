@@ -2,6 +2,7 @@
 from them, predictions against perf.predict, the out-of-sample overhead, the term fit, the
 measured-runs cache, MeasureSpec checks, and the one-line message without root."""
 import json
+from pathlib import Path
 import shutil
 import subprocess
 import sys
@@ -10,6 +11,7 @@ import pytest
 
 from stanza_core.experiments.cache import Cache, cache_dir_for
 from stanza_core.experiments.compute_rounds import config_rounds, device_for, rounds_needed, timing_rounds
+from stanza_core.experiments.measurement import Measurement
 from stanza_core.experiments.spec import MeasureSpec
 from stanza_core.netem.facts import payload_gbps, payload_per_wire_byte
 from stanza_core.experiments.validation import calibrated, engine_apart, error_summary, predict_runs, term_fit
@@ -51,9 +53,10 @@ def test_device_profile_takes_each_part_from_its_round():
 
 
 def _bench(runs):
-    return {"config": {"model": "tiny_cnn", "image_size": 16, "num_classes": 10, "nodes": 3, "global_batch": 6,
-                       "delay_ms": 0.0, "mtu": 9000},
-            "timing_rounds": [_round(3, 2, 1.5), _round(2, 3, 1.2), _round(1, 3, 1.0)], "runs": runs}
+    cfg = {"model": "tiny_cnn", "image_size": 16, "num_classes": 10, "nodes": 3, "global_batch": 6,
+           "delay_ms": 0.0, "mtu": 9000}
+    return Measurement(spec=cfg, config=cfg, runs=runs,
+                       timing_rounds=[_round(3, 2, 1.5), _round(2, 3, 1.2), _round(1, 3, 1.0)])
 
 
 def _run(strategy, k, mbit, step):
@@ -66,7 +69,7 @@ def test_predictions_are_perf_predict_on_the_configuration_profile():
     rows = predict_runs(bench)
     prof = named_profile("tiny_cnn", 16, 10)
     for r in rows:
-        dev = device_for(r["strategy"], 3, r["fc_workers"], 6, bench["timing_rounds"], prof.params)
+        dev = device_for(r["strategy"], 3, r["fc_workers"], 6, bench.timing_rounds, prof.params)
         p = predict(prof, Cluster(3, payload_gbps(r["link_mbit"], 9000), 50e-6, dev),
                     r["strategy"], r["fc_workers"] or None, global_batch=6)
         assert r["predicted_throughput"] == pytest.approx(p.throughput, rel=1e-12)
@@ -166,7 +169,7 @@ def test_without_root_the_measured_part_says_so_in_one_line():
     code = ("import json; from stanza_core.experiments.run import MeasureSpec, measure; "
             "r = measure(MeasureSpec(model='tiny_cnn', image_size=16, num_classes=10, nodes=2, "
             "strategies=['ddp'], fc_workers=[1], global_batch=4, steps=2, link_mbit=[100])); "
-            "print(json.dumps([r['unavailable'], r['runs']]))")
+            "print(json.dumps([r.unavailable, r.runs]))")
     proc = subprocess.run(["unshare", "--user", sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     if proc.returncode != 0 and "unshare failed" in proc.stderr:
         pytest.skip("user namespaces are disabled here")
@@ -190,10 +193,10 @@ def test_bench_from_metrics_reads_runs_made_elsewhere(tmp_path):
     paths = [metrics("ddp", None, 500.0, "a.json"), metrics("stanza", 1, 1500.0, "b.json"),
              metrics("stanza", 1, 1400.0, "c.json")]
     b = bench_from_metrics(paths, link_mbit=10000, target_gbps=10.0)
-    assert b["config"]["nodes"] == 4 and b["config"]["fc_workers"] == [1]
-    assert [(r["strategy"], r["fc_workers"], r["repeat"]) for r in b["runs"]] == [("ddp", 0, 0), ("stanza", 1, 0),
+    assert b.config["nodes"] == 4 and b.config["fc_workers"] == [1] and b.source == ", ".join(paths)
+    assert [(r["strategy"], r["fc_workers"], r["repeat"]) for r in b.runs] == [("ddp", 0, 0), ("stanza", 1, 0),
                                                                                  ("stanza", 1, 1)]
-    st = next(r for r in b["summary"] if r["strategy"] == "stanza")
+    st = next(r for r in b.summary if r["strategy"] == "stanza")
     assert st["throughput"] == 1450.0 and st["speedup_vs_ddp"] == pytest.approx(2.9, rel=1e-12)
     bad = metrics("ps", None, 400.0, "d.json")
     m = json.loads((tmp_path / "d.json").read_text())
@@ -201,3 +204,18 @@ def test_bench_from_metrics_reads_runs_made_elsewhere(tmp_path):
     (tmp_path / "d.json").write_text(json.dumps(m))
     with pytest.raises(ValueError, match="differs from the first run's"):
         bench_from_metrics(paths + [bad], link_mbit=10000)
+
+
+def test_a_measurement_is_one_dict_and_back():
+    b = _bench([_run("ddp", 0, 100.0, 0.05)])
+    d = b.to_dict()
+    assert set(d) == {"spec", "config", "unavailable", "calibration", "timing_rounds", "runs", "summary",
+                      "modelled_only_gbps", "cache"}  # source and note only when set
+    assert Measurement.from_dict(json.loads(json.dumps(d))) == b
+    assert Measurement.from_dict(d, source="x.json").to_dict()["source"] == "x.json"
+    with pytest.raises(ValueError, match=r"^not a measurement: unknown keys \['speedup'\]$"):
+        Measurement.from_dict({**d, "speedup": 2})
+    # a bench file written by `bench --out` before runs carried a spec reads back as its config
+    old = json.loads((Path(__file__).parents[2] / "benchmarks/results/bench_alexnet_10g.json").read_text())
+    m = Measurement.from_dict(old)
+    assert m.spec == m.config == old["config"] and len(m.runs) == len(old["runs"]) > 0

@@ -10,7 +10,8 @@ pytest.importorskip("plotly", reason="figures and notebook helpers need plotly (
 
 import plotly.graph_objects as go
 
-from stanza_core import Profile, get_model, nbtools, profile_model, viz
+from stanza_core import Profile, checks, get_model, nbtools, profile_model, viz
+from stanza_core.experiments import anatomy as anatomy_experiment
 from stanza_core.reproduce import report
 from stanza_core.viz._style import PART_COLORS
 
@@ -91,25 +92,25 @@ def test_table_and_figure_set(profiles):
 # nbtools
 
 
-def test_check_models():
-    assert nbtools.check_models("alexnet, vgg16") == ["alexnet", "vgg16"]  # as papermill -p gives it
+def test_model_names_checks():
+    assert checks.model_names("alexnet, vgg16") == ["alexnet", "vgg16"]  # as papermill -p gives it
     for bad, match in ((["alexnet", "nope"], "unknown model 'nope'"), ([], "non-empty"),
                        (["tiny_cnn", "tiny_cnn"], "twice")):
         with pytest.raises(ValueError, match=match) as e:
-            nbtools.check_models(bad)
+            checks.model_names(bad)
         assert "\n" not in str(e.value)
     with pytest.raises(ValueError, match="alexnet needs image_size >= 63"):
-        nbtools.check_models(["alexnet"], image_size=32)
+        checks.model_names(["alexnet"], image_size=32)
 
 
 def test_profile_models_turns_a_too_small_input_into_one_line():
     with pytest.raises(ValueError, match="tiny_cnn cannot run at image_size=2") as e:
-        nbtools.profile_models(["tiny_cnn"], image_size=2)
+        anatomy_experiment.profile_models(["tiny_cnn"], image_size=2)
     assert "\n" not in str(e.value)
 
 
 def test_anatomy_results(profiles, tmp_path):
-    results = nbtools.anatomy_results(profiles)
+    results = anatomy_experiment.anatomy_results(profiles)
     m = results["models"]["cifar_alexnet"]
     p = profiles[1]
     assert (m["conv_params"], m["fc_params"], m["boundary_values"]) == (p.conv.params, p.fc.params, p.boundary_values)

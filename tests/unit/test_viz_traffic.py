@@ -82,9 +82,9 @@ def test_compare_finds_any_byte_of_difference():
     ((["alexnet"], [4], [3]), {}, "fc_workers 3 needs nodes >= 6"),
     ((["nope"], [4], [1]), {}, "unknown model 'nope'"),
     ((["alexnet"], [1], [1]), {}, "nodes must be a non-empty list of integers >= 2"),
-    ((["alexnet"], [4], [1]), {"steps": 1}, "steps must be >= 2"),
+    ((["alexnet"], [4], [1]), {"steps": 1}, "steps must be an integer >= 2"),
     ((["alexnet"], [4], [1]), {"image_size": 32}, "alexnet needs image_size >= 63"),
-    ((["alexnet"], [4], [1]), {"device": "tpu"}, "device must be one of auto, cpu, cuda"),
+    ((["alexnet"], [4], [1]), {"device": "tpu"}, "unknown device 'tpu'; expected one of auto, cpu, cuda"),
 ])
 def test_plan_rejects_bad_parameters_in_one_line(args, kwargs, message):
     with pytest.raises(ValueError) as e:

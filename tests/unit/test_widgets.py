@@ -88,9 +88,9 @@ def test_a_refused_combination_is_reported_not_raised(explorer):
     (dict(model="no_such"), "model 'no_such' is not among models"),
     (dict(models=["alexnet", "nope"]), "unknown model 'nope'"),
     (dict(nodes=1), "nodes must be an integer in 2..64"),
-    (dict(bandwidth_gbps=-1.0), "bandwidth_gbps must be a number > 0"),
+    (dict(bandwidth_gbps=-1.0), "bandwidth_gbps must be > 0"),
     (dict(fc_workers=5), "fc_workers must be 0 (the optimiser's k) or in 1..4 for 8 nodes"),
-    (dict(global_batch=4), "global_batch must be an integer >= nodes (8)"),
+    (dict(global_batch=4), "global_batch must be an integer >= 8 (nodes)"),
     (dict(device="tpu"), "unknown device 'tpu'"),
     (dict(strategy="async"), "unknown strategy 'async'"),
 ])

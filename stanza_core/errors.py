@@ -1,0 +1,14 @@
+"""The error of bad user input (the lowest module: everything that checks input raises it)."""
+from __future__ import annotations
+
+
+class ConfigError(ValueError):
+    """Bad user input; the message is one line saying what was wrong and what was expected.
+
+    `scope` says who can see it: "job" (the same on every rank: only rank 0 prints it), "host"
+    (this machine's GPUs: local rank 0 of each machine prints it) or "rank" (this rank's own
+    device or checkpoint: every rank that hits it prints it, prefixed with its rank)."""
+
+    def __init__(self, message: str = "", *, scope: str = "job"):
+        super().__init__(message)
+        self.scope = scope
