@@ -167,8 +167,9 @@ fig_model
 
 # %% [markdown]
 # **What the figure says** (modelled): with buckets the allreduce ends earlier than with one
-# bucket, by about 56 ms at 10 Gb/s (some 60 % of the 88 ms backward; not all of it: the last
-# bucket, holding the first layers' gradients, can only leave when the backward ends); at slow links the transfer
+# bucket, by about 56 ms at 10 Gb/s (most of the backward, whose time the cell above prints; not
+# all of it: the last bucket, holding the first layers' gradients, can only leave when the
+# backward ends); at slow links the transfer
 # dominates both, at fast ones there is little left to hide. The measured runs above sit far
 # from that regime: four processes on two cores, where the "network" is the same CPU.
 

@@ -53,7 +53,7 @@ from stanza_core import get_model, perf
 from stanza_core.launch import run_job
 from stanza_core.perf.model import bucketed_backward, layer_shares
 from stanza_core.perf.records import RECORDS_DIR
-from stanza_core.perf.resolve import device_profile
+from stanza_core.perf import device_profile
 from stanza_core.viz import timeline_intervals
 
 # %% [markdown]
@@ -62,10 +62,10 @@ from stanza_core.viz import timeline_intervals
 # Each record holds `plain_fwd_bwd_s`: the median time of forward + loss + backward of the whole
 # model, no hooks, CUDA events around it (measured). Beside it, the same step as the project's
 # device resolver gives it: `h200-measured` (the per-layer records, scaled to the plain step;
-# between measured batches it interpolates) and `h200` (the compute model's table row: 10 free
-# parameters fitted to 25 points, 24 of them these same H200 steps, `docs/performance-model.md`;
-# so its agreement here is a fit, not a validation: its held-out test is leaving one model out
-# of the fit, in that document).
+# between measured batches it interpolates) and `h200` (the compute model's table row, fitted to
+# these same 24 plain H200 steps and a few other points, `docs/performance-model.md`; so its
+# agreement here is a fit, not a validation: its held-out test, leaving one model out of the
+# fit, is in that document).
 
 # %%
 measured, rows = {}, {}

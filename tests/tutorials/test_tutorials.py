@@ -75,9 +75,10 @@ def test_t4_overlap_timeline_shows_buckets_inside_the_backward(run_tutorial):
         assert row["one_bucket"]["buckets"] == 1 < row["buckets"]["buckets"]
     at10 = next(row for row in r["modelled"] if row["gbps"] == 10.0)
     assert at10["one_bucket"]["exposed_ms"] - at10["buckets"]["exposed_ms"] > 0.3 * at10["backward_ms"]
-    # the numbers T4's text quotes (modelled: v100 row of the compute model)
-    assert at10["one_bucket"]["exposed_ms"] - at10["buckets"]["exposed_ms"] == pytest.approx(56, abs=1)
-    assert at10["backward_ms"] == pytest.approx(88, abs=1)
+    # what T4's text says (modelled: the v100 row of the compute model): about 56 ms saved at 10 Gb/s,
+    # most of the backward but not all of it
+    saved = at10["one_bucket"]["exposed_ms"] - at10["buckets"]["exposed_ms"]
+    assert saved == pytest.approx(56, abs=2) and 0.5 * at10["backward_ms"] < saved < at10["backward_ms"]
     assert (out / "modelled_overlap.plotly.json").is_file()
 
 

@@ -36,7 +36,7 @@ import plotly.graph_objects as go
 import stanza_core.nbtools as nbt
 from stanza_core import perf
 from stanza_core.launch import run_job
-from stanza_core.perf.devices import resolve_device
+from stanza_core.perf import device_profile
 from stanza_core.perf.model import bucketed_backward, layer_shares
 from stanza_core.viz import step_timeline, timeline_intervals
 
@@ -105,7 +105,7 @@ fig_one
 
 # %% slideshow={"slide_type": "skip"}
 vgg = perf.named_profile("vgg16", batch_size=32)
-bwd_s = resolve_device("v100", vgg).time_s("conv", "bwd", 32)
+bwd_s = device_profile("v100", vgg).profile.time_s("conv", "bwd", 32)
 units = [(p, share * bwd_s) for _, p, share in layer_shares(vgg, "conv")][::-1]  # backward order
 modelled = []
 for gbps in model_gbps:
