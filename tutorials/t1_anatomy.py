@@ -14,8 +14,9 @@
 # %% [markdown]
 # # T1 · A CNN's anatomy, and where to cut it
 #
-# *Course on layer separation, part 1 of 5 (T1 anatomy → T2 one step by hand → T3 the same step
-# in plain `torch.distributed` → T4 overlap → T5 from bytes to seconds).*
+# *Course on layer separation, part 1 of 8 (T1 anatomy → T2 one step by hand → T3 the same step
+# in plain `torch.distributed` → T4 overlap → T5 from bytes to seconds → T6 convergence → T7
+# failure modes → T8 GPU against CPU).*
 #
 # **The idea of this part.** A CNN is two programs glued together: a *CONV body* (convolutions,
 # pooling) that turns an image into a feature tensor, and an *FC head* (fully connected layers)

@@ -14,7 +14,7 @@
 # %% [markdown]
 # # T2 · One Stanza step by hand, every message in a ledger
 #
-# *Course on layer separation, part 2 of 5. Before: T1 (the split). Next: T3 (the same step in
+# *Course on layer separation, part 2 of 8. Before: T1 (the split). Next: T3 (the same step in
 # plain `torch.distributed`).*
 #
 # **The idea of this part.** Layer separation gives nodes two *roles*. With N nodes and k FC

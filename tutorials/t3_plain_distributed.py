@@ -14,7 +14,7 @@
 # %% [markdown]
 # # T3 · The same step in plain `torch.distributed`
 #
-# *Course on layer separation, part 3 of 5. Before: T2 (one step by hand, one process). Next:
+# *Course on layer separation, part 3 of 8. Before: T2 (one step by hand, one process). Next:
 # T4 (overlap).*
 #
 # **The idea of this part.** T2 moved tensors by copying them. Now three real processes do it
@@ -79,9 +79,10 @@ for p in plain:
 # posted the matching receive (the receiver tells the sender where the data goes; only then do
 # the bytes leave). So CONV worker 1 blocks until rank 2 has finished with CONV worker 0 and
 # calls `dist.recv(a, 1)`. This is not MPI's eager/rendezvous split, where small messages
-# complete into a buffer at once: under gloo even a 4-byte send waits (the failure-modes lesson,
-# `t7_failure_modes`, measures it). It is also why a send and a receive posted in the wrong
-# order on both sides wait forever, until the timeout fires.
+# complete into a buffer at once: under gloo even a 4-byte send waits (measured by
+# `tests/tutorials/test_course_facts.py`; the failure-modes lesson, `t7_failure_modes`, shows a
+# 16-byte exchange that waits until the timeout). It is also why a send and a receive posted in
+# the wrong order on both sides wait forever, until the timeout fires.
 #
 # Now the engine, on the same configuration: same seed (same initial parameters), same data
 # stream, same learning rate. `run_job` starts one `torchrun` job and returns its metrics JSON;

@@ -14,7 +14,7 @@
 # %% [markdown]
 # # T4 · Overlap: buckets during the backward, a pipeline on the FC worker
 #
-# *Course on layer separation, part 4 of 5. Before: T3 (the step in plain `torch.distributed`).
+# *Course on layer separation, part 4 of 8. Before: T3 (the step in plain `torch.distributed`).
 # Next: T5 (from bytes to seconds).*
 #
 # **The idea of this part.** T3's script does one thing at a time: a CONV worker computes its
@@ -167,8 +167,9 @@ fig_model
 
 # %% [markdown]
 # **What the figure says** (modelled): with buckets the allreduce ends earlier than with one
-# bucket, by about 56 ms at 10 Gb/s (half of the 106 ms backward: the last bucket, holding the
-# first layers' gradients, can only leave when the backward ends); at slow links the transfer
+# bucket, by about 56 ms at 10 Gb/s (most of the backward, whose time the cell above prints; not
+# all of it: the last bucket, holding the first layers' gradients, can only leave when the
+# backward ends); at slow links the transfer
 # dominates both, at fast ones there is little left to hide. The measured runs above sit far
 # from that regime: four processes on two cores, where the "network" is the same CPU.
 

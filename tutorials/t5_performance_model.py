@@ -14,7 +14,7 @@
 # %% [markdown]
 # # T5 · From bytes to seconds: predict before you run, then choose k
 #
-# *Course on layer separation, part 5 of 5. Before: T4 (overlap).*
+# *Course on layer separation, part 5 of 8. Before: T4 (overlap). Next: T6 (convergence).*
 #
 # **The idea of this part.** T2 counted the bytes of a step exactly. To turn bytes into
 # seconds we need a model of the network and of the devices. `stanza_core.perf` is that model
