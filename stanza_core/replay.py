@@ -103,16 +103,20 @@ class _Layer:
             self.shapes[key] = contextvars.Context().run(probe)
         return (x.shape[0], *self.shapes[key])
 
-    def param_grad(self, p: nn.Parameter) -> torch.Tensor:
-        """What backward returns for p: zeros added into a gradient buffer that persists across
-        steps (p.grad if set, else a cached buffer), so no step allocates or page-faults P floats."""
-        if p.grad is None:
-            cached = self.rep.grad_cache.get(id(p))
-            if cached is None:
-                cached = self.rep.grad_cache[id(p)] = torch.zeros_like(p)
-            p.grad = cached
-        return torch.zeros((), dtype=p.dtype, device=p.device).expand_as(p)
-
+    @staticmethod
+    def param_grad(p: nn.Parameter) -> torch.Tensor:
+        """What backward returns for p: the very tensor p.grad is bound to (DDP's bucket view, a
+        ps worker's slice of its flat gradient, a stanza GradBucket's view), handed over with p.grad
+        cleared, so AccumulateGrad takes it as the new p.grad without a copy or an add, and the
+        hooks that follow (DDP's, post-accumulate-grad) find the gradient in its bucket: no step
+        touches P floats for it. Replay never clears gradients (its zero_grad is a no-op), so this
+        binding holds across steps. A parameter with no gradient yet gets new, untouched storage
+        (DDP's first backward then copies it into its bucket and binds p.grad there)."""
+        g = p.grad
+        if g is None:
+            return torch.empty_like(p)
+        p.grad = None
+        return g.view_as(g)  # a new view: held by no one else (DDP keeps its own reference to g)
 
 class _ReplayFn(torch.autograd.Function):
     @staticmethod
@@ -172,7 +176,6 @@ class Replayer:
         self.extrapolated: set[float] = set()  # batches of calls outside the measured records'
         self.trace: list | None = None  # a list: every call's (layer, phase, batch, seconds) (tests)
         self.armed, self.waited_s, self.debt_s = False, 0.0, 0.0
-        self.grad_cache: dict[int, torch.Tensor] = {}
         state = list(model.parameters()) + list(model.buffers())
         memo = {id(t): torch.empty_like(t, device="meta") for t in state}
         meta = copy.deepcopy(model, memo)  # same modules, meta tensors: output shapes for free
@@ -234,10 +237,14 @@ class Replayer:
         self.wait(self.dilation * self.dev.step_overhead_s)
 
     def replay_optimizer(self, optimizer: torch.optim.Optimizer):
-        """optimizer.step() becomes a wait of D x update_s_per_param x the parameters it steps."""
+        """optimizer.step() becomes a wait of D x update_s_per_param x the parameters it steps, and
+        optimizer.zero_grad() does nothing (no optimizer state is ever made)."""
         n = sum(p.numel() for g in optimizer.param_groups for p in g["params"])
         seconds = self.dilation * self.dev.update_s_per_param * n
         optimizer.step = lambda closure=None: self.wait(seconds)
+        # gradients stay bound to their buffers (param_grad): clearing them is host work with no
+        # effect on what crosses the network
+        optimizer.zero_grad = lambda set_to_none=True: None
 
     def describe(self) -> dict:
         waits = (lambda layer: layer.name in self.measured.records[0].fwd) if self.measured is not None else \
