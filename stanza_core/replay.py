@@ -87,21 +87,52 @@ class _Layer:
         self.calls = rep.calls.get(name, 1)  # forward calls per model forward (a reused ReLU: 3)
         self.module = module
         self.shapes: dict[tuple, tuple] = {}  # input shape per sample -> output shape per sample
+        self.order: list[str] | None = None  # parameter names in the real backward's order (probe)
 
     @property
     def params(self) -> tuple[nn.Parameter, ...]:
         """The module's parameters as they are now (a stanza rank releases the part it does not
-        train after replay is installed: no reference to the released tensors is kept here)."""
-        return tuple(self.module.parameters(recurse=False))
+        train after replay is installed: no reference to the released tensors is kept here), in
+        the order the real layer's backward delivers their gradients (see `probe`)."""
+        own = dict(self.module.named_parameters(recurse=False))
+        return tuple(own[n] for n in self.order if n in own) if self.order else tuple(own.values())
 
-    def out_shape(self, x: torch.Tensor) -> tuple:
+    def probe(self, x: torch.Tensor) -> tuple:
+        """The output shape for input x, and (once) the order in which the real layer's backward
+        hands its parameters their gradients: both from the module's own forward and backward on
+        meta tensors (no arithmetic, no memory). A Linear's bias gradient comes first (its weight's
+        goes through a transpose); a convolution's weight comes first. Replayed backward hands them
+        over in that order, so the hooks that follow (DDP's buckets, GradBuckets) fire in the
+        real order when a bucket boundary falls between a layer's parameters."""
         key = tuple(x.shape[1:])
-        if key not in self.shapes:  # the module's own forward on meta tensors: shape, no arithmetic
+        if key not in self.shapes:
             def probe():  # in an empty context: no sample keys, so dropout draws no CPU masks
-                with torch.no_grad():
-                    return tuple(self.meta(torch.empty(x.shape, device="meta", dtype=x.dtype)).shape[1:])
+                params = list(self.meta.named_parameters(recurse=False))
+                learn = self.order is None and any(p.requires_grad for _, p in params)
+                with torch.enable_grad() if learn else torch.no_grad():
+                    xm = torch.empty(x.shape, device="meta", dtype=x.dtype, requires_grad=learn and x.is_floating_point())
+                    out = self.meta(xm)
+                    if learn:
+                        order = []
+                        hooks = [p.register_post_accumulate_grad_hook(lambda _p, n=n: order.append(n))
+                                 for n, p in params if p.requires_grad]
+                        try:
+                            out.sum().backward()
+                        except RuntimeError:  # a layer meta cannot differentiate: declaration order
+                            order = []
+                        finally:
+                            for h in hooks:
+                                h.remove()
+                            for _, p in params:
+                                p.grad = None
+                        rest = [n for n, _ in params if n not in order]
+                        self.order = order + rest
+                    return tuple(out.shape[1:])
             self.shapes[key] = contextvars.Context().run(probe)
         return (x.shape[0], *self.shapes[key])
+
+    def out_shape(self, x: torch.Tensor) -> tuple:
+        return self.probe(x)
 
     @staticmethod
     def param_grad(p: nn.Parameter) -> torch.Tensor:
@@ -176,8 +207,9 @@ class Replayer:
         self.extrapolated: set[float] = set()  # batches of calls outside the measured records'
         self.trace: list | None = None  # a list: every call's (layer, phase, batch, seconds) (tests)
         self.armed, self.waited_s, self.debt_s = False, 0.0, 0.0
-        state = list(model.parameters()) + list(model.buffers())
-        memo = {id(t): torch.empty_like(t, device="meta") for t in state}
+        memo = {id(t): torch.empty_like(t, device="meta") for t in model.buffers()}
+        memo.update({id(p): nn.Parameter(torch.empty_like(p, device="meta"), requires_grad=p.requires_grad)
+                     for p in model.parameters()})  # parameters stay parameters: probe learns their order
         meta = copy.deepcopy(model, memo)  # same modules, meta tensors: output shapes for free
         meta_of = dict(meta.named_modules())
         self.layers = []
@@ -192,6 +224,7 @@ class Replayer:
         def forward(x, *rest, **kw):
             if rest or kw or not isinstance(x, torch.Tensor):
                 raise RuntimeError(f"replay: layer {layer.name} takes more than one tensor; not supported")
+            layer.probe(x)  # the output shape, and the parameters' gradient order (first call)
             out = _ReplayFn.apply(layer, x, *layer.params)
             # batch norm switched to global statistics (after this replay was installed): its
             # allreduces still cross the network, as in a real step
