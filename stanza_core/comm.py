@@ -280,14 +280,18 @@ class Comm:
         ring = Fraction(2 * (n - 1) * _nbytes(tensor), n)
         self._count(category, ring, ring)
         work = dist.all_reduce(tensor, group=self.groups.get(group) if group else None, async_op=True)
-        if self.timeline is not None and self._counting:
-            self.mark("allreduce", category, None, _nbytes(tensor))
-            done = dict(self.timeline[-1], event="allreduce_done")  # completed from the work's future
-            work.get_future().then(lambda _f: self.timeline.append(dict(done, t=time.perf_counter())))
+        self._mark_allreduce(work, category, _nbytes(tensor))
         if async_op:
             return work
         self._wait_one(work, f"allreduce of {category}")
         return None
+
+    def _mark_allreduce(self, work, category: str, nbytes: int):
+        """Timeline: an allreduce launched now, and its completion from the work's future."""
+        if self.timeline is not None and self._counting:
+            self.mark("allreduce", category, None, nbytes)
+            done = dict(self.timeline[-1], event="allreduce_done")
+            work.get_future().then(lambda _f: self.timeline.append(dict(done, t=time.perf_counter())))
 
     def sum_scalar(self, value) -> float:
         """Sum of one number over every rank (None counts 0), uncounted: the step's global loss,
@@ -390,8 +394,8 @@ class Comm:
             buf = bucket.buffer()
             ring = Fraction(2 * (self.world_size - 1) * _nbytes(buf), self.world_size)
             self._count("grads", ring, ring)
-            self.mark("allreduce", "grads", None, _nbytes(buf))  # the timeline's record of DDP's buckets
             work = dist.all_reduce(buf, async_op=True)
+            self._mark_allreduce(work, "grads", _nbytes(buf))  # DDP's buckets on the timeline too
             self._ddp_works.append(work)
             if not average:
                 return work.get_future().then(lambda f: f.value()[0])
