@@ -280,14 +280,18 @@ class Comm:
         ring = Fraction(2 * (n - 1) * _nbytes(tensor), n)
         self._count(category, ring, ring)
         work = dist.all_reduce(tensor, group=self.groups.get(group) if group else None, async_op=True)
-        if self.timeline is not None and self._counting:
-            self.mark("allreduce", category, None, _nbytes(tensor))
-            done = dict(self.timeline[-1], event="allreduce_done")  # completed from the work's future
-            work.get_future().then(lambda _f: self.timeline.append(dict(done, t=time.perf_counter())))
+        self._mark_allreduce(work, category, _nbytes(tensor))
         if async_op:
             return work
         self._wait_one(work, f"allreduce of {category}")
         return None
+
+    def _mark_allreduce(self, work, category: str, nbytes: int):
+        """Timeline: an allreduce launched now, and its completion from the work's future."""
+        if self.timeline is not None and self._counting:
+            self.mark("allreduce", category, None, nbytes)
+            done = dict(self.timeline[-1], event="allreduce_done")
+            work.get_future().then(lambda _f: self.timeline.append(dict(done, t=time.perf_counter())))
 
     def sum_scalar(self, value) -> float:
         """Sum of one number over every rank (None counts 0), uncounted: the step's global loss,
@@ -380,9 +384,10 @@ class Comm:
         except RuntimeError as e:
             raise PeerError(f"rank {self.rank}: {what} failed: {_first_line(e)}") from None
 
-    def ddp_hook(self):
+    def ddp_hook(self, average: bool = True):
         """A DistributedDataParallel comm hook: counts each bucket as `grads`, then performs
-        the same averaging allreduce as DDP's default hook. Its works are kept so that
+        the same averaging allreduce as DDP's default hook (average=False: the allreduce alone,
+        for replayed compute, whose gradient values mean nothing). Its works are kept so that
         `wait_ddp()` can wait on them on the host with our timeout (on NCCL, DDP itself only
         makes the compute stream wait: a dead peer would hang the next synchronisation)."""
         def hook(_state, bucket):
@@ -390,7 +395,10 @@ class Comm:
             ring = Fraction(2 * (self.world_size - 1) * _nbytes(buf), self.world_size)
             self._count("grads", ring, ring)
             work = dist.all_reduce(buf, async_op=True)
+            self._mark_allreduce(work, "grads", _nbytes(buf))  # DDP's buckets on the timeline too
             self._ddp_works.append(work)
+            if not average:
+                return work.get_future().then(lambda f: f.value()[0])
             return work.get_future().then(lambda f: f.value()[0].div_(self.world_size))
         return hook
 
@@ -399,12 +407,16 @@ class Comm:
         works, self._ddp_works = self._ddp_works, []
         self.wait(works, "allreduce of grads")
 
-    def wrap_ddp(self, model: torch.nn.Module, device: torch.device, bucket_mb: float):
+    def wrap_ddp(self, model: torch.nn.Module, device: torch.device, bucket_mb: float, replayed: bool = False):
+        """torch's DDP over `model`. `replayed` (replayed compute, whose values mean nothing): no
+        initial broadcast of the parameters (uncounted setup traffic that would write every
+        parameter on every rank) and no averaging of the allreduced buckets (host arithmetic)."""
         from torch.nn.parallel import DistributedDataParallel as DDP
         # broadcast_buffers=False: per-forward buffer broadcasts would be uncounted traffic.
         ddp = DDP(model, device_ids=[device.index] if device.type == "cuda" else None,
-                  bucket_cap_mb=bucket_mb, broadcast_buffers=False, gradient_as_bucket_view=True)
-        ddp.register_comm_hook(None, self.ddp_hook())
+                  bucket_cap_mb=bucket_mb, broadcast_buffers=False, gradient_as_bucket_view=True,
+                  init_sync=not replayed)
+        ddp.register_comm_hook(None, self.ddp_hook(average=not replayed))
         return ddp
 
     def all_gather_object(self, obj) -> list:

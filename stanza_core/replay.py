@@ -87,32 +87,67 @@ class _Layer:
         self.calls = rep.calls.get(name, 1)  # forward calls per model forward (a reused ReLU: 3)
         self.module = module
         self.shapes: dict[tuple, tuple] = {}  # input shape per sample -> output shape per sample
+        self.order: list[str] | None = None  # parameter names in the real backward's order (probe)
 
     @property
     def params(self) -> tuple[nn.Parameter, ...]:
         """The module's parameters as they are now (a stanza rank releases the part it does not
-        train after replay is installed: no reference to the released tensors is kept here)."""
-        return tuple(self.module.parameters(recurse=False))
+        train after replay is installed: no reference to the released tensors is kept here), in
+        the order the real layer's backward delivers their gradients (see `probe`)."""
+        own = dict(self.module.named_parameters(recurse=False))
+        return tuple(own[n] for n in self.order if n in own) if self.order else tuple(own.values())
 
-    def out_shape(self, x: torch.Tensor) -> tuple:
+    def probe(self, x: torch.Tensor) -> tuple:
+        """The output shape for input x, and (once) the order in which the real layer's backward
+        hands its parameters their gradients: both from the module's own forward and backward on
+        meta tensors (no arithmetic, no memory). A Linear's bias gradient comes first (its weight's
+        goes through a transpose); a convolution's weight comes first. Replayed backward hands them
+        over in that order, so the hooks that follow (DDP's buckets, GradBuckets) fire in the
+        real order when a bucket boundary falls between a layer's parameters."""
         key = tuple(x.shape[1:])
-        if key not in self.shapes:  # the module's own forward on meta tensors: shape, no arithmetic
+        if key not in self.shapes:
             def probe():  # in an empty context: no sample keys, so dropout draws no CPU masks
-                with torch.no_grad():
-                    return tuple(self.meta(torch.empty(x.shape, device="meta", dtype=x.dtype)).shape[1:])
+                params = list(self.meta.named_parameters(recurse=False))
+                learn = self.order is None and any(p.requires_grad for _, p in params)
+                with torch.enable_grad() if learn else torch.no_grad():
+                    xm = torch.empty(x.shape, device="meta", dtype=x.dtype, requires_grad=learn and x.is_floating_point())
+                    out = self.meta(xm)
+                    if learn:
+                        order = []
+                        hooks = [p.register_post_accumulate_grad_hook(lambda _p, n=n: order.append(n))
+                                 for n, p in params if p.requires_grad]
+                        try:
+                            out.sum().backward()
+                        except RuntimeError:  # a layer meta cannot differentiate: declaration order
+                            order = []
+                        finally:
+                            for h in hooks:
+                                h.remove()
+                            for _, p in params:
+                                p.grad = None
+                        rest = [n for n, _ in params if n not in order]
+                        self.order = order + rest
+                    return tuple(out.shape[1:])
             self.shapes[key] = contextvars.Context().run(probe)
         return (x.shape[0], *self.shapes[key])
 
-    def param_grad(self, p: nn.Parameter) -> torch.Tensor:
-        """What backward returns for p: zeros added into a gradient buffer that persists across
-        steps (p.grad if set, else a cached buffer), so no step allocates or page-faults P floats."""
-        if p.grad is None:
-            cached = self.rep.grad_cache.get(id(p))
-            if cached is None:
-                cached = self.rep.grad_cache[id(p)] = torch.zeros_like(p)
-            p.grad = cached
-        return torch.zeros((), dtype=p.dtype, device=p.device).expand_as(p)
+    def out_shape(self, x: torch.Tensor) -> tuple:
+        return self.probe(x)
 
+    @staticmethod
+    def param_grad(p: nn.Parameter) -> torch.Tensor:
+        """What backward returns for p: the very tensor p.grad is bound to (DDP's bucket view, a
+        ps worker's slice of its flat gradient, a stanza GradBucket's view), handed over with p.grad
+        cleared, so AccumulateGrad takes it as the new p.grad without a copy or an add, and the
+        hooks that follow (DDP's, post-accumulate-grad) find the gradient in its bucket: no step
+        touches P floats for it. Replay never clears gradients (its zero_grad is a no-op), so this
+        binding holds across steps. A parameter with no gradient yet gets new, untouched storage
+        (DDP's first backward then copies it into its bucket and binds p.grad there)."""
+        g = p.grad
+        if g is None:
+            return torch.empty_like(p)
+        p.grad = None
+        return g.view_as(g)  # a new view: held by no one else (DDP keeps its own reference to g)
 
 class _ReplayFn(torch.autograd.Function):
     @staticmethod
@@ -172,9 +207,9 @@ class Replayer:
         self.extrapolated: set[float] = set()  # batches of calls outside the measured records'
         self.trace: list | None = None  # a list: every call's (layer, phase, batch, seconds) (tests)
         self.armed, self.waited_s, self.debt_s = False, 0.0, 0.0
-        self.grad_cache: dict[int, torch.Tensor] = {}
-        state = list(model.parameters()) + list(model.buffers())
-        memo = {id(t): torch.empty_like(t, device="meta") for t in state}
+        memo = {id(t): torch.empty_like(t, device="meta") for t in model.buffers()}
+        memo.update({id(p): nn.Parameter(torch.empty_like(p, device="meta"), requires_grad=p.requires_grad)
+                     for p in model.parameters()})  # parameters stay parameters: probe learns their order
         meta = copy.deepcopy(model, memo)  # same modules, meta tensors: output shapes for free
         meta_of = dict(meta.named_modules())
         self.layers = []
@@ -189,6 +224,7 @@ class Replayer:
         def forward(x, *rest, **kw):
             if rest or kw or not isinstance(x, torch.Tensor):
                 raise RuntimeError(f"replay: layer {layer.name} takes more than one tensor; not supported")
+            layer.probe(x)  # the output shape, and the parameters' gradient order (first call)
             out = _ReplayFn.apply(layer, x, *layer.params)
             # batch norm switched to global statistics (after this replay was installed): its
             # allreduces still cross the network, as in a real step
@@ -234,10 +270,14 @@ class Replayer:
         self.wait(self.dilation * self.dev.step_overhead_s)
 
     def replay_optimizer(self, optimizer: torch.optim.Optimizer):
-        """optimizer.step() becomes a wait of D x update_s_per_param x the parameters it steps."""
+        """optimizer.step() becomes a wait of D x update_s_per_param x the parameters it steps, and
+        optimizer.zero_grad() does nothing (no optimizer state is ever made)."""
         n = sum(p.numel() for g in optimizer.param_groups for p in g["params"])
         seconds = self.dilation * self.dev.update_s_per_param * n
         optimizer.step = lambda closure=None: self.wait(seconds)
+        # gradients stay bound to their buffers (param_grad): clearing them is host work with no
+        # effect on what crosses the network
+        optimizer.zero_grad = lambda set_to_none=True: None
 
     def describe(self) -> dict:
         waits = (lambda layer: layer.name in self.measured.records[0].fwd) if self.measured is not None else \

@@ -128,8 +128,10 @@ def prepare(cfg: TrainConfig) -> Prepared:
     dataset = open_dataset(cfg.dataset, cfg.image_size, cfg.num_classes, cfg.seed)
     torch.manual_seed(cfg.seed)  # the same initial parameters on every rank and strategy
     try:
-        model = get_model(cfg.model, cfg.num_classes)
+        model = _build_model(cfg)
         check_model(model, (3, cfg.image_size, cfg.image_size), cfg.num_classes, cfg.model)
+        if cfg.compute == "replay":  # checked on the meta device: now storage nothing has written
+            model = model.to_empty(device=device)
     except ValueError as e:
         raise ConfigError(str(e)) from None
     if cfg.micro_batches > 1 and any(isinstance(m, torch.nn.modules.batchnorm._BatchNorm) for m in model.modules()):
@@ -158,6 +160,16 @@ def prepare(cfg: TrainConfig) -> Prepared:
     for line in check_layout(cfg, topo) if rank == 0 else []:  # input is good; a flag without effect: one line each
         print(f"warning: {line}", file=sys.stderr)
     return Prepared(topo, device, dataset, model, split, resumed, bn_sync)
+
+
+def _build_model(cfg: TrainConfig) -> torch.nn.Module:
+    """The model, randomly initialised. Replayed compute never reads a parameter's value: the model
+    is built on the meta device (and later given uninitialised storage, which holds no page until
+    something writes it), so a replayed rank keeps only what crosses the network (replay.py)."""
+    if cfg.compute != "replay":
+        return get_model(cfg.model, cfg.num_classes)
+    with torch.device("meta"):
+        return get_model(cfg.model, cfg.num_classes)
 
 
 class NonFiniteLoss(RuntimeError):

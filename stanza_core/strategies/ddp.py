@@ -11,12 +11,19 @@ class DDP(Strategy):
 
     def __init__(self, *args):
         super().__init__(*args)
-        self.ddp = self.comm.wrap_ddp(self.model, self.device, self.cfg.bucket_mb)
+        from ..replay import replayer_of  # late: replay imports the config only
+
+        self.replayed = replayer_of(self.model) is not None
+        self.ddp = self.comm.wrap_ddp(self.model, self.device, self.cfg.bucket_mb, replayed=self.replayed)
         self.optimizer = make_sgd(self.model.parameters(), self.cfg)
         self.n = self.topo.world_size
 
     def step(self, t, batch):
-        self.optimizer.zero_grad(set_to_none=True)
+        self.optimizer.zero_grad(set_to_none=True)  # replayed: a no-op (gradients stay in their buckets)
+        if self.replayed and not getattr(self.ddp, "_has_rebuilt_buckets", False):
+            # DDP rebuilds its buckets in the forward after its first backward: gradients still
+            # bound to the old buckets would keep them alive beside the new ones (2 x P floats)
+            self.model.zero_grad(set_to_none=True)
         share = self.forward_loss(self.ddp, batch.x, batch.y, t, batch.positions)
         # DDP averages gradients over the N ranks; N * (sum/G) = the local mean, so the
         # averaged gradient is the gradient of the global mean loss.

@@ -74,11 +74,21 @@ class ParameterServer(Strategy):
         sizes = shard_sizes(total, topo.ps_shards)
         starts = [sum(sizes[:s]) for s in range(len(sizes))]
         self.ranges = [slice(a, a + n) for a, n in zip(starts, sizes)]
+        from ..replay import replayer_of  # late: replay imports the config only
+
+        replayer = replayer_of(self.model)
+        # Replayed compute (values mean nothing): the flat buffers are new, uninitialised storage
+        # that only what crosses the network writes (pulls into `flat`, pushes read `flat_grad`);
+        # no gradient is zeroed or summed and a server's slots are views of `flat` (see _serve).
+        self.lean = replayer is not None
         # Parameters and gradients live as views of two flat buffers: a pull writes straight
         # into the model and a push sends slices of the gradients, with no copies of the model.
-        self.flat = torch.cat([p.detach().reshape(-1) for p in self.params]).to(self.device)
+        if self.lean:
+            self.flat = torch.empty(total, device=self.device)
+        else:
+            self.flat = torch.cat([p.detach().reshape(-1) for p in self.params]).to(self.device)
         self.is_worker = self.role == WORKER
-        self.flat_grad = torch.zeros_like(self.flat) if self.is_worker else None
+        self.flat_grad = (torch.empty_like if self.lean else torch.zeros_like)(self.flat) if self.is_worker else None
         offset = 0
         for p in self.params:
             p.data = self.flat[offset:offset + p.numel()].view_as(p)
@@ -95,15 +105,13 @@ class ParameterServer(Strategy):
         self.owned = topo.shard_of(self.rank)
         self.mine = [i for i, (_, s, _) in enumerate(self.pieces) if s == self.owned]
         # The server's copy of each piece of its shard, each with its own optimizer state.
-        self.slots = {i: torch.nn.Parameter(self.flat[self.pieces[i][2]].clone()) for i in self.mine}
+        self.slots = {i: torch.nn.Parameter(self.flat[self.pieces[i][2]] if self.lean else
+                                            self.flat[self.pieces[i][2]].clone()) for i in self.mine}
         self.optimizers = {i: make_sgd([p], self.cfg) for i, p in self.slots.items()}
         # What the training loop sees as this rank's optimizer: it steps nothing (the pieces'
         # optimizers above do the work), so replayed compute waits nothing for it and instead
         # replays each piece's step where it happens.
         self.optimizer = make_sgd([torch.nn.Parameter(torch.zeros(0, device=self.device))], self.cfg)
-        from ..replay import replayer_of  # late: replay imports the config only
-
-        replayer = replayer_of(self.model)
         if replayer is not None:
             for opt in self.optimizers.values():
                 replayer.replay_optimizer(opt)
@@ -151,7 +159,8 @@ class ParameterServer(Strategy):
         return [("recv", self.flat[r], self.owner[s], "params", i) for i, s, r in pieces]
 
     def _compute(self, t, batch):
-        self.flat_grad.zero_()
+        if not self.lean:
+            self.flat_grad.zero_()
         self.push_works, self.pull_works = [], []
         self.pending = list(self.bucket_params) if self.cfg.ps_overlap else [0]
         try:
@@ -175,11 +184,15 @@ class ParameterServer(Strategy):
         for n in self.comm.as_completed([recv_works[i] for i in self.mine], "parameter-server push"):
             i = self.mine[n]
             r = self.pieces[i][2]
+            slot = self.slots[i]
+            if self.lean:  # replayed: the update is the optimizer's wait; slot is a view of flat
+                self.optimizers[i].step()
+                sends += self.comm.p2p([("send", slot.detach(), w, "params", i) for w in self.workers if w != self.rank])
+                continue
             parts = [self.flat_grad[r] if w == self.rank else inbox[i, w] for w in self.workers]
             total = parts[0].clone()
             for g in parts[1:]:  # worker rank order, whoever holds the slice
                 total += g
-            slot = self.slots[i]
             slot.grad = total
             self.optimizers[i].step()
             slot.grad = None
@@ -194,9 +207,12 @@ class ParameterServer(Strategy):
         for i in self.mine:  # posted first, so pushes land while this rank still computes
             size = self.pieces[i][2].stop - self.pieces[i][2].start
             ops = []
+            # replayed: every worker's push of piece i lands in one buffer (values mean nothing;
+            # the bytes still cross the network), not N - 1 of them
+            shared = torch.empty(size, device=self.device) if self.lean else None
             for w in self.workers:
                 if w != me:
-                    inbox[i, w] = torch.empty(size, device=self.device)
+                    inbox[i, w] = shared if self.lean else torch.empty(size, device=self.device)
                     ops.append(("recv", inbox[i, w], w, "grads", i))
             recv_works[i] = self.comm.p2p(ops)
         share = None

@@ -31,10 +31,14 @@ def unused_part(topo, rank: int) -> str | None:
 
 class GradBuckets:
     """Allreduce of a module's gradients in ~bucket_mb buckets, each launched as soon as the
-    backward pass has produced all of its gradients (reverse parameter order)."""
+    backward pass has produced all of its gradients (reverse parameter order).
+
+    Lean (`bind()`, for replayed compute, whose values mean nothing): each gradient is bound to
+    its place in its bucket's flat buffer (replay.py hands a backward's gradient over in place),
+    so a bucket launches from its buffer with no copy in and no copy back."""
 
     def __init__(self, params, comm, group: str, category: str, bucket_mb: float, device):
-        self.comm, self.group, self.category = comm, group, category
+        self.comm, self.group, self.category, self.lean = comm, group, category, False
         cap = int(bucket_mb * 2**20)
         self.buckets: list[list[torch.nn.Parameter]] = [[]]
         size = 0
@@ -50,6 +54,16 @@ class GradBuckets:
         for p in params:
             p.register_post_accumulate_grad_hook(self._ready)
 
+    def bind(self) -> "GradBuckets":
+        """Lean mode (replayed compute): every gradient becomes a view of its bucket's buffer."""
+        self.lean = True
+        for b, flat in zip(self.buckets, self.flat):
+            offset = 0
+            for q in b:
+                q.grad = flat[offset:offset + q.numel()].view_as(q)
+                offset += q.numel()
+        return self
+
     def start(self, backwards: int = 1):
         """Arm the buckets for a step in which `backwards` backward passes accumulate gradients
         (an FC worker runs one per CONV worker it serves): a bucket launches after the last."""
@@ -60,7 +74,8 @@ class GradBuckets:
         i = self.bucket_of[id(p)]
         self.pending[i] -= 1
         if self.pending[i] == 0:  # every gradient of bucket i is final: launch its allreduce
-            torch.cat([q.grad.reshape(-1) for q in self.buckets[i]], out=self.flat[i])
+            if not self.lean:
+                torch.cat([q.grad.reshape(-1) for q in self.buckets[i]], out=self.flat[i])
             self.works[i] = self._launch(i)
 
     def _launch(self, i):
@@ -75,6 +90,8 @@ class GradBuckets:
                 raise RuntimeError(f"bucket {i}: {self.pending[i]} gradients never arrived")
             if self.works[i] is not None:
                 self._wait(i)
+            if self.lean:
+                continue
             offset = 0
             for q in bucket:
                 q.grad.copy_(self.flat[i][offset:offset + q.numel()].view_as(q))
@@ -116,6 +133,12 @@ class Stanza(Strategy):
             self.buckets = GradBuckets(list(self.part.parameters()), self.comm, group, category, cfg.bucket_mb,
                                        self.device)
         self.pipeline = Pipeline(self) if uses_pipeline(cfg) else None
+        from ..replay import replayer_of  # late: replay imports the config only
+
+        if replayer_of(self.model) is not None:  # replayed: gradients live in their buckets
+            for buckets in (self.buckets, self.hybrid_buckets):
+                if buckets is not None:
+                    buckets.bind()
 
     def data_slice(self):
         if self.role != CONV_WORKER and self.topo.fc_batch:  # a hybrid FC worker loads its own slice

@@ -298,3 +298,36 @@ def test_replay_run_on_a_measured_device(as_rank0_of, tmp_path):
     assert d["replayed_layers"] == 21  # every AlexNet leaf waits its own time
     step = DeviceProfile(**d["profile"]).step_compute_s(4)  # at or below b16: the b16 per-call times
     assert d["wait_s_per_rank"][0] >= 0.95 * 2 * 10 * step
+
+
+def test_gradients_stay_in_their_buffers_and_follow_the_real_order():
+    """Lean replay: a gradient bound to a buffer (a bucket's view) is handed over in place, step
+    after step (no copy, no add: the same storage; zero_grad is a no-op), with no optimizer state;
+    and every layer's parameters receive their gradients in the real backward's order (a Linear's
+    bias before its weight), so bucket hooks fire as in a real step."""
+    model, rep, _ = replayed()
+    real = get_model("tiny_cnn", 10)
+    orders = []
+    for m in (real, model):
+        order = []
+        for n, p in m.named_parameters():
+            p.register_post_accumulate_grad_hook(lambda _p, n=n, order=order: order.append(n))
+        orders.append(order)
+    flat = torch.empty(sum(p.numel() for p in model.parameters()))
+    offset = 0
+    for p in model.parameters():
+        p.grad = flat[offset:offset + p.numel()].view_as(p)
+        offset += p.numel()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    rep.replay_optimizer(opt)
+    x = torch.randn(4, 3, 32, 32)
+    with sample_keys(0, 0, torch.arange(4)):
+        real(x).sum().backward()
+        for _ in range(2):
+            opt.zero_grad(set_to_none=True)
+            model(x).sum().backward()
+            opt.step()
+            assert all(p.grad is not None and p.grad.untyped_storage().data_ptr() == flat.data_ptr()
+                       for p in model.parameters())
+    assert opt.state == {}
+    assert orders[1] == 2 * orders[0] and orders[0][:2] == ["classifier.3.bias", "classifier.3.weight"]

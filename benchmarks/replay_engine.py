@@ -1,0 +1,100 @@
+"""The replay engine's own cost: engine seconds per replayed step at D = 1, and peak RSS per rank.
+
+    python benchmarks/replay_engine.py [--model vgg16] [--image-size 224] [--nodes 4]
+        [--configs ps,ddp,...] [--per-worker 32] [--steps 4] [--out FILE.json]
+
+Per configuration, one replayed run (`--compute replay --replay-device v100 --dilation 1`) on
+`--nodes` local processes over loopback (gloo, unshaped): the engine seconds exactly as
+`experiments.dilation.engine_seconds` measures them (median step of `--steps` steps, 1 warm-up,
+less the model's step on a 1000 Gb/s network), and every rank's peak RSS from the metrics
+(`peak_rss_mib`: the whole run, setup included). Configurations: ddp, ps (colocated shards),
+ps-dedicated (one dedicated server: N + 1 processes), stanza1, stanza2 (k FC workers).
+`--memory-only` runs 1 step and reports the RSS alone (for N = 16 on a small machine).
+
+Measured, never modelled. The stanza_core that runs is the one on PYTHONPATH (point it at another
+checkout to measure that one side by side). On a shared machine, compare runs made together.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+
+CONFIGS = {
+    "ddp": dict(strategy="ddp"),
+    "ps": dict(strategy="ps"),
+    "ps-dedicated": dict(strategy="ps", ps_servers=1),
+    "stanza1": dict(strategy="stanza", fc_workers=1),
+    "stanza2": dict(strategy="stanza", fc_workers=2),
+}
+
+
+def run_config(name: str, a) -> dict:
+    import dataclasses
+
+    import stanza_core
+    from stanza_core.experiments import dilation
+    from stanza_core.experiments.spec import RunConfig
+    from stanza_core.launch import run_job
+
+    opts = CONFIGS[name]
+    workers = a.nodes - opts.get("fc_workers", 0)
+    cfg = RunConfig(model=a.model, image_size=a.image_size, num_classes=a.num_classes, nodes=a.nodes,
+                    global_batch=a.per_worker * workers, steps=1 if a.memory_only else a.steps,
+                    link_mbit=1000.0, compute="replay", replay_device=a.replay_device, dilation=1.0, **opts)
+    flags = dataclasses.replace(cfg, warmup=0 if a.memory_only else 1).train_flags()
+    flags.pop("timeout_s")
+    t0 = time.perf_counter()
+    m = run_job(cfg.cluster_nodes, timeout_s=a.timeout_s, **flags)
+    wall = time.perf_counter() - t0
+    rss = [r["peak_rss_mib"] for r in m["ranks"]]
+    out = {"config": name, "processes": cfg.cluster_nodes, "global_batch": cfg.global_batch,
+           "engine": stanza_core.__file__, "wall_s": wall,
+           "peak_rss_mib": rss, "steps_peak_rss_mib": [r.get("steps_peak_rss_mib") for r in m["ranks"]], "peak_rss_sum_gib": sum(rss) / 1024, "peak_rss_max_mib": max(rss),
+           "bytes_per_step": m["bytes_per_step"]}
+    if not a.memory_only:
+        model_s = dilation.model_step_s(cfg, 1000.0)
+        out.update(step_times_s=[s["time_s"] for s in m["steps"]], median_step_s=m["step_time_median_s"],
+                   model_step_s=model_s, engine_s=max(0.0, m["step_time_median_s"] - model_s))
+    return out
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--model", default="vgg16")
+    p.add_argument("--image-size", type=int, default=224)
+    p.add_argument("--num-classes", type=int, default=1000)
+    p.add_argument("--nodes", type=int, default=4)
+    p.add_argument("--per-worker", type=int, default=32, help="samples per data worker")
+    p.add_argument("--configs", default="ps,ddp")
+    p.add_argument("--replay-device", default="v100")
+    p.add_argument("--steps", type=int, default=4)
+    p.add_argument("--memory-only", action="store_true")
+    p.add_argument("--timeout-s", type=float, default=1800)
+    p.add_argument("--out")
+    a = p.parse_args(argv)
+    names = [c for c in a.configs.split(",") if c]
+    bad = [c for c in names if c not in CONFIGS]
+    if bad:
+        print(f"error: unknown config {bad[0]!r}; expected one of {', '.join(CONFIGS)}", file=sys.stderr)
+        return 2
+    rows = []
+    for name in names:
+        row = run_config(name, a)
+        rows.append(row)
+        eng = f"engine {row['engine_s']:.3f} s (median step {row['median_step_s']:.3f} s, model {row['model_step_s']:.3f} s), " \
+            if "engine_s" in row else ""
+        print(f"{a.model} N={a.nodes} {name}: {eng}peak RSS max {row['peak_rss_max_mib']:.0f} MiB/rank, "
+              f"sum {row['peak_rss_sum_gib']:.2f} GiB over {row['processes']} processes", flush=True)
+    if a.out:
+        with open(a.out, "w") as fh:
+            json.dump({"args": vars(a), "rows": rows,
+                       "median_engine_s": statistics.median(r["engine_s"] for r in rows) if not a.memory_only else None},
+                      fh, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
