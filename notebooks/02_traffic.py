@@ -144,7 +144,7 @@ nbt.save_figures(figs, out_dir, png=png)
 print(f"largest |measured - model| over every rank and category: {results['max_abs_diff_bytes']} bytes")
 
 # %% [markdown]
-# **What the line above says.** 0 bytes: the counters in `stanza_core/comm.py`, which count every
+# **What the line above says.** 0 bytes: the counters in `stanza_core/comm/`, which count every
 # tensor the engine really sends, agree with the formulas above to the byte, for every rank and
 # category.
 #

@@ -3,7 +3,7 @@
 With `--bn-stats global` (the default) every batch-norm layer that data workers run computes
 its batch mean and variance over the whole global batch, not over the worker's slice, so a
 BN model trains exactly as in one process (`local`), running statistics included.
-(torch.nn.SyncBatchNorm refuses CPU tensors, so the engine does it itself, through comm.py,
+(torch.nn.SyncBatchNorm refuses CPU tensors, so the engine does it itself, through comm/,
 where the bytes are counted under `bn_stats`.)
 
 Per layer and step, on each of the n data workers (b samples each, C channels):

@@ -9,26 +9,25 @@ rank 0, which writes the metrics JSON and the full model's state_dict.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import dataclasses
 import functools
 import json
-import math
 import os
-import statistics
 import sys
-import time
 
 import torch
 
 from . import atomic, checkpoint, replay
 from .batchnorm import bn_layers, use_global_batch_stats
-from .comm import Comm, PeerError, report
+from .comm import Comm, PeerError
 from .config import ConfigError, TrainConfig, check_layout, step_save_path
 from .data import batch_indices, open_dataset
+from .exit_policy import error_line, exit_now, leave
+from .metrics import PeakRss, build_metrics, rank_record
 from .models import MIN_IMAGE_SIZE, check_model, get_model
-from .numerics import numerics_record, set_numerics
+from .numerics import set_numerics
 from .split import SplitError, SplitModel, split_model
+from .step_failures import NonFiniteLoss, check_finite, naming_step
 from .steplog import StepLog
 from .strategies import STRATEGY_CLASSES
 from .strategies.base import Batch, positions_of
@@ -172,10 +171,6 @@ def _build_model(cfg: TrainConfig) -> torch.nn.Module:
         return get_model(cfg.model, cfg.num_classes)
 
 
-class NonFiniteLoss(RuntimeError):
-    """The global loss of a step is NaN or infinite: the run stops before saving anything of it."""
-
-
 def run(cfg: TrainConfig) -> dict | None:
     prep = prepare(cfg)
     comm = Comm.from_env(cfg.timeout_s, prep.device, None if cfg.backend == "auto" else cfg.backend)
@@ -227,8 +222,7 @@ def _train(cfg, prep: Prepared, comm) -> dict | None:
         from tqdm import tqdm
         steps = tqdm(steps, desc=f"{cfg.strategy} x{topo.world_size}", unit="step", initial=start, total=cfg.steps)
     save_steps = set(cfg.save_steps())
-    setup_peak_mib = _peak_rss_mib()  # read before the mark is reset for the steps' own peak
-    steps_peak = _reset_peak_rss()
+    rss = PeakRss()  # setup's peak read here, then the steps' own peak from now on
     # Steps are timed and their losses read without stopping the host in the step (steplog.py):
     # CUDA events on a GPU, the loss shares left on the device until a read, every --log-every
     # steps and before anything is saved, so nothing of a non-finite step is ever written.
@@ -239,7 +233,7 @@ def _train(cfg, prep: Prepared, comm) -> dict | None:
         mark = log.start()
         if replayer:
             replayer.begin_step()
-        with _naming_step(comm, t):
+        with naming_step(comm, t):
             with comm.counting():
                 share = strategy.step(t, batch)
         due = log.end(mark, share)
@@ -247,12 +241,12 @@ def _train(cfg, prep: Prepared, comm) -> dict | None:
             # Replayed values mean nothing, but an allreduce still runs every step: it is the one
             # point where every rank meets between steps, so without it a replayed FC worker
             # would start its next step early.
-            with _naming_step(comm, t):
+            with naming_step(comm, t):
                 comm.sum_scalar(0.0)
         checkpoint_due = cfg.checkpoint_dir and cfg.checkpoint_every and (t + 1) % cfg.checkpoint_every == 0 \
             and t + 1 < cfg.steps
         if due or checkpoint_due or t + 1 in save_steps or t + 1 == cfg.steps:
-            _check_finite(cfg, comm, first, log.read(), start)
+            check_finite(cfg, comm, first, log.read(), start)
             first = t + 1
         if checkpoint_due:
             checkpoint.save(cfg.checkpoint_dir, comm.rank, topo.world_size, t + 1, cfg.to_dict(), strategy.checkpoint_state())
@@ -260,17 +254,11 @@ def _train(cfg, prep: Prepared, comm) -> dict | None:
             state = strategy.full_state_dict()
             if comm.rank == 0:
                 atomic.torch_save(state, step_save_path(cfg.save, t + 1))
-    losses, times, spans = log.losses, log.times, log.spans
-    steps_peak_mib = _vm_hwm_mib() if steps_peak else None
+    rss.steps_done()
     if cfg.checkpoint_dir:
         checkpoint.save(cfg.checkpoint_dir, comm.rank, topo.world_size, cfg.steps, cfg.to_dict(), strategy.checkpoint_state())
     state = strategy.full_state_dict()
-    mine = {"rank": comm.rank, "role": strategy.role, "losses": losses, "times": times,
-            "step_bytes": comm.step_bytes.snapshot(), "other_bytes": comm.other_bytes.snapshot(),
-            "timeline": comm.timeline, "step_starts": comm.step_starts, "step_spans": spans,
-            "replay_wait_s": replayer.waited_s if replayer else None,
-            "peak_rss_mib": _max(setup_peak_mib, _peak_rss_mib()), "steps_peak_rss_mib": steps_peak_mib}
-    everyone = comm.all_gather_object(mine)
+    everyone = comm.all_gather_object(rank_record(comm, strategy, log, replayer, rss))
     if comm.rank != 0:
         return None
     metrics = build_metrics(cfg, topo, device, start, everyone, replayer.describe() if replayer else None)
@@ -279,159 +267,6 @@ def _train(cfg, prep: Prepared, comm) -> dict | None:
     if cfg.metrics:
         atomic.write_text(cfg.metrics, json.dumps(metrics, indent=1))
     return metrics
-
-
-def _check_finite(cfg, comm, first: int, shares: list, start: int) -> None:
-    """Every rank learns whether the global loss of steps first, first+1, ... (its `shares` of
-    them, just read) was finite: one uncounted allreduce of their sum (a sum of finite losses is
-    finite; NaN or inf in any share makes it non-finite), then per step only when it was not.
-    NonFiniteLoss names the first non-finite step. Replayed losses are not computed: no check."""
-    if cfg.compute != "real" or not shares:
-        return
-    with _naming_step(comm, first + len(shares) - 1):
-        total = comm.sum_scalar(sum(0.0 if s is None else s for s in shares))
-        if math.isfinite(total):
-            return
-        for i, s in enumerate(shares):  # rare: find the step (a huge but finite window sum rechecks clean)
-            step_total = comm.sum_scalar(s)
-            if not math.isfinite(step_total):
-                t = first + i
-                last = _last_checkpoint(cfg, start, t)
-                raise NonFiniteLoss(f"the loss is {step_total} at step {t}: run stopped, nothing of this step saved"
-                                    + (f"; last good checkpoint: step {last} in {cfg.checkpoint_dir}" if last else ""))
-
-
-@contextlib.contextmanager
-def _naming_step(comm, t: int):
-    """A dead peer, wherever step t noticed it (the step or its loss allreduce): one line naming the step."""
-    try:
-        yield
-    except Exception as e:
-        err = comm.peer_error(e)
-        if isinstance(err, PeerError):
-            raise PeerError(f"{err} (step {t})") from None
-        raise
-
-
-def _last_checkpoint(cfg, start: int, t: int) -> int | None:
-    """Step of the newest checkpoint written before step t (None if none)."""
-    if not cfg.checkpoint_dir:
-        return None
-    every = [s for s in range(start + 1, t + 1) if cfg.checkpoint_every and s % cfg.checkpoint_every == 0]
-    return every[-1] if every else (start if start else None)
-
-
-def build_metrics(cfg, topo, device, start, everyone, replayed: dict | None = None) -> dict:
-    n_steps = len(everyone[0]["times"])
-    steps = []
-    for i in range(n_steps):
-        shares = [r["losses"][i] for r in everyone if r["losses"][i] is not None]
-        steps.append({"step": start + i, "loss": sum(shares), "time_s": max(r["times"][i] for r in everyone)})
-    timed = [s["time_s"] for s in steps[cfg.warmup:]] or [s["time_s"] for s in steps]
-    ranks = []
-    origins = _step_origins(everyone)
-    # every rank's step spans on one time axis: seconds since the first rank started this run's
-    # first step (perf_counter is the host's monotonic clock, shared by every process on it)
-    zero = min((r["step_spans"][0][0] for r in everyone if r.get("step_spans")), default=0.0)
-    for r in everyone:
-        sent, recv = (report(c, max(n_steps, 1)) for c in r["step_bytes"])
-        other_sent, other_recv = (report(c, 1) for c in r["other_bytes"])
-        ranks.append({"rank": r["rank"], "role": r["role"], "bytes_sent": sum(sent.values()),
-                      "bytes_recv": sum(recv.values()), "sent": sent, "recv": recv,
-                      "setup_bytes_sent": sum(other_sent.values()), "setup_bytes_recv": sum(other_recv.values()),
-                      "peak_rss_mib": r.get("peak_rss_mib"), "steps_peak_rss_mib": r.get("steps_peak_rss_mib"),
-                      "step_start_s": [a - zero for a, _ in r.get("step_spans", [])],
-                      "step_end_s": [b - zero for _, b in r.get("step_spans", [])]})
-        if r.get("timeline") is not None:  # t: seconds since the first rank entered the step
-            ranks[-1]["timeline"] = sorted(({**e, "step": start + e["step"], "t": e["t"] - origins[e["step"]]}
-                                            for e in r["timeline"]), key=lambda e: (e["step"], e["t"]))
-    metrics = {
-        "compute": cfg.compute,
-        "config": {**cfg.to_dict(), "world_size": topo.world_size, "data_workers": topo.data_workers,
-                   "fc_workers_effective": topo.fc_workers, "ps_shards_effective": topo.ps_shards,
-                   "ps_server_ranks": topo.server_ranks if topo.ps_servers else [],
-                   "device_type": device.type, "torch": torch.__version__,
-                   "backend": _backend_name(), "numerics": numerics_record(cfg.exact)},
-        "steps": steps,
-        "throughput": cfg.global_batch * len(timed) / sum(timed) if timed and sum(timed) > 0 else None,
-        "step_time_median_s": statistics.median(timed) if timed else None,
-        "ranks": ranks,
-        "bytes_per_step": sum(r["bytes_sent"] for r in ranks),
-        "step_clock_origin_s": zero,  # perf_counter() of step_start_s = 0: the host clock the emulator samples on
-    }
-    if replayed is not None:  # times: as measured here, and / D (the target device's time)
-        d = replayed["dilation"]
-        for s in steps:
-            s["loss"], s["target_time_s"] = None, s["time_s"] / d
-        med = metrics["step_time_median_s"]
-        metrics["replay"] = {**replayed, "note": "compute replayed (waits, no arithmetic): losses are not "
-                             "computed, step times are measured; target times = measured / dilation",
-                             "wait_s_per_rank": [r["replay_wait_s"] for r in everyone]}
-        metrics["target_step_time_median_s"] = med / d if med else None
-        metrics["target_throughput"] = metrics["throughput"] * d if metrics["throughput"] else None
-    return metrics
-
-
-def _peak_rss_mib() -> float | None:
-    """This process's peak resident memory (MiB), or None where the OS does not say."""
-    try:
-        import resource
-    except ImportError:
-        return None
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: KiB
-
-
-def _reset_peak_rss() -> bool:
-    """Reset this process's peak-RSS mark to its current RSS (Linux: /proc/self/clear_refs), so
-    the training steps' own peak can be read apart from setup's; False where that is not possible."""
-    try:
-        with open("/proc/self/clear_refs", "w") as fh:
-            fh.write("5")
-        return _vm_hwm_mib() is not None
-    except OSError:
-        return False
-
-
-def _vm_hwm_mib() -> float | None:
-    """Peak resident memory since the last reset (Linux VmHWM, MiB), or None."""
-    try:
-        with open("/proc/self/status") as fh:
-            for line in fh:
-                if line.startswith("VmHWM:"):
-                    return int(line.split()[1]) / 1024  # kB
-    except (OSError, ValueError, IndexError):
-        pass
-    return None
-
-
-def _max(a: float | None, b: float | None) -> float | None:
-    return None if a is None and b is None else max(x for x in (a, b) if x is not None)
-
-
-def _step_origins(everyone) -> list[float]:
-    """Per step, the earliest perf_counter() at which any rank started it (timeline runs only)."""
-    starts = [r.get("step_starts") or [] for r in everyone]
-    return [min(s[i] for s in starts if i < len(s)) for i in range(max(map(len, starts), default=0))]
-
-
-def _backend_name() -> str:
-    import torch.distributed as dist
-
-    return dist.get_backend() if dist.is_available() and dist.is_initialized() else "none"
-
-
-def error_line(e: Exception, rank: int, local_rank: int) -> str | None:
-    """The line this rank prints for bad input, or None when another rank prints it.
-
-    A job-wide error (the same on every rank) is printed once, by rank 0; an error about this
-    machine's GPUs once per machine, by its local rank 0; an error about this rank's own
-    device or checkpoint by every rank that hits it, prefixed with its rank."""
-    scope = getattr(e, "scope", "job")
-    if scope == "rank":
-        return f"error: rank {rank}: {e}"
-    if scope == "host":
-        return f"error: rank {rank}: {e}" if local_rank == 0 else None
-    return f"error: {e}" if rank == 0 else None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -447,39 +282,12 @@ def main(argv: list[str] | None = None) -> int:
     except NonFiniteLoss as e:  # every rank knows (the loss is summed over ranks): rank 0 says it
         if rank == 0:
             print(f"error: {e}", file=sys.stderr)
-        return _exit_now(1)
+        return exit_now(1)
     except PeerError as e:
         print(f"error: {e}", file=sys.stderr)
-        return _exit_now(1)
+        return exit_now(1)
     return 0
 
 
-def _exit_now(code: int) -> int:
-    """With a process group up, leave at once: interpreter shutdown would tear down a broken group
-    (gloo threads blocked on a dead peer abort the process, 'terminate called...')."""
-    import torch.distributed as dist
-
-    if dist.is_available() and dist.is_initialized():
-        sys.stderr.flush()
-        sys.stdout.flush()
-        os._exit(code)
-    return code
-
-
-def _leave(code: int) -> None:
-    """A rank's exit. After a finished run its process group is destroyed and its files written
-    and closed; what is left is the C++ teardown after the interpreter's, where a gloo rank was
-    seen to abort now and then ('terminate called without an active exception', no Python frame:
-    about 1 run in 10 on a busy machine), turning a finished run into a failed one. A rank of a
-    distributed run that finished skips that teardown (os._exit after flushing its output). A
-    failed rank exits normally: leaving at once would let torchrun stop its peers before they
-    print their own errors (failures inside a process group already leave at once, _exit_now)."""
-    if code == 0 and int(os.environ.get("WORLD_SIZE", "1")) > 1:
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(code)
-    sys.exit(code)
-
-
 if __name__ == "__main__":
-    _leave(main())
+    leave(main())

@@ -104,7 +104,7 @@ assert all(r["ok"] for r in right) and [r["got"][0] for r in right] == [1.0, 0.0
 # %% [markdown]
 # ## 2. A dead FC worker
 #
-# The engine's ranks talk through `stanza_core/comm.py`, which gives every wait the run's
+# The engine's ranks talk through `stanza_core/comm/`, which gives every wait the run's
 # `--timeout-s` and turns a timeout or a broken connection into one line naming the rank, the
 # step and what it waited for. We start a 3-rank stanza run (2 CONV workers, FC worker = rank 2)
 # by hand, one process per rank (torchrun's agent would tear the job down itself, and we want

@@ -71,7 +71,7 @@ class ModelCounts:
 
 WIRE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}  # bytes per value of each boundary / gradient dtype
 GRAD_COMPRESSIONS = ("none", "fp16", "bf16", "powersgd")
-POWERSGD_START = 2  # as comm.POWERSGD_START: steps of vanilla allreduce before PowerSGD compresses
+POWERSGD_START = 2  # as comm.hooks.POWERSGD_START: steps of vanilla allreduce before PowerSGD compresses
 
 
 @dataclasses.dataclass(frozen=True)

@@ -17,7 +17,7 @@ import sys
 
 import torch.distributed as dist
 
-from stanza_core import train
+from stanza_core import exit_policy, train
 
 
 def _free_port() -> int:
@@ -40,4 +40,4 @@ if __name__ == "__main__":
         code = train.main(args)
         if code:
             sys.exit(code)
-    train._leave(0)
+    exit_policy.leave(0)

@@ -8,7 +8,7 @@ import pytest
 import torch
 import torch.nn as nn
 
-from stanza_core import train
+from stanza_core import exit_policy, train
 from stanza_core.comm import nccl_watchdog_timeout_s
 from stanza_core.config import ConfigError, TrainConfig
 from stanza_core.models import keep_mask
@@ -76,9 +76,9 @@ def test_one_gpu_per_local_rank_and_gloo_sharing(fake_gpus):
 
 def test_who_prints_a_config_error():
     job, host, rank = ConfigError("bad flag"), ConfigError("no GPU", scope="host"), ConfigError("no ckpt", scope="rank")
-    assert train.error_line(job, 0, 0) == "error: bad flag" and train.error_line(job, 3, 1) is None
-    assert train.error_line(host, 5, 0) == "error: rank 5: no GPU" and train.error_line(host, 6, 1) is None
-    assert train.error_line(rank, 6, 1) == "error: rank 6: no ckpt"
+    assert exit_policy.error_line(job, 0, 0) == "error: bad flag" and exit_policy.error_line(job, 3, 1) is None
+    assert exit_policy.error_line(host, 5, 0) == "error: rank 5: no GPU" and exit_policy.error_line(host, 6, 1) is None
+    assert exit_policy.error_line(rank, 6, 1) == "error: rank 6: no ckpt"
 
 
 def test_backend_validation():
