@@ -56,7 +56,7 @@ def test_tiny_run_measures_one_target_and_models_the_rest(spec, run_notebook, be
 def test_measured_target_outside_the_targets_fails_with_one_line(spec, run_notebook):
     with pytest.raises(PapermillExecutionError) as e:
         run_notebook(spec, measure_gbps=[40.0])
-    assert e.value.ename == "ValueError" and "\n" not in e.value.evalue
+    assert e.value.ename in ("ValueError", "ConfigError") and "\n" not in e.value.evalue
     assert e.value.evalue == "measure_gbps [40.0] are not among target_gbps [10.0, 25.0, 100.0]"
     assert "experiment_params(sweep.SweepParams" in e.value.source
 

@@ -50,7 +50,7 @@ def test_tiny_run_converges_identically(spec, run_notebook):
 def test_batch_that_does_not_split_fails_at_the_first_code_cell(spec, run_notebook, tmp_path):
     with pytest.raises(PapermillExecutionError) as e:
         run_notebook(spec, global_batch=25)
-    assert e.value.ename == "ValueError" and "\n" not in e.value.evalue
+    assert e.value.ename in ("ValueError", "ConfigError") and "\n" not in e.value.evalue
     assert e.value.evalue.startswith("global_batch 25 is not divisible by the 3 data workers of ps on 3 nodes")
     nb = nbformat.read(tmp_path / spec.notebook.name, as_version=4)
     code = [c for c in nb.cells if c.cell_type == "code"]

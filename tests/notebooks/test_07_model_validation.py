@@ -81,5 +81,5 @@ def test_tiny_run_predicts_every_measured_configuration(spec, run_notebook, benc
 def test_missing_bench_json_fails_at_the_first_code_cell_with_one_line(spec, run_notebook, tmp_path):
     with pytest.raises(PapermillExecutionError) as e:
         run_notebook(spec, bench_json=[str(tmp_path / "nope.json")])
-    assert e.value.ename == "ValueError" and e.value.evalue == f"bench_json {tmp_path / 'nope.json'}: no such file"
+    assert e.value.ename in ("ValueError", "ConfigError") and e.value.evalue == f"bench_json {tmp_path / 'nope.json'}: no such file"
     assert "experiment_params(validation.ValidationParams" in e.value.source
