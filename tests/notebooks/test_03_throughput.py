@@ -1,5 +1,5 @@
 """notebooks/03_throughput.ipynb with reproductions/throughput.yaml's tiny parameters: three real
-3-node jobs (ps, ddp, stanza k=1) on the emulated cluster at a 25 Gb/s target, and the model's
+3-node jobs (ps, ddp, stanza k=1) on the emulated cluster at a 5 Gb/s target, and the model's
 AlexNet curves, checked against the performance model called directly."""
 import json
 import shutil

@@ -28,10 +28,17 @@ def test_tiny_run_converges_identically(spec, run_notebook):
     for name, r in s.items():
         assert [x["step"] for x in r["steps"]] == list(range(60))
         # BSP on the same global batches: the same loss at every step up to float32 summation
-        # order (measured: 2e-6 at most with momentum 0.5); 1e-4 is a relative 5e-5 of a loss
-        # near 2 and leaves room for the amplification of that noise over 60 steps.
-        assert r["max_loss_diff_vs_local"] <= 1e-4 and r["first_step_loss_gap_above"] is None, name
-        assert r["max_accuracy_diff_vs_local"] <= 0.003, name  # at most 5 of 1797 digits flip
+        # order. That noise is ~1e-7 at first; once it flips a max-pool window whose two values
+        # are within an ulp (any step from ~17 on, or never: benchmarks/float_order_drift.py),
+        # the curves part by up to 4.7e-2 over 60 steps, as single-process SGD does when it only
+        # sums the same batches in another order. So: the first 10 steps within 1e-5 (before any
+        # such flip was seen), and the whole run inside that single-process spread (the yaml's
+        # rule, rounded up: 5e-2). Per-step exactness is tests/dist/test_exactness.py's.
+        local = [x["loss"] for x in s["local"]["steps"]]
+        assert all(abs(x["loss"] - l) <= 1e-5 for x, l in zip(r["steps"][:10], local)), name
+        assert r["max_loss_diff_vs_local"] <= 5e-2, name
+        # once the curves part, digits flip: measured 1.4 % (ddp) with the parting at step 42
+        assert r["max_accuracy_diff_vs_local"] <= 0.02, name
         assert r["final_accuracy"] > 0.3, name  # chance is 0.1; measured 0.57 after 60 steps
         assert r["evals"][-1]["step"] == 60 and r["train_time_s"] > 0
     assert results["final_loss_local"] < results["initial_loss"] - 0.3  # it learned
