@@ -80,6 +80,13 @@ def main() -> None:
     (out / f"rank{rank}.json").write_text(json.dumps({"rank": rank, **result}))
     if a.mode == "straggler" or result["ok"]:
         dist.destroy_process_group()  # a timed-out group is not torn down collectively
+    else:
+        # Stay until every rank has its own timeout on record: a rank that left early would close
+        # its sockets, and a slower peer would then report "connection closed", not the deadlock.
+        deadline = time.monotonic() + 4 * a.timeout_s + 10
+        world = int(os.environ["WORLD_SIZE"])
+        while time.monotonic() < deadline and not all((out / f"rank{r}.json").exists() for r in range(world)):
+            time.sleep(0.05)
 
 
 if __name__ == "__main__":
