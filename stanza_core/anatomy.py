@@ -15,7 +15,7 @@ import torch
 import torch.nn as nn
 from torch.utils.flop_counter import FlopCounterMode
 
-from .split import split_model
+from .split import module_device, split_model
 
 DTYPE_BYTES = 4  # fp32 activations and parameters
 LABEL_BYTES = 8  # int64 class labels sent with the activations
@@ -168,7 +168,7 @@ def profile_model(model: nn.Module, input_shape=(3, 224, 224), batch_size: int =
     conv_names = {n for n, _ in split.conv.named_parameters()}
     was_training = model.training
     model.eval()
-    x = torch.zeros((1, *input_shape))
+    x = torch.zeros((1, *input_shape), device=module_device(model))  # a meta-built model profiles on meta
     outputs: dict[str, int] = {}
     io: dict[str, list[int]] = {}  # name -> [input+output values summed over calls, calls]
 

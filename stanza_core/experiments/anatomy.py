@@ -11,6 +11,7 @@ from .. import checks
 from ..anatomy import Profile, profile_model
 from ..local_device import local_device
 from ..models import get_model
+from ..perf.profiles import shape_model
 from ..split import SplitError
 
 
@@ -25,7 +26,7 @@ def profile_models(models: Sequence[str] | str, *, image_size: int = 224, num_cl
     dev = local_device(device) if time else "cpu"
     profiles = []
     for name in tqdm(names, desc="profiling", unit="model"):
-        model = get_model(name, num_classes)
+        model = get_model(name, num_classes) if time else shape_model(name, num_classes)  # counts need no values
         try:
             profiles.append(profile_model(model, (3, image_size, image_size), batch_size, time=time,
                                           name=name, device=dev, reps=reps))

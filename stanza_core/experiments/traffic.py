@@ -26,9 +26,10 @@ from .. import checks
 from ..anatomy import Profile, profile_model
 from ..labels import config_key, config_label
 from ..launch import run_job
-from ..models import MIN_IMAGE_SIZE, get_model
+from ..models import MIN_IMAGE_SIZE
 from ..local_device import local_device
 from ..perf import ModelCounts, expected_bytes, totals
+from ..perf.profiles import shape_model
 from ..topology import fc_worker_choices, global_batch_for
 
 BASELINES = ("ps", "ddp")
@@ -75,7 +76,7 @@ def plan(models, nodes, fc_workers, *, per_worker: int = 32, steps: int = 3, ima
 
 def model_profile(model: str, image_size: int, num_classes: int, per_worker: int, boundary: str | None) -> Profile:
     """The counts the engine's split sees: same model, input, per-worker batch and boundary."""
-    return profile_model(get_model(model, num_classes), (3, image_size, image_size), per_worker,
+    return profile_model(shape_model(model, num_classes), (3, image_size, image_size), per_worker,
                          boundary=boundary, name=model)
 
 

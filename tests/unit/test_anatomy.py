@@ -127,3 +127,15 @@ def test_times_are_measured_only_when_asked():
 def test_bad_input(kw, match):
     with pytest.raises(ValueError, match=match):
         profile_model(get_model("tiny_cnn"), **kw)
+
+
+@pytest.mark.parametrize("name,size", [("alexnet", 224), ("vgg16", 32), ("vgg11_bn", 64), ("resnet18", 64),
+                                       ("googlenet", 96), ("cifar_alexnet", 32)])
+def test_named_profile_built_on_meta_equals_the_cpu_built_one(name, size):
+    """named_profile builds zoo models on the meta device (no parameter values): every field of
+    its profile equals the profile of the same model built with real tensors on the CPU."""
+    from stanza_core import perf
+    perf.named_profile.cache_clear()
+    meta = perf.named_profile(name, image_size=size, num_classes=10, batch_size=8)
+    cpu = profile_model(get_model(name, 10), (3, size, size), 8, name=name)
+    assert meta.to_dict() == cpu.to_dict()
