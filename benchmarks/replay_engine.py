@@ -8,8 +8,10 @@ Per configuration, one replayed run (`--compute replay --replay-device v100 --di
 `experiments.dilation.engine_seconds` measures them (median step of `--steps` steps, 1 warm-up,
 less the model's step on a 1000 Gb/s network), and every rank's peak RSS from the metrics
 (`peak_rss_mib`: the whole run, setup included). Configurations: ddp, ps (colocated shards),
-ps-dedicated (one dedicated server: N + 1 processes), stanza1, stanza2 (k FC workers).
-`--memory-only` runs 1 step and reports the RSS alone (for N = 16 on a small machine).
+ps-dedicated (one dedicated server: N + 1 processes), stanza1, stanza2 (k FC workers). Beside
+the summed RSS (which counts shared library pages once per process), the machine memory the run
+took: MemAvailable before it less the lowest MemAvailable during it.
+`--memory-only` runs 1 step and reports the memory alone (for N = 16 on a small machine).
 
 Measured, never modelled. The stanza_core that runs is the one on PYTHONPATH (point it at another
 checkout to measure that one side by side). On a shared machine, compare runs made together.
@@ -20,6 +22,7 @@ import argparse
 import json
 import statistics
 import sys
+import threading
 import time
 
 CONFIGS = {
@@ -31,8 +34,36 @@ CONFIGS = {
 }
 
 
+def mem_available_kib() -> int:
+    with open("/proc/meminfo") as fh:
+        return next(int(line.split()[1]) for line in fh if line.startswith("MemAvailable:"))
+
+
+class MachineMemory:
+    """The machine's memory a run takes: MemAvailable before it less the lowest MemAvailable seen
+    while it runs (sampled every 0.1 s). Unlike summed per-process RSS, shared library pages count
+    once; it also counts whatever else starts on the machine meanwhile (run it on a quiet one)."""
+
+    def __enter__(self):
+        self.before, self.low, self._stop = mem_available_kib(), mem_available_kib(), threading.Event()
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+        self._thread.start()
+        return self
+
+    def _sample(self):
+        while not self._stop.wait(0.1):
+            self.low = min(self.low, mem_available_kib())
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._thread.join()
+
+    @property
+    def taken_gib(self) -> float:
+        return (self.before - self.low) / 2**20
+
+
 def run_config(name: str, a) -> dict:
-    import dataclasses
 
     import stanza_core
     from stanza_core.experiments import dilation
@@ -43,17 +74,18 @@ def run_config(name: str, a) -> dict:
     workers = a.nodes - opts.get("fc_workers", 0)
     cfg = RunConfig(model=a.model, image_size=a.image_size, num_classes=a.num_classes, nodes=a.nodes,
                     global_batch=a.per_worker * workers, steps=1 if a.memory_only else a.steps,
-                    link_mbit=1000.0, compute="replay", replay_device=a.replay_device, dilation=1.0, **opts)
-    flags = dataclasses.replace(cfg, warmup=0 if a.memory_only else 1).train_flags()
+                    warmup=0 if a.memory_only else 1, link_mbit=1000.0, compute="replay", replay_device=a.replay_device, dilation=1.0, **opts)
+    flags = cfg.train_flags()
     flags.pop("timeout_s")
     t0 = time.perf_counter()
-    m = run_job(cfg.cluster_nodes, timeout_s=a.timeout_s, **flags)
+    with MachineMemory() as machine:
+        m = run_job(cfg.cluster_nodes, timeout_s=a.timeout_s, **flags)
     wall = time.perf_counter() - t0
     rss = [r["peak_rss_mib"] for r in m["ranks"]]
     out = {"config": name, "processes": cfg.cluster_nodes, "global_batch": cfg.global_batch,
            "engine": stanza_core.__file__, "wall_s": wall,
            "peak_rss_mib": rss, "steps_peak_rss_mib": [r.get("steps_peak_rss_mib") for r in m["ranks"]], "peak_rss_sum_gib": sum(rss) / 1024, "peak_rss_max_mib": max(rss),
-           "bytes_per_step": m["bytes_per_step"]}
+           "machine_memory_taken_gib": machine.taken_gib, "bytes_per_step": m["bytes_per_step"]}
     if not a.memory_only:
         model_s = dilation.model_step_s(cfg, 1000.0)
         out.update(step_times_s=[s["time_s"] for s in m["steps"]], median_step_s=m["step_time_median_s"],
@@ -81,17 +113,26 @@ def main(argv=None) -> int:
         print(f"error: unknown config {bad[0]!r}; expected one of {', '.join(CONFIGS)}", file=sys.stderr)
         return 2
     rows = []
+    from stanza_core.launch import JobError
     for name in names:
-        row = run_config(name, a)
+        try:
+            row = run_config(name, a)
+        except JobError as e:  # recorded, and the other configurations still run
+            first = str(e).strip().splitlines()[0]
+            print(f"{a.model} N={a.nodes} {name}: FAILED: {first}", flush=True)
+            rows.append({"config": name, "failed": str(e)[-2000:]})
+            continue
         rows.append(row)
         eng = f"engine {row['engine_s']:.3f} s (median step {row['median_step_s']:.3f} s, model {row['model_step_s']:.3f} s), " \
             if "engine_s" in row else ""
         print(f"{a.model} N={a.nodes} {name}: {eng}peak RSS max {row['peak_rss_max_mib']:.0f} MiB/rank, "
-              f"sum {row['peak_rss_sum_gib']:.2f} GiB over {row['processes']} processes", flush=True)
+              f"sum {row['peak_rss_sum_gib']:.2f} GiB over {row['processes']} processes; machine memory taken "
+              f"{row['machine_memory_taken_gib']:.2f} GiB", flush=True)
     if a.out:
         with open(a.out, "w") as fh:
             json.dump({"args": vars(a), "rows": rows,
-                       "median_engine_s": statistics.median(r["engine_s"] for r in rows) if not a.memory_only else None},
+                       "median_engine_s": statistics.median(r["engine_s"] for r in rows if "engine_s" in r)
+                       if any("engine_s" in r for r in rows) else None},
                       fh, indent=1)
     return 0
 
