@@ -64,7 +64,6 @@ class MachineMemory:
 
 
 def run_config(name: str, a) -> dict:
-
     import stanza_core
     from stanza_core.experiments import dilation
     from stanza_core.experiments.spec import RunConfig
