@@ -142,6 +142,9 @@ def test_tiny_defaults_to_quick_and_claims_evaluate(project):
     assert missing == ["full_only"] and rows[3]["ours"] == "not measured"
     assert evaluate_claims(spec, {}, "quick")[1] == ["value", "nested.items.-1", "value"]
     assert lookup(results, "nested.items.0") == 1
+    # a key present but None (a figure the run could not compute) is missing, not formatted
+    none_rows, none_missing = evaluate_claims(spec, {"value": None, "nested": {"items": [1]}}, "quick")
+    assert none_missing == ["value", "value"] and none_rows[0]["status"] == "missing"
     with pytest.raises(KeyError, match="no '3'"):
         lookup(results, "nested.items.3")
 
