@@ -117,8 +117,10 @@ def main(argv=None) -> int:
         try:
             row = run_config(name, a)
         except JobError as e:  # recorded, and the other configurations still run
-            first = str(e).strip().splitlines()[0]
-            print(f"{a.model} N={a.nodes} {name}: FAILED: {first}", flush=True)
+            # the launcher's text: our one-line error, else the tail of the ranks' stderr (the
+            # first rank's traceback or signal, not only the launcher's last line)
+            tail = [ln for ln in str(e).strip().splitlines() if ln.strip()][-12:]
+            print(f"{a.model} N={a.nodes} {name}: FAILED:\n    " + "\n    ".join(tail), flush=True)
             rows.append({"config": name, "failed": str(e)[-2000:]})
             continue
         rows.append(row)
