@@ -15,6 +15,15 @@ def nccl_watchdog_timeout_s(wait_timeout_s: float) -> float:
     return wait_timeout_s + max(30.0, 0.5 * wait_timeout_s)
 
 
+def join_timeout_s(timeout_s: float, local_ranks: int, cores: int) -> float:
+    """How long a rank waits for the others to join the process group: the peer timeout,
+    stretched by the ranks sharing each core of this machine. Start-up (importing torch, building
+    and splitting the model) is CPU work all local ranks share, so on a machine with more ranks
+    than cores the last rank arrives that many times later: 16 replayed VGG-16 ranks on 2 cores
+    took more than 120 s to form, while a dead peer of a steady step still fails in timeout_s."""
+    return timeout_s * max(1.0, local_ranks / max(1, cores))
+
+
 def first_line(e: BaseException) -> str:
     """The message of a backend error a user can act on: its first line, gloo's prefix dropped."""
     text = str(e).strip()

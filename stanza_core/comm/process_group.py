@@ -23,8 +23,23 @@ import torch.distributed as dist
 
 from . import hooks
 from .accounting import ByteCounter, nbytes
-from .failures import PeerError, first_line, nccl_watchdog_timeout_s
+from .failures import PeerError, first_line, join_timeout_s, nccl_watchdog_timeout_s
 from .staged import STAGED_P2P_ENV, staged
+
+
+def _cores() -> int:
+    """CPU cores this process may run on."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
+def _set_timeout(timeout: datetime.timedelta) -> None:
+    """The default group's timeout for the operations that follow (torch >= 2.9:
+    dist.set_timeout; before: the private _set_pg_timeout, torch >= 2.3)."""
+    setter = getattr(dist, "set_timeout", None) or getattr(dist.distributed_c10d, "_set_pg_timeout")
+    setter(timeout)
 
 
 class Comm:
@@ -61,8 +76,19 @@ class Comm:
         backend = backend or ("nccl" if device.type == "cuda" else "gloo")
         pg_timeout = nccl_watchdog_timeout_s(timeout_s) if backend == "nccl" else timeout_s
         kwargs = {"device_id": device} if backend == "nccl" else {}
-        dist.init_process_group(backend, rank=rank, world_size=world,
-                                timeout=datetime.timedelta(seconds=pg_timeout), **kwargs)
+        # joining waits for the slowest rank's start-up: longer on a machine with more ranks than
+        # cores (failures.join_timeout_s); the steps' waits keep timeout_s
+        local = int(os.environ.get("LOCAL_WORLD_SIZE", world))
+        join_s = max(join_timeout_s(timeout_s, local, _cores()), pg_timeout)
+        try:
+            dist.init_process_group(backend, rank=rank, world_size=world,
+                                    timeout=datetime.timedelta(seconds=join_s), **kwargs)
+        except RuntimeError as e:  # DistStoreError, DistNetworkError: a rank missing or unreachable
+            raise PeerError(f"rank {rank}: the process group of {world} ranks did not form within {join_s:.0f} s "
+                            f"({first_line(e)}): a rank died or is still starting (on a crowded machine, "
+                            f"raise --timeout-s)") from None
+        if join_s > pg_timeout:
+            _set_timeout(datetime.timedelta(seconds=pg_timeout))
         comm = cls(dist.get_rank(), dist.get_world_size(), timeout_s, backend)
         # STAGED_P2P_ENV=1 stages CPU tensors too: the tests run this GPU path's logic on CPU.
         comm.staged_p2p = backend == "gloo" and (device.type == "cuda" or os.environ.get(STAGED_P2P_ENV) == "1")

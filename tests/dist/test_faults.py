@@ -90,3 +90,36 @@ def test_killed_conv_worker_every_survivor_one_line(tmp_path, strategy):
             if p.poll() is None:
                 p.kill()
                 p.wait()
+
+
+def test_a_rank_that_never_starts_is_one_line_after_the_join_timeout(tmp_path):
+    """Two of three ranks start; the third never does. Both wait for the process group as long as
+    failures.join_timeout_s says (the peer timeout stretched by the local ranks per core), then
+    exit 1 with one line naming the group that did not form, never a traceback or a hang."""
+    from stanza_core.comm.failures import join_timeout_s
+
+    timeout_s, port, procs = 4.0, free_port(), []
+    join_s = join_timeout_s(timeout_s, 3, len(os.sched_getaffinity(0)))
+    for r in range(2):
+        env = rank_env()
+        env.update(RANK=str(r), LOCAL_RANK=str(r), WORLD_SIZE="3", LOCAL_WORLD_SIZE="3", MASTER_ADDR="127.0.0.1",
+                   MASTER_PORT=str(port))
+        procs.append(subprocess.Popen(
+            [sys.executable, "-m", "stanza_core.train", "--strategy", "stanza", "--model", "tiny_cnn", "--image-size",
+             "32", "--global-batch", "8", "--steps", "2", "--quiet", "--timeout-s", str(timeout_s), "--device", "cpu"],
+            cwd=ROOT, env=env, stderr=subprocess.PIPE, text=True))
+    t0 = time.time()
+    try:
+        errs = [p.communicate(timeout=join_s + 90)[1] for p in procs]
+        elapsed = time.time() - t0
+        for p, err in zip(procs, errs):
+            lines = [ln for ln in err.splitlines() if ln.strip() and not ln.startswith("[W")]  # c10d's socket warnings
+            assert p.returncode == 1, err[-2000:]
+            assert len(lines) == 1 and lines[0].startswith("error: rank "), err[-2000:]
+            assert f"the process group of 3 ranks did not form within {join_s:.0f} s" in lines[0], lines[0]
+        assert elapsed >= join_s  # waited the whole join window, start-up included
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
