@@ -15,6 +15,11 @@ def nccl_watchdog_timeout_s(wait_timeout_s: float) -> float:
     return wait_timeout_s + max(30.0, 0.5 * wait_timeout_s)
 
 
+# Ranks sharing this host's cores, where a launcher knows more than torchrun's LOCAL_WORLD_SIZE:
+# the emulated cluster runs one torchrun per node, every node on this host (netem.launch.node_env).
+HOST_RANKS_ENV = "STANZA_HOST_RANKS"
+
+
 def join_timeout_s(timeout_s: float, local_ranks: int, cores: int) -> float:
     """How long a rank waits for the others to join the process group: the peer timeout,
     stretched by the ranks sharing each core of this machine. Start-up (importing torch, building

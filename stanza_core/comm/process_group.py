@@ -23,7 +23,7 @@ import torch.distributed as dist
 
 from . import hooks
 from .accounting import ByteCounter, nbytes
-from .failures import PeerError, first_line, join_timeout_s, nccl_watchdog_timeout_s
+from .failures import HOST_RANKS_ENV, PeerError, first_line, join_timeout_s, nccl_watchdog_timeout_s
 from .staged import STAGED_P2P_ENV, staged
 
 
@@ -78,7 +78,7 @@ class Comm:
         kwargs = {"device_id": device} if backend == "nccl" else {}
         # joining waits for the slowest rank's start-up: longer on a machine with more ranks than
         # cores (failures.join_timeout_s); the steps' waits keep timeout_s
-        local = int(os.environ.get("LOCAL_WORLD_SIZE", world))
+        local = int(os.environ.get(HOST_RANKS_ENV) or os.environ.get("LOCAL_WORLD_SIZE") or world)
         join_s = max(join_timeout_s(timeout_s, local, _cores()), pg_timeout)
         try:
             dist.init_process_group(backend, rank=rank, world_size=world,

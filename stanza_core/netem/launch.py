@@ -144,6 +144,9 @@ def node_env(cl: EmulatedCluster, i: int, extra: dict | None = None, *, gpu: boo
     # All nodes share this host's cores: without a cap each rank would start one thread per
     # core and the ranks would fight over them.
     env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // len(cl.nodes))))
+    from ..comm.failures import HOST_RANKS_ENV  # here: the launcher itself needs no torch
+
+    env[HOST_RANKS_ENV] = str(len(cl.nodes))  # one torchrun per node, all on this host: the join waits for all
     env.update(extra or {})
     return env
 

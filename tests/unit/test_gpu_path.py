@@ -9,7 +9,8 @@ import torch
 import torch.nn as nn
 
 from stanza_core import exit_policy, train
-from stanza_core.comm import nccl_watchdog_timeout_s
+from stanza_core.comm import join_timeout_s, nccl_watchdog_timeout_s
+from stanza_core.comm.failures import HOST_RANKS_ENV
 from stanza_core.config import ConfigError, TrainConfig
 from stanza_core.models import keep_mask
 from stanza_core.netem.host import NetemError
@@ -103,6 +104,9 @@ def test_netem_gpu_plan_and_node_environment(capsys):
     assert [v["CUDA_VISIBLE_DEVICES"] for v in envs] == ["0", "1", "2"]
     assert len({v["NCCL_HOSTID"] for v in envs}) == 3 and envs[1]["GLOO_SOCKET_IFNAME"] == "stz1-n1"
     assert node_env(cl, 0)["CUDA_VISIBLE_DEVICES"] == ""  # CPU nodes: GPUs hidden
+    # every node's rank shares this host's cores: its join waits for all of them (comm.join_timeout_s)
+    assert {v[HOST_RANKS_ENV] for v in envs} == {"3"}
+    assert join_timeout_s(120.0, 16, 2) == 960.0 and join_timeout_s(120.0, 3, 8) == 120.0
 
 
 def test_dropout_mask_is_the_keyed_reference():
