@@ -20,7 +20,8 @@ backward/allreduce overlap that decides DDP at high bandwidth is exercised (the 
 keeps each in one bucket). The bucket counts of every configuration, by the engine's rule
 (strategies.ps.bucket_ranges: stanza's GradBuckets and the PS; torch's DDP reducer buckets by
 the same cap, its first bucket capped at 1 MiB), are written to the output and checked against
---min-buckets before anything runs. Ready to run on an idle machine (about an hour; not run here):
+--min-buckets before anything runs. Run on an idle machine (9 minutes on 2 cores; results and
+table in docs/benchmarks.md):
 
     python benchmarks/replay_fidelity.py --model cifar_alexnet --image-size 32 --nodes 4 \\
         --global-batch 96 --link-mbit 125 --steps 8 --warmup 2 --repeats 3 --bucket-mb 0.5 \\
