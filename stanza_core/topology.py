@@ -26,6 +26,9 @@ contiguous chunks, the first b % M one sample larger (`chunk_slices`).
 The k that fit N ranks, `fc_worker_choices(N)` = 1..N//2, is the one statement of the rule
 k <= N - k (with CONV worker i served by FC worker i % k, a larger k leaves an FC worker with no
 CONV worker); the engine, the performance model, the optimiser and every experiment ask it.
+The rules that tie a strategy, N, k, S and dedicated servers together are `resolve_layout`'s
+alone: the engine's `make_topology` and the performance model's `perf.traffic.check_config`
+both call it (the model adds only its arguments' types).
 """
 from __future__ import annotations
 
@@ -194,48 +197,66 @@ def chunk_slices(s: slice, micro_batches: int) -> list[slice]:
     return out
 
 
-def make_topology(strategy: str, world_size: int, global_batch: int, fc_workers: int = 1,
-                  ps_shards: int = 0, fc_conv_share: float = 0.0, micro_batches: int = 1,
-                  ps_servers: int = 0) -> Topology:
-    """Validate a layout; every error is one line saying what is wrong and what is expected."""
+def _flag(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+def resolve_layout(strategy: str, world_size: int, fc_workers: int = 1, ps_shards: int = 0, ps_servers: int = 0,
+                 *, unit: str = "ranks", name=_flag) -> tuple[int, int]:
+    """The layout rules, stated once: one-line ConfigError for a strategy, world size, k, S and
+    dedicated-server count that do not fit together; else (k, S) as the engine lays them out
+    (k = 0 unless stanza; S = 0 unless ps, S = N when not given, S = ps_servers with dedicated
+    servers). `unit` and `name` only word the message: the engine's flags and ranks
+    (make_topology), or the performance model's arguments and nodes (perf.traffic.check_config)."""
     if strategy not in STRATEGIES:
         raise ConfigError(f"unknown strategy {strategy!r}; expected one of {', '.join(STRATEGIES)}")
     if world_size < 1:
         raise ConfigError(f"world size must be >= 1, got {world_size}")
     if strategy == "local" and world_size != 1:
-        raise ConfigError(f"strategy local runs in one process, got world size {world_size} (use ddp, ps or stanza)")
+        raise ConfigError(f"strategy local runs in one process (1 {unit[:-1]}), got {world_size} {unit} "
+                          f"(use ddp, ps or stanza)")
+    k = name("fc_workers")
     if strategy == "stanza":
         if world_size < 2:
-            raise ConfigError("stanza needs at least 2 ranks (1 CONV worker + 1 FC worker), got 1")
-        if fc_workers < 1:
-            raise ConfigError(f"--fc-workers must be >= 1 with stanza, got {fc_workers}")
+            raise ConfigError(f"stanza needs at least 2 {unit} (1 CONV worker + 1 FC worker), got {world_size}")
         fits = fc_worker_choices(world_size)
+        if fc_workers < 1:
+            raise ConfigError(f"{k} must be >= 1 with stanza, got {fc_workers}; expected 1 <= k <= {fits[-1]}")
         if fc_workers >= world_size:
-            raise ConfigError(f"--fc-workers {fc_workers} leaves no CONV worker with {world_size} ranks; "
+            raise ConfigError(f"{k} {fc_workers} leaves no CONV worker with {world_size} {unit}; "
                               f"expected 1 <= k <= {fits[-1]}")
         if fc_workers not in fits:
-            raise ConfigError(f"--fc-workers {fc_workers} on {world_size} ranks leaves an FC worker with no CONV "
+            raise ConfigError(f"{k} {fc_workers} on {world_size} {unit} leaves an FC worker with no CONV "
                               f"worker to serve; expected k <= N - k, i.e. k <= {fits[-1]}")
     else:
         fc_workers = 0
+    servers, shards = name("ps_servers"), name("ps_shards")
     if ps_servers < 0:
-        raise ConfigError(f"--ps-servers must be >= 0, got {ps_servers}")
+        raise ConfigError(f"{servers} must be >= 0, got {ps_servers}")
     if strategy == "ps" and ps_servers:
         if ps_servers >= world_size:
-            raise ConfigError(f"--ps-servers {ps_servers} leaves no data worker among {world_size} ranks "
-                              f"(world size = data workers + servers); expected S <= {world_size - 1}")
+            raise ConfigError(f"{servers} {ps_servers} leaves no data worker among {world_size} {unit} "
+                              f"(data workers + servers); expected S <= {world_size - 1}")
         if ps_shards not in (0, ps_servers):
-            raise ConfigError(f"--ps-shards {ps_shards} with --ps-servers {ps_servers}: each dedicated server "
-                              f"holds one shard; leave --ps-shards at 0 or set it to {ps_servers}")
-        ps_shards = ps_servers
-    elif strategy == "ps":
+            raise ConfigError(f"{shards} {ps_shards} with {servers} {ps_servers}: each dedicated server "
+                              f"holds one shard; leave {shards} unset or set it to {ps_servers}")
+        return fc_workers, ps_servers
+    if strategy == "ps":
         ps_shards = ps_shards or world_size
-        if ps_shards > world_size:
-            raise ConfigError(f"--ps-shards {ps_shards} exceeds the {world_size} ranks that serve them")
-    else:
-        if ps_servers:
-            raise ConfigError(f"--ps-servers applies to --strategy ps only, not {strategy}")
-        ps_shards = 0
+        if not 1 <= ps_shards <= world_size:
+            raise ConfigError(f"{shards} {ps_shards} exceeds the {world_size} {unit} that serve them; "
+                              f"expected 1..{world_size} (one shard per {unit[:-1]} at most)")
+        return fc_workers, ps_shards
+    if ps_servers:
+        raise ConfigError(f"{servers} applies to {name('strategy')} ps only, not {strategy}")
+    return fc_workers, 0
+
+
+def make_topology(strategy: str, world_size: int, global_batch: int, fc_workers: int = 1,
+                  ps_shards: int = 0, fc_conv_share: float = 0.0, micro_batches: int = 1,
+                  ps_servers: int = 0) -> Topology:
+    """Validate a layout; every error is one line saying what is wrong and what is expected."""
+    fc_workers, ps_shards = resolve_layout(strategy, world_size, fc_workers, ps_shards, ps_servers)
     fc_batch = 0
     if strategy == "stanza" and fc_conv_share:
         _, fc_batch = hybrid_batches(global_batch, world_size - fc_workers, fc_workers, fc_conv_share)

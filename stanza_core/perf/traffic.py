@@ -16,7 +16,7 @@ from fractions import Fraction
 
 from .. import checks
 from ..anatomy import DTYPE_BYTES, LABEL_BYTES, Profile
-from ..topology import Topology, fc_worker_choices
+from ..topology import Topology, resolve_layout
 
 STRATEGIES = ("local", "ddp", "ps", "stanza")
 
@@ -164,38 +164,25 @@ def split_batch(global_batch: int, workers: int) -> list[int]:
 def check_config(strategy: str, nodes: int, fc_workers: int | None, ps_shards: int | None,
                  ps_servers: int = 0) -> tuple[int | None, int | None]:
     """Validate a configuration; return (k, S) resolved (S defaults to N: a shard on every
-    rank; with dedicated servers S = ps_servers, one shard per server)."""
+    rank; with dedicated servers S = ps_servers, one shard per server). The layout rules are the
+    engine's (topology.resolve_layout); this adds the argument types and the arguments that only
+    one strategy takes."""
     checks.one_of("strategy", strategy, STRATEGIES)
     checks.positive_int("nodes", nodes)
-    if strategy == "local" and nodes != 1:
-        raise ValueError(f"strategy local runs on 1 node, got {nodes}")
+    checks.positive_int("ps_servers", ps_servers, 0)
     if strategy == "stanza":
-        if nodes < 2:
-            raise ValueError("stanza needs at least 2 nodes (one CONV worker and one FC worker)")
-        # as the engine's topology: every FC worker serves at least one CONV worker (k <= N - k)
-        fits = fc_worker_choices(nodes)
-        if isinstance(fc_workers, bool) or not isinstance(fc_workers, int) or fc_workers not in fits:
-            raise ValueError(f"fc_workers must be an integer in 1..{fits[-1]} for {nodes} nodes "
-                             f"(k <= N - k), got {fc_workers!r}")
+        if nodes >= 2 and (isinstance(fc_workers, bool) or not isinstance(fc_workers, int)):
+            raise ValueError(f"fc_workers must be an integer in 1..{nodes // 2} for {nodes} nodes, got {fc_workers!r}")
     elif fc_workers is not None:
         raise ValueError(f"fc_workers applies to stanza only, not {strategy}")
-    checks.positive_int("ps_servers", ps_servers, 0)
-    if ps_servers and strategy != "ps":
-        raise ValueError(f"ps_servers applies to ps only, not {strategy}")
-    if strategy == "ps" and ps_servers:
-        if ps_servers >= nodes:
-            raise ValueError(f"ps_servers {ps_servers} leaves no data worker among {nodes} nodes "
-                             f"(nodes = data workers + servers)")
-        if ps_shards not in (None, ps_servers):
-            raise ValueError(f"ps_shards {ps_shards!r} with {ps_servers} dedicated servers: one shard per server")
-        return fc_workers, ps_servers
     if strategy == "ps":
-        ps_shards = nodes if ps_shards is None else ps_shards
-        if isinstance(ps_shards, bool) or not isinstance(ps_shards, int) or not 1 <= ps_shards <= nodes:
-            raise ValueError(f"ps_shards must be an integer in 1..{nodes} (one shard per rank at most), got {ps_shards!r}")
+        if ps_shards is not None and (isinstance(ps_shards, bool) or not isinstance(ps_shards, int) or ps_shards < 1):
+            raise ValueError(f"ps_shards must be an integer in 1..{nodes} (one shard per rank at most), "
+                             f"got {ps_shards!r}")
     elif ps_shards is not None:
         raise ValueError(f"ps_shards applies to ps only, not {strategy}")
-    return fc_workers, ps_shards
+    k, s = resolve_layout(strategy, nodes, fc_workers or 0, ps_shards or 0, ps_servers, unit="nodes", name=str)
+    return (k if strategy == "stanza" else None), (s if strategy == "ps" else None)
 
 
 def _clean(d: dict[str, Fraction | int]) -> dict[str, int]:

@@ -178,7 +178,7 @@ def test_measured_profile_drives_the_model():
     ({"global_batch": 8, "batch_per_worker": 2}, "not both"),
     ({"batch_per_worker": 0}, "batch_per_worker must be a positive integer"),
     ({"bucket_mb": 0}, "bucket_mb must be > 0"),
-    ({"fc_workers": 3}, "fc_workers must be an integer in 1..2"),
+    ({"fc_workers": 3}, "fc_workers 3 on 4 nodes leaves an FC worker with no CONV worker"),
 ])
 def test_predict_rejects_bad_arguments(kw, fragment):
     kw = {"fc_workers": 1, **kw}
@@ -245,7 +245,7 @@ def test_ps_dedicated_bytes_are_expected_bytes():
 
 @pytest.mark.parametrize("kw, fragment", [
     ({"ps_servers": 4}, "leaves no data worker among 4 nodes"),
-    ({"ps_servers": 2, "ps_shards": 3}, "one shard per server"),
+    ({"ps_servers": 2, "ps_shards": 3}, "each dedicated server holds one shard"),
     ({"ps_servers": -1}, "ps_servers must be an integer >= 0"),
 ])
 def test_ps_deployment_rejects_bad_arguments(kw, fragment):

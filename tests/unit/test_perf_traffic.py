@@ -129,10 +129,10 @@ def test_expected_bytes_from_a_real_profile():
 
 @pytest.mark.parametrize("call, fragment", [
     (lambda: expected_bytes(counts(1, 1, 1), "ddp", 4, global_batch=6), "does not split evenly over 4"),
-    (lambda: expected_bytes(counts(1, 1, 1), "stanza", 4, fc_workers=4, global_batch=8), "fc_workers must be"),
-    (lambda: expected_bytes(counts(1, 1, 1), "stanza", 5, fc_workers=3, global_batch=8), r"1\.\.2 for 5 nodes"),
+    (lambda: expected_bytes(counts(1, 1, 1), "stanza", 4, fc_workers=4, global_batch=8), "fc_workers 4 leaves no CONV worker with 4 nodes"),
+    (lambda: expected_bytes(counts(1, 1, 1), "stanza", 5, fc_workers=3, global_batch=8), "k <= N - k, i.e. k <= 2"),
     (lambda: expected_bytes(counts(1, 1, 1), "stanza", 1, fc_workers=1, global_batch=8), "at least 2 nodes"),
-    (lambda: expected_bytes(counts(1, 1, 1), "ps", 4, global_batch=8, ps_shards=5), "ps_shards must be"),
+    (lambda: expected_bytes(counts(1, 1, 1), "ps", 4, global_batch=8, ps_shards=5), "ps_shards 5 exceeds the 4 nodes"),
     (lambda: expected_bytes(counts(1, 1, 1), "ddp", 4, fc_workers=1, global_batch=8), "stanza only"),
     (lambda: expected_bytes(counts(1, 1, 1), "allreduce", 4, global_batch=8), "unknown strategy"),
     (lambda: expected_bytes(counts(1, 1, 1), "ddp", 4, global_batch=2), "global_batch must be"),

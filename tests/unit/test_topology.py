@@ -1,4 +1,6 @@
 """Rank layout, without process groups."""
+import re
+
 import pytest
 
 from stanza_core.config import ConfigError
@@ -81,3 +83,38 @@ def test_bad_ps_deployments_are_one_line_errors(args, kw, msg):
     with pytest.raises(ConfigError, match=msg.replace("(", r"\(")) as e:
         make_topology(*args, **kw)
     assert "\n" not in str(e.value)
+
+
+def test_the_model_and_the_engine_accept_the_same_layouts():
+    """perf.traffic.check_config states no layout rule of its own: over every strategy, world size
+    1..6, k 0..6, S 0..7 and 0..6 dedicated servers, it accepts exactly what make_topology accepts,
+    resolves the same (k, S), and rejects with the same message (ranks worded as nodes)."""
+    from stanza_core.perf.traffic import check_config
+
+    accepted = rejected = 0
+    for strategy in ("local", "ddp", "ps", "stanza"):
+        for n in range(1, 7):
+            for k in range(0, 7) if strategy == "stanza" else [None]:
+                for s in range(0, 8) if strategy == "ps" else [None]:
+                    for servers in range(0, 7) if strategy == "ps" else [0]:
+                        try:
+                            topo = make_topology(strategy, n, 60, fc_workers=k or 0, ps_shards=s or 0,
+                                                 ps_servers=servers)
+                        except ConfigError as e:
+                            engine = str(e)
+                        else:
+                            engine = (topo.fc_workers, topo.ps_shards)
+                        try:
+                            got = check_config(strategy, n, k, s or None, servers)
+                        except ValueError as e:
+                            model = str(e)
+                        else:
+                            model = (got[0] or 0, got[1] or 0)
+                        if isinstance(engine, str):
+                            rejected += 1
+                            flags = re.sub(r"--([a-z-]+)", lambda m: m.group(1).replace("-", "_"), engine)
+                            assert model == flags.replace(" rank", " node"), (strategy, n, k, s, servers)
+                        else:
+                            accepted += 1
+                            assert model == engine, (strategy, n, k, s, servers)
+    assert accepted > 50 and rejected > 50
