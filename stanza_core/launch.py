@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -42,6 +43,24 @@ def job_env(threads: int = 1) -> dict[str, str]:
     return env
 
 
+_LAUNCHER_ERRORS = ("ChildFailedError", "torch.distributed.elastic")
+
+
+def job_failure(stderr: str, returncode: int) -> str:
+    """What a failed job says about itself, in one line: a rank's own `error: ...` line, else the
+    first exception a rank raised (its traceback's last line; not the launcher's ChildFailedError
+    that follows it), else the last lines of stderr."""
+    lines = stderr.splitlines()
+    if ours := [line for line in lines if line.startswith("error: ")]:
+        return ours[0][len("error: "):]
+    raised = [line.strip() for line in lines
+              if re.match(r"^\s*(\[rank\d+\]:\s*)?[A-Za-z_][\w.]*(Error|Exception|Interrupt)\b(:|$)", line)
+              and not any(t in line for t in _LAUNCHER_ERRORS)]
+    if raised:
+        return f"a rank raised {raised[0]} (exit {returncode})"
+    return f"exit {returncode}: " + " | ".join(line.strip() for line in lines[-12:] if line.strip())[-1500:]
+
+
 def run_job(nodes: int, workdir: str | None = None, timeout_s: float = 1800, threads: int = 1, **flags) -> dict:
     """Run one training job on `nodes` local processes (gloo/NCCL per --device); its metrics."""
     strategy = flags.get("strategy", "stanza")
@@ -61,8 +80,7 @@ def run_job(nodes: int, workdir: str | None = None, timeout_s: float = 1800, thr
                "-m", "stanza_core.train", *args]
     proc = subprocess.run(cmd, cwd=ROOT, env=job_env(threads), capture_output=True, text=True, timeout=timeout_s)
     if proc.returncode != 0:
-        ours = [line for line in proc.stderr.splitlines() if line.startswith("error: ")]
-        raise JobError(f"{name}: " + (ours[0][len("error: "):] if ours else proc.stderr.strip()[-1500:]))
+        raise JobError(f"{name}: {job_failure(proc.stderr, proc.returncode)}")
     with open(flags["metrics"]) as fh:
         metrics = json.load(fh)
     if own_dir and "save" not in flags:

@@ -40,6 +40,7 @@ from typing import Any
 from ..experiments.store import Point, Store, points
 from .spec import REPO_ROOT, Spec
 
+MAX_FAILS_IN_A_ROW = 2  # fill: failed points in a row that stop it
 SETUP_S_PER_NODE = 10.0  # seconds per emulated node to start a run (namespaces, a Python + torch per rank): rough
 
 # notebook stem -> (experiments module, parameters dataclass, its replayed MeasureSpecs)
@@ -193,10 +194,13 @@ def fill(points_: list[GridPoint], store: Store, measure_point: Callable[[Point]
          say: Callable[[str], None] = print) -> dict[str, Any]:
     """Measure the grid's missing points, cheapest first, each written to `store` once measured,
     starting none once `budget_s` seconds have passed. `measure_point(point)` -> (plan row,
-    RunConfig dict, Measurement row). Returns what was measured and what is left."""
+    RunConfig dict, Measurement row). A point whose job fails (a RuntimeError: the engine's
+    JobError, the emulated cluster's errors) is one line and stays missing, and the fill goes on;
+    MAX_FAILS_IN_A_ROW failures in a row stop it (a cause that is not one run's). Returns what was
+    measured, what failed (label: error) and how many points are left."""
     lst = listing(points_, store)
     by_name = {gp.point.name: gp for gp in points_}
-    start, done = clock(), []
+    start, done, failed, in_a_row = clock(), [], [], 0
     for i, name in enumerate(lst["order"], start=1):
         spent = clock() - start
         if spent >= budget_s:
@@ -207,10 +211,21 @@ def fill(points_: list[GridPoint], store: Store, measure_point: Callable[[Point]
         say(f"[{i}/{len(lst['order'])}] {pt.label} (~{_h(lst['estimate_s'][name])})")
         load = list(os.getloadavg()) if hasattr(os, "getloadavg") else None
         t0 = clock()
-        plan, config, run = measure_point(pt)
+        try:
+            plan, config, run = measure_point(pt)
+        except RuntimeError as e:
+            error = " ".join(str(e).split())[:400]
+            failed.append(f"{pt.label}: {error}")
+            in_a_row += 1
+            say(f"[{i}/{len(lst['order'])}] {pt.label} failed after {_h(clock() - t0)}, left missing: {error}")
+            if in_a_row >= MAX_FAILS_IN_A_ROW:
+                say(f"{in_a_row} configurations failed in a row: fill stopped")
+                break
+            continue
+        in_a_row = 0
         path = store.put(pt, plan=plan, config=config, run=run, seconds=clock() - t0, load_before=load)
         done.append(path.name)
-    return {"measured": done, "left": len(lst["order"]) - len(done), "seconds": clock() - start}
+    return {"measured": done, "failed": failed, "left": len(lst["order"]) - len(done), "seconds": clock() - start}
 
 
 def measure_point(cache_dir: str | os.PathLike | None) -> Callable[[Point], tuple[dict, dict, dict]]:
@@ -242,7 +257,8 @@ def run_grid(specs: list[Spec], *, store: Store, cache_dir: str | os.PathLike | 
              budget_s: float) -> str:
     """`reproduce --full`'s first step: list the grid (`list_only`: and stop, "listed"), else fill
     its missing points within `budget_s`. Returns "complete" (every point stored at the current
-    version), "partial" (the budget ran out) or "unavailable" (no emulated cluster here)."""
+    version), "partial" (the budget ran out), "failed" (a point's run failed: listed, left missing)
+    or "unavailable" (no emulated cluster here)."""
     from ..experiments.run import netem_unavailable
 
     gps = grid(specs, "full")
@@ -259,4 +275,8 @@ def run_grid(specs: list[Spec], *, store: Store, cache_dir: str | os.PathLike | 
     if got["measured"]:
         print(f"wrote {len(got['measured'])} measured configurations into {store.root} in {_h(got['seconds'])}; "
               f"nothing is committed: commit them with `git add {store.root}`")
+    for line in got["failed"]:
+        print(f"failed, left missing: {line}")
+    if got["failed"]:
+        return "failed"
     return "complete" if got["left"] == 0 else "partial"

@@ -9,6 +9,7 @@ import pytest
 from stanza_core.experiments import replayed, run
 from stanza_core.experiments.spec import MeasureSpec
 from stanza_core.experiments.store import MEASUREMENT_VERSION, Point, Store, points
+from stanza_core.launch import JobError
 from stanza_core.reproduce import grid
 from stanza_core.reproduce import main as reproduce_main
 
@@ -183,3 +184,41 @@ def test_bad_grid_options_fail_in_one_line(argv, message, capsys, tmp_path):
     err = capsys.readouterr().err
     assert err == f"error: {message}\n" and not (tmp_path / "out").exists()
 
+
+
+def test_a_failed_point_is_one_line_left_missing_and_two_in_a_row_stop_the_fill(tmp_path):
+    st, clock, calls = Store(tmp_path), _Clock(), []
+    gps = _grid(_spec()) + _grid(_spec(target_gbps=[100.0]))  # 6 points
+    order = grid.listing(gps, st)["order"]
+    bad = {order[1], order[3], order[4]}
+
+    def measure_point(pt):
+        calls.append(pt.name)
+        clock.t += 60
+        if pt.name in bad:
+            raise JobError(f"stanza-alexnet-n4-k1: a rank raised RuntimeError: boom\nsecond line ({pt.name})")
+        return _fake_run(pt)
+
+    said = []
+    got = grid.fill(gps, st, measure_point, budget_s=grid.budget_seconds(None), clock=clock, say=said.append)
+    # 0 ok, 1 fails and the fill goes on, 2 ok, 3 and 4 fail in a row: stopped before 5
+    assert calls == order[:5]
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([order[0], order[2]]) and len(got["measured"]) == 2
+    assert len(got["failed"]) == 3 and all("\n" not in f and "boom" in f for f in got["failed"])
+    assert sum("failed after" in s and "left missing" in s for s in said) == 3 and "fill stopped" in said[-1]
+    assert len(list(tmp_path.iterdir())) == 2 and grid.listing(gps, Store(tmp_path))["missing"] == 4
+
+
+def test_a_failed_job_says_what_the_rank_raised_not_the_launcher():
+    from stanza_core.launch import job_failure
+
+    stderr = "\n".join([
+        "Traceback (most recent call last):", '  File "train.py", line 3, in <module>',
+        "[rank0]: torch.distributed.DistBackendError: Timed out waiting 120000ms for recv",
+        "W1205 Sending process 11303 closing signal SIGTERM", "Traceback (most recent call last):",
+        "torch.distributed.elastic.multiprocessing.errors.ChildFailedError: ", "=" * 60, "stanza_core.train FAILED"])
+    assert job_failure(stderr, 1) == ("a rank raised [rank0]: torch.distributed.DistBackendError: Timed out waiting "
+                                      "120000ms for recv (exit 1)")
+    assert job_failure("x\nerror: --fc-workers 3 leaves no CONV worker\nerror: later", 2) == \
+        "--fc-workers 3 leaves no CONV worker"
+    assert job_failure("starting\nKilled", -9) == "exit -9: starting | Killed"
