@@ -51,6 +51,9 @@ class ThroughputParams(ReplayParams):
     model_gbps: list[float]  # modelled bandwidths
     batch_per_worker: int = 32  # samples per data worker in the modelled runs
     model_device: str = "v100"  # perf device-table row
+    paper_nodes: list[int] = dataclasses.field(default_factory=list)  # the paper's cluster sizes, replayed (16)
+    paper_gbps: list[float] = dataclasses.field(default_factory=lambda: [10.0])  # their targets
+    paper: replayed.ReplaySet = dataclasses.field(init=False)  # replay_models at paper_nodes x paper_gbps
     measured: list[MeasureSpec] = dataclasses.field(init=False)  # one per emulated cluster size
 
     def __post_init__(self):
@@ -66,6 +69,13 @@ class ThroughputParams(ReplayParams):
         self.model_nodes = checks.int_list("model_nodes", self.model_nodes, 2)
         self.model_gbps = checks.positive_floats("model_gbps", self.model_gbps)
         self.replay = self.replay_set(self.strategies, [self.fc_workers])
+        self.paper = self.replay_set(self.strategies, [self.fc_workers], nodes=self.paper_nodes,
+                                     target_gbps=self.paper_gbps)
+
+    @property
+    def replayed_specs(self) -> list[MeasureSpec]:
+        """Every replayed run of the notebook: the replay grid, then the paper's cluster sizes."""
+        return self.replay.specs + self.paper.specs
 
 
 def run_measured(p: ThroughputParams, cache_dir: str | None = None) -> list[Measurement]:
@@ -74,8 +84,9 @@ def run_measured(p: ThroughputParams, cache_dir: str | None = None) -> list[Meas
 
 
 def run_replayed(p: ThroughputParams, cache_dir: str | None = None) -> list[Measurement]:
-    """The paper-regime runs (replayed compute, real communication), one bench dict per spec."""
-    return replayed.run_replayed(p.replay, cache_dir, p.measure_runs)
+    """The paper-regime runs (replayed compute, real communication), one Measurement per spec:
+    the replay grid, then the paper's cluster sizes (paper_nodes at paper_gbps)."""
+    return [m for s in (p.replay, p.paper) for m in replayed.run_replayed(s, cache_dir, p.measure_runs)]
 
 
 def model_curves(p: ThroughputParams) -> list[dict[str, Any]]:

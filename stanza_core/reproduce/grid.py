@@ -45,7 +45,7 @@ SETUP_S_PER_NODE = 10.0  # seconds per emulated node to start a run (namespaces,
 
 # notebook stem -> (experiments module, parameters dataclass, its replayed MeasureSpecs)
 _NOTEBOOKS: dict[str, tuple[str, str, Callable[[Any], list]]] = {
-    "03_throughput": ("throughput", "ThroughputParams", lambda p: p.replay.specs),
+    "03_throughput": ("throughput", "ThroughputParams", lambda p: p.replayed_specs),
     "04_node_assignment": ("assignment", "AssignmentParams", lambda p: p.replay.specs),
     "05_bandwidth_sweep": ("sweep", "SweepParams", lambda p: p.replay.specs),
     "07_model_validation": ("validation", "ValidationParams", lambda p: p.replay.specs),
