@@ -225,11 +225,13 @@ def execute(plans: list[RunPlan], repeats: int, cache: Cache, run, *, key_extra:
     return rows
 
 
-def replayed_point(point: Point, cache: Cache) -> tuple[RunPlan, dict[str, Any]]:
+def replayed_point(point: Point, cache: Cache, engine_s: float | None = None) -> tuple[RunPlan, dict[str, Any]]:
     """One replayed configuration measured: its plan (experiments.plan.replayed_plan: engine
-    seconds measured once and kept in `cache`) and its run (from the runs cache, or run_config),
-    as the Measurement row run.measure makes of it."""
-    p = replayed_plan(point.config, point.target_gbps, cache, engine=point.engine, min_dilation=point.min_dilation)
+    seconds measured once and kept in `cache`, or `engine_s` when the configuration's are already
+    known) and its run (from the runs cache, or run_config), as the Measurement row run.measure
+    makes of it."""
+    p = replayed_plan(point.config, point.target_gbps, cache, engine=point.engine, min_dilation=point.min_dilation,
+                      engine_s=engine_s if point.engine else None)
     key = p.cache_key(repeat=point.repeat)
     got = cache.get("run", key)
     if got is None:

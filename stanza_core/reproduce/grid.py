@@ -161,7 +161,7 @@ def listing(points_: list[GridPoint], store: Store) -> dict[str, Any]:
             "missing": len(missing), "version": store.version, "store": str(store.root),
             "estimate_missing_s": sum(est.values()), "estimate_all_s": sum(_estimates(points_, {}, set()).values()),
             "measured_over_estimate": ratio, "by_experiment": per, "order": list(est), "estimate_s": est,
-            "status": status}
+            "status": status, "engine_s": engine}
 
 
 def _h(seconds: float) -> str:
@@ -189,17 +189,21 @@ def print_listing(lst: dict[str, Any], points_: list[GridPoint], *, verbose: boo
              f"to fill" if ratio else ""))
 
 
-def fill(points_: list[GridPoint], store: Store, measure_point: Callable[[Point], tuple[dict, dict, dict]], *,
+def fill(points_: list[GridPoint], store: Store,
+         measure_point: Callable[[Point, float | None], tuple[dict, dict, dict]], *,
          budget_s: float, clock: Callable[[], float] = time.monotonic,
          say: Callable[[str], None] = print) -> dict[str, Any]:
     """Measure the grid's missing points, cheapest first, each written to `store` once measured,
-    starting none once `budget_s` seconds have passed. `measure_point(point)` -> (plan row,
-    RunConfig dict, Measurement row). A point whose job fails (a RuntimeError: the engine's
+    starting none once `budget_s` seconds have passed. `measure_point(point, engine_s)` -> (plan
+    row, RunConfig dict, Measurement row); `engine_s` is the configuration's engine seconds when
+    the store holds it at another target (or this fill measured it), else None: one configuration,
+    one engine-seconds figure, whichever targets it is measured at. A point whose job fails (a RuntimeError: the engine's
     JobError, the emulated cluster's errors) is one line and stays missing, and the fill goes on;
     MAX_FAILS_IN_A_ROW failures in a row stop it (a cause that is not one run's). Returns what was
     measured, what failed (label: error) and how many points are left."""
     lst = listing(points_, store)
     by_name = {gp.point.name: gp for gp in points_}
+    engine = dict(lst["engine_s"])
     start, done, failed, in_a_row = clock(), [], [], 0
     for i, name in enumerate(lst["order"], start=1):
         spent = clock() - start
@@ -212,7 +216,7 @@ def fill(points_: list[GridPoint], store: Store, measure_point: Callable[[Point]
         load = list(os.getloadavg()) if hasattr(os, "getloadavg") else None
         t0 = clock()
         try:
-            plan, config, run = measure_point(pt)
+            plan, config, run = measure_point(pt, engine.get(_engine_key(pt)))
         except RuntimeError as e:
             error = " ".join(str(e).split())[:400]
             failed.append(f"{pt.label}: {error}")
@@ -223,20 +227,22 @@ def fill(points_: list[GridPoint], store: Store, measure_point: Callable[[Point]
                 break
             continue
         in_a_row = 0
+        if plan.get("engine_s") is not None:
+            engine.setdefault(_engine_key(pt), plan["engine_s"])
         path = store.put(pt, plan=plan, config=config, run=run, seconds=clock() - t0, load_before=load)
         done.append(path.name)
     return {"measured": done, "failed": failed, "left": len(lst["order"]) - len(done), "seconds": clock() - start}
 
 
-def measure_point(cache_dir: str | os.PathLike | None) -> Callable[[Point], tuple[dict, dict, dict]]:
+def measure_point(cache_dir: str | os.PathLike | None) -> Callable[[Point, float | None], tuple[dict, dict, dict]]:
     """The real measure_point of `fill`: run.replayed_point with the runs cache at `cache_dir`."""
     from ..experiments.cache import Cache
     from ..experiments.run import replayed_point
 
     cache = Cache(cache_dir)
 
-    def one(pt: Point) -> tuple[dict, dict, dict]:
-        plan, row = replayed_point(pt, cache)
+    def one(pt: Point, engine_s: float | None = None) -> tuple[dict, dict, dict]:
+        plan, row = replayed_point(pt, cache, engine_s)
         return plan.row(), plan.config.to_dict(), row
 
     return one

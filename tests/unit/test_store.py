@@ -101,7 +101,7 @@ def test_the_budget_stops_new_runs_and_a_later_fill_measures_only_the_rest(tmp_p
     st, clock, calls = Store(tmp_path), _Clock(), []
     gps = _grid(_spec()) + _grid(_spec(target_gbps=[100.0]))  # 6 points
 
-    def measure_point(pt):  # each run takes ten minutes by the clock
+    def measure_point(pt, engine_s=None):  # each run takes ten minutes by the clock
         calls.append(pt.name)
         clock.t += 600
         return _fake_run(pt)
@@ -192,7 +192,7 @@ def test_a_failed_point_is_one_line_left_missing_and_two_in_a_row_stop_the_fill(
     order = grid.listing(gps, st)["order"]
     bad = {order[1], order[3], order[4]}
 
-    def measure_point(pt):
+    def measure_point(pt, engine_s=None):
         calls.append(pt.name)
         clock.t += 60
         if pt.name in bad:
@@ -222,3 +222,34 @@ def test_a_failed_job_says_what_the_rank_raised_not_the_launcher():
     assert job_failure("x\nerror: --fc-workers 3 leaves no CONV worker\nerror: later", 2) == \
         "--fc-workers 3 leaves no CONV worker"
     assert job_failure("starting\nKilled", -9) == "exit -9: starting | Killed"
+
+
+def test_a_configuration_keeps_one_engine_seconds_figure_across_its_targets(tmp_path):
+    """The fill hands each point the engine seconds its configuration already has (stored at
+    another target, or measured earlier in this fill), so all its targets share one D term."""
+    gps = _grid(_spec()) + _grid(_spec(target_gbps=[100.0]))  # 3 configurations x 2 targets
+    seen, measured = [], iter([0.5, 0.7, 0.9])
+
+    def measure_point(pt, engine_s=None):
+        seen.append((pt.config.label, pt.target_gbps, engine_s))
+        plan, config, row = _fake_run(pt)
+        e = engine_s if engine_s is not None else next(measured)
+        return {**plan, "engine_s": e}, config, {**row, "engine_s": e}
+
+    st = Store(tmp_path)
+    first = grid.listing(gps, st)["order"][:3]  # one fill of three points ...
+    by_name = {gp.point.name: gp for gp in gps}
+    grid.fill([by_name[n] for n in first], st, measure_point, budget_s=grid.budget_seconds(None), say=lambda s: None)
+    grid.fill(gps, Store(tmp_path), measure_point, budget_s=grid.budget_seconds(None), say=lambda s: None)  # ... then the rest
+    engine = {}
+    for label, target, given in seen:
+        engine.setdefault(label, []).append((target, given))
+    assert len(seen) == 6 and all(len(v) == 2 for v in engine.values())
+    # every configuration measured its engine seconds once (None handed in) and was handed that figure at its other target
+    got = {json.loads(p.read_text())["plan"]["engine_s"] for p in tmp_path.iterdir()}
+    assert all(sum(g is None for _, g in v) == 1 for v in engine.values()) and got == {0.5, 0.7, 0.9}
+    per_label = {}
+    for p in tmp_path.iterdir():
+        e = json.loads(p.read_text())
+        per_label.setdefault(e["label"].split(" @ ")[0], set()).add(e["plan"]["engine_s"])
+    assert len(per_label) == 3 and all(len(v) == 1 for v in per_label.values())
