@@ -1,0 +1,84 @@
+"""What the full grid's store holds (benchmarks/results/full), as a table: per stored
+configuration its D, the replayed step on the target (measured step / D) against the performance
+model's step, the engine share the D rule allowed for, whether its links slipped, and the host's
+load. Reads the committed JSON files only; measures nothing.
+
+    python benchmarks/full_grid_table.py                 # markdown table, then the summary lines
+    python benchmarks/full_grid_table.py --json out.json
+
+The model error here is replay against model on the same compute (replay waits the model's own
+per-layer times), so it checks the network and schedule model, not compute (docs/benchmarks.md).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from stanza_core.experiments.store import MEASUREMENT_VERSION  # noqa: E402
+
+
+def rows(folder: Path) -> list[dict]:
+    out = []
+    for path in sorted(folder.glob("*.json")):
+        e = json.loads(path.read_text())
+        if e.get("version") != MEASUREMENT_VERSION:
+            continue
+        run, plan = e["run"], e["plan"]
+        d = run["dilation"]
+        replayed = run["step_time_median_s"] / d  # the step on the target: measured here / D
+        model = plan["target_step_s"]
+        engine = plan.get("engine_s")
+        check = run.get("link_check") or {}
+        out.append({"file": path.name, "label": e["label"], "dilation": d, "replayed_ms": 1e3 * replayed,
+                    "model_ms": 1e3 * model, "error": replayed / model - 1,
+                    "engine_share": engine / (d * model) if engine is not None else None,
+                    "slipped": check.get("slipped"), "worst_mbit": check.get("worst_mbit"),
+                    "set_mbit": check.get("set_mbit"), "cpu_busy": (run.get("host_load") or {}).get("cpu_busy"),
+                    "seconds": e["measured"]["seconds"], "at": e["measured"]["at"]})
+    return out
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--store", type=Path, default=ROOT / "benchmarks" / "results" / "full")
+    ap.add_argument("--json", type=Path, default=None, help="also write the rows here")
+    args = ap.parse_args(argv)
+    if not args.store.is_dir():
+        print(f"error: --store {args.store} is not a folder", file=sys.stderr)
+        return 2
+    rs = rows(args.store)
+    if not rs:
+        print(f"no stored configurations of measurement version {MEASUREMENT_VERSION} in {args.store}")
+        return 0
+    print("| configuration | D | replayed ms | model ms | error | engine share | links | busy CPU | s |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for r in rs:
+        share = f"{100 * r['engine_share']:.1f} %" if r["engine_share"] is not None else "-"
+        links = {True: "slipped", False: "held", None: "not judged"}[r["slipped"]]
+        busy = f"{100 * r['cpu_busy']:.0f} %" if r["cpu_busy"] is not None else "-"
+        print(f"| {r['label']} | {r['dilation']:g} | {r['replayed_ms']:.1f} | {r['model_ms']:.1f} | "
+              f"{100 * r['error']:+.1f} % | {share} | {links} | {busy} | {r['seconds']:.0f} |")
+    errs = [r["error"] for r in rs]
+    low = [r["error"] for r in rs if r["engine_share"] is not None and r["engine_share"] <= 0.01]
+    print(f"\n{len(rs)} stored configurations (measurement version {MEASUREMENT_VERSION}); replayed against the "
+          f"model: median abs. error {100 * statistics.median(abs(x) for x in errs):.1f} %, "
+          f"bias (mean signed) {100 * statistics.fmean(errs):+.1f} %, worst {100 * max(errs, key=abs):+.1f} %")
+    if low:
+        print(f"  runs with an engine share <= 1 %: {len(low)}, median abs. error "
+              f"{100 * statistics.median(abs(x) for x in low):.1f} %, bias {100 * statistics.fmean(low):+.1f} %")
+    slipped = [r["label"] for r in rs if r["slipped"]]
+    print(f"  links slipped in {len(slipped)} of {len(rs)}" + (f": {', '.join(slipped)}" if slipped else ""))
+    print(f"  measuring time {sum(r['seconds'] for r in rs) / 60:.0f} min in all")
+    if args.json:
+        args.json.write_text(json.dumps(rs, indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
