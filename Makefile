@@ -23,9 +23,10 @@ $(STAMP): pyproject.toml constraints.txt
 
 # FULL=1: the paper-scale run. Its replayed configurations are measured into the committed store
 # benchmarks/results/full first (BUDGET_MIN=60: for at most an hour, the notebooks once the grid
-# is complete; LIST=1: list the grid and the time to fill it, measuring nothing). docs/benchmarks.md.
+# is complete; LIST=1: list the grid and the time to fill it, measuring nothing; POINTS="*N=16*":
+# only the configurations whose label matches, no notebooks). docs/benchmarks.md.
 reproduce: install
-	$(BIN)/python -m stanza_core.reproduce $(if $(FULL),--full,) $(if $(BUDGET_MIN),--budget-min $(BUDGET_MIN),) $(if $(LIST),--list,)
+	$(BIN)/python -m stanza_core.reproduce $(if $(FULL),--full,) $(if $(BUDGET_MIN),--budget-min $(BUDGET_MIN),) $(if $(LIST),--list,) $(if $(POINTS),--points "$(POINTS)",)
 
 test: install
 	$(BIN)/python -m pytest $(PYTEST_ARGS)

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import fnmatch
 import importlib
 import math
 import os
@@ -38,7 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from ..experiments.store import Point, Store, points
-from .spec import REPO_ROOT, Spec
+from .spec import REPO_ROOT, Spec, SpecError
 
 MAX_FAILS_IN_A_ROW = 2  # fill: failed points in a row that stop it
 SETUP_S_PER_NODE = 10.0  # seconds per emulated node to start a run (namespaces, a Python + torch per rank): rough
@@ -259,15 +260,30 @@ def budget_seconds(minutes: float | None) -> float:
 
 
 
+def select(gps: list[GridPoint], pattern: str | None) -> list[GridPoint]:
+    """The points whose label matches the shell pattern (fnmatch, case-sensitive; None: all), as
+    `--points "*N=16*"`; one-line SpecError when none does."""
+    if pattern is None:
+        return gps
+    got = [gp for gp in gps if fnmatch.fnmatchcase(gp.point.label, pattern)]
+    if not got:
+        raise SpecError(f"--points {pattern!r} matches none of the grid's {len(gps)} configurations; labels read "
+                         f"like {gps[0].point.label!r}" if gps else f"--points {pattern!r}: the grid is empty")
+    return got
+
+
 def run_grid(specs: list[Spec], *, store: Store, cache_dir: str | os.PathLike | None, list_only: bool,
-             budget_s: float) -> str:
+             budget_s: float, pattern: str | None = None) -> str:
     """`reproduce --full`'s first step: list the grid (`list_only`: and stop, "listed"), else fill
-    its missing points within `budget_s`. Returns "complete" (every point stored at the current
+    its missing points within `budget_s` (with `pattern`: only the points whose label matches it,
+    `select`). Returns "complete" (every point stored at the current
     version), "partial" (the budget ran out), "failed" (a point's run failed: listed, left missing)
     or "unavailable" (no emulated cluster here)."""
     from ..experiments.run import netem_unavailable
 
-    gps = grid(specs, "full")
+    gps = select(grid(specs, "full"), pattern)
+    if pattern is not None:
+        print(f"--points {pattern!r}: {len(gps)} configurations of the grid")
     lst = listing(gps, store)
     print_listing(lst, gps, verbose=list_only)
     if list_only:

@@ -12,7 +12,7 @@ from typing import Any
 
 from ..experiments.store import Store
 from .execute import VenvKernelManager, execute, export_html, one_line
-from .grid import budget_seconds, run_grid
+from .grid import budget_seconds, grid, run_grid, select
 from .report import write_index
 from .spec import MARKER, REPO_ROOT, Spec, SpecError, evaluate_claims, load_specs
 
@@ -94,6 +94,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--list", action="store_true",
                     help="with --full: list the full grid's replayed configurations against the store of measured "
                          "ones (benchmarks/results/full), with the time to fill it; measures nothing")
+    ap.add_argument("--points", default=None, metavar="PATTERN",
+                    help='with --full: list or fill only the grid configurations whose label matches this shell '
+                         'pattern (e.g. "*N=16*" or "vgg16 N=16 ps *"); the notebooks do not run')
     ap.add_argument("--budget-min", type=float, default=None,
                     help="with --full: measure missing configurations of the grid for at most this many minutes, "
                          "then stop (the notebooks run once the grid is complete); default: measure them all")
@@ -101,8 +104,8 @@ def main(argv: list[str] | None = None) -> int:
     mode = "full" if args.full else "quick"
     out_root = args.out if args.out is not None else args.specs / "out"
     try:
-        if (args.list or args.budget_min is not None) and not args.full:
-            raise SpecError("--list and --budget-min are about the full grid: add --full, or FULL=1 with make")
+        if (args.list or args.budget_min is not None or args.points is not None) and not args.full:
+            raise SpecError("--list, --budget-min and --points are about the full grid: add --full, or FULL=1 with make")
         budget_s = budget_seconds(args.budget_min)
         specs = load_specs(args.specs)
         if args.only:
@@ -110,6 +113,8 @@ def main(argv: list[str] | None = None) -> int:
             if unknown := [n for n in wanted if n not in {s.name for s in specs}]:
                 raise SpecError(f"--only: unknown experiments {unknown}; known: {[s.name for s in specs]}")
             specs = [s for s in specs if s.name in wanted]
+        if args.points is not None:
+            select(grid(specs, "full"), args.points)  # a pattern that matches nothing: one line, before any work
         if not args.list:
             prepare_out(out_root)
     except (SpecError, ValueError) as e:
@@ -117,9 +122,12 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if args.full:  # the replayed configurations first, into the store the notebooks then read
         got = run_grid(specs, store=Store(), cache_dir=out_root / "bench-cache", list_only=args.list,
-                       budget_s=budget_s)
+                       budget_s=budget_s, pattern=args.points)
         if got == "listed":
             return 0
+        if args.points is not None:
+            print("notebooks not run: --points fills part of the grid only")
+            return {"complete": 0, "partial": 0}.get(got, 1)
         if got != "complete" and args.budget_min is not None:
             print("notebooks not run: the grid is not complete (they would measure the missing configurations "
                   "without a budget); run again to continue filling it")

@@ -174,8 +174,12 @@ def test_measure_reads_stored_configurations_and_measures_nothing(tmp_path, monk
 
 
 @pytest.mark.parametrize("argv, message", [
-    (["--list"], "--list and --budget-min are about the full grid: add --full, or FULL=1 with make"),
-    (["--budget-min", "30"], "--list and --budget-min are about the full grid: add --full, or FULL=1 with make"),
+    (["--list"], "--list, --budget-min and --points are about the full grid: add --full, or FULL=1 with make"),
+    (["--budget-min", "30"], "--list, --budget-min and --points are about the full grid: add --full, or FULL=1 with make"),
+    (["--points", "*N=16*"], "--list, --budget-min and --points are about the full grid: add --full, or FULL=1 with make"),
+    (["--full", "--only", "throughput", "--points", "*N=32*"],
+     "--points '*N=32*' matches none of the grid's 54 configurations; labels read like "
+     "'alexnet N=4 ps @ 10 Gb/s (v100)'"),
     (["--full", "--budget-min", "0"], "--budget-min must be a positive number of minutes, got 0.0"),
     (["--full", "--budget-min", "nan"], "--budget-min must be a positive number of minutes, got nan"),
 ])
@@ -253,3 +257,13 @@ def test_a_configuration_keeps_one_engine_seconds_figure_across_its_targets(tmp_
         e = json.loads(p.read_text())
         per_label.setdefault(e["label"].split(" @ ")[0], set()).add(e["plan"]["engine_s"])
     assert len(per_label) == 3 and all(len(v) == 1 for v in per_label.values())
+
+
+def test_points_picks_the_configurations_a_pattern_names(tmp_path, capsys):
+    gps = _grid(_spec()) + _grid(_spec(nodes=[8]))
+    assert [gp.point.label for gp in grid.select(gps, "*N=8 stanza*")] == ["alexnet N=8 stanza k=1 @ 10 Gb/s (v100)"]
+    assert len(grid.select(gps, "alexnet N=4 *")) == 3 and grid.select(gps, None) is gps
+    # the listing with a pattern counts only its configurations
+    assert reproduce_main(["--full", "--list", "--only", "throughput", "--points", "*N=16*"]) == 0
+    out = capsys.readouterr().out
+    assert "--points '*N=16*': 6 configurations of the grid" in out and "full grid: 6 replayed configurations" in out
