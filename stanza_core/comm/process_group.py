@@ -114,15 +114,19 @@ class Comm:
     def close(self, failed: bool = False):
         """Leave the process group. After a failure (a dead peer, a timeout) NCCL's communicators
         may be stuck in a collective that will never finish, and destroying them would block:
-        they are aborted instead (gloo's destroy is local and never blocks)."""
+        they are aborted instead. A failed gloo group is left as it is: the rank then leaves at
+        once (exit_policy.exit_now, which does so only while the group is up), since destroying
+        it here sent the rank through the interpreter's teardown, where DDP's reducer and gloo's
+        threads on the dead peer aborted the process now and then (exit -6 after its error line)."""
         if self.world_size <= 1 or not dist.is_initialized():
             return
-        if failed and self.backend == "nccl":
-            try:
-                from torch.distributed.distributed_c10d import _abort_process_group
-                _abort_process_group()
-            except Exception:  # best effort: the process is exiting with the error anyway
-                pass
+        if failed:
+            if self.backend == "nccl":
+                try:
+                    from torch.distributed.distributed_c10d import _abort_process_group
+                    _abort_process_group()
+                except Exception:  # best effort: the process is exiting with the error anyway
+                    pass
             return
         dist.destroy_process_group()
 
