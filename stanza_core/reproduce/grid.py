@@ -198,10 +198,11 @@ def fill(points_: list[GridPoint], store: Store,
     starting none once `budget_s` seconds have passed. `measure_point(point, engine_s)` -> (plan
     row, RunConfig dict, Measurement row); `engine_s` is the configuration's engine seconds when
     the store holds it at another target (or this fill measured it), else None: one configuration,
-    one engine-seconds figure, whichever targets it is measured at. A point whose job fails (a RuntimeError: the engine's
-    JobError, the emulated cluster's errors) is one line and stays missing, and the fill goes on;
-    MAX_FAILS_IN_A_ROW failures in a row stop it (a cause that is not one run's). Returns what was
-    measured, what failed (label: error) and how many points are left."""
+    one engine-seconds figure, whichever targets it is measured at. A point whose job fails (a
+    RuntimeError: the engine's JobError, the emulated cluster's errors) is one line and stays
+    missing, and the fill goes on; MAX_FAILS_IN_A_ROW failures in a row stop it (a cause that is
+    not one run's). Returns what was measured, what failed (label: error) and how many points are
+    left (failed ones included)."""
     lst = listing(points_, store)
     by_name = {gp.point.name: gp for gp in points_}
     engine = dict(lst["engine_s"])
