@@ -32,7 +32,8 @@
 # - The paper-regime runs replay compute from the V100 table profile with D per configuration
 #   from `perf.replay_dilation` (the links: 40 for 4 nodes at 10 Gb/s, 400 at 100 Gb/s; the
 #   engine's own seconds raise it where a step is short); quick mode replays
-#   AlexNet on 4 nodes at 10 Gb/s only (notebook 03's runs), full mode VGG-16 and every target.
+#   AlexNet on 4 nodes at 10 Gb/s only (notebook 03's runs), full mode VGG-16 and every target,
+#   and the paper's 16 nodes at 10 and 100 Gb/s (ps, ddp, stanza k = 1 and 2: runs of notebook 03).
 # - Measured runs use a small AlexNet-shaped model on CPU processes of one machine; a target
 #   bandwidth is emulated by scaling the link rate with the V100/CPU step-time ratio, the V100
 #   time coming from the device table (an assumption). Targets whose emulated rate exceeds what
@@ -67,6 +68,8 @@ batch_per_worker: int = 32  # modelled samples per data worker
 replay_models: list[str] = ["alexnet"]  # paper-regime models, replayed compute (224x224, 1000 classes)
 replay_nodes: list[int] = [4]  # emulated cluster sizes of the replayed runs
 replay_gbps: list[float] = [10.0]  # target bandwidths of the replayed runs (full mode: all four)
+paper_replay_gbps: list[float] = []  # targets replayed on paper_nodes nodes, like replay_nodes (full mode: 10 and 100)
+paper_replay_fc_workers: list[int] = []  # stanza's k in those runs (empty: fc_workers; full mode: 1 and 2)
 replay_device: str = "v100"  # device profile the replayed compute follows (perf device table)
 dilation: float = 1.0  # smallest D (perf.replay_dilation picks D so this CPU keeps up); links run at target / D
 replay_engine: bool = True  # raise D per configuration so the engine CPU seconds stay within 5 % of a step (measured once, cached)
@@ -102,7 +105,8 @@ nbt.save_figures(figs, out_dir, png=png)
 # The paper's regime at 224x224: samples/s on the target cluster (measured x D) at each replayed
 # target; communication measured for real, compute replayed (the caption says from which
 # profile, with which D). Quick mode replays AlexNet at 10 Gb/s only (the runs of notebook 03,
-# shared through the cache); full mode AlexNet and VGG-16 at all four targets.
+# shared through the cache); full mode AlexNet and VGG-16 at all four targets on 4 and 8 nodes,
+# and on 16 nodes at 10 and 100 Gb/s.
 
 # %%
 figs["replayed"]

@@ -52,6 +52,8 @@ class ReplaySet:
     image_size: int = PAPER_IMAGE
     num_classes: int = PAPER_CLASSES
     engine: bool = True  # raise each configuration's D for the engine's own seconds (module docstring)
+    ps_servers: list[int] = dataclasses.field(default_factory=lambda: [0])  # ps deployments: dedicated servers (0: colocated)
+    ps_overlap: list[bool] = dataclasses.field(default_factory=lambda: [False])  # ps: without / with the overlapped push
     specs: list[MeasureSpec] = dataclasses.field(init=False)  # per model x N x target, D's floor from the links
 
     def __post_init__(self):
@@ -73,7 +75,7 @@ class ReplaySet:
                         strategies=self.strategies, fc_workers=fit or [1], batch_per_worker=self.batch_per_worker,
                         steps=self.steps, warmup=self.warmup, repeats=self.repeats, target_gbps=[g],
                         compute="replay", replay_device=self.replay_device, dilation=d, mtu=self.mtu,
-                        engine=self.engine))
+                        engine=self.engine, ps_servers=self.ps_servers, ps_overlap=self.ps_overlap))
 
     def dilation_for(self, target_gbps: float, nodes: int) -> float:
         return float(replay_link(target_gbps, nodes, mtu=self.mtu, min_dilation=self.dilation).dilation)
@@ -98,16 +100,17 @@ class ReplayParams:
     replay: ReplaySet = dataclasses.field(init=False)  # the paper-regime runs
 
     def replay_set(self, strategies: list[str], fc_workers: list[int], nodes: list[int] | None = None,
-                   target_gbps: list[float] | None = None) -> ReplaySet:
+                   target_gbps: list[float] | None = None, ps_servers: list[int] = (0,),
+                   ps_overlap: list[bool] = (False,)) -> ReplaySet:
         """The replayed runs of these parameters (nodes and targets: replay_nodes, replay_gbps
-        unless given)."""
+        unless given; ps colocated without the overlapped push unless ps_servers, ps_overlap)."""
         return ReplaySet(models=self.replay_models, nodes=self.replay_nodes if nodes is None else nodes,
                          strategies=strategies, fc_workers=fc_workers,
                          target_gbps=self.replay_gbps if target_gbps is None else target_gbps,
                          replay_device=self.replay_device, dilation=self.dilation,
                          batch_per_worker=self.batch_per_worker, steps=self.replay_steps, warmup=self.warmup,
                          image_size=self.replay_image_size, num_classes=self.replay_num_classes,
-                         engine=self.replay_engine)
+                         engine=self.replay_engine, ps_servers=list(ps_servers), ps_overlap=list(ps_overlap))
 
 
 def run_replayed(s: ReplaySet, cache_dir: str | None, measure_runs: bool = True) -> list[Measurement]:

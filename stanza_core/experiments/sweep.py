@@ -51,6 +51,9 @@ class SweepParams(ReplayParams):
     sweep_nodes: list[int] = dataclasses.field(default_factory=lambda: list(SWEEP_NODES))
     batch_per_worker: int = 32  # modelled samples per data worker
     paper_device: str = "v100"  # perf device-table row
+    paper_replay_gbps: list[float] = dataclasses.field(default_factory=list)  # replayed on paper_nodes (full: 10, 100)
+    paper_replay_fc_workers: list[int] = dataclasses.field(default_factory=list)  # stanza's k there (empty: fc_workers)
+    paper: replayed.ReplaySet = dataclasses.field(init=False)  # replay_models on paper_nodes at paper_replay_gbps
     measured: MeasureSpec | None = dataclasses.field(init=False)  # the measured targets (None: none)
     predicted: MeasureSpec = dataclasses.field(init=False)  # every target: what the model continues to
 
@@ -71,6 +74,16 @@ class SweepParams(ReplayParams):
         self.sweep_gbps = checks.positive_floats("sweep_gbps", self.sweep_gbps)
         self.sweep_nodes = checks.int_list("sweep_nodes", self.sweep_nodes, 2)
         self.replay = self.replay_set(self.strategies, [self.fc_workers])
+        paper_gbps = checks.positive_floats("paper_replay_gbps", self.paper_replay_gbps) if self.paper_replay_gbps else []
+        ks = (checks.int_list("paper_replay_fc_workers", self.paper_replay_fc_workers)
+              if self.paper_replay_fc_workers else [self.fc_workers])
+        self.paper = self.replay_set(self.strategies, ks, nodes=[self.paper_nodes] if paper_gbps else [],
+                                     target_gbps=paper_gbps or self.replay_gbps)  # no nodes: no runs
+
+    @property
+    def replayed_specs(self) -> list[MeasureSpec]:
+        """Every replayed run of the notebook: the replay grid, then the paper's cluster size."""
+        return self.replay.specs + self.paper.specs
 
 
 def run_measured(p: SweepParams, cache_dir: str | None = None) -> Measurement | None:
@@ -81,8 +94,9 @@ def run_measured(p: SweepParams, cache_dir: str | None = None) -> Measurement | 
 
 
 def run_replayed(p: SweepParams, cache_dir: str | None = None) -> list[Measurement]:
-    """The paper-regime runs (replayed compute, real communication) at `replay_gbps`."""
-    return replayed.run_replayed(p.replay, cache_dir, p.measure_runs)
+    """The paper-regime runs (replayed compute, real communication), one Measurement per spec:
+    replay_nodes at replay_gbps, then paper_nodes at paper_replay_gbps."""
+    return [m for s in (p.replay, p.paper) for m in replayed.run_replayed(s, cache_dir, p.measure_runs)]
 
 
 def emulated(p: SweepParams, bench: Measurement | None) -> dict[str, Any]:

@@ -53,6 +53,9 @@ class ThroughputParams(ReplayParams):
     model_device: str = "v100"  # perf device-table row
     paper_nodes: list[int] = dataclasses.field(default_factory=list)  # the paper's cluster sizes, replayed (16)
     paper_gbps: list[float] = dataclasses.field(default_factory=lambda: [10.0])  # their targets
+    paper_fc_workers: list[int] = dataclasses.field(default_factory=list)  # stanza's k there (empty: fc_workers)
+    paper_ps_servers: list[int] = dataclasses.field(default_factory=lambda: [0])  # ps there: dedicated servers (0: colocated)
+    paper_ps_overlap: list[bool] = dataclasses.field(default_factory=lambda: [False])  # ps there: overlapped push or not
     paper: replayed.ReplaySet = dataclasses.field(init=False)  # replay_models at paper_nodes x paper_gbps
     measured: list[MeasureSpec] = dataclasses.field(init=False)  # one per emulated cluster size
 
@@ -69,8 +72,13 @@ class ThroughputParams(ReplayParams):
         self.model_nodes = checks.int_list("model_nodes", self.model_nodes, 2)
         self.model_gbps = checks.positive_floats("model_gbps", self.model_gbps)
         self.replay = self.replay_set(self.strategies, [self.fc_workers])
-        self.paper = self.replay_set(self.strategies, [self.fc_workers], nodes=self.paper_nodes,
-                                     target_gbps=self.paper_gbps)
+        if self.paper_fc_workers:
+            self.paper_fc_workers = checks.int_list("paper_fc_workers", self.paper_fc_workers)
+        self.paper_ps_servers = checks.int_list("paper_ps_servers", self.paper_ps_servers, 0)
+        self.paper_ps_overlap = checks.bool_list("paper_ps_overlap", self.paper_ps_overlap)
+        self.paper = self.replay_set(self.strategies, self.paper_fc_workers or [self.fc_workers], nodes=self.paper_nodes,
+                                     target_gbps=self.paper_gbps, ps_servers=self.paper_ps_servers,
+                                     ps_overlap=self.paper_ps_overlap)
 
     @property
     def replayed_specs(self) -> list[MeasureSpec]:

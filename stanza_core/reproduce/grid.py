@@ -48,7 +48,7 @@ SETUP_S_PER_NODE = 10.0  # seconds per emulated node to start a run (namespaces,
 _NOTEBOOKS: dict[str, tuple[str, str, Callable[[Any], list]]] = {
     "03_throughput": ("throughput", "ThroughputParams", lambda p: p.replayed_specs),
     "04_node_assignment": ("assignment", "AssignmentParams", lambda p: p.replay.specs),
-    "05_bandwidth_sweep": ("sweep", "SweepParams", lambda p: p.replay.specs),
+    "05_bandwidth_sweep": ("sweep", "SweepParams", lambda p: p.replayed_specs),
     "07_model_validation": ("validation", "ValidationParams", lambda p: p.replay.specs),
     "09_today_gpus": ("today_gpus", "TodayParams", lambda p: _today_specs(p)),
 }

@@ -178,7 +178,7 @@ def test_measure_reads_stored_configurations_and_measures_nothing(tmp_path, monk
     (["--budget-min", "30"], "--list, --budget-min and --points are about the full grid: add --full, or FULL=1 with make"),
     (["--points", "*N=16*"], "--list, --budget-min and --points are about the full grid: add --full, or FULL=1 with make"),
     (["--full", "--only", "throughput", "--points", "*N=32*"],
-     "--points '*N=32*' matches none of the grid's 54 configurations; labels read like "
+     "--points '*N=32*' matches none of the grid's 76 configurations; labels read like "
      "'alexnet N=4 ps @ 10 Gb/s (v100)'"),
     (["--full", "--budget-min", "0"], "--budget-min must be a positive number of minutes, got 0.0"),
     (["--full", "--budget-min", "nan"], "--budget-min must be a positive number of minutes, got nan"),
@@ -266,4 +266,42 @@ def test_points_picks_the_configurations_a_pattern_names(tmp_path, capsys):
     # the listing with a pattern counts only its configurations
     assert reproduce_main(["--full", "--list", "--only", "throughput", "--points", "*N=16*"]) == 0
     out = capsys.readouterr().out
-    assert "--points '*N=16*': 6 configurations of the grid" in out and "full grid: 6 replayed configurations" in out
+    assert "--points '*N=16*': 28 configurations of the grid" in out and "full grid: 28 replayed configurations" in out
+
+
+def test_the_papers_16_nodes_are_one_set_of_configurations_in_notebooks_03_and_05():
+    """Full mode: notebook 03 replays AlexNet and VGG-16 on 16 nodes at 10 and 100 Gb/s with ps in
+    its four deployments, ddp and stanza k = 1 and 2; notebook 05's 16-node runs are among those
+    (the same points: a fill measures each once)."""
+    from stanza_core.reproduce.spec import REPO_ROOT, load_spec
+
+    def labels(name):
+        spec = load_spec(REPO_ROOT / "reproductions" / f"{name}.yaml")
+        return {pt.label for ms in grid.replayed_specs(spec, "full") for pt in points(ms) if pt.config.nodes == 16}
+
+    t, s = labels("throughput"), labels("bandwidth_sweep")
+    configs = ["ps", "ps S=1", "ps overlap", "ps S=1 overlap", "ddp", "stanza k=1", "stanza k=2"]
+    assert t == {f"{m} N=16 {c} @ {g} Gb/s (v100)" for m in ("alexnet", "vgg16") for c in configs for g in (10, 100)}
+    assert s and s <= t and {lb.split(" @ ")[0].split(" N=16 ")[1] for lb in s} == {"ps", "ddp", "stanza k=1", "stanza k=2"}
+    # quick mode replays no 16-node configuration
+    assert not any(pt.config.nodes == 16 for name in ("throughput", "bandwidth_sweep")
+                   for ms in grid.replayed_specs(load_spec(REPO_ROOT / "reproductions" / f"{name}.yaml"), "quick")
+                   for pt in points(ms))
+
+
+@pytest.mark.parametrize("field, value, message", [
+    ("paper_ps_overlap", ["yes"], "paper_ps_overlap must be a non-empty list of true / false"),
+    ("paper_ps_overlap", [True, True], "paper_ps_overlap must be a non-empty list of true / false without repeats"),
+    ("paper_ps_servers", [-1], "paper_ps_servers must be a non-empty list of integers >= 0"),
+    ("paper_fc_workers", [0], "paper_fc_workers must be a non-empty list of integers >= 1"),
+])
+def test_bad_paper_scale_options_of_notebook_03_fail_in_one_line(field, value, message):
+    from stanza_core.experiments import throughput
+
+    base = dict(measured_model="cifar_alexnet", measured_image_size=32, measured_num_classes=10, measured_nodes=[],
+                strategies=["ps", "ddp", "stanza"], fc_workers=1, global_batch=12, steps=2, warmup=1,
+                target_gbps=10.0, model_names=["alexnet"], model_nodes=[4], model_gbps=[10.0],
+                replay_models=["alexnet"], paper_nodes=[16])
+    with pytest.raises(ValueError) as err:
+        throughput.ThroughputParams(**base, **{field: value})
+    assert message in str(err.value) and "\n" not in str(err.value)
