@@ -1,7 +1,7 @@
 """What the full grid's store holds (benchmarks/results/full), as a table: per stored
 configuration its D, the replayed step on the target (measured step / D) against the performance
-model's step, the engine share the D rule allowed for, whether its links slipped, and the host's
-load. Reads the committed JSON files only; measures nothing.
+model's step, the engine share the D rule allowed for, whether its links slipped, the host's
+load, and the ranks' peak RSS (largest rank, and summed over the ranks). Reads the committed JSON files only; measures nothing.
 
     python benchmarks/full_grid_table.py                 # markdown table, then the summary lines
     python benchmarks/full_grid_table.py --json out.json
@@ -35,11 +35,13 @@ def rows(folder: Path) -> list[dict]:
         model = plan["target_step_s"]
         engine = plan.get("engine_s")
         check = run.get("link_check") or {}
+        rss = [r["peak_rss_mib"] for r in run.get("ranks") or [] if r.get("peak_rss_mib") is not None]
         out.append({"file": path.name, "label": e["label"], "dilation": d, "replayed_ms": 1e3 * replayed,
                     "model_ms": 1e3 * model, "error": replayed / model - 1,
                     "engine_share": engine / (d * model) if engine is not None else None,
                     "slipped": check.get("slipped"), "worst_mbit": check.get("worst_mbit"),
                     "set_mbit": check.get("set_mbit"), "cpu_busy": (run.get("host_load") or {}).get("cpu_busy"),
+                    "rss_max_mib": max(rss) if rss else None, "rss_sum_gib": sum(rss) / 1024 if rss else None,
                     "seconds": e["measured"]["seconds"], "at": e["measured"]["at"]})
     return out
 
@@ -56,14 +58,17 @@ def main(argv=None) -> int:
     if not rs:
         print(f"no stored configurations of measurement version {MEASUREMENT_VERSION} in {args.store}")
         return 0
-    print("| configuration | D | replayed ms | model ms | error | engine share | links | busy CPU | s |")
-    print("|---|---|---|---|---|---|---|---|---|")
+    print("| configuration | D | replayed ms | model ms | error | engine share | links | busy CPU "
+          "| peak RSS, largest rank (MiB) | peak RSS, summed (GiB) | s |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rs:
         share = f"{100 * r['engine_share']:.1f} %" if r["engine_share"] is not None else "-"
         links = {True: "slipped", False: "held", None: "not judged"}[r["slipped"]]
         busy = f"{100 * r['cpu_busy']:.0f} %" if r["cpu_busy"] is not None else "-"
+        rss_max = f"{r['rss_max_mib']:.0f}" if r["rss_max_mib"] is not None else "-"
+        rss_sum = f"{r['rss_sum_gib']:.1f}" if r["rss_sum_gib"] is not None else "-"
         print(f"| {r['label']} | {r['dilation']:g} | {r['replayed_ms']:.1f} | {r['model_ms']:.1f} | "
-              f"{100 * r['error']:+.1f} % | {share} | {links} | {busy} | {r['seconds']:.0f} |")
+              f"{100 * r['error']:+.1f} % | {share} | {links} | {busy} | {rss_max} | {rss_sum} | {r['seconds']:.0f} |")
     errs = [r["error"] for r in rs]
     low = [r["error"] for r in rs if r["engine_share"] is not None and r["engine_share"] <= 0.01]
     print(f"\n{len(rs)} stored configurations (measurement version {MEASUREMENT_VERSION}); replayed against the "
