@@ -41,8 +41,8 @@
 #   step being short). A replayed step takes D times the V100's. Quick mode (`make reproduce`)
 #   therefore replays AlexNet only, 4 nodes at 10 Gb/s, 2 steps (the runs notebooks 05 and 07 share through the cache); VGG-16, 8 nodes and 25 / 40 /
 #   100 Gb/s run in full mode (hours: D reaches 800), and so do the paper's 16 nodes at 10 and
-#   100 Gb/s (D up to 1,600; `paper_nodes`: ps colocated and with one dedicated server, each with
-#   and without the overlapped push, ddp, stanza k = 1 and 2; a lean replayed rank holds no
+#   100 Gb/s (D up to 1,600; `paper_nodes`: ps colocated, with the overlapped push and with one
+#   dedicated server, ddp, stanza k = 1 and 2; a lean replayed rank holds no
 #   optimizer state, so 16 VGG-16 ranks fit in this machine's 24 GiB). Replayed compute is the
 #   V100 row of compute model v2.2 (fitted to measured H200 steps, the V100 by its vendor peaks:
 #   `docs/performance-model.md`), not a measured V100; the runs' communication is real.
@@ -85,7 +85,7 @@ paper_nodes: list[int] = []  # the paper's cluster sizes, replayed like replay_n
 paper_gbps: list[float] = [10.0]  # target bandwidths at paper_nodes
 paper_fc_workers: list[int] = []  # stanza's k at paper_nodes (empty: fc_workers; full mode: 1 and 2)
 paper_ps_servers: list[int] = [0]  # ps at paper_nodes: dedicated server nodes, 0 colocated (full mode: 0 and 1)
-paper_ps_overlap: list[bool] = [False]  # ps at paper_nodes: without / with the overlapped push (full mode: both)
+paper_ps_overlap: bool = False  # at paper_nodes also ps colocated with the overlapped push (full mode: True)
 replay_device: str = "v100"  # device profile the replayed compute follows (perf device table)
 dilation: float = 1.0  # smallest D (perf.replay_dilation picks D so this CPU keeps up); links run at target / D
 replay_engine: bool = True  # raise D per configuration so the engine CPU seconds stay within 5 % of a step (measured once, cached)

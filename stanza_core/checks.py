@@ -83,14 +83,6 @@ def int_list(name: str, values, low: int = 1, *, unique: bool = False) -> list[i
     return sorted(set(vals))
 
 
-def bool_list(name: str, values) -> list[bool]:
-    """A non-empty list of true / false, without repeats, in the order given."""
-    vals = _items(values)
-    if not vals or any(not isinstance(v, bool) for v in vals) or len(set(vals)) != len(vals):
-        raise ConfigError(f"{name} must be a non-empty list of true / false without repeats, got {values!r}")
-    return vals
-
-
 def positive_floats(name: str, values) -> list[float]:
     """A non-empty list of positive numbers, in the order given."""
     vals = _items(values)

@@ -55,8 +55,8 @@ class ThroughputParams(ReplayParams):
     paper_gbps: list[float] = dataclasses.field(default_factory=lambda: [10.0])  # their targets
     paper_fc_workers: list[int] = dataclasses.field(default_factory=list)  # stanza's k there (empty: fc_workers)
     paper_ps_servers: list[int] = dataclasses.field(default_factory=lambda: [0])  # ps there: dedicated servers (0: colocated)
-    paper_ps_overlap: list[bool] = dataclasses.field(default_factory=lambda: [False])  # ps there: overlapped push or not
-    paper: replayed.ReplaySet = dataclasses.field(init=False)  # replay_models at paper_nodes x paper_gbps
+    paper_ps_overlap: bool = False  # there also ps colocated with the overlapped push
+    paper: list[replayed.ReplaySet] = dataclasses.field(init=False)  # replay_models at paper_nodes x paper_gbps
     measured: list[MeasureSpec] = dataclasses.field(init=False)  # one per emulated cluster size
 
     def __post_init__(self):
@@ -75,15 +75,19 @@ class ThroughputParams(ReplayParams):
         if self.paper_fc_workers:
             self.paper_fc_workers = checks.int_list("paper_fc_workers", self.paper_fc_workers)
         self.paper_ps_servers = checks.int_list("paper_ps_servers", self.paper_ps_servers, 0)
-        self.paper_ps_overlap = checks.bool_list("paper_ps_overlap", self.paper_ps_overlap)
-        self.paper = self.replay_set(self.strategies, self.paper_fc_workers or [self.fc_workers], nodes=self.paper_nodes,
-                                     target_gbps=self.paper_gbps, ps_servers=self.paper_ps_servers,
-                                     ps_overlap=self.paper_ps_overlap)
+        if not isinstance(self.paper_ps_overlap, bool):
+            raise ValueError(f"paper_ps_overlap must be true or false, got {self.paper_ps_overlap!r}")
+        ks = self.paper_fc_workers or [self.fc_workers]
+        self.paper = [self.replay_set(self.strategies, ks, nodes=self.paper_nodes, target_gbps=self.paper_gbps,
+                                      ps_servers=self.paper_ps_servers)]
+        if self.paper_ps_overlap and "ps" in self.strategies:
+            self.paper.append(self.replay_set(["ps"], ks, nodes=self.paper_nodes, target_gbps=self.paper_gbps,
+                                              ps_overlap=[True]))
 
     @property
     def replayed_specs(self) -> list[MeasureSpec]:
         """Every replayed run of the notebook: the replay grid, then the paper's cluster sizes."""
-        return self.replay.specs + self.paper.specs
+        return self.replay.specs + [spec for s in self.paper for spec in s.specs]
 
 
 def run_measured(p: ThroughputParams, cache_dir: str | None = None) -> list[Measurement]:
@@ -94,7 +98,7 @@ def run_measured(p: ThroughputParams, cache_dir: str | None = None) -> list[Meas
 def run_replayed(p: ThroughputParams, cache_dir: str | None = None) -> list[Measurement]:
     """The paper-regime runs (replayed compute, real communication), one Measurement per spec:
     the replay grid, then the paper's cluster sizes (paper_nodes at paper_gbps)."""
-    return [m for s in (p.replay, p.paper) for m in replayed.run_replayed(s, cache_dir, p.measure_runs)]
+    return [m for s in (p.replay, *p.paper) for m in replayed.run_replayed(s, cache_dir, p.measure_runs)]
 
 
 def model_curves(p: ThroughputParams) -> list[dict[str, Any]]:
