@@ -1,7 +1,8 @@
 """What the full grid's store holds (benchmarks/results/full), as a table: per stored
 configuration its D, the replayed step on the target (measured step / D) against the performance
 model's step, the engine share the D rule allowed for, whether its links slipped, the host's
-load, and the ranks' peak RSS (largest rank, and summed over the ranks). Reads the committed JSON files only; measures nothing.
+load, and the ranks' peak RSS (largest rank, and summed over the ranks). Reads the committed JSON
+files only; measures nothing.
 
     python benchmarks/full_grid_table.py                 # markdown table, then the summary lines
     python benchmarks/full_grid_table.py --json out.json
