@@ -23,7 +23,7 @@ netem.facts.payload_per_wire_byte(mtu) (the MTU's framing, stated once in netem/
 performance model is given the payload rate (x D for replayed runs: `Link.model_gbps`).
 
 Dilation rule (`replay_link`): D = max(min_dilation, perf.replay_dilation(target, N, engine_s,
-target_step_s)) with the emulator's facts (netem.facts: the fastest link, the aggregate this
+target_step_s, ps_servers)) with the emulator's facts (netem.facts: the fastest link, the aggregate this
 machine holds); `replayed_plan` measures a configuration's engine seconds once (a replay run at
 D = 1 on loopback, experiments.dilation.engine_seconds) and keeps them in the runs cache.
 """
@@ -78,15 +78,16 @@ def shaped_link(wire_mbit: float, mtu: int) -> Link:
 
 
 def replay_link(target_gbps: float, nodes: int, *, target_step_s: float | None = None, engine_s: float = 0.0,
-                mtu: int = 9000, min_dilation: float = 1) -> Link:
-    """D and link rates of a replayed run at `target_gbps` on `nodes` emulated nodes (dedicated
-    PS servers counted): the smallest D at which this machine keeps up (perf.replay_dilation;
-    `engine_s` > 0 needs `target_step_s`, the model's step on the target), at least min_dilation."""
+                mtu: int = 9000, min_dilation: float = 1, ps_servers: int = 0) -> Link:
+    """D and link rates of a replayed run at `target_gbps` on `nodes` emulated nodes (the
+    `ps_servers` dedicated PS servers counted): the smallest D at which this machine keeps up
+    (perf.replay_dilation; `engine_s` > 0 needs `target_step_s`, the model's step on the
+    target), at least min_dilation."""
     from ..netem.facts import MAX_AGGREGATE_MBIT, max_link_mbit
     from ..perf import replay_dilation
 
     d = replay_dilation(target_gbps, nodes, max_link_mbit=max_link_mbit(mtu), max_aggregate_mbit=MAX_AGGREGATE_MBIT,
-                        engine_s=engine_s, target_step_s=target_step_s)
+                        engine_s=engine_s, target_step_s=target_step_s, ps_servers=ps_servers)
     return link_at(target_gbps, mtu, dilation=max(d, min_dilation))
 
 
@@ -185,5 +186,5 @@ def replayed_plan(cfg: RunConfig, target_gbps: float, cache: Any, *, engine: boo
         secs = float(secs)
     step = dilation.model_step_s(base, target_gbps)
     link = replay_link(target_gbps, base.cluster_nodes, target_step_s=step, engine_s=secs or 0.0, mtu=base.mtu,
-                       min_dilation=min_dilation)
+                       min_dilation=min_dilation, ps_servers=base.ps_servers)
     return plan_run(cfg, link, target_gbps=target_gbps, target_step_s=step, engine_s=secs)

@@ -9,13 +9,14 @@ so every transfer takes the fraction of a step it takes on the target cluster.
 Dilation rule, per configuration (experiments.plan.replayed_plan, the rule of the replay
 benchmarks): D = max(dilation, perf.replay_dilation(target, N, engine_s, target_step_s)), the
 smallest D at which this machine keeps up with the emulated cluster: one link within netem's
-fastest link, all N links at once within the aggregate this machine sustains
-(netem.facts.MAX_AGGREGATE_MBIT), and the engine's own CPU seconds per step that replay keeps
-(gloo's copies and reductions, Python: measured once per configuration, a replay run at D = 1 on
-loopback, cached) within 5 % of the dilated step D x the model's step. The links alone give
-every configuration of a (model, N, target) the same D (`ReplaySet.specs`: the floor); the
-engine term raises it where a configuration's engine work is large beside its step (stanza k=1:
-AlexNet N=4 at 10 Gb/s from 40 to 95-130). Every configuration runs at its own D, from its plan.
+fastest link, the links that receive at once within the aggregate this machine sustains
+(netem.facts.MAX_AGGREGATE_MBIT: all N links, or 2 S links' worth with S dedicated PS servers),
+and the engine's own CPU seconds per step that replay keeps (gloo's copies and reductions,
+Python: measured once per configuration, a replay run at D = 1 on loopback, cached) within 5 % of
+the dilated step D x the model's step. The links alone give every configuration of a (model, N,
+target) but dedicated-server ps the same D (the links' floor, `link_floors`); the engine term
+raises it where a configuration's engine work is large beside its step (stanza k=1: AlexNet N=4
+at 10 Gb/s from 40 to 95-130). Every configuration runs at its own D, from its plan.
 """
 from __future__ import annotations
 
@@ -25,7 +26,7 @@ from typing import Any
 from ..labels import run_key, run_label
 from .. import checks
 from ..perf import device_source
-from .plan import replay_link
+from .store import points
 from .measurement import Measurement
 from .run import measure_or_skip
 from .spec import MeasureSpec
@@ -54,7 +55,7 @@ class ReplaySet:
     engine: bool = True  # raise each configuration's D for the engine's own seconds (module docstring)
     ps_servers: list[int] = dataclasses.field(default_factory=lambda: [0])  # ps deployments: dedicated servers (0: colocated)
     ps_overlap: list[bool] = dataclasses.field(default_factory=lambda: [False])  # ps: without / with the overlapped push
-    specs: list[MeasureSpec] = dataclasses.field(init=False)  # per model x N x target, D's floor from the links
+    specs: list[MeasureSpec] = dataclasses.field(init=False)  # per model x N x target, D at least `dilation`
 
     def __post_init__(self):
         self.models = checks.model_names(self.models, self.image_size, name="replay_models") if self.models else []
@@ -69,16 +70,16 @@ class ReplaySet:
             for n in sizes:
                 fit = checks.fc_workers_that_fit(ks, n, name="replay_fc_workers", needed="stanza" in self.strategies)
                 for g in gbps:
-                    d = self.dilation_for(g, n)
                     self.specs.append(MeasureSpec(
                         model=m, image_size=self.image_size, num_classes=self.num_classes, nodes=n,
                         strategies=self.strategies, fc_workers=fit or [1], batch_per_worker=self.batch_per_worker,
                         steps=self.steps, warmup=self.warmup, repeats=self.repeats, target_gbps=[g],
-                        compute="replay", replay_device=self.replay_device, dilation=d, mtu=self.mtu,
+                        compute="replay", replay_device=self.replay_device, dilation=self.dilation, mtu=self.mtu,
                         engine=self.engine, ps_servers=self.ps_servers, ps_overlap=self.ps_overlap))
 
-    def dilation_for(self, target_gbps: float, nodes: int) -> float:
-        return float(replay_link(target_gbps, nodes, mtu=self.mtu, min_dilation=self.dilation).dilation)
+    def link_floors(self) -> list[float]:
+        """The D the links alone set, over every configuration of the set (before the engine term)."""
+        return sorted({p.key()["dilation_floor"] for spec in self.specs for p in points(spec)})
 
 
 @dataclasses.dataclass(kw_only=True)
@@ -122,7 +123,7 @@ def run_replayed(s: ReplaySet, cache_dir: str | None, measure_runs: bool = True)
 
 def _dilations(s: ReplaySet, benches: list[Measurement]) -> list[float]:
     ran = [r["dilation"] for b in benches for r in b.runs if r.get("dilation")]
-    return sorted(set(ran or [spec.dilation for spec in s.specs]))
+    return sorted(set(ran or s.link_floors()))
 
 
 def caption(s: ReplaySet, benches: list[Measurement] | None = None) -> str:

@@ -65,7 +65,8 @@ class Point:
 
         c = self.config
         cfg = {k: v for k, v in c.cache_key().items() if k not in ("link_mbit", "dilation")}
-        floor = replay_link(self.target_gbps, c.cluster_nodes, mtu=c.mtu, min_dilation=self.min_dilation).dilation
+        floor = replay_link(self.target_gbps, c.cluster_nodes, mtu=c.mtu, min_dilation=self.min_dilation,
+                            ps_servers=c.ps_servers).dilation
         return {**cfg, "target_gbps": float(self.target_gbps), "dilation_floor": float(floor),
                 "engine": bool(self.engine), "repeat": int(self.repeat)}
 

@@ -7,6 +7,8 @@ Patterns (n = cluster size):
   fan-out  node 0 -> nodes 1..n-1                  node 0's upload is the bottleneck
   ring     node i -> node i+1 (mod n), all at once  every link busy both ways: the aggregate
                                                    rate the host sustains (a ring allreduce)
+  star     fan-in and fan-out at once              node 0 busy both ways with every other node:
+                                                   a dedicated parameter server's push and pull
 A path crosses two shaped queues (sender's upload, receiver's download) at the same rate, so
 `pair` alone cannot tell which one shapes; `fan-in` / `fan-out` isolate each side.
 
@@ -24,7 +26,7 @@ from pathlib import Path
 from .cluster import EmulatedCluster
 from .host import NetemError
 
-PATTERNS = ("pair", "duplex", "fan-in", "fan-out", "ring")
+PATTERNS = ("pair", "duplex", "fan-in", "fan-out", "ring", "star")
 PROBE = str(Path(__file__).with_name("linkprobe.py"))
 PORT = 5201
 
@@ -38,7 +40,8 @@ def flows_for(pattern: str, nodes: int) -> list[tuple[int, int]]:
     return {"pair": [(0, 1)], "duplex": [(0, 1), (1, 0)],
             "fan-in": [(s, 0) for s in range(1, nodes)],
             "fan-out": [(0, d) for d in range(1, nodes)],
-            "ring": [(i, (i + 1) % nodes) for i in range(nodes)] if nodes > 2 else [(0, 1), (1, 0)]}[pattern]
+            "ring": [(i, (i + 1) % nodes) for i in range(nodes)] if nodes > 2 else [(0, 1), (1, 0)],
+            "star": [(s, 0) for s in range(1, nodes)] + [(0, d) for d in range(1, nodes)]}[pattern]
 
 
 def _rate_mbit(rows, col, t0, t1) -> float:
@@ -103,7 +106,8 @@ def check_link(rate_mbit: float, *, pattern: str = "pair", nodes: int | None = N
     """Build a cluster, run ``pattern``, report the bottleneck's rates beside the set rate.
 
     ``wire_error`` is (measured wire rate - set rate) / set rate at the bottleneck: the
-    receiver's download for pair/duplex/fan-in, the sender's upload for fan-out.
+    receiver's download for pair/duplex/fan-in, the sender's upload for fan-out, both of node 0
+    for star.
     """
     n = nodes or (2 if pattern in ("pair", "duplex") else 3)
     flows = flows_for(pattern, n)
@@ -112,6 +116,9 @@ def check_link(rate_mbit: float, *, pattern: str = "pair", nodes: int | None = N
     by = {e["node"]: e for e in res["nodes"]}
     if pattern == "fan-out":
         checks = [("node 0 upload", by[0]["wire_tx_mbit"], None)]
+    elif pattern == "star":
+        checks = [("node 0 download", by[0]["wire_rx_mbit"], by[0]["payload_rx_mbit"]),
+                  ("node 0 upload", by[0]["wire_tx_mbit"], None)]
     else:
         checks = [(f"node {d} download", by[d]["wire_rx_mbit"], by[d]["payload_rx_mbit"])
                   for d in sorted({d for _, d in flows})]

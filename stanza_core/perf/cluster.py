@@ -88,19 +88,25 @@ def emulated_bandwidth(target_gbps: float, t_compute_target: float | None = None
 
 
 def replay_dilation(target_gbps: float, nodes: int, *, max_link_mbit: float, max_aggregate_mbit: float,
-                    engine_s: float = 0.0, target_step_s: float | None = None, engine_share: float = 0.05) -> int:
+                    engine_s: float = 0.0, target_step_s: float | None = None, engine_share: float = 0.05,
+                    ps_servers: int = 0) -> int:
     """The dilation D of a replayed run at `target_gbps` on `nodes` emulated nodes: the smallest
     integer D >= 1 at which this machine keeps up with the emulated cluster:
 
-      links      one link at target / D within `max_link_mbit`, and all N links busy at once
-                 (ring allreduce, parameter-server push/pull) within `max_aggregate_mbit`, the
-                 aggregate this machine sustains (`python -m stanza_core.netem check --pattern ring`);
+      links      one link at target / D within `max_link_mbit`, and the B links that receive at
+                 once within `max_aggregate_mbit`, the aggregate this machine sustains
+                 (`python -m stanza_core.netem check --pattern ring`). B = N when every node
+                 sends and receives (ring allreduce, colocated parameter servers); with S > 0
+                 dedicated servers (`ps_servers`, counted in `nodes`) every byte crosses a
+                 server's link, so the servers' downloads and the workers' downloads (fed by the
+                 servers' uploads) carry at most 2 S links' worth: B = min(N, 2 S)
+                 (`python -m stanza_core.netem check --pattern star`);
       engine     the engine's own CPU work per step that replay keeps (gloo's reductions and
                  copies, gradient buffers, Python), `engine_s` seconds measured here (e.g. a
                  replay run at D = 1 on unshaped links), at most `engine_share` of the dilated
                  step D x `target_step_s` (the model's step time on the target).
 
-        D = ceil(max(1, 1000 target / max_link_mbit, N 1000 target / max_aggregate_mbit,
+        D = ceil(max(1, 1000 target / max_link_mbit, B 1000 target / max_aggregate_mbit,
                      engine_s / (engine_share target_step_s)))
 
     Below that D the CPU, not the shaper and the replayed waits, would set the step time."""
@@ -110,8 +116,11 @@ def replay_dilation(target_gbps: float, nodes: int, *, max_link_mbit: float, max
     _positive_finite("engine_s", engine_s, allow_zero=True)
     _positive_finite("engine_share", engine_share)
     checks.positive_int("nodes", nodes)
+    if not isinstance(ps_servers, int) or isinstance(ps_servers, bool) or not 0 <= ps_servers < nodes:
+        raise ValueError(f"ps_servers must be an integer in [0, nodes) = [0, {nodes}), got {ps_servers!r}")
     mbit = 1000 * target_gbps
-    need = [1.0, mbit / max_link_mbit, nodes * mbit / max_aggregate_mbit]
+    busy = min(nodes, 2 * ps_servers) if ps_servers else nodes
+    need = [1.0, mbit / max_link_mbit, busy * mbit / max_aggregate_mbit]
     if engine_s > 0:
         need.append(engine_s / (engine_share * _positive_finite("target_step_s", target_step_s)))
     return max(1, math.ceil(max(need) - 1e-9))

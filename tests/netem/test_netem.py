@@ -164,6 +164,12 @@ def test_exec_and_kernel_counters_see_every_frame():
 
 # --- shaping accuracy -------------------------------------------------------------------------
 
+def test_star_is_a_dedicated_servers_push_and_pull_at_once():
+    assert flows_for("star", 4) == [(1, 0), (2, 0), (3, 0), (0, 1), (0, 2), (0, 3)]
+    with pytest.raises(ValueError, match="needs at least 3 nodes"):
+        flows_for("star", 2)
+
+
 @needs_netem
 @pytest.mark.slow
 @pytest.mark.parametrize("rate", [50, 200])

@@ -199,6 +199,14 @@ def test_dilation_rule():
                            target_step_s=0.5) == 120
     with pytest.raises(ValueError):
         replay_dilation(10, 0, max_link_mbit=1000, max_aggregate_mbit=1000)
+    # one dedicated server among 17 nodes: every byte crosses its link, so the links receiving at
+    # once carry at most 2 links' worth (its download, and the workers' downloads its upload feeds)
+    assert replay_dilation(10, 17, max_link_mbit=1000, max_aggregate_mbit=1000, ps_servers=1) == 20
+    assert replay_dilation(10, 17, max_link_mbit=1000, max_aggregate_mbit=1000) == 170  # colocated: all 17
+    assert replay_dilation(10, 6, max_link_mbit=1000, max_aggregate_mbit=1000, ps_servers=4) == 60  # min(N, 2 S)
+    for bad in (-1, 17, 1.0, True):
+        with pytest.raises(ValueError, match="ps_servers must be an integer in"):
+            replay_dilation(10, 17, max_link_mbit=1000, max_aggregate_mbit=1000, ps_servers=bad)
 
 
 # ---- measured per-layer records: each layer waits its own measured time ----------------------

@@ -16,6 +16,7 @@ from stanza_core.experiments import dilation, plan, replay_bench, replayed, vali
 from stanza_core.experiments.cache import Cache
 from stanza_core.experiments.measurement import Measurement, summarize
 from stanza_core.experiments.spec import MeasureSpec, RunConfig
+from stanza_core.experiments.store import points
 from stanza_core.netem.facts import MAX_AGGREGATE_MBIT, max_link_mbit, payload_gbps, payload_per_wire_byte
 from stanza_core.perf import Cluster, DeviceProfile, emulated_bandwidth, named_profile, predict, replay_dilation
 
@@ -38,16 +39,23 @@ def test_dilation_rule_and_specs():
     for spec in s.specs:
         g = spec.target_gbps[0]
         want = replay_dilation(g, spec.nodes, max_link_mbit=max_link_mbit(9000), max_aggregate_mbit=MAX_AGGREGATE_MBIT)
-        assert spec.dilation == want >= spec.nodes * 1000 * g / MAX_AGGREGATE_MBIT
+        assert spec.dilation == 1.0  # the user's floor: each configuration's plan sets its own D
+        assert {p.key()["dilation_floor"] for p in points(spec)} == {want} >= {spec.nodes * 1000 * g / MAX_AGGREGATE_MBIT}
+    assert s.link_floors() == [40.0, 80.0, 400.0, 800.0]
     assert len(s.specs) == 8 and replayed.ReplaySet(models=["alexnet"], nodes=[4], strategies=["ddp"], fc_workers=[1],
-                                                    target_gbps=[10.0], dilation=1e4).specs[0].dilation == 1e4
+                                                    target_gbps=[10.0], dilation=1e4).link_floors() == [1e4]
+    # one dedicated server (5 nodes): its link carries every byte, 2 links' worth at once -> D 20,
+    # not the 50 of five busy links; the colocated ps and ddp beside it keep the 40 of four
+    srv = replayed.ReplaySet(models=["alexnet"], nodes=[4], strategies=["ps", "ddp"], fc_workers=[1],
+                             target_gbps=[10.0], ps_servers=[0, 1])
+    floors = {p.config.label: p.key()["dilation_floor"] for p in points(srv.specs[0])}
+    assert floors == {"ps": 40.0, "ps S=1": 20.0, "ddp": 40.0}
     spec = s.specs[0]
     assert (spec.model, spec.image_size, spec.num_classes, spec.compute) == ("alexnet", 224, 1000, "replay")
     # 32 samples per data worker: ddp splits 128 over 4 workers, stanza k=1 96 over 3 CONV workers.
     assert spec.global_batch_of("ddp", 0) == 128 and spec.global_batch_of("stanza", 1) == 96
     assert spec.run_config("stanza", 1, 500.0).global_batch == 96
-    ds = sorted({x.dilation for x in s.specs})
-    assert f"D = {', '.join(f'{d:g}' for d in ds)}, per configuration" in replayed.caption(s)
+    assert "D = 40, 80, 400, 800, per configuration" in replayed.caption(s)  # the links' floors before any run
     assert "measured: communication, for real" in replayed.caption(s)
 
 
@@ -114,7 +122,7 @@ def test_a_replayed_run_is_predicted_with_the_dilated_device_profile():
 def test_replayed_figure_says_what_is_measured_and_what_replayed():
     s = replayed.ReplaySet(models=["alexnet"], nodes=[4], strategies=["ddp", "stanza"], fc_workers=[1],
                            target_gbps=[10.0])
-    D = s.specs[0].dilation
+    D = s.link_floors()[0]
     # the runs' summary (measurement.summarize): stanza k=1 ran at its own D, twice the links' one
     runs = [{"strategy": "ddp", "fc_workers": 0, "target_gbps": 10.0, "link_mbit": 500.0, "dilation": D,
              "throughput": 2.0, "bytes_per_step": 1},
@@ -150,7 +158,8 @@ def test_replay_link_is_the_dilation_rule_then_the_bandwidth_mapping():
     shared = plan.shared_replay_link(10.0, 4, [(0.5, 0.0), (0.5, 3.0), (0.2, 0.1)])
     assert shared == plan.replay_link(10.0, 4, min_dilation=120)
     assert replayed.ReplaySet(models=["alexnet"], nodes=[4], strategies=["ddp"], fc_workers=[1],
-                              target_gbps=[10.0]).specs[0].dilation == 40.0
+                              target_gbps=[10.0]).link_floors() == [40.0]
+    assert plan.replay_link(10.0, 5, ps_servers=1).dilation == 20  # one dedicated server among 5 nodes
 
 
 def test_each_configuration_runs_at_its_own_dilation_with_engine_seconds_measured_once(tmp_path, monkeypatch):
