@@ -1,7 +1,8 @@
 """What the full grid's store holds (benchmarks/results/full), as a table: per stored
 configuration its D, the replayed step on the target (measured step / D) against the performance
 model's step, the engine share the D rule allowed for, whether its links slipped, the host's
-load, and the ranks' peak RSS (largest rank, and summed over the ranks). Reads the committed JSON
+load, the ranks' peak RSS (largest rank, and summed over the ranks), and whether the bytes per
+step the engine counted equal perf.expected_bytes for the configuration. Reads the committed JSON
 files only; measures nothing.
 
     python benchmarks/full_grid_table.py                 # markdown table, then the summary lines
@@ -21,6 +22,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from stanza_core.experiments.replay_bench import expected_bytes_per_step  # noqa: E402
+from stanza_core.experiments.spec import RunConfig  # noqa: E402
 from stanza_core.experiments.store import MEASUREMENT_VERSION  # noqa: E402
 
 
@@ -37,12 +40,15 @@ def rows(folder: Path) -> list[dict]:
         engine = plan.get("engine_s")
         check = run.get("link_check") or {}
         rss = [r["peak_rss_mib"] for r in run.get("ranks") or [] if r.get("peak_rss_mib") is not None]
+        cfg = RunConfig(**e["config"])
+        expected = expected_bytes_per_step(type("Plan", (), {"config": cfg})())
         out.append({"file": path.name, "label": e["label"], "dilation": d, "replayed_ms": 1e3 * replayed,
                     "model_ms": 1e3 * model, "error": replayed / model - 1,
                     "engine_share": engine / (d * model) if engine is not None else None,
                     "slipped": check.get("slipped"), "worst_mbit": check.get("worst_mbit"),
                     "set_mbit": check.get("set_mbit"), "cpu_busy": (run.get("host_load") or {}).get("cpu_busy"),
                     "rss_max_mib": max(rss) if rss else None, "rss_sum_gib": sum(rss) / 1024 if rss else None,
+                    "bytes_per_step": run["bytes_per_step"], "expected_bytes_per_step": expected,
                     "seconds": e["measured"]["seconds"], "at": e["measured"]["at"]})
     return out
 
@@ -60,8 +66,8 @@ def main(argv=None) -> int:
         print(f"no stored configurations of measurement version {MEASUREMENT_VERSION} in {args.store}")
         return 0
     print("| configuration | D | replayed ms | model ms | error | engine share | links | busy CPU "
-          "| peak RSS, largest rank (MiB) | peak RSS, summed (GiB) | s |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
+          "| peak RSS, largest rank (MiB) | peak RSS, summed (GiB) | GB per step | bytes = model | s |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rs:
         share = f"{100 * r['engine_share']:.1f} %" if r["engine_share"] is not None else "-"
         links = {True: "slipped", False: "held", None: "not judged"}[r["slipped"]]
@@ -69,7 +75,9 @@ def main(argv=None) -> int:
         rss_max = f"{r['rss_max_mib']:.0f}" if r["rss_max_mib"] is not None else "-"
         rss_sum = f"{r['rss_sum_gib']:.1f}" if r["rss_sum_gib"] is not None else "-"
         print(f"| {r['label']} | {r['dilation']:g} | {r['replayed_ms']:.1f} | {r['model_ms']:.1f} | "
-              f"{100 * r['error']:+.1f} % | {share} | {links} | {busy} | {rss_max} | {rss_sum} | {r['seconds']:.0f} |")
+              f"{100 * r['error']:+.1f} % | {share} | {links} | {busy} | {rss_max} | {rss_sum} | "
+              f"{r['bytes_per_step'] / 1e9:.2f} | {'yes' if r['bytes_per_step'] == r['expected_bytes_per_step'] else 'NO'} | "
+              f"{r['seconds']:.0f} |")
     errs = [r["error"] for r in rs]
     low = [r["error"] for r in rs if r["engine_share"] is not None and r["engine_share"] <= 0.01]
     print(f"\n{len(rs)} stored configurations (measurement version {MEASUREMENT_VERSION}); replayed against the "
@@ -80,6 +88,9 @@ def main(argv=None) -> int:
               f"{100 * statistics.median(abs(x) for x in low):.1f} %, bias {100 * statistics.fmean(low):+.1f} %")
     slipped = [r["label"] for r in rs if r["slipped"]]
     print(f"  links slipped in {len(slipped)} of {len(rs)}" + (f": {', '.join(slipped)}" if slipped else ""))
+    off = [r["label"] for r in rs if r["bytes_per_step"] != r["expected_bytes_per_step"]]
+    print(f"  bytes per step differ from perf.expected_bytes in {len(off)} of {len(rs)}"
+          + (f": {', '.join(off)}" if off else ""))
     print(f"  measuring time {sum(r['seconds'] for r in rs) / 60:.0f} min in all")
     if args.json:
         args.json.write_text(json.dumps(rs, indent=1) + "\n")

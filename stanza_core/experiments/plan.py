@@ -23,8 +23,8 @@ netem.facts.payload_per_wire_byte(mtu) (the MTU's framing, stated once in netem/
 performance model is given the payload rate (x D for replayed runs: `Link.model_gbps`).
 
 Dilation rule (`replay_link`): D = max(min_dilation, perf.replay_dilation(target, N, engine_s,
-target_step_s, ps_servers)) with the emulator's facts (netem.facts: the fastest link, the aggregate this
-machine holds); `replayed_plan` measures a configuration's engine seconds once (a replay run at
+target_step_s, ps_servers)) with the emulator's facts (netem.facts: the fastest link, the
+aggregate this machine holds); `replayed_plan` measures a configuration's engine seconds once (a replay run at
 D = 1 on loopback, experiments.dilation.engine_seconds) and keeps them in the runs cache.
 """
 from __future__ import annotations

@@ -7,7 +7,7 @@ time on the replay device (a perf device-table row), so AlexNet and VGG-16 at 22
 so every transfer takes the fraction of a step it takes on the target cluster.
 
 Dilation rule, per configuration (experiments.plan.replayed_plan, the rule of the replay
-benchmarks): D = max(dilation, perf.replay_dilation(target, N, engine_s, target_step_s)), the
+benchmarks): D = max(dilation, perf.replay_dilation(target, N, engine_s, target_step_s, S)), the
 smallest D at which this machine keeps up with the emulated cluster: one link within netem's
 fastest link, the links that receive at once within the aggregate this machine sustains
 (netem.facts.MAX_AGGREGATE_MBIT: all N links, or 2 S links' worth with S dedicated PS servers),
