@@ -79,7 +79,12 @@ class ReplaySet:
 
     def link_floors(self) -> list[float]:
         """The D the links alone set, over every configuration of the set (before the engine term)."""
-        return sorted({p.key()["dilation_floor"] for spec in self.specs for p in points(spec)})
+        return link_floors(self.specs)
+
+
+def link_floors(specs: list[MeasureSpec]) -> list[float]:
+    """The D the links alone set for every configuration of `specs` (its plan's floor, store.Point.key)."""
+    return sorted({p.key()["dilation_floor"] for spec in specs for p in points(spec)})
 
 
 @dataclasses.dataclass(kw_only=True)
@@ -123,7 +128,7 @@ def run_replayed(s: ReplaySet, cache_dir: str | None, measure_runs: bool = True)
 
 def _dilations(s: ReplaySet, benches: list[Measurement]) -> list[float]:
     ran = [r["dilation"] for b in benches for r in b.runs if r.get("dilation")]
-    return sorted(set(ran or s.link_floors()))
+    return sorted(set(ran or link_floors(s.specs)))
 
 
 def caption(s: ReplaySet, benches: list[Measurement] | None = None) -> str:
