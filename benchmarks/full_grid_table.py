@@ -40,8 +40,7 @@ def rows(folder: Path) -> list[dict]:
         engine = plan.get("engine_s")
         check = run.get("link_check") or {}
         rss = [r["peak_rss_mib"] for r in run.get("ranks") or [] if r.get("peak_rss_mib") is not None]
-        cfg = RunConfig(**e["config"])
-        expected = expected_bytes_per_step(type("Plan", (), {"config": cfg})())
+        expected = expected_bytes_per_step(RunConfig(**e["config"]))
         out.append({"file": path.name, "label": e["label"], "dilation": d, "replayed_ms": 1e3 * replayed,
                     "model_ms": 1e3 * model, "error": replayed / model - 1,
                     "engine_share": engine / (d * model) if engine is not None else None,

@@ -18,13 +18,13 @@ from typing import Any
 from .dilation import model_prediction
 from .plan import RunPlan
 from .run import run_config
+from .spec import RunConfig
 
 
-def expected_bytes_per_step(plan: RunPlan) -> int:
-    """perf.expected_bytes of the plan's configuration, summed over ranks (what the engine counts)."""
+def expected_bytes_per_step(cfg: RunConfig) -> int:
+    """perf.expected_bytes of a run's configuration, summed over ranks (what the engine counts)."""
     from ..perf import expected_bytes, named_profile
 
-    cfg = plan.config
     profile = named_profile(cfg.model, cfg.image_size, cfg.num_classes)
     return sum(sum(r["sent"].values()) for r in expected_bytes(
         profile, cfg.strategy, cfg.cluster_nodes, cfg.fc_workers or None, cfg.global_batch,
@@ -44,7 +44,7 @@ def plan_row(plan: RunPlan, m: dict[str, Any], wall_s: float) -> dict[str, Any]:
             "model_step_s": plan.target_step_s, "predicted_step_s": pred.iteration_s,
             "error": target / pred.iteration_s - 1, "target_samples_per_s": cfg.global_batch / target,
             "predicted_samples_per_s": pred.throughput, "bytes_per_step": m["bytes_per_step"],
-            "expected_bytes_per_step": expected_bytes_per_step(plan),
+            "expected_bytes_per_step": expected_bytes_per_step(cfg),
             "peak_rss_mib": [r.get("peak_rss_mib") for r in m.get("ranks", [])], "wall_s": wall_s,
             "finished_at": time.strftime("%Y-%m-%d %H:%M:%S")}
 

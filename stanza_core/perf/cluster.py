@@ -116,8 +116,9 @@ def replay_dilation(target_gbps: float, nodes: int, *, max_link_mbit: float, max
     _positive_finite("engine_s", engine_s, allow_zero=True)
     _positive_finite("engine_share", engine_share)
     checks.positive_int("nodes", nodes)
-    if not isinstance(ps_servers, int) or isinstance(ps_servers, bool) or not 0 <= ps_servers < nodes:
-        raise ValueError(f"ps_servers must be an integer in [0, nodes) = [0, {nodes}), got {ps_servers!r}")
+    checks.positive_int("ps_servers", ps_servers, 0)
+    if ps_servers >= nodes:
+        raise ValueError(f"ps_servers must be fewer than the {nodes} nodes that count them, got {ps_servers}")
     mbit = 1000 * target_gbps
     busy = min(nodes, 2 * ps_servers) if ps_servers else nodes
     need = [1.0, mbit / max_link_mbit, busy * mbit / max_aggregate_mbit]

@@ -204,9 +204,11 @@ def test_dilation_rule():
     assert replay_dilation(10, 17, max_link_mbit=1000, max_aggregate_mbit=1000, ps_servers=1) == 20
     assert replay_dilation(10, 17, max_link_mbit=1000, max_aggregate_mbit=1000) == 170  # colocated: all 17
     assert replay_dilation(10, 6, max_link_mbit=1000, max_aggregate_mbit=1000, ps_servers=4) == 60  # min(N, 2 S)
-    for bad in (-1, 17, 1.0, True):
-        with pytest.raises(ValueError, match="ps_servers must be an integer in"):
+    for bad in (-1, 1.0, True):
+        with pytest.raises(ValueError, match="ps_servers must be an integer >= 0"):
             replay_dilation(10, 17, max_link_mbit=1000, max_aggregate_mbit=1000, ps_servers=bad)
+    with pytest.raises(ValueError, match="ps_servers must be fewer than the 17 nodes"):
+        replay_dilation(10, 17, max_link_mbit=1000, max_aggregate_mbit=1000, ps_servers=17)
 
 
 # ---- measured per-layer records: each layer waits its own measured time ----------------------
