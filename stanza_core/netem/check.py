@@ -9,6 +9,8 @@ Patterns (n = cluster size):
                                                    rate the host sustains (a ring allreduce)
   star     fan-in and fan-out at once              node 0 busy both ways with every other node:
                                                    a dedicated parameter server's push and pull
+  mesh     node i -> node j for every i != j       every link carries n-1 flows each way: a
+                                                   colocated parameter server's push and pull
 A path crosses two shaped queues (sender's upload, receiver's download) at the same rate, so
 `pair` alone cannot tell which one shapes; `fan-in` / `fan-out` isolate each side.
 
@@ -26,7 +28,7 @@ from pathlib import Path
 from .cluster import EmulatedCluster
 from .host import NetemError
 
-PATTERNS = ("pair", "duplex", "fan-in", "fan-out", "ring", "star")
+PATTERNS = ("pair", "duplex", "fan-in", "fan-out", "ring", "star", "mesh")
 PROBE = str(Path(__file__).with_name("linkprobe.py"))
 PORT = 5201
 
@@ -41,7 +43,8 @@ def flows_for(pattern: str, nodes: int) -> list[tuple[int, int]]:
             "fan-in": [(s, 0) for s in range(1, nodes)],
             "fan-out": [(0, d) for d in range(1, nodes)],
             "ring": [(i, (i + 1) % nodes) for i in range(nodes)] if nodes > 2 else [(0, 1), (1, 0)],
-            "star": [(s, 0) for s in range(1, nodes)] + [(0, d) for d in range(1, nodes)]}[pattern]
+            "star": [(s, 0) for s in range(1, nodes)] + [(0, d) for d in range(1, nodes)],
+            "mesh": [(s, d) for s in range(nodes) for d in range(nodes) if s != d]}[pattern]
 
 
 def _rate_mbit(rows, col, t0, t1) -> float:
@@ -107,7 +110,8 @@ def check_link(rate_mbit: float, *, pattern: str = "pair", nodes: int | None = N
 
     ``wire_error`` is (measured wire rate - set rate) / set rate at the bottleneck: the
     receiver's download for pair/duplex/fan-in, the sender's upload for fan-out, both of node 0
-    for star.
+    for star; for mesh (every link is a bottleneck) the mean and the slowest of the nodes'
+    downloads and uploads.
     """
     n = nodes or (2 if pattern in ("pair", "duplex") else 3)
     flows = flows_for(pattern, n)
@@ -119,6 +123,13 @@ def check_link(rate_mbit: float, *, pattern: str = "pair", nodes: int | None = N
     elif pattern == "star":
         checks = [("node 0 download", by[0]["wire_rx_mbit"], by[0]["payload_rx_mbit"]),
                   ("node 0 upload", by[0]["wire_tx_mbit"], None)]
+    elif pattern == "mesh":
+        rx, tx = sorted(res["nodes"], key=lambda e: e["wire_rx_mbit"]), sorted(res["nodes"], key=lambda e: e["wire_tx_mbit"])
+        mean = lambda key: sum(e[key] for e in res["nodes"]) / n
+        checks = [("mean download", mean("wire_rx_mbit"), mean("payload_rx_mbit")),
+                  (f"slowest download (node {rx[0]['node']})", rx[0]["wire_rx_mbit"], rx[0]["payload_rx_mbit"]),
+                  ("mean upload", mean("wire_tx_mbit"), None),
+                  (f"slowest upload (node {tx[0]['node']})", tx[0]["wire_tx_mbit"], None)]
     else:
         checks = [(f"node {d} download", by[d]["wire_rx_mbit"], by[d]["payload_rx_mbit"])
                   for d in sorted({d for _, d in flows})]

@@ -170,6 +170,16 @@ def test_star_is_a_dedicated_servers_push_and_pull_at_once():
         flows_for("star", 2)
 
 
+def test_mesh_is_a_colocated_servers_push_and_pull_at_once():
+    """Every node sends to and receives from every other: n - 1 flows each way on each link."""
+    flows = flows_for("mesh", 4)
+    assert len(flows) == len(set(flows)) == 12
+    assert all(s != d for s, d in flows)
+    assert sorted(flows) == sorted((s, d) for s in range(4) for d in range(4) if s != d)
+    with pytest.raises(ValueError, match="needs at least 3 nodes"):
+        flows_for("mesh", 2)
+
+
 @needs_netem
 @pytest.mark.slow
 @pytest.mark.parametrize("rate", [50, 200])
