@@ -6,6 +6,7 @@ state per process group (error feedback, warm-start P and Q), which a checkpoint
 """
 from __future__ import annotations
 
+import warnings
 from fractions import Fraction
 
 import torch
@@ -145,9 +146,14 @@ def wrap_ddp(comm, model: torch.nn.Module, device: torch.device, bucket_mb: floa
     initial broadcast of the parameters (uncounted setup traffic that would write every
     parameter on every rank) and no averaging of the allreduced buckets (host arithmetic)."""
     from torch.nn.parallel import DistributedDataParallel as DDP
-    # broadcast_buffers=False: per-forward buffer broadcasts would be uncounted traffic.
-    ddp = DDP(model, device_ids=[device.index] if device.type == "cuda" else None,
-              bucket_cap_mb=bucket_mb, broadcast_buffers=False, gradient_as_bucket_view=True,
-              init_sync=not replayed)
+    # broadcast_buffers=False: per-forward buffer broadcasts would be uncounted traffic. Newer
+    # torch deprecates it for forward_sync_buffers, which still syncs buffers at construction
+    # (uncounted traffic in a replayed run, whose init_sync is off); its own warning says to keep
+    # broadcast_buffers=False until that can be turned off, so the warning is silenced here only.
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*broadcast_buffers.* is deprecated", category=FutureWarning)
+        ddp = DDP(model, device_ids=[device.index] if device.type == "cuda" else None,
+                  bucket_cap_mb=bucket_mb, broadcast_buffers=False, gradient_as_bucket_view=True,
+                  init_sync=not replayed)
     ddp.register_comm_hook(None, ddp_hook(comm, average=not replayed))
     return ddp
