@@ -58,7 +58,9 @@ def _rate_mbit(rows, col, t0, t1) -> float:
 
 def measure_flows(cl: EmulatedCluster, flows: list[tuple[int, int]], *, seconds: float = 2.5,
                   warmup_s: float = 0.5) -> dict:
-    """Run the flows at once for ``seconds``; rates over [start+warmup_s, end-0.1 s]."""
+    """Run the flows at once for ``seconds``; rates over [launched+warmup_s, start+seconds-0.1 s],
+    the span in which every sender runs (launching hundreds of senders, as a 16-node mesh does,
+    takes seconds; a window opened at the first launch would count the ramp)."""
     if seconds - warmup_s < 1.0:
         raise ValueError("seconds must exceed warmup_s by at least 1 s")
     procs, dests = [], sorted({d for _, d in flows})
@@ -78,6 +80,7 @@ def measure_flows(cl: EmulatedCluster, flows: list[tuple[int, int]], *, seconds:
                                    str(PORT), cl.nodes[s].iface, str(seconds)],
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
                    for s, d in flows]
+        launched = time.monotonic()
         procs += [p for _, p in senders]
         rows = {}  # node -> list of (role, rows)
         for node, p in [*receivers.items(), *senders]:
@@ -91,7 +94,11 @@ def measure_flows(cl: EmulatedCluster, flows: list[tuple[int, int]], *, seconds:
             if p.poll() is None:
                 p.kill()
                 p.wait()
-    t0, t1 = start + warmup_s, start + seconds - 0.1
+    t0, t1 = launched + warmup_s, start + seconds - 0.1
+    if t1 - t0 < 1.0:
+        raise NetemError(f"the senders took {launched - start:.1f} s to start, leaving a "
+                         f"{t1 - t0:.1f} s window in which all run; give more seconds (at least "
+                         f"{launched - start + warmup_s + 1.1:.0f})")
     per_node = []
     for node in sorted(rows):
         first = rows[node][0][1]  # every probe on a node samples the same interface
