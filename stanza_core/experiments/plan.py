@@ -36,6 +36,10 @@ from typing import TYPE_CHECKING, Any
 from ..labels import config_key
 from ..topology import Topology
 
+SETUP_S_PER_NODE = 10.0  # seconds per emulated node to start a run (namespaces, a Python + torch per rank): rough
+RUN_TIMEOUT_FLOOR_S = 1800.0  # the shortest wall-clock limit of one run
+RUN_TIMEOUT_FACTOR = 3.0  # a run's limit: this many times what its steps should take
+
 if TYPE_CHECKING:  # spec imports this module: the plan only reads and replaces RunConfigs
     from .spec import RunConfig
 
@@ -122,6 +126,20 @@ class RunPlan:
     @property
     def dilation(self) -> float:
         return self.link.dilation
+
+    def expected_s(self) -> float | None:
+        """Seconds the run should take (modelled): SETUP_S_PER_NODE per emulated node, then its
+        steps (warm-up included) of D x the model's step on the target. None without a target step."""
+        if self.target_step_s is None:
+            return None
+        return SETUP_S_PER_NODE * self.config.cluster_nodes + self.config.steps * self.dilation * self.target_step_s
+
+    def timeout_s(self) -> float:
+        """The run's wall-clock limit: RUN_TIMEOUT_FACTOR x expected_s, at least RUN_TIMEOUT_FLOOR_S.
+        A fixed limit cut off long replayed runs that were going well (VGG-16 stanza k=1 on 16 nodes
+        at D = 1600 needs about 40 min), while a hung peer must still end the run."""
+        expected = self.expected_s()
+        return max(RUN_TIMEOUT_FLOOR_S, RUN_TIMEOUT_FACTOR * expected) if expected else RUN_TIMEOUT_FLOOR_S
 
     def cache_key(self, **extra: Any) -> dict[str, Any]:
         """What the measured-runs cache keys this run by (the configuration, the rates, `extra`)."""

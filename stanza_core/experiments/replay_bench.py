@@ -53,7 +53,8 @@ def run_plans(plans: list[tuple[str, RunPlan]], *, write: Callable[[list[dict]],
               timeout_s: float = 3600, name_key: str = "name") -> list[dict]:
     """Every (name, plan): a row (plan_row, the name under `name_key`); a plan equal to an earlier
     one (the same configuration under another name) is not run twice: its row is the earlier
-    one's with `same_as` naming it. `write` gets the rows so far after every run."""
+    one's with `same_as` naming it. `write` gets the rows so far after every run. Each run's limit:
+    `timeout_s`, or its plan's (RunPlan.timeout_s) where that is longer."""
     rows: list[dict] = []
     seen: dict[RunPlan, dict] = {}
     for name, plan in plans:
@@ -62,7 +63,7 @@ def run_plans(plans: list[tuple[str, RunPlan]], *, write: Callable[[list[dict]],
             kept = dict(seen[plan], **{name_key: name, "same_as": seen[plan][name_key]})
         else:
             t0 = time.time()
-            m = run_config(plan.config, timeout_s=timeout_s)
+            m = run_config(plan.config, timeout_s=max(timeout_s, plan.timeout_s()))
             kept = {name_key: name, **plan_row(plan, m, time.time() - t0)}
             r = kept
             print(f"{r['model']} N={r['nodes']} {r['target_gbps']:g} Gb/s {name} ({plan.label}): D={plan.dilation:g}, "

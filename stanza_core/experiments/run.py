@@ -235,7 +235,7 @@ def replayed_point(point: Point, cache: Cache, engine_s: float | None = None) ->
     key = p.cache_key(repeat=point.repeat)
     got = cache.get("run", key)
     if got is None:
-        got = run_config(p.config)
+        got = run_config(p.config, timeout_s=p.timeout_s())
         cache.put("run", key, got)
     return p, {**got, **p.row(), "repeat": point.repeat}
 

@@ -58,9 +58,10 @@ def _rate_mbit(rows, col, t0, t1) -> float:
 
 def measure_flows(cl: EmulatedCluster, flows: list[tuple[int, int]], *, seconds: float = 2.5,
                   warmup_s: float = 0.5) -> dict:
-    """Run the flows at once for ``seconds``; rates over [launched+warmup_s, start+seconds-0.1 s],
-    the span in which every sender runs (launching hundreds of senders, as a 16-node mesh does,
-    takes seconds; a window opened at the first launch would count the ramp)."""
+    """Run the flows at once for ``seconds``; rates over the span in which every sender runs:
+    from the last sender's first sample + warmup_s to the first sender's last sample - 0.1 s (a
+    16-node mesh starts 240 senders, which takes seconds: a window opened at the first launch
+    would count the ramp)."""
     if seconds - warmup_s < 1.0:
         raise ValueError("seconds must exceed warmup_s by at least 1 s")
     procs, dests = [], sorted({d for _, d in flows})
@@ -80,7 +81,6 @@ def measure_flows(cl: EmulatedCluster, flows: list[tuple[int, int]], *, seconds:
                                    str(PORT), cl.nodes[s].iface, str(seconds)],
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
                    for s, d in flows]
-        launched = time.monotonic()
         procs += [p for _, p in senders]
         rows = {}  # node -> list of (role, rows)
         for node, p in [*receivers.items(), *senders]:
@@ -94,11 +94,12 @@ def measure_flows(cl: EmulatedCluster, flows: list[tuple[int, int]], *, seconds:
             if p.poll() is None:
                 p.kill()
                 p.wait()
-    t0, t1 = launched + warmup_s, start + seconds - 0.1
+    sent = [r for node in rows.values() for role, r in node if role == "send"]
+    t0, t1 = max(r[0][0] for r in sent) + warmup_s, min(r[-1][0] for r in sent) - 0.1
     if t1 - t0 < 1.0:
-        raise NetemError(f"the senders took {launched - start:.1f} s to start, leaving a "
-                         f"{t1 - t0:.1f} s window in which all run; give more seconds (at least "
-                         f"{launched - start + warmup_s + 1.1:.0f})")
+        late = max(r[0][0] for r in sent) - start
+        raise NetemError(f"the last sender started {late:.1f} s after the launches began, leaving a {t1 - t0:.1f} s "
+                         f"window in which all run; give more seconds (at least {late + warmup_s + 1.2:.0f})")
     per_node = []
     for node in sorted(rows):
         first = rows[node][0][1]  # every probe on a node samples the same interface

@@ -38,11 +38,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from ..experiments.plan import SETUP_S_PER_NODE
 from ..experiments.store import Point, Store, points
 from .spec import REPO_ROOT, Spec, SpecError
 
 MAX_FAILS_IN_A_ROW = 2  # fill: failed points in a row that stop it
-SETUP_S_PER_NODE = 10.0  # seconds per emulated node to start a run (namespaces, a Python + torch per rank): rough
 
 # notebook stem -> (experiments module, parameters dataclass, its replayed MeasureSpecs)
 _NOTEBOOKS: dict[str, tuple[str, str, Callable[[Any], list]]] = {
@@ -115,10 +115,9 @@ def estimate_s(point: Point, engine_s: float | None = None, *, engine_run: bool 
     cfg = point.config
     p = replayed_plan(cfg, point.target_gbps, None, engine=point.engine and engine_s is not None,
                       min_dilation=point.min_dilation, engine_s=engine_s if point.engine else None)
-    setup = SETUP_S_PER_NODE * cfg.cluster_nodes
-    run = setup + cfg.steps * p.dilation * p.target_step_s
+    run = p.expected_s()
     if engine_run and point.engine:
-        run += setup + dilation.ENGINE_STEPS * (dilation.model_step_s(cfg, 1000.0) + (engine_s or 0.0))
+        run += SETUP_S_PER_NODE * cfg.cluster_nodes + dilation.ENGINE_STEPS * (dilation.model_step_s(cfg, 1000.0) + (engine_s or 0.0))
     return run
 
 

@@ -276,3 +276,30 @@ def test_beyond_runs_go_through_the_plans_at_one_dilation_per_cell(tmp_path, mon
         assert r["target_samples_per_s"] == kw["global_batch"] / r["target_step_s"]
         assert r["error"] == pytest.approx(r["target_step_s"] / r["predicted_step_s"] - 1, rel=1e-12)
         assert r["bytes_per_step"] == 7 and r["expected_bytes_per_step"] > 0 and r["engine_s"] == 0.0
+
+
+def test_a_long_replayed_run_is_given_a_limit_beyond_its_steps(tmp_path, monkeypatch):
+    """VGG-16 stanza k=1 on 16 nodes at 100 Gb/s (D = 1600): modelled at about 25 min, it ran past
+    the old fixed 1800 s (runs take up to 1.4x and more of the model's time). Its plan's limit is
+    RUN_TIMEOUT_FACTOR x what its steps should take, and the grid's run gets it."""
+    from stanza_core.experiments import run
+
+    s = replayed.ReplaySet(models=["vgg16"], nodes=[16], strategies=["stanza"], fc_workers=[1],
+                           target_gbps=[100.0], engine=False)
+    (spec,) = s.specs
+    (p,) = spec.plans(Cache(None))
+    expected = plan.SETUP_S_PER_NODE * 16 + p.config.steps * p.dilation * p.target_step_s
+    assert p.dilation == 1600 and p.expected_s() == pytest.approx(expected, rel=1e-12)
+    assert 1.25 * expected > plan.RUN_TIMEOUT_FLOOR_S  # the old limit: a run 25 % over its model failed
+    assert p.timeout_s() == pytest.approx(plan.RUN_TIMEOUT_FACTOR * expected, rel=1e-12)
+    assert p.timeout_s() > 2 * plan.RUN_TIMEOUT_FLOOR_S
+    # a short replayed run keeps the floor; a run with no target step (real compute) too
+    (short,) = dataclasses.replace(s, models=["alexnet"], nodes=[4], target_gbps=[10.0]).specs[0].plans(Cache(None))
+    assert short.expected_s() < plan.RUN_TIMEOUT_FLOOR_S / plan.RUN_TIMEOUT_FACTOR
+    assert short.timeout_s() == plan.RUN_TIMEOUT_FLOOR_S
+    assert dataclasses.replace(p, target_step_s=None).timeout_s() == plan.RUN_TIMEOUT_FLOOR_S
+    limits = []
+    monkeypatch.setattr(run, "run_config", lambda cfg, *, timeout_s: limits.append(timeout_s) or {"throughput": 1.0})
+    (pt,) = points(spec)
+    got_plan, _ = run.replayed_point(pt, Cache(tmp_path))
+    assert got_plan == p and limits == [pytest.approx(p.timeout_s(), rel=1e-12)]
