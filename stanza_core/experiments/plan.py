@@ -136,8 +136,8 @@ class RunPlan:
 
     def timeout_s(self) -> float:
         """The run's wall-clock limit: RUN_TIMEOUT_FACTOR x expected_s, at least RUN_TIMEOUT_FLOOR_S.
-        A fixed limit cut off long replayed runs that were going well (VGG-16 stanza k=1 on 16 nodes
-        at D = 1600 needs about 40 min), while a hung peer must still end the run."""
+        A fixed 1800 s cut off long replayed runs that were going well (VGG-16 stanza k=1 on 16 nodes
+        at D = 1600: modelled 25 min, it ran past 30), while a hung peer must still end the run."""
         expected = self.expected_s()
         return max(RUN_TIMEOUT_FLOOR_S, RUN_TIMEOUT_FACTOR * expected) if expected else RUN_TIMEOUT_FLOOR_S
 
