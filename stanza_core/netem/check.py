@@ -95,9 +95,10 @@ def measure_flows(cl: EmulatedCluster, flows: list[tuple[int, int]], *, seconds:
                 p.kill()
                 p.wait()
     sent = [r for node in rows.values() for role, r in node if role == "send"]
-    t0, t1 = max(r[0][0] for r in sent) + warmup_s, min(r[-1][0] for r in sent) - 0.1
+    last_start = max(r[0][0] for r in sent)
+    t0, t1 = last_start + warmup_s, min(r[-1][0] for r in sent) - 0.1
     if t1 - t0 < 1.0:
-        late = max(r[0][0] for r in sent) - start
+        late = last_start - start
         raise NetemError(f"the last sender started {late:.1f} s after the launches began, leaving a {t1 - t0:.1f} s "
                          f"window in which all run; give more seconds (at least {late + warmup_s + 1.2:.0f})")
     per_node = []
