@@ -24,10 +24,16 @@ class DDP(Strategy):
             # DDP rebuilds its buckets in the forward after its first backward: gradients still
             # bound to the old buckets would keep them alive beside the new ones (2 x P floats)
             self.model.zero_grad(set_to_none=True)
+        self.comm.mark("forward_start", "compute")
         share = self.forward_loss(self.ddp, batch.x, batch.y, t, batch.positions)
+        self.comm.mark("forward_end", "compute")
         # DDP averages gradients over the N ranks; N * (sum/G) = the local mean, so the
         # averaged gradient is the gradient of the global mean loss.
-        (share * self.n).backward()
+        self.comm.mark("backward_start", "compute")
+        (share * self.n).backward()  # the buckets' allreduces launch from inside this call
+        self.comm.mark("backward_end", "compute")
         self.comm.wait_ddp()  # host-side wait with the timeout: a dead peer fails here, in one line
+        self.comm.mark("optimizer_start", "compute")
         self.optimizer.step()
+        self.comm.mark("optimizer_end", "compute")
         return share.detach()

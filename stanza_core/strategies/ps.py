@@ -164,8 +164,12 @@ class ParameterServer(Strategy):
         self.push_works, self.pull_works = [], []
         self.pending = list(self.bucket_params) if self.cfg.ps_overlap else [0]
         try:
+            self.comm.mark("forward_start", "compute")
             share = self.forward_loss(self.model, batch.x, batch.y, t, batch.positions)
+            self.comm.mark("forward_end", "compute")
+            self.comm.mark("backward_start", "compute")
             share.backward()  # accumulates into flat_grad; with overlap, hooks push bucket by bucket
+            self.comm.mark("backward_end", "compute")
             for j, left in enumerate(self.pending):
                 if left >= 0:  # not pushed yet: the whole vector (no overlap) or unused parameters
                     self._push(j)
@@ -186,9 +190,12 @@ class ParameterServer(Strategy):
             r = self.pieces[i][2]
             slot = self.slots[i]
             if self.lean:  # replayed: the update is the optimizer's wait; slot is a view of flat
+                self.comm.mark("optimizer_start", "compute")
                 self.optimizers[i].step()
+                self.comm.mark("optimizer_end", "compute")
                 sends += self.comm.p2p([("send", slot.detach(), w, "params", i) for w in self.workers if w != self.rank])
                 continue
+            self.comm.mark("optimizer_start", "compute")  # the server's sum of the pushes and its update
             parts = [self.flat_grad[r] if w == self.rank else inbox[i, w] for w in self.workers]
             total = parts[0].clone()
             for g in parts[1:]:  # worker rank order, whoever holds the slice
@@ -198,6 +205,7 @@ class ParameterServer(Strategy):
             slot.grad = None
             with torch.no_grad():
                 self.flat[r] = slot  # the colocated server's own model (a dedicated one's copy)
+            self.comm.mark("optimizer_end", "compute")
             sends += self.comm.p2p([("send", slot.detach(), w, "params", i) for w in self.workers if w != self.rank])
         return sends
 

@@ -47,3 +47,27 @@ def test_timeline_records_the_overlap_and_matches_the_counters(tmp_path):
             assert "allreduce" not in ev  # k = 1: no FC allreduce
             assert ev["forward_start"] == 2 * 2  # one FC forward per served CONV worker per step
             assert first["send"] < last["forward_start"]  # first gradient back before the last chunk
+
+
+@pytest.mark.parametrize("strategy", ["ps", "ddp"])
+def test_ps_and_ddp_mark_their_compute_and_overlap_it_with_the_gradients(tmp_path, strategy):
+    """ps with the overlapped push and ddp: forward, backward and the update are on the timeline;
+    with tiny buckets the first gradient leaves while the backward still runs; a colocated
+    server updates each piece of its shard once every push of it has arrived."""
+    extra = ("--ps-overlap",) if strategy == "ps" else ()
+    m, _, _ = train(tmp_path, strategy, 2, "--strategy", strategy, "--model", "tiny_cnn", "--global-batch", "4",
+                    "--steps", "2", "--bucket-mb", "0.001", "--timeline", *extra)
+    for r in m["ranks"]:
+        step0 = [e for e in r["timeline"] if e["step"] == 0]
+        ev = Counter(e["event"] for e in step0)
+        first = {e["event"]: e["t"] for e in reversed(step0)}
+        last = {e["event"]: e["t"] for e in step0}
+        assert ev["forward_start"] == ev["forward_end"] == ev["backward_start"] == ev["backward_end"] == 1
+        assert first["forward_end"] <= first["backward_start"] < last["backward_end"]
+        out = "allreduce" if strategy == "ddp" else "send"  # ddp's buckets; ps's pushes
+        assert first["forward_end"] < first[out] < last["backward_end"]  # a bucket leaves during the backward
+        assert ev["optimizer_start"] == ev["optimizer_end"] >= 1
+        if strategy == "ps":  # the server's updates: after the pushes of the piece arrived
+            assert first["recv_done"] <= first["optimizer_start"]
+        else:
+            assert last["allreduce_done"] <= first["optimizer_start"]
