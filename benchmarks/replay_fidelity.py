@@ -30,6 +30,11 @@ table in docs/benchmarks.md):
 
 The table gives each configuration's median over repeats and the spread of the per-repeat
 replay-vs-real errors (target: within 5 % each).
+
+Where a miss comes from: --timeline runs every job with the engine's `--timeline` and adds, per
+run and role, the median over timed steps of each compute phase (forward, backward, the FC
+worker's forward + backward per served CONV worker, the optimizer or server update) and of what
+is left of the step (waiting on the network), measured the same way in real and replayed runs.
 """
 from __future__ import annotations
 
@@ -111,6 +116,26 @@ def engine_scale(pool, a) -> tuple[float, float, float]:
     return engine / rounds, engine, rounds
 
 
+def phase_medians(metrics: dict, warmup: int) -> dict[str, dict[str, float]]:
+    """Per role, the median over its ranks and the timed steps of each compute phase's seconds
+    in a step (summed over its bars: an FC worker's served chunks, a server's pieces), and of
+    "other" (the step less those phases: waiting on the network)."""
+    from stanza_core.viz import timeline_intervals
+
+    steps = {s["step"]: s["time_s"] for s in metrics["steps"][warmup:]}
+    per_role: dict[str, dict[str, list[float]]] = {}
+    for r in metrics["ranks"]:
+        for step, step_s in steps.items():
+            got: dict[str, float] = {}
+            for b in timeline_intervals(r, step):
+                if b["lane"] == "compute":
+                    got[b["what"]] = got.get(b["what"], 0.0) + b["end"] - b["start"]
+            got["other"] = step_s - sum(got.values())
+            for what, sec in got.items():
+                per_role.setdefault(r["role"], {}).setdefault(what, []).append(sec)
+    return {role: {w: statistics.median(v) for w, v in phases.items()} for role, phases in per_role.items()}
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", default="cifar_alexnet")
@@ -129,6 +154,8 @@ def main(argv=None) -> int:
                     help="refuse a configuration whose gradients travel in fewer buckets (ps without overlap: one)")
     ap.add_argument("--calibrate", action=argparse.BooleanOptionalAction, default=True,
                     help="scale the rounds' times to the engine's own concurrent compute step (see engine_scale)")
+    ap.add_argument("--timeline", action="store_true",
+                    help="record the engine's timeline and report each compute phase, real against replayed")
     ap.add_argument("--out", default=None)
     a = ap.parse_args(argv)
     from stanza_core.netem import run_training
@@ -163,7 +190,7 @@ def main(argv=None) -> int:
                                     global_batch=a.global_batch, steps=a.steps, warmup=a.warmup,
                                     fc_workers=k or None, ps_overlap=overlap, device="cpu", quiet=True,
                                     metrics=metrics, bucket_mb=a.bucket_mb if a.bucket_mb != DEFAULT_BUCKET_MB else None,
-                                    overwrite=True, timeout_s=600, **extra)
+                                    overwrite=True, timeout_s=600, timeline=a.timeline, **extra)
                     m = run_training(a.nodes, a.link_mbit, args, mtu=a.mtu, timeout_s=1200, quiet=True)
                     runs.append({"config": name, "strategy": s, "fc_workers": k, "ps_overlap": overlap,
                                  "buckets": buckets[name], "compute": compute, "repeat": rep,
@@ -171,7 +198,8 @@ def main(argv=None) -> int:
                                  "step_times_s": [x["time_s"] for x in m["steps"]],
                                  "bytes_per_step": m["bytes_per_step"], "device_profile": dev.to_dict(),
                                  "timing_rounds": rounds, "engine_scale": scale, "engine_step_s": engine,
-                                 "rounds_step_s": rounds_step, "finished_at": time.strftime("%H:%M:%S")})
+                                 "rounds_step_s": rounds_step, "finished_at": time.strftime("%H:%M:%S"),
+                                 **({"phases": phase_medians(m, a.warmup)} if a.timeline else {})})
                     print(f"{config_label(s, k, ps_overlap=overlap):12s} {compute:6s} rep {rep}: median step "
                           f"{m['step_time_median_s'] * 1e3:.1f} ms", file=sys.stderr, flush=True)
     rows = []
@@ -197,11 +225,30 @@ def main(argv=None) -> int:
         print(f"| {r['config']} | {r['buckets'] or 1} | {r['real_s'] * 1e3:.1f} | {r['replay_s'] * 1e3:.1f} "
               f"| {100 * r['error']:+.1f} % | {reps} % ({100 * spread:.1f} points) "
               f"| {'yes' if r['same_bytes'] else 'NO'} |")
+    if a.timeline:
+        print_phases(runs)
     if a.out:
         os.makedirs(os.path.dirname(os.path.abspath(a.out)), exist_ok=True)
         with open(a.out, "w") as fh:
             json.dump({"args": vars(a), "bucket_counts": counts, "runs": runs, "table": rows}, fh, indent=1)
     return 0
+
+
+def print_phases(runs: list[dict]) -> None:
+    """Per configuration and role, each phase's median over repeats, real against replayed (ms)."""
+    print("\n| configuration | role | phase | real (ms) | replayed (ms) | replayed - real (ms) |")
+    print("|---|---|---|---|---|---|")
+    for name in dict.fromkeys(r["config"] for r in runs):
+        mine = [r for r in runs if r["config"] == name]
+        label = config_label(mine[0]["strategy"], mine[0]["fc_workers"], ps_overlap=mine[0]["ps_overlap"])
+        for role in dict.fromkeys(role for r in mine for role in r["phases"]):
+            whats = list(dict.fromkeys(w for r in mine for w in r["phases"].get(role, {})))
+            for what in whats:
+                got = {c: [r["phases"][role][what] for r in mine
+                           if r["compute"] == c and what in r["phases"].get(role, {})] for c in ("real", "replay")}
+                med = {c: statistics.median(v) if v else float("nan") for c, v in got.items()}
+                print(f"| {label} | {role} | {what} | {med['real'] * 1e3:.1f} | {med['replay'] * 1e3:.1f} "
+                      f"| {(med['replay'] - med['real']) * 1e3:+.1f} |")
 
 
 if __name__ == "__main__":

@@ -1,0 +1,52 @@
+"""benchmarks/replay_fidelity.py --timeline: each compute phase of a step, per role, from the timeline."""
+from __future__ import annotations
+
+import importlib.util
+import statistics
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _bench():
+    spec = importlib.util.spec_from_file_location("replay_fidelity", ROOT / "benchmarks" / "replay_fidelity.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _ev(step, t, event, peer=None, category="compute"):
+    return {"step": step, "t": t, "event": event, "category": category, "peer": peer, "bytes": 0}
+
+
+def _conv(rank, step, fwd, bwd):
+    return [_ev(step, 0.0, "forward_start"), _ev(step, fwd, "forward_end"),
+            _ev(step, 0.5, "backward_start"), _ev(step, 0.5 + bwd, "backward_end"),
+            _ev(step, 0.9, "optimizer_start"), _ev(step, 0.92, "optimizer_end")]
+
+
+def test_phases_are_summed_per_step_and_the_median_taken_over_ranks_and_timed_steps():
+    # step 0 is the warm-up and is left out; two CONV workers, one FC worker serving both
+    conv = [{"rank": r, "role": "conv_worker",
+             "timeline": _conv(r, 0, 0.4, 0.4) + _conv(r, 1, 0.10 + 0.02 * r, 0.20) + _conv(r, 2, 0.12, 0.30)}
+            for r in (0, 1)]
+    fc_tl = []
+    for step in (0, 1, 2):
+        for src, start in ((0, 0.2), (1, 0.3)):
+            fc_tl += [_ev(step, start, "forward_start", src), _ev(step, start + 0.05, "backward_end", src)]
+    fc = {"rank": 2, "role": "fc_worker", "timeline": fc_tl}
+    metrics = {"steps": [{"step": 0, "time_s": 9.0}, {"step": 1, "time_s": 1.0}, {"step": 2, "time_s": 1.2}],
+               "ranks": [*conv, fc]}
+    got = _bench().phase_medians(metrics, warmup=1)
+    c = got["conv_worker"]
+    # forwards of the timed steps: 0.10, 0.12 (rank 0), 0.12, 0.12 (rank 1) -> median 0.12
+    assert c["forward"] == pytest.approx(0.12)
+    assert c["backward"] == pytest.approx(0.25)  # 0.20, 0.30, 0.20, 0.30
+    assert c["optimizer step"] == pytest.approx(0.02)
+    # the rest of each step: 1.0 - 0.10 - 0.2 - 0.02 = 0.68, 0.66 (rank 1), 1.2 - 0.12 - 0.3 - 0.02 = 0.76
+    assert c["other"] == pytest.approx(statistics.median([0.68, 0.66, 0.76, 0.76]))
+    f = got["fc_worker"]
+    assert f["FC forward + backward"] == pytest.approx(0.10)  # two served chunks of 0.05 per step
+    assert f["other"] == pytest.approx(statistics.median([0.9, 1.1]))
