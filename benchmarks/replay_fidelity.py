@@ -156,6 +156,9 @@ def main(argv=None) -> int:
                     help="scale the rounds' times to the engine's own concurrent compute step (see engine_scale)")
     ap.add_argument("--timeline", action="store_true",
                     help="record the engine's timeline and report each compute phase, real against replayed")
+    ap.add_argument("--keep-metrics", default=None, metavar="DIR",
+                    help="keep every run's metrics JSON (with --timeline: its timeline) in DIR, "
+                         "as <config>-<real|replay>-<repeat>.json (benchmarks/message_latency.py reads them)")
     ap.add_argument("--out", default=None)
     a = ap.parse_args(argv)
     from stanza_core.netem import run_training
@@ -170,6 +173,12 @@ def main(argv=None) -> int:
     if few:
         ap.error(f"--min-buckets {a.min_buckets}: {', '.join(few)} at --bucket-mb {a.bucket_mb:g}; lower --bucket-mb")
     params = sum(p.numel() for p in get_model(a.model, a.num_classes).parameters())
+    if a.keep_metrics:
+        os.makedirs(a.keep_metrics, exist_ok=True)
+        taken = [f"{c}-{x}-{r}.json" for c in wanted for x in ("real", "replay") for r in range(a.repeats)
+                 if os.path.exists(os.path.join(a.keep_metrics, f"{c}-{x}-{r}.json"))]
+        if taken:
+            ap.error(f"--keep-metrics {a.keep_metrics} already holds {taken[0]}; choose an empty folder")
     runs = []
     with tempfile.TemporaryDirectory(prefix="replay-fidelity-") as tmp, \
             timing.TimingPool(a.model, a.image_size, a.num_classes, a.nodes) as pool:
@@ -184,7 +193,7 @@ def main(argv=None) -> int:
                 with open(dev_path, "w") as fh:
                     json.dump(dev.to_dict(), fh)
                 for compute in ("real", "replay"):
-                    metrics = os.path.join(tmp, f"{name}-{compute}-{rep}.json")
+                    metrics = os.path.join(a.keep_metrics or tmp, f"{name}-{compute}-{rep}.json")
                     extra = {"compute": "replay", "replay_device": dev_path, "dilation": 1} if compute == "replay" else {}
                     args = cli_args(strategy=s, model=a.model, image_size=a.image_size, num_classes=a.num_classes,
                                     global_batch=a.global_batch, steps=a.steps, warmup=a.warmup,
