@@ -1,4 +1,6 @@
-"""benchmarks/replay_fidelity.py --timeline: each compute phase of a step, per role, from the timeline."""
+"""Timeline readers of the fidelity benchmarks: benchmarks/replay_fidelity.py --timeline (each
+compute phase of a step, per role) and benchmarks/message_latency.py (p2p latency, grouped by the
+messages posted at once)."""
 from __future__ import annotations
 
 import importlib.util
@@ -10,8 +12,8 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _bench():
-    spec = importlib.util.spec_from_file_location("replay_fidelity", ROOT / "benchmarks" / "replay_fidelity.py")
+def _bench(name: str):
+    spec = importlib.util.spec_from_file_location(name, ROOT / "benchmarks" / f"{name}.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
@@ -39,7 +41,7 @@ def test_phases_are_summed_per_step_and_the_median_taken_over_ranks_and_timed_st
     fc = {"rank": 2, "role": "fc_worker", "timeline": fc_tl}
     metrics = {"steps": [{"step": 0, "time_s": 9.0}, {"step": 1, "time_s": 1.0}, {"step": 2, "time_s": 1.2}],
                "ranks": [*conv, fc]}
-    got = _bench().phase_medians(metrics, warmup=1)
+    got = _bench("replay_fidelity").phase_medians(metrics, warmup=1)
     c = got["conv_worker"]
     # forwards of the timed steps: 0.10, 0.12 (rank 0), 0.12, 0.12 (rank 1) -> median 0.12
     assert c["forward"] == pytest.approx(0.12)
@@ -50,3 +52,24 @@ def test_phases_are_summed_per_step_and_the_median_taken_over_ranks_and_timed_st
     f = got["fc_worker"]
     assert f["FC forward + backward"] == pytest.approx(0.10)  # two served chunks of 0.05 per step
     assert f["other"] == pytest.approx(statistics.median([0.9, 1.1]))
+
+
+def test_latency_runs_from_the_send_to_the_receivers_wait_and_counts_the_messages_sent_at_once():
+    def act(step, t, event, peer):
+        return _ev(step, t, event, peer, "activations")
+
+    # step 0 (warm-up) is left out. Step 1: ranks 0 and 1 send to rank 2 within 1 ms, rank 3 30 ms later.
+    ranks = [{"rank": 0, "timeline": [act(0, 0.0, "send", 2), act(1, 0.010, "send", 2)]},
+             {"rank": 1, "timeline": [act(0, 0.0, "send", 2), act(1, 0.011, "send", 2)]},
+             {"rank": 3, "timeline": [act(0, 0.0, "send", 2), act(1, 0.041, "send", 2),
+                                      _ev(1, 0.041, "send", 2, "labels")]},
+             {"rank": 2, "timeline": [act(0, 9.0, "recv_done", 0), act(0, 9.0, "recv_done", 1),
+                                      act(0, 9.0, "recv_done", 3), act(1, 0.030, "recv_done", 0),
+                                      act(1, 0.025, "recv_done", 1), act(1, 0.048, "recv_done", 3),
+                                      _ev(1, 0.090, "recv_done", 3, "labels")]}]
+    metrics = {"config": {"warmup": 1}, "steps": [{"step": 0}, {"step": 1}], "ranks": ranks}
+    bench = _bench("message_latency")
+    got = sorted(bench.latencies(metrics, "activations", 0.004))
+    assert [n for n, _ in got] == [0, 1, 1]  # rank 3's message travelled alone
+    assert [lat for _, lat in got] == pytest.approx([0.007, 0.014, 0.020])
+    assert bench.latencies(metrics, "labels", 0.004) == [(0, pytest.approx(0.049))]
