@@ -116,7 +116,8 @@ def main(argv=None) -> int:
     ap.add_argument("--nodes", type=int, default=4)
     ap.add_argument("--link-mbit", type=float, default=125.0)
     ap.add_argument("--mtu", type=int, default=9000)
-    ap.add_argument("--bytes", type=int, default=24 * 256 * 4, help="message size (cifar_alexnet's 24 x 256 activations)")
+    ap.add_argument("--bytes", type=int, default=24 * 1536 * 4,
+                    help="message size (default: cifar_alexnet's activations at 32 px, 24 samples x 1536 floats)")
     ap.add_argument("--batch", type=int, default=24, help="labels sent beside each message")
     ap.add_argument("--reply-ms", type=float, default=9.0)
     ap.add_argument("--reps", type=int, default=20)
