@@ -1,6 +1,6 @@
-"""Timeline readers of the fidelity benchmarks: benchmarks/replay_fidelity.py --timeline (each
-compute phase of a step, per role) and benchmarks/message_latency.py (p2p latency, grouped by the
-messages posted at once)."""
+"""Timeline readers of the benchmarks: replay_fidelity.py --timeline (each compute phase of a
+step, per role), message_latency.py (p2p latency, grouped by the messages posted at once) and
+ps_timeline.py (a parameter-server step's milestones)."""
 from __future__ import annotations
 
 import importlib.util
@@ -73,3 +73,20 @@ def test_latency_runs_from_the_send_to_the_receivers_wait_and_counts_the_message
     assert [n for n, _ in got] == [0, 1, 1]  # rank 3's message travelled alone
     assert [lat for _, lat in got] == pytest.approx([0.007, 0.014, 0.020])
     assert bench.latencies(metrics, "labels", 0.004) == [(0, pytest.approx(0.049))]
+
+
+def test_ps_milestones_take_each_ranks_first_or_last_event_per_step():
+    def rank(r, push_arrivals, pull_done):
+        tl = [_ev(0, 0.2, "backward_end"), _ev(0, 0.21, "send", 1 - r, "grads"),
+              *[_ev(0, t, "recv_done", 1 - r, "grads") for t in push_arrivals],
+              _ev(0, max(push_arrivals) + 0.01, "optimizer_start"), _ev(0, max(push_arrivals) + 0.02, "send", 1 - r, "params"),
+              *[_ev(0, t, "recv_done", 1 - r, "params") for t in pull_done]]
+        return {"rank": r, "timeline": tl}
+
+    metrics = {"steps": [{"step": 0, "time_s": 1.0}], "ranks": [rank(0, [0.5, 0.7], [0.9]), rank(1, [0.6], [0.8, 0.95])]}
+    got = _bench("ps_timeline").milestones(metrics)[0]
+    assert got["first push arrived"] == [0.5, 0.6]
+    assert got["last push arrived"] == [0.7, 0.6]
+    assert got["first update"] == pytest.approx([0.71, 0.61])
+    assert got["last pull done"] == [0.9, 0.95]
+    assert got["backward end"] == [0.2, 0.2]
