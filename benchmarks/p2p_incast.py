@@ -79,7 +79,7 @@ def rank_program(reps: int, nbytes: int, batch: int, reply_s: float, modes: list
                     w.wait(timeout)
                 for t in threads:
                     t.join()
-                mine = torch.tensor(arrived, dtype=torch.float64)
+                mine = arrived
             else:
                 when = t0 + (STAGGER_S * rank if mode.startswith("staggered") else 0.0)
                 if mode.endswith("busy"):
@@ -94,16 +94,12 @@ def rank_program(reps: int, nbytes: int, batch: int, reply_s: float, modes: list
                 dist.irecv(back, last, group=pairs[rank], tag=3).wait(timeout)
                 for w in sends:
                     w.wait(timeout)
-                mine = torch.tensor([posted], dtype=torch.float64)
-            posts = []
-            for r in range(last):
-                t = mine.clone() if r == rank else torch.zeros(1, dtype=torch.float64)
-                dist.broadcast(t, r)
-                posts.append(float(t))
-            t = mine.clone() if rank == last else torch.zeros(last, dtype=torch.float64)
-            dist.broadcast(t, last)
+                mine = [posted]
+            everyone = [None] * world  # each sender's post time, the receiver's arrival times
+            dist.all_gather_object(everyone, mine)
             if rank == 0:
-                rows.append({"mode": mode, "repeat": rep, "latency_s": [float(t[i]) - posts[i] for i in range(last)]})
+                rows.append({"mode": mode, "repeat": rep,
+                             "latency_s": [everyone[last][i] - everyone[i][0] for i in range(last)]})
             dist.barrier()
     if rank == 0:
         with open(out, "w") as fh:
