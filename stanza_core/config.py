@@ -14,6 +14,7 @@ BACKENDS = ("auto", "gloo", "nccl")
 BOUNDARY_DTYPES = ("fp32", "bf16", "fp16")
 GRAD_COMPRESSIONS = ("none", "fp16", "bf16", "powersgd")
 COMPUTE = ("real", "replay")
+REPLAY_WAITS = ("sleep", "spin")
 
 
 BN_STATS = ("global", "local")
@@ -65,6 +66,8 @@ class TrainConfig:
     compute: str = "real"  # real | replay (layer arithmetic replaced by waits: stanza_core/replay.py)
     replay_device: str | None = None  # replay: a device (v100, h200-measured, ...: perf device names) or PATH.json
     dilation: float = 1.0  # replay: D, each replayed compute time is D x the device's
+    replay_wait: str = "sleep"  # replay: sleep (release the CPU, as accelerator compute) | spin (hold it, as CPU compute)
+    replay_jitter: str | None = None  # replay: PATH.json of measured per-step compute factors per rank (replay.py: jitter)
     bn_stats: str = "global"  # batch-norm statistics: global (over the global batch, SyncBatchNorm semantics: equals local) | local (per data worker: not equal to local)
 
     def __post_init__(self):
@@ -121,6 +124,7 @@ class TrainConfig:
                 raise ConfigError(f"--save-every: {path} already exists; pass --overwrite to replace it")
 
         checks.one_of("--compute", self.compute, COMPUTE)
+        checks.one_of("--replay-wait", self.replay_wait, REPLAY_WAITS)
         if self.compute == "replay":
             if not self.replay_device:
                 raise ConfigError("--compute replay needs --replay-device (a device-table row, a measured device or PATH.json)")
@@ -128,8 +132,8 @@ class TrainConfig:
                 if getattr(self, name):
                     raise ConfigError(f"--{name.replace('_', '-')} is refused with --compute replay "
                                       "(replayed compute does not train the parameters)")
-        elif self.replay_device or self.dilation != 1.0:
-            raise ConfigError("--replay-device and --dilation need --compute replay")
+        elif self.replay_device or self.dilation != 1.0 or self.replay_jitter or self.replay_wait != "sleep":
+            raise ConfigError("--replay-device, --dilation, --replay-wait and --replay-jitter need --compute replay")
 
     def _check_paths(self):
         """Every output path can be written, checked now: a run never trains and then fails to save."""

@@ -24,6 +24,23 @@ Values are meaningless (losses are not reported as losses; --save is refused).
 Batch-norm layers with global statistics (--bn-stats global) still make their four allreduces of
 C values per step (of zeros), so the bn_stats bytes are those of a real step.
 
+Measured jitter (`--replay-jitter PATH.json`). A device profile gives each step the same compute
+time, while real ranks that share cores (the emulated cluster's CPU runs) compute each step a
+little faster or slower, and when ranks post their messages decides how they queue on the
+links. The file holds measured factors, one set per step of a real run of the same
+configuration and per rank: {"source": str, "steps": [[{"fwd": f, "bwd": f, "update": f} per
+rank] per step]}, each a phase's time in that step over its mean over the run (so they keep the
+profile's mean and bring only the spread; benchmarks/replay_fidelity.py --jitter writes them).
+Step t of every rank takes the factors of the same measured step (a permutation of the steps by
+--seed, the same on every rank), so ranks that were slow together stay slow together.
+
+How a wait waits (`--replay-wait`). `sleep` (the default) releases the CPU: the compute it
+stands for runs on an accelerator, and the host is free for the network stack meanwhile. `spin`
+busy-waits instead, holding a core as CPU compute does: for replaying a profile of this machine's
+own CPU against real CPU compute (the fidelity anchor, benchmarks/replay_fidelity.py), where the
+cores the compute takes are the ones the emulated cluster's network stack (the transport threads,
+TCP, the shaper) also needs.
+
 Glossary: D = dilation, the factor by which replayed compute (and, to keep the ratio, the
 emulated link rate: perf.emulated_bandwidth) is slowed down; target time = measured time / D.
 """
@@ -55,7 +72,38 @@ def load_device(spec: str, profile, batch: float | None = None):
         raise ConfigError(str(e).splitlines()[0]) from None
 
 
-def prepare(cfg: TrainConfig, model: nn.Module, batch: int) -> "Replayer | None":
+JITTER_PHASES = ("fwd", "bwd", "update")
+
+
+def load_jitter(path: str, world: int) -> list[list[dict[str, float]]]:
+    """The measured per-step factors of --replay-jitter (module docstring), checked: a list of
+    steps, each with one {"fwd", "bwd", "update"} of positive numbers per rank of `world`. Bad
+    input: ConfigError, one line."""
+    import json
+    import math
+
+    what = f"--replay-jitter {path}"
+    try:
+        with open(path) as fh:
+            steps = json.load(fh)["steps"]
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise ConfigError(f"{what}: expected a JSON object with a list of steps ({type(e).__name__}: {e})") from None
+    if not isinstance(steps, list) or not steps:
+        raise ConfigError(f"{what}: expected a non-empty list of steps")
+    for i, step in enumerate(steps):
+        if not isinstance(step, list) or len(step) != world:
+            raise ConfigError(f"{what}: step {i} holds {len(step) if isinstance(step, list) else 'no list of'} "
+                              f"ranks' factors; expected {world} (the run's world size)")
+        for r, f in enumerate(step):
+            ok = isinstance(f, dict) and all(isinstance(f.get(k), (int, float)) and math.isfinite(f[k]) and f[k] > 0
+                                             for k in JITTER_PHASES)
+            if not ok:
+                raise ConfigError(f"{what}: step {i}, rank {r}: expected positive finite numbers "
+                                  f"{', '.join(JITTER_PHASES)}, got {f!r}")
+    return steps
+
+
+def prepare(cfg: TrainConfig, model: nn.Module, batch: int, rank: int = 0, world: int = 1) -> "Replayer | None":
     """Install replay on `model` when cfg.compute == "replay" (before any process group: every
     error here is one line). `batch`: samples per data worker (the profile's split point)."""
     if cfg.compute != "replay":
@@ -70,6 +118,9 @@ def prepare(cfg: TrainConfig, model: nn.Module, batch: int) -> "Replayer | None"
         raise ConfigError(f"--compute replay: {e}") from None
     dev = load_device(cfg.replay_device, profile, batch)
     rep = Replayer(model, profile, dev.profile, cfg.dilation, measured=dev.measured, source=dev.source)
+    rep.spin = cfg.replay_wait == "spin"
+    if cfg.replay_jitter:
+        rep.set_jitter(load_jitter(cfg.replay_jitter, world), rank, cfg.seed, cfg.replay_jitter)
     setattr(model, _ATTR, rep)
     return rep
 
@@ -207,6 +258,10 @@ class Replayer:
         self.extrapolated: set[float] = set()  # batches of calls outside the measured records'
         self.trace: list | None = None  # a list: every call's (layer, phase, batch, seconds) (tests)
         self.armed, self.waited_s, self.debt_s = False, 0.0, 0.0
+        self.spin = False  # --replay-wait spin: waits hold the CPU
+        self.jitter: list[dict[str, float]] | None = None  # this rank's factors, in the order steps take them
+        self.jitter_source: str | None = None
+        self.factors = dict.fromkeys(JITTER_PHASES, 1.0)  # the current step's
         memo = {id(t): torch.empty_like(t, device="meta") for t in model.buffers()}
         memo.update({id(p): nn.Parameter(torch.empty_like(p, device="meta"), requires_grad=p.requires_grad)
                      for p in model.parameters()})  # parameters stay parameters: probe learns their order
@@ -234,7 +289,7 @@ class Replayer:
         return forward
 
     def wait(self, seconds: float):
-        """Sleep `seconds` (releasing the CPU). Oversleeping is carried as debt and taken off the
+        """Sleep `seconds` (releasing the CPU; with `spin`, busy-wait them). Oversleeping is carried as debt and taken off the
         next waits, so the sum of waits tracks the sum of replayed times."""
         if not self.armed or seconds <= 0:
             return
@@ -243,7 +298,11 @@ class Replayer:
             self.debt_s = -want
             return
         t0 = time.perf_counter()
-        time.sleep(want)
+        if self.spin:  # hold the CPU, as the compute it stands for would (--replay-wait spin)
+            while time.perf_counter() - t0 < want:
+                pass
+        else:
+            time.sleep(want)
         got = time.perf_counter() - t0
         self.debt_s = got - want
         self.waited_s += got
@@ -259,14 +318,26 @@ class Replayer:
         return self.dilation * layer.share * self.dev.time_s(layer.part, phase, batch)
 
     def compute(self, layer: _Layer, phase: str, batch: int):
-        seconds = self.seconds(layer, phase, batch)
+        seconds = self.seconds(layer, phase, batch) * self.factors[phase]
         if self.trace is not None and self.armed:
             self.trace.append((layer.name, phase, batch, seconds))
         if seconds > 0:
             self.wait(seconds)
 
-    def begin_step(self):
+    def set_jitter(self, steps: list[list[dict[str, float]]], rank: int, seed: int, source: str):
+        """Measured factors (load_jitter): step t takes measured step order[t % len(steps)], the
+        same permutation (by `seed`) on every rank."""
+        import random
+
+        order = list(range(len(steps)))
+        random.Random(seed).shuffle(order)
+        self.jitter = [{k: float(steps[i][rank][k]) for k in JITTER_PHASES} for i in order]
+        self.jitter_source = source
+
+    def begin_step(self, t: int = 0):
         self.armed, self.debt_s = True, 0.0
+        if self.jitter is not None:
+            self.factors = self.jitter[t % len(self.jitter)]
         self.wait(self.dilation * self.dev.step_overhead_s)
 
     def replay_optimizer(self, optimizer: torch.optim.Optimizer):
@@ -274,7 +345,7 @@ class Replayer:
         optimizer.zero_grad() does nothing (no optimizer state is ever made)."""
         n = sum(p.numel() for g in optimizer.param_groups for p in g["params"])
         seconds = self.dilation * self.dev.update_s_per_param * n
-        optimizer.step = lambda closure=None: self.wait(seconds)
+        optimizer.step = lambda closure=None: self.wait(seconds * self.factors["update"])
         # gradients stay bound to their buffers (param_grad): clearing them is host work with no
         # effect on what crosses the network
         optimizer.zero_grad = lambda set_to_none=True: None
@@ -284,6 +355,11 @@ class Replayer:
             (lambda layer: layer.share > 0)
         out = {"device": self.dev.name, "source": self.source, "dilation": self.dilation, "profile": self.dev.to_dict(),
                "replayed_layers": sum(1 for layer in self.layers if waits(layer))}
+        out["wait"] = "spin" if self.spin else "sleep"
+        if self.jitter is not None:
+            out["jitter"] = {"file": self.jitter_source, "steps": len(self.jitter),
+                             **{k: [min(f[k] for f in self.jitter), max(f[k] for f in self.jitter)]
+                                for k in JITTER_PHASES}}
         if self.measured is not None:
             out["measured"] = {"layers": "each layer waits its own measured time", "batches": self.measured.batches,
                                "extrapolated_batches": sorted(self.extrapolated)}

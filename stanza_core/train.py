@@ -151,7 +151,7 @@ def prepare(cfg: TrainConfig) -> Prepared:
     resumed = None
     if cfg.resume:
         resumed = checkpoint.load(cfg.checkpoint_dir, rank, world, dataclasses.asdict(cfg))
-    replay.prepare(cfg, model, topo.worker_batch(cfg.global_batch))  # --compute replay: waits, no arithmetic
+    replay.prepare(cfg, model, topo.worker_batch(cfg.global_batch), rank, world)  # --compute replay: waits, no arithmetic
     if split is not None and (unused := unused_part(topo, rank)):  # built whole (same init everywhere),
         split.release(unused)  # then a rank keeps only what it trains, before it reaches the device
     # to the device, leaving released (meta) tensors where they are (Module.to would refuse them)
@@ -232,7 +232,7 @@ def _train(cfg, prep: Prepared, comm) -> dict | None:
         batch = batch_for(t)
         mark = log.start()
         if replayer:
-            replayer.begin_step()
+            replayer.begin_step(t)
         with naming_step(comm, t):
             with comm.counting():
                 share = strategy.step(t, batch)

@@ -103,6 +103,80 @@ def test_waits_equal_the_model_compute_times():
     assert all(torch.equal(b, p) for b, p in zip(before, model.parameters()))  # replayed: no update
 
 
+def test_measured_jitter_scales_each_step_and_every_rank_takes_the_same_measured_step(tmp_path):
+    """--replay-jitter: step t waits the profile's times x one measured step's factors for this
+    rank (forward, backward, update), the measured step chosen by a permutation (by --seed) that
+    every rank shares."""
+    steps = [[{"fwd": 0.5 + s, "bwd": 2.0 + s, "update": 3.0 + s}, {"fwd": 10.0 + s, "bwd": 20.0 + s, "update": 30.0 + s}]
+             for s in range(5)]
+    path = tmp_path / "jitter.json"
+    path.write_text(json.dumps({"source": "test", "steps": steps}))
+    loaded = replay.load_jitter(str(path), world=2)
+    x = torch.randn(4, 3, 32, 32)
+    picked = []
+    for rank in (0, 1):
+        model, rep, dev = replayed(batch=4, dilation=7.0)
+        rep.set_jitter(loaded, rank, seed=3, source=str(path))
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        rep.replay_optimizer(opt)
+        n = sum(p.numel() for p in model.parameters())
+        mine = []
+        for t in range(6):
+            rep.begin_step(t)
+            rep.asked.clear()
+            rep.trace = []
+            model(x).sum().backward()
+            fwd = sum(sec for _, ph, _, sec in rep.trace if ph == "fwd")
+            bwd = sum(sec for _, ph, _, sec in rep.trace if ph == "bwd")
+            rep.asked.clear()
+            opt.step()
+            f = rep.factors
+            base_f = 7.0 * sum(dev.time_s(p, "fwd", 4) for p in ("conv", "fc"))
+            base_b = 7.0 * sum(dev.time_s(p, "bwd", 4) for p in ("conv", "fc"))
+            assert fwd == pytest.approx(base_f * f["fwd"]) and bwd == pytest.approx(base_b * f["bwd"])
+            assert rep.asked == [pytest.approx(7.0 * dev.update_s_per_param * n * f["update"])]
+            mine.append(next(s for s in range(5) if steps[s][rank] == f))
+        picked.append(mine)
+        assert rep.describe()["jitter"]["steps"] == 5
+    assert picked[0] == picked[1]  # the same measured step on both ranks
+    assert sorted(picked[0][:5]) == list(range(5)) and picked[0][5] == picked[0][0]  # each once, then again
+    model, rep, _ = replayed()
+    rep.set_jitter(loaded, 0, seed=4, source="")
+    assert [rep.jitter[t] for t in range(5)] != [loaded[picked[0][t]][0] for t in range(5)]  # another seed, another order
+
+
+@pytest.mark.parametrize("content,msg", [
+    ("not json", "expected a JSON object with a list of steps"),
+    ('{"source": "x"}', "expected a JSON object with a list of steps"),
+    ('{"steps": []}', "expected a non-empty list of steps"),
+    ('{"steps": [[{"fwd": 1, "bwd": 1, "update": 1}]]}', "step 0 holds 1 ranks' factors; expected 2"),
+    ('{"steps": [[{"fwd": 1, "bwd": 1, "update": 1}, {"fwd": 1, "bwd": 0, "update": 1}]]}',
+     "step 0, rank 1: expected positive finite numbers fwd, bwd, update"),
+    ('{"steps": [[{"fwd": 1, "bwd": 1, "update": 1}, {"fwd": 1, "bwd": 1}]]}', "step 0, rank 1"),
+])
+def test_malformed_jitter_file(tmp_path, content, msg):
+    path = tmp_path / "jitter.json"
+    path.write_text(content)
+    with pytest.raises(ConfigError, match=msg) as e:
+        replay.load_jitter(str(path), world=2)
+    assert len(str(e.value).splitlines()) == 1
+
+
+def test_a_spinning_wait_holds_the_cpu_instead_of_sleeping(monkeypatch):
+    """--replay-wait spin: a wait never sleeps and lasts at least what it was asked."""
+    import time
+
+    model = get_model("tiny_cnn", 10)
+    profile = named_profile("tiny_cnn", 32, 10, 4)
+    rep = replay.Replayer(model, profile, DeviceProfile.from_table("v100", profile), 1.0)
+    rep.armed, rep.spin = True, True
+    monkeypatch.setattr(time, "sleep", lambda s: pytest.fail("a spinning wait slept"))
+    t0 = time.perf_counter()
+    rep.wait(0.02)
+    assert time.perf_counter() - t0 >= 0.02
+    assert rep.describe()["wait"] == "spin"
+
+
 def test_activation_gradients_between_layers_are_not_materialised():
     """At 224x224 a replayed forward returns uninitialised storage of the true shape and the
     activation gradients passed between layers are expanded zeros (stride 0): VGG-16-sized
@@ -156,6 +230,11 @@ CASES = [
     (REPLAY + ["--replay-device", "/nonexistent/dev.json"], "no such file"),
     (["--strategy", "ddp", "--compute", "magic"], "unknown --compute 'magic'"),
     (["--strategy", "ddp", "--dilation", "4"], "need --compute replay"),
+    (["--strategy", "ddp", "--replay-wait", "spin"], "need --compute replay"),
+    (["--strategy", "ddp", "--replay-jitter", "j.json"], "need --compute replay"),
+    (REPLAY + ["--replay-device", "v100", "--replay-wait", "busy"], "unknown --replay-wait 'busy'"),
+    (REPLAY + ["--replay-device", "v100", "--replay-jitter", "/nonexistent/j.json"],
+     "--replay-jitter /nonexistent/j.json: expected a JSON object"),
 ]
 
 
@@ -179,6 +258,18 @@ def test_replay_local_run_reports_target_times(as_rank0_of, tmp_path):
     assert d["compute"] == "replay" and d["replay"]["dilation"] == 50 and d["replay"]["device"] == "v100 (table)"
     assert all(s["loss"] is None for s in d["steps"])
     assert d["target_step_time_median_s"] == pytest.approx(d["step_time_median_s"] / 50)
+
+
+def test_replay_local_run_with_measured_jitter_and_spinning_waits(as_rank0_of, tmp_path):
+    as_rank0_of(1)
+    j, m = tmp_path / "j.json", tmp_path / "m.json"
+    j.write_text(json.dumps({"source": "test", "steps": [[{"fwd": 2.0, "bwd": 0.5, "update": 1.0}]] * 3}))
+    assert train.main(["--strategy", "local", "--steps", "2", "--global-batch", "4", "--compute", "replay",
+                       "--replay-device", "v100", "--dilation", "50", "--replay-wait", "spin", "--replay-jitter",
+                       str(j), "--metrics", str(m), "--quiet", "--device", "cpu"]) == 0
+    d = json.loads(m.read_text())["replay"]
+    assert d["wait"] == "spin"
+    assert d["jitter"] == {"file": str(j), "steps": 3, "fwd": [2.0, 2.0], "bwd": [0.5, 0.5], "update": [1.0, 1.0]}
 
 
 def test_dilation_rule():
