@@ -28,6 +28,14 @@ table in docs/benchmarks.md):
         --min-buckets 4 --configs ddp,ps_ov,stanza1,stanza2 \\
         --out benchmarks/results/replay_fidelity_buckets.json
 
+With the replayed compute holding the CPU and carrying the measured jitter (--spin --jitter,
+below), 30 timed steps per run (35 minutes):
+
+    python benchmarks/replay_fidelity.py --model cifar_alexnet --image-size 32 --nodes 4 \\
+        --global-batch 96 --link-mbit 125 --steps 32 --warmup 2 --repeats 5 --bucket-mb 0.5 \\
+        --min-buckets 4 --configs ddp,ps_ov,stanza1,stanza2 --jitter --spin \\
+        --out benchmarks/results/replay_fidelity_buckets_jitter_spin_30steps.json
+
 The table gives each configuration's median over repeats and the spread of the per-repeat
 replay-vs-real errors (target: within 5 % each).
 
@@ -35,6 +43,19 @@ Where a miss comes from: --timeline runs every job with the engine's `--timeline
 run and role, the median over timed steps of each compute phase (forward, backward, the FC
 worker's forward + backward per served CONV worker, the optimizer or server update) and of what
 is left of the step (waiting on the network), measured the same way in real and replayed runs.
+
+Compute jitter: --jitter (implies --timeline) also hands every replayed run measured per-step
+factors (the engine's --replay-jitter; jitter_factors below): each rank's forward, backward and
+update time in each timed step of an EARLIER real run of the same configuration over that phase's
+mean in that run (repeat r's replay takes repeat r - 1's real run; repeat 0's, an extra real run
+made first and not counted). The profile keeps the mean; the factors bring the spread and how
+the ranks' compute lines up in a step, which on this machine's shared cores decides when
+messages leave and how they queue on the links. ddp's backward mark holds its allreduces, so
+its backward factor is its forward's.
+
+CPU held: --spin replays with the engine's --replay-wait spin, so replayed compute holds a core
+for its time as the real CPU compute does; without it the waits sleep and leave the two cores to
+the network stack (transport threads, TCP, the shaper) that real compute competes with.
 """
 from __future__ import annotations
 
@@ -136,6 +157,39 @@ def phase_medians(metrics: dict, warmup: int) -> dict[str, dict[str, float]]:
     return {role: {w: statistics.median(v) for w, v in phases.items()} for role, phases in per_role.items()}
 
 
+JITTER_OF = {"forward": ("fwd",), "backward": ("bwd",), "FC forward + backward": ("fwd", "bwd"),
+             "optimizer step": ("update",)}
+
+
+def jitter_factors(metrics: dict, warmup: int, source: str) -> dict:
+    """--replay-jitter's file (stanza_core/replay.py) from a real run's timeline: per timed step and
+    rank, each phase's seconds (summed over its bars) over that phase's mean over the timed steps
+    of the ranks of the same role; a phase a rank never ran keeps 1. ddp: backward = forward."""
+    from stanza_core.viz import timeline_intervals
+
+    steps = [s["step"] for s in metrics["steps"][warmup:]]
+    ranks = sorted(metrics["ranks"], key=lambda r: r["rank"])
+    secs = {}  # (rank, step) -> {phase: seconds}
+    for r in ranks:
+        for step in steps:
+            got = {}
+            for b in timeline_intervals(r, step):
+                for ph in JITTER_OF.get(b["what"], ()) if b["lane"] == "compute" else ():
+                    got[ph] = got.get(ph, 0.0) + b["end"] - b["start"]
+            if metrics["config"]["strategy"] == "ddp" and "fwd" in got:
+                got["bwd"] = got["fwd"]
+            secs[r["rank"], step] = got
+    mean = {}
+    for role in {r["role"] for r in ranks}:
+        for ph in ("fwd", "bwd", "update"):
+            v = [secs[r["rank"], s][ph] for r in ranks if r["role"] == role for s in steps if ph in secs[r["rank"], s]]
+            if v:
+                mean[role, ph] = statistics.fmean(v)
+    out = [[{ph: (secs[r["rank"], s][ph] / mean[r["role"], ph] if ph in secs[r["rank"], s] and mean[r["role"], ph] > 0
+                  else 1.0) for ph in ("fwd", "bwd", "update")} for r in ranks] for s in steps]
+    return {"source": source, "steps": out}
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", default="cifar_alexnet")
@@ -156,11 +210,17 @@ def main(argv=None) -> int:
                     help="scale the rounds' times to the engine's own concurrent compute step (see engine_scale)")
     ap.add_argument("--timeline", action="store_true",
                     help="record the engine's timeline and report each compute phase, real against replayed")
+    ap.add_argument("--jitter", action="store_true",
+                    help="replay with the per-step compute factors of an earlier real run of the configuration "
+                         "(implies --timeline; see the docstring)")
+    ap.add_argument("--spin", action="store_true",
+                    help="replayed waits hold the CPU as the real CPU compute does (the engine's --replay-wait spin)")
     ap.add_argument("--keep-metrics", default=None, metavar="DIR",
                     help="keep every run's metrics JSON (with --timeline: its timeline) in DIR, "
                          "as <config>-<real|replay>-<repeat>.json (benchmarks/message_latency.py reads them)")
     ap.add_argument("--out", default=None)
     a = ap.parse_args(argv)
+    a.timeline = a.timeline or a.jitter
     from stanza_core.netem import run_training
 
     wanted = a.configs.split(",")
@@ -175,11 +235,11 @@ def main(argv=None) -> int:
     params = sum(p.numel() for p in get_model(a.model, a.num_classes).parameters())
     if a.keep_metrics:
         os.makedirs(a.keep_metrics, exist_ok=True)
-        taken = [f"{c}-{x}-{r}.json" for c in wanted for x in ("real", "replay") for r in range(a.repeats)
+        taken = [f"{c}-{x}-{r}.json" for c in wanted for x in ("calibration", "real", "replay") for r in range(a.repeats)
                  if os.path.exists(os.path.join(a.keep_metrics, f"{c}-{x}-{r}.json"))]
         if taken:
             ap.error(f"--keep-metrics {a.keep_metrics} already holds {taken[0]}; choose an empty folder")
-    runs = []
+    runs, jitter = [], {}  # jitter: configuration -> factors from its latest real run
     with tempfile.TemporaryDirectory(prefix="replay-fidelity-") as tmp, \
             timing.TimingPool(a.model, a.image_size, a.num_classes, a.nodes) as pool:
         for rep in range(a.repeats):
@@ -192,15 +252,30 @@ def main(argv=None) -> int:
                 dev_path = os.path.join(tmp, f"dev-{name}-{rep}.json")
                 with open(dev_path, "w") as fh:
                     json.dump(dev.to_dict(), fh)
-                for compute in ("real", "replay"):
+                plan = ["real", "replay"]
+                if a.jitter and rep == 0:
+                    plan.insert(0, "calibration")  # an extra real run: repeat 0's replay takes its factors
+                for compute in plan:
                     metrics = os.path.join(a.keep_metrics or tmp, f"{name}-{compute}-{rep}.json")
                     extra = {"compute": "replay", "replay_device": dev_path, "dilation": 1} if compute == "replay" else {}
+                    if compute == "replay" and a.spin:
+                        extra["replay_wait"] = "spin"
+                    if compute == "replay" and a.jitter:
+                        extra["replay_jitter"] = os.path.join(tmp, f"jitter-{name}-{rep}.json")
+                        with open(extra["replay_jitter"], "w") as fh:
+                            json.dump(jitter[name], fh)
                     args = cli_args(strategy=s, model=a.model, image_size=a.image_size, num_classes=a.num_classes,
                                     global_batch=a.global_batch, steps=a.steps, warmup=a.warmup,
                                     fc_workers=k or None, ps_overlap=overlap, device="cpu", quiet=True,
                                     metrics=metrics, bucket_mb=a.bucket_mb if a.bucket_mb != DEFAULT_BUCKET_MB else None,
                                     overwrite=True, timeout_s=600, timeline=a.timeline, **extra)
                     m = run_training(a.nodes, a.link_mbit, args, mtu=a.mtu, timeout_s=1200, quiet=True)
+                    if compute != "replay" and a.jitter:  # the next replay of this configuration takes these
+                        jitter[name] = jitter_factors(m, a.warmup, f"{name} {compute} run, repeat {rep}")
+                    if compute == "calibration":
+                        print(f"{config_label(s, k, ps_overlap=overlap):12s} calibration real run for --jitter: median "
+                              f"step {m['step_time_median_s'] * 1e3:.1f} ms (not counted)", file=sys.stderr, flush=True)
+                        continue
                     runs.append({"config": name, "strategy": s, "fc_workers": k, "ps_overlap": overlap,
                                  "buckets": buckets[name], "compute": compute, "repeat": rep,
                                  "step_time_median_s": m["step_time_median_s"],
@@ -208,6 +283,7 @@ def main(argv=None) -> int:
                                  "bytes_per_step": m["bytes_per_step"], "device_profile": dev.to_dict(),
                                  "timing_rounds": rounds, "engine_scale": scale, "engine_step_s": engine,
                                  "rounds_step_s": rounds_step, "finished_at": time.strftime("%H:%M:%S"),
+                                 **({"jitter": jitter[name]} if compute == "replay" and a.jitter else {}),
                                  **({"phases": phase_medians(m, a.warmup)} if a.timeline else {})})
                     print(f"{config_label(s, k, ps_overlap=overlap):12s} {compute:6s} rep {rep}: median step "
                           f"{m['step_time_median_s'] * 1e3:.1f} ms", file=sys.stderr, flush=True)
@@ -224,7 +300,8 @@ def main(argv=None) -> int:
                      "error_per_repeat": per_rep, "same_bytes": len({r["bytes_per_step"] for r in mine}) == 1})
     print(f"{a.model} {a.image_size}x{a.image_size}, N={a.nodes}, G={a.global_batch}, links {a.link_mbit:g} Mbit/s "
           f"(MTU {a.mtu}), {a.steps} steps ({a.warmup} warm-up), {a.repeats} repeats, interleaved, "
-          f"buckets of {a.bucket_mb:g} MiB")
+          f"buckets of {a.bucket_mb:g} MiB" + (", replayed waits spin" if a.spin else "") + (", replayed with the measured compute jitter of the previous real run"
+                                                 if a.jitter else ""))
     print("| configuration | gradient buckets | real compute, median step (ms) | replayed (profile measured here), "
           "median step (ms) | replay vs real | per repeat (spread) | bytes/step equal |")
     print("|---|---|---|---|---|---|---|")

@@ -54,6 +54,35 @@ def test_phases_are_summed_per_step_and_the_median_taken_over_ranks_and_timed_st
     assert f["other"] == pytest.approx(statistics.median([0.9, 1.1]))
 
 
+def test_jitter_factors_are_each_phase_over_its_mean_per_role_and_keep_the_ranks_of_a_step_together():
+    # two CONV workers and one FC worker; step 0 is the warm-up
+    conv = [{"rank": r, "role": "conv_worker",
+             "timeline": _conv(r, 0, 0.4, 0.4) + _conv(r, 1, 0.10, 0.20 + 0.1 * r) + _conv(r, 2, 0.30, 0.20)}
+            for r in (0, 1)]
+    fc_tl = []
+    for step, length in ((0, 0.5), (1, 0.05), (2, 0.15)):
+        for src, start in ((0, 0.2), (1, 0.3)):
+            fc_tl += [_ev(step, start, "forward_start", src), _ev(step, start + length, "backward_end", src)]
+    fc = {"rank": 2, "role": "fc_worker", "timeline": fc_tl}
+    metrics = {"config": {"strategy": "stanza"}, "steps": [{"step": s, "time_s": 1.0} for s in (0, 1, 2)],
+               "ranks": [fc, *conv]}
+    got = _bench("replay_fidelity").jitter_factors(metrics, warmup=1, source="a test run")
+    assert got["source"] == "a test run" and len(got["steps"]) == 2  # the timed steps
+    step1, step2 = got["steps"]
+    # CONV forwards 0.10, 0.10 (step 1), 0.30, 0.30 (step 2): mean 0.20
+    assert [f["fwd"] for f in step1[:2]] == [pytest.approx(0.5)] * 2
+    assert [f["fwd"] for f in step2[:2]] == [pytest.approx(1.5)] * 2
+    # backwards 0.20, 0.30, 0.20, 0.20: mean 0.225; rank 1 was slow in step 1 only
+    assert step1[1]["bwd"] == pytest.approx(0.30 / 0.225) and step2[1]["bwd"] == pytest.approx(0.20 / 0.225)
+    assert step1[0]["update"] == pytest.approx(1.0)  # every optimizer step 0.02
+    # the FC worker (rank 2, listed first in the metrics): 0.10 and 0.30 per step, both ways
+    assert step1[2] == {"fwd": pytest.approx(0.5), "bwd": pytest.approx(0.5), "update": 1.0}  # no optimizer marks
+    assert step2[2]["fwd"] == pytest.approx(1.5)
+    metrics["config"]["strategy"] = "ddp"  # its backward mark holds the allreduces: the forward's factor
+    ddp = _bench("replay_fidelity").jitter_factors({**metrics, "ranks": conv}, warmup=1, source="")
+    assert [f["bwd"] for s in ddp["steps"] for f in s] == [f["fwd"] for s in ddp["steps"] for f in s]
+
+
 def test_latency_runs_from_the_send_to_the_receivers_wait_and_counts_the_messages_sent_at_once():
     def act(step, t, event, peer):
         return _ev(step, t, event, peer, "activations")
