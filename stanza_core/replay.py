@@ -95,8 +95,8 @@ def load_jitter(path: str, world: int) -> list[list[dict[str, float]]]:
             raise ConfigError(f"{what}: step {i} holds {len(step) if isinstance(step, list) else 'no list of'} "
                               f"ranks' factors; expected {world} (the run's world size)")
         for r, f in enumerate(step):
-            ok = isinstance(f, dict) and all(isinstance(f.get(k), (int, float)) and math.isfinite(f[k]) and f[k] > 0
-                                             for k in JITTER_PHASES)
+            ok = isinstance(f, dict) and all(isinstance(f.get(k), (int, float)) and not isinstance(f[k], bool)
+                                             and math.isfinite(f[k]) and f[k] > 0 for k in JITTER_PHASES)
             if not ok:
                 raise ConfigError(f"{what}: step {i}, rank {r}: expected positive finite numbers "
                                   f"{', '.join(JITTER_PHASES)}, got {f!r}")
@@ -289,8 +289,8 @@ class Replayer:
         return forward
 
     def wait(self, seconds: float):
-        """Sleep `seconds` (releasing the CPU; with `spin`, busy-wait them). Oversleeping is carried as debt and taken off the
-        next waits, so the sum of waits tracks the sum of replayed times."""
+        """Sleep `seconds` (releasing the CPU; with `spin`, busy-wait them). Oversleeping is carried
+        as debt and taken off the next waits, so the sum of waits tracks the sum of replayed times."""
         if not self.armed or seconds <= 0:
             return
         want = seconds - self.debt_s

@@ -153,6 +153,7 @@ def test_measured_jitter_scales_each_step_and_every_rank_takes_the_same_measured
     ('{"steps": [[{"fwd": 1, "bwd": 1, "update": 1}, {"fwd": 1, "bwd": 0, "update": 1}]]}',
      "step 0, rank 1: expected positive finite numbers fwd, bwd, update"),
     ('{"steps": [[{"fwd": 1, "bwd": 1, "update": 1}, {"fwd": 1, "bwd": 1}]]}', "step 0, rank 1"),
+    ('{"steps": [[{"fwd": 1, "bwd": 1, "update": 1}, {"fwd": true, "bwd": 1, "update": 1}]]}', "step 0, rank 1"),
 ])
 def test_malformed_jitter_file(tmp_path, content, msg):
     path = tmp_path / "jitter.json"
