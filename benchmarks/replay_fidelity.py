@@ -137,20 +137,27 @@ def engine_scale(pool, a) -> tuple[float, float, float]:
     return engine / rounds, engine, rounds
 
 
-def phase_medians(metrics: dict, warmup: int) -> dict[str, dict[str, float]]:
-    """Per role, the median over its ranks and the timed steps of each compute phase's seconds
-    in a step (summed over its bars: an FC worker's served chunks, a server's pieces), and of
-    "other" (the step less those phases: waiting on the network)."""
+def compute_seconds(rank: dict, step: int) -> dict[str, float]:
+    """One rank's seconds in each compute phase of one step, summed over its bars (an FC
+    worker's served chunks, a server's pieces), by the timeline's names ("forward", ...)."""
     from stanza_core.viz import timeline_intervals
 
+    got: dict[str, float] = {}
+    for b in timeline_intervals(rank, step):
+        if b["lane"] == "compute":
+            got[b["what"]] = got.get(b["what"], 0.0) + b["end"] - b["start"]
+    return got
+
+
+def phase_medians(metrics: dict, warmup: int) -> dict[str, dict[str, float]]:
+    """Per role, the median over its ranks and the timed steps of each compute phase's seconds
+    in a step (compute_seconds), and of "other" (the step less those phases: waiting on the
+    network)."""
     steps = {s["step"]: s["time_s"] for s in metrics["steps"][warmup:]}
     per_role: dict[str, dict[str, list[float]]] = {}
     for r in metrics["ranks"]:
         for step, step_s in steps.items():
-            got: dict[str, float] = {}
-            for b in timeline_intervals(r, step):
-                if b["lane"] == "compute":
-                    got[b["what"]] = got.get(b["what"], 0.0) + b["end"] - b["start"]
+            got = compute_seconds(r, step)
             got["other"] = step_s - sum(got.values())
             for what, sec in got.items():
                 per_role.setdefault(r["role"], {}).setdefault(what, []).append(sec)
@@ -163,19 +170,17 @@ JITTER_OF = {"forward": ("fwd",), "backward": ("bwd",), "FC forward + backward":
 
 def jitter_factors(metrics: dict, warmup: int, source: str) -> dict:
     """--replay-jitter's file (stanza_core/replay.py) from a real run's timeline: per timed step and
-    rank, each phase's seconds (summed over its bars) over that phase's mean over the timed steps
-    of the ranks of the same role; a phase a rank never ran keeps 1. ddp: backward = forward."""
-    from stanza_core.viz import timeline_intervals
-
+    rank, each phase's seconds (compute_seconds) over that phase's mean over the timed steps of the
+    ranks of the same role; a phase a rank never ran keeps 1. ddp: backward = forward."""
     steps = [s["step"] for s in metrics["steps"][warmup:]]
     ranks = sorted(metrics["ranks"], key=lambda r: r["rank"])
     secs = {}  # (rank, step) -> {phase: seconds}
     for r in ranks:
         for step in steps:
             got = {}
-            for b in timeline_intervals(r, step):
-                for ph in JITTER_OF.get(b["what"], ()) if b["lane"] == "compute" else ():
-                    got[ph] = got.get(ph, 0.0) + b["end"] - b["start"]
+            for what, sec in compute_seconds(r, step).items():
+                for ph in JITTER_OF.get(what, ()):
+                    got[ph] = got.get(ph, 0.0) + sec
             if metrics["config"]["strategy"] == "ddp" and "fwd" in got:
                 got["bwd"] = got["fwd"]
             secs[r["rank"], step] = got
@@ -300,8 +305,8 @@ def main(argv=None) -> int:
                      "error_per_repeat": per_rep, "same_bytes": len({r["bytes_per_step"] for r in mine}) == 1})
     print(f"{a.model} {a.image_size}x{a.image_size}, N={a.nodes}, G={a.global_batch}, links {a.link_mbit:g} Mbit/s "
           f"(MTU {a.mtu}), {a.steps} steps ({a.warmup} warm-up), {a.repeats} repeats, interleaved, "
-          f"buckets of {a.bucket_mb:g} MiB" + (", replayed waits spin" if a.spin else "") + (", replayed with the measured compute jitter of the previous real run"
-                                                 if a.jitter else ""))
+          f"buckets of {a.bucket_mb:g} MiB" + (", replayed waits spin" if a.spin else "")
+          + (", replayed with the measured compute jitter of the previous real run" if a.jitter else ""))
     print("| configuration | gradient buckets | real compute, median step (ms) | replayed (profile measured here), "
           "median step (ms) | replay vs real | per repeat (spread) | bytes/step equal |")
     print("|---|---|---|---|---|---|---|")
