@@ -14,7 +14,7 @@ BACKENDS = ("auto", "gloo", "nccl")
 BOUNDARY_DTYPES = ("fp32", "bf16", "fp16")
 GRAD_COMPRESSIONS = ("none", "fp16", "bf16", "powersgd")
 COMPUTE = ("real", "replay")
-REPLAY_WAITS = ("sleep", "spin")
+REPLAY_WAITS = ("sleep", "spin", "cpu")
 
 
 BN_STATS = ("global", "local")
@@ -66,7 +66,7 @@ class TrainConfig:
     compute: str = "real"  # real | replay (layer arithmetic replaced by waits: stanza_core/replay.py)
     replay_device: str | None = None  # replay: a device (v100, h200-measured, ...: perf device names) or PATH.json
     dilation: float = 1.0  # replay: D, each replayed compute time is D x the device's
-    replay_wait: str = "sleep"  # replay: sleep (release the CPU, as accelerator compute) | spin (hold it, as CPU compute)
+    replay_wait: str = "sleep"  # replay: sleep (release the CPU, as accelerator compute) | spin (hold it) | cpu (hold it for CPU time)
     replay_jitter: str | None = None  # replay: PATH.json of measured per-step compute factors per rank (replay.py: jitter)
     bn_stats: str = "global"  # batch-norm statistics: global (over the global batch, SyncBatchNorm semantics: equals local) | local (per data worker: not equal to local)
 

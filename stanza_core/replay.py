@@ -39,7 +39,10 @@ stands for runs on an accelerator, and the host is free for the network stack me
 busy-waits instead, holding a core as CPU compute does: for replaying a profile of this machine's
 own CPU against real CPU compute (the fidelity anchor, benchmarks/replay_fidelity.py), where the
 cores the compute takes are the ones the emulated cluster's network stack (the transport threads,
-TCP, the shaper) also needs.
+TCP, the shaper) also needs. `cpu` busy-waits until the waiting thread has had the wait's time
+of CPU (time.thread_time), so, like CPU arithmetic, it lasts longer on the wall clock whenever
+other processes or the network stack take its core: the profile then gives each piece's CPU
+time, alone on a core, and the contention of the run decides the wall time.
 
 Glossary: D = dilation, the factor by which replayed compute (and, to keep the ratio, the
 emulated link rate: perf.emulated_bandwidth) is slowed down; target time = measured time / D.
@@ -118,7 +121,7 @@ def prepare(cfg: TrainConfig, model: nn.Module, batch: int, rank: int = 0, world
         raise ConfigError(f"--compute replay: {e}") from None
     dev = load_device(cfg.replay_device, profile, batch)
     rep = Replayer(model, profile, dev.profile, cfg.dilation, measured=dev.measured, source=dev.source)
-    rep.spin = cfg.replay_wait == "spin"
+    rep.mode = cfg.replay_wait
     if cfg.replay_jitter:
         rep.set_jitter(load_jitter(cfg.replay_jitter, world), rank, cfg.seed, cfg.replay_jitter)
     setattr(model, _ATTR, rep)
@@ -258,7 +261,7 @@ class Replayer:
         self.extrapolated: set[float] = set()  # batches of calls outside the measured records'
         self.trace: list | None = None  # a list: every call's (layer, phase, batch, seconds) (tests)
         self.armed, self.waited_s, self.debt_s = False, 0.0, 0.0
-        self.spin = False  # --replay-wait spin: waits hold the CPU
+        self.mode = "sleep"  # --replay-wait: sleep | spin | cpu (module docstring)
         self.jitter: list[dict[str, float]] | None = None  # this rank's factors, in the order steps take them
         self.jitter_source: str | None = None
         self.factors = dict.fromkeys(JITTER_PHASES, 1.0)  # the current step's
@@ -289,23 +292,27 @@ class Replayer:
         return forward
 
     def wait(self, seconds: float):
-        """Sleep `seconds` (releasing the CPU; with `spin`, busy-wait them). Oversleeping is carried
-        as debt and taken off the next waits, so the sum of waits tracks the sum of replayed times."""
+        """Wait `seconds` by --replay-wait's rule (sleep: release the CPU; spin: busy-wait them on
+        the wall clock; cpu: busy-wait until this thread has run them). Overshoot is carried as
+        debt and taken off the next waits, so the sum of waits tracks the sum of replayed times."""
         if not self.armed or seconds <= 0:
             return
         want = seconds - self.debt_s
         if want <= 0:
             self.debt_s = -want
             return
-        t0 = time.perf_counter()
-        if self.spin:  # hold the CPU, as the compute it stands for would (--replay-wait spin)
+        t0, c0 = time.perf_counter(), time.thread_time()
+        if self.mode == "spin":  # hold the CPU for `want` of wall time
             while time.perf_counter() - t0 < want:
+                pass
+        elif self.mode == "cpu":  # hold it until this thread has had `want` of CPU time
+            while time.thread_time() - c0 < want:
                 pass
         else:
             time.sleep(want)
-        got = time.perf_counter() - t0
+        got = time.thread_time() - c0 if self.mode == "cpu" else time.perf_counter() - t0
         self.debt_s = got - want
-        self.waited_s += got
+        self.waited_s += time.perf_counter() - t0
 
     def seconds(self, layer: _Layer, phase: str, batch: int) -> float:
         """D x the target device's time of one call of `layer` in `phase` on `batch` samples."""
@@ -355,7 +362,7 @@ class Replayer:
             (lambda layer: layer.share > 0)
         out = {"device": self.dev.name, "source": self.source, "dilation": self.dilation, "profile": self.dev.to_dict(),
                "replayed_layers": sum(1 for layer in self.layers if waits(layer))}
-        out["wait"] = "spin" if self.spin else "sleep"
+        out["wait"] = self.mode
         if self.jitter is not None:
             out["jitter"] = {"file": self.jitter_source, "steps": len(self.jitter),
                              **{k: [min(f[k] for f in self.jitter), max(f[k] for f in self.jitter)]

@@ -163,19 +163,55 @@ def test_malformed_jitter_file(tmp_path, content, msg):
     assert len(str(e.value).splitlines()) == 1
 
 
-def test_a_spinning_wait_holds_the_cpu_instead_of_sleeping(monkeypatch):
-    """--replay-wait spin: a wait never sleeps and lasts at least what it was asked."""
+@pytest.mark.parametrize("mode", ["spin", "cpu"])
+def test_a_busy_wait_holds_the_cpu_instead_of_sleeping(monkeypatch, mode):
+    """--replay-wait spin and cpu: a wait never sleeps; spin lasts at least what it was asked on
+    the wall clock, cpu until the waiting thread has had that much CPU time."""
     import time
 
     model = get_model("tiny_cnn", 10)
     profile = named_profile("tiny_cnn", 32, 10, 4)
     rep = replay.Replayer(model, profile, DeviceProfile.from_table("v100", profile), 1.0)
-    rep.armed, rep.spin = True, True
-    monkeypatch.setattr(time, "sleep", lambda s: pytest.fail("a spinning wait slept"))
-    t0 = time.perf_counter()
+    rep.armed, rep.mode = True, mode
+    monkeypatch.setattr(time, "sleep", lambda s: pytest.fail("a busy wait slept"))
+    t0, c0 = time.perf_counter(), time.thread_time()
     rep.wait(0.02)
-    assert time.perf_counter() - t0 >= 0.02
-    assert rep.describe()["wait"] == "spin"
+    assert (time.thread_time() - c0 if mode == "cpu" else time.perf_counter() - t0) >= 0.02
+    assert rep.describe()["wait"] == mode
+
+
+def test_a_cpu_wait_stretches_when_its_core_is_taken():
+    """--replay-wait cpu counts this thread's CPU time, not the wall clock: while another thread of
+    the process holds the interpreter, the waiting thread is not running, and the wait lasts its
+    CPU time plus what the other took."""
+    import sys
+    import threading
+    import time
+
+    model = get_model("tiny_cnn", 10)
+    profile = named_profile("tiny_cnn", 32, 10, 4)
+    rep = replay.Replayer(model, profile, DeviceProfile.from_table("v100", profile), 1.0)
+    rep.armed, rep.mode = True, "cpu"
+    switch = sys.getswitchinterval()
+    sys.setswitchinterval(1e-4)
+    stop = threading.Event()
+
+    def hog():  # a pure-Python loop: holds the GIL, so the waiting thread runs about half the time
+        while not stop.is_set():
+            pass
+
+    other = threading.Thread(target=hog)
+    try:
+        other.start()
+        t0, c0 = time.perf_counter(), time.thread_time()
+        rep.wait(0.05)
+        wall, cpu = time.perf_counter() - t0, time.thread_time() - c0
+    finally:
+        stop.set()
+        other.join()
+        sys.setswitchinterval(switch)
+    assert cpu >= 0.05
+    assert wall > 1.3 * cpu, (wall, cpu)
 
 
 def test_activation_gradients_between_layers_are_not_materialised():
