@@ -56,6 +56,18 @@ its backward factor is its forward's.
 CPU held: --spin replays with the engine's --replay-wait spin, so replayed compute holds a core
 for its time as the real CPU compute does; without it the waits sleep and leave the two cores to
 the network stack (transport threads, TCP, the shaper) that real compute competes with.
+
+CPU time: --wait cpu replays with the engine's --replay-wait cpu (each wait lasts until the rank's
+thread has had that much CPU, so contention stretches it as it stretches real arithmetic) from a
+profile of every piece timed by one process alone (timing rounds at level 1, and engine_scale at
+level 1: one `local` job against the lone round), so the contention of the run itself, not the
+rounds', decides the wall time. No factors from another run (not with --jitter, which would count
+the contention twice):
+
+    python benchmarks/replay_fidelity.py --model cifar_alexnet --image-size 32 --nodes 4 \
+        --global-batch 96 --link-mbit 125 --steps 32 --warmup 2 --repeats 5 --bucket-mb 0.5 \
+        --min-buckets 4 --configs ddp,ps_ov,stanza1,stanza2 --timeline --wait cpu \
+        --out benchmarks/results/replay_fidelity_buckets_cpu_30steps.json
 """
 from __future__ import annotations
 
@@ -99,31 +111,31 @@ def config_buckets(name: str, counts: dict[str, int]) -> int | None:
     return counts["conv_body"] if s == "stanza" else counts["model"] if (s == "ddp" or overlap) else None
 
 
-def profile_here(pool, strategy: str, k: int, nodes: int, g: int, params: int, scale: float):
+def profile_here(pool, strategy: str, k: int, nodes: int, g: int, params: int, scale: float, lone: bool = False):
     """DeviceProfile of this machine for one configuration, from rounds taken now (each piece at
-    the level of processes computing at once in that configuration), times `scale` (below); the
-    step overhead is what a whole timed step took beyond its pieces (loss, masks, zero_grad)."""
-    need = sorted(set(timing.config_rounds(strategy, nodes, k, g).values()), key=lambda r: (-r[0], r[1]))
-    rounds = pool.time(need)
-    lead = timing.config_rounds(strategy, nodes, k, g)["step"]
-    r = next(x for x in rounds if (x["level"], x["batch"]) == lead)
+    the level of processes computing at once in that configuration; `lone`: at level 1, one
+    process alone, for --wait cpu), times `scale` (below); the step overhead is what a whole timed
+    step took beyond its pieces (loss, masks, zero_grad)."""
+    plan = timing.config_rounds(strategy, nodes, k, g, lone)
+    rounds = pool.time(sorted(set(plan.values()), key=lambda r: (-r[0], r[1])))
+    r = next(x for x in rounds if (x["level"], x["batch"]) == plan["step"])
     overhead = max(0.0, r["step"] - sum(r[p] for p in (*timing.PARTS, "update")))
-    dev = timing.device_for(strategy, nodes, k, g, rounds, params, overhead)
+    dev = timing.device_for(strategy, nodes, k, g, rounds, params, overhead, lone)
     scaled = {f: getattr(dev, f) * scale for f in ("conv_fwd_s", "conv_bwd_s", "fc_fwd_s", "fc_bwd_s",
                                                   "step_overhead_s", "update_s_per_param")}
     return dataclasses.replace(dev, name=f"{dev.name}, x{scale:.3f} (engine/rounds)", **scaled), rounds
 
 
-def engine_scale(pool, a) -> tuple[float, float, float]:
-    """The engine's own compute step (N concurrent single-process `local` jobs on G/N samples,
-    bench.measure_compute_step) over the timing rounds' step at the same level and batch. The
+def engine_scale(pool, a, level: int) -> tuple[float, float, float]:
+    """The engine's own compute step (`level` concurrent single-process `local` jobs on G/N samples:
+    N, or 1 for --wait cpu) over the timing rounds' step at the same level and batch. The
     rounds' worker and the engine run the same layers, yet on this shared 2-core machine the
     rounds read up to ~2x slower than the engine computes in its runs; this ratio carries the
     engine's own speed into the rounds' per-piece split."""
     b = a.global_batch // a.nodes
-    rounds = pool.time([(a.nodes, b)])[0]["step"]
-    got, threads = [None] * a.nodes, []
-    for i in range(a.nodes):
+    rounds = pool.time([(level, b)])[0]["step"]
+    got, threads = [None] * level, []
+    for i in range(level):
         def one(i=i):
             got[i] = run_job(1, strategy="local", model=a.model, image_size=a.image_size, num_classes=a.num_classes,
                              global_batch=b, steps=4, warmup=1, device="cpu", seed=i)
@@ -218,14 +230,23 @@ def main(argv=None) -> int:
     ap.add_argument("--jitter", action="store_true",
                     help="replay with the per-step compute factors of an earlier real run of the configuration "
                          "(implies --timeline; see the docstring)")
-    ap.add_argument("--spin", action="store_true",
-                    help="replayed waits hold the CPU as the real CPU compute does (the engine's --replay-wait spin)")
+    ap.add_argument("--wait", choices=("sleep", "spin", "cpu"), default="sleep",
+                    help="the engine's --replay-wait for replayed runs: sleep, spin (hold the CPU for the wall "
+                         "time), cpu (hold it until the thread has had the CPU time; profiles of lone pieces)")
+    ap.add_argument("--spin", action="store_true", help="the same as --wait spin")
     ap.add_argument("--keep-metrics", default=None, metavar="DIR",
                     help="keep every run's metrics JSON (with --timeline: its timeline) in DIR, "
                          "as <config>-<real|replay>-<repeat>.json (benchmarks/message_latency.py reads them)")
     ap.add_argument("--out", default=None)
     a = ap.parse_args(argv)
     a.timeline = a.timeline or a.jitter
+    if a.spin:
+        if a.wait not in ("sleep", "spin"):
+            ap.error(f"--spin and --wait {a.wait}: choose one")
+        a.wait = "spin"
+    if a.wait == "cpu" and a.jitter:
+        ap.error("--wait cpu and --jitter: the CPU-time waits stretch under the run's own contention, "
+                 "the factors would count it twice; choose one")
     from stanza_core.netem import run_training
 
     wanted = a.configs.split(",")
@@ -248,12 +269,13 @@ def main(argv=None) -> int:
     with tempfile.TemporaryDirectory(prefix="replay-fidelity-") as tmp, \
             timing.TimingPool(a.model, a.image_size, a.num_classes, a.nodes) as pool:
         for rep in range(a.repeats):
-            scale, engine, rounds_step = engine_scale(pool, a) if a.calibrate else (1.0, None, None)
+            level = 1 if a.wait == "cpu" else a.nodes
+            scale, engine, rounds_step = engine_scale(pool, a, level) if a.calibrate else (1.0, None, None)
             print(f"rep {rep}: engine step {engine}, rounds step {rounds_step}, scale {scale:.3f}",
                   file=sys.stderr, flush=True)
             for name in wanted:
                 s, k, overlap = CONFIGS[name]
-                dev, rounds = profile_here(pool, s, k, a.nodes, a.global_batch, params, scale)
+                dev, rounds = profile_here(pool, s, k, a.nodes, a.global_batch, params, scale, lone=a.wait == "cpu")
                 dev_path = os.path.join(tmp, f"dev-{name}-{rep}.json")
                 with open(dev_path, "w") as fh:
                     json.dump(dev.to_dict(), fh)
@@ -263,8 +285,8 @@ def main(argv=None) -> int:
                 for compute in plan:
                     metrics = os.path.join(a.keep_metrics or tmp, f"{name}-{compute}-{rep}.json")
                     extra = {"compute": "replay", "replay_device": dev_path, "dilation": 1} if compute == "replay" else {}
-                    if compute == "replay" and a.spin:
-                        extra["replay_wait"] = "spin"
+                    if compute == "replay" and a.wait != "sleep":
+                        extra["replay_wait"] = a.wait
                     if compute == "replay" and a.jitter:
                         extra["replay_jitter"] = os.path.join(tmp, f"jitter-{name}-{rep}.json")
                         with open(extra["replay_jitter"], "w") as fh:
@@ -305,7 +327,7 @@ def main(argv=None) -> int:
                      "error_per_repeat": per_rep, "same_bytes": len({r["bytes_per_step"] for r in mine}) == 1})
     print(f"{a.model} {a.image_size}x{a.image_size}, N={a.nodes}, G={a.global_batch}, links {a.link_mbit:g} Mbit/s "
           f"(MTU {a.mtu}), {a.steps} steps ({a.warmup} warm-up), {a.repeats} repeats, interleaved, "
-          f"buckets of {a.bucket_mb:g} MiB" + (", replayed waits spin" if a.spin else "")
+          f"buckets of {a.bucket_mb:g} MiB" + (f", replayed waits {a.wait}" if a.wait != "sleep" else "")
           + (", replayed with the measured compute jitter of the previous real run" if a.jitter else ""))
     print("| configuration | gradient buckets | real compute, median step (ms) | replayed (profile measured here), "
           "median step (ms) | replay vs real | per repeat (spread) | bytes/step equal |")

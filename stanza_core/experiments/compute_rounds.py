@@ -172,8 +172,12 @@ def mean_rounds(*sets: list[dict[str, Any]]) -> list[dict[str, Any]]:
 # Which rounds a configuration needs, and its DeviceProfile
 
 
-def config_rounds(strategy: str, nodes: int, fc_workers: int, global_batch: int) -> dict[str, tuple[int, int]]:
-    """(level, batch) of each piece of `strategy`'s step on `nodes` (see the module docstring)."""
+def config_rounds(strategy: str, nodes: int, fc_workers: int, global_batch: int,
+                  lone: bool = False) -> dict[str, tuple[int, int]]:
+    """(level, batch) of each piece of `strategy`'s step on `nodes` (see the module docstring);
+    `lone`: every piece at level 1."""
+    if lone:
+        return {p: (1, b) for p, (_, b) in config_rounds(strategy, nodes, fc_workers, global_batch).items()}
     topo = Topology(strategy, nodes, fc_workers if strategy == "stanza" else 0, 0)
     b = topo.worker_batch(global_batch)
     if strategy == "stanza":
@@ -189,14 +193,15 @@ def rounds_needed(configs: list[tuple[str, int]], nodes: int, global_batch: int)
 
 
 def device_for(strategy: str, nodes: int, fc_workers: int, global_batch: int, rounds: list[dict],
-               params: int, step_overhead_s: float = 0.0) -> DeviceProfile:
-    """The DeviceProfile of one configuration: each piece from the round of its level.
+               params: int, step_overhead_s: float = 0.0, lone: bool = False) -> DeviceProfile:
+    """The DeviceProfile of one configuration: each piece from the round of its level (`lone`:
+    from the round of one process alone at the piece's batch, i.e. its CPU time on a free core).
 
     Per-sample times are per-call times over the batch (floors 0); `update_s_per_param` is the
     optimizer step over all `params`; `step_overhead_s` is passed through (the engine's glue
     around these pieces is not in the rounds: see `fit_overhead`)."""
     at = {(r["level"], r["batch"]): r for r in rounds}
-    need = config_rounds(strategy, nodes, fc_workers, global_batch)
+    need = config_rounds(strategy, nodes, fc_workers, global_batch, lone)
     missing = sorted({v for v in need.values() if v not in at})
     if missing:
         raise ValueError(f"no timing round at (level, batch) {missing} for {strategy} on {nodes} nodes")

@@ -119,3 +119,14 @@ def test_ps_milestones_take_each_ranks_first_or_last_event_per_step():
     assert got["first update"] == pytest.approx([0.71, 0.61])
     assert got["last pull done"] == [0.9, 0.95]
     assert got["backward end"] == [0.2, 0.2]
+
+
+@pytest.mark.parametrize("argv, msg", [
+    (["--wait", "cpu", "--jitter"], "--wait cpu and --jitter"),
+    (["--wait", "cpu", "--spin"], "--spin and --wait cpu: choose one"),
+])
+def test_replay_fidelity_refuses_waits_that_contradict(argv, msg, capsys):
+    """Checked before any timing process or network namespace exists."""
+    with pytest.raises(SystemExit):
+        _bench("replay_fidelity").main(argv)
+    assert msg in capsys.readouterr().err

@@ -52,6 +52,18 @@ def test_device_profile_takes_each_part_from_its_round():
         device_for("stanza", 4, 2, 12, rounds, params=1000)
 
 
+def test_lone_profiles_take_every_part_from_one_process_alone():
+    """lone (replay_fidelity.py --wait cpu): each piece at level 1, at the batch of its phase."""
+    assert set(config_rounds("ddp", 4, 0, 12, lone=True).values()) == {(1, 3)}
+    r = config_rounds("stanza", 4, 2, 12, lone=True)
+    assert r["conv_fwd"] == r["fc_bwd"] == r["update"] == (1, 6)
+    rounds = [_round(3, 4, 1.5), _round(1, 4, 1.0)]
+    dev = device_for("stanza", 4, 1, 12, rounds, params=1000, lone=True)
+    assert dev.conv_fwd_s == pytest.approx(1.0 * 4e-3, rel=1e-12)  # the level-1 round, not level 3's
+    with pytest.raises(ValueError, match=r"^no timing round at \(level, batch\) \[\(1, 3\)\] for ddp on 4 nodes$"):
+        device_for("ddp", 4, 0, 12, rounds, params=1000, lone=True)
+
+
 def _bench(runs):
     cfg = {"model": "tiny_cnn", "image_size": 16, "num_classes": 10, "nodes": 3, "global_batch": 6,
            "delay_ms": 0.0, "mtu": 9000}
