@@ -266,16 +266,16 @@ def main(argv=None) -> int:
         if taken:
             ap.error(f"--keep-metrics {a.keep_metrics} already holds {taken[0]}; choose an empty folder")
     runs, jitter = [], {}  # jitter: configuration -> factors from its latest real run
+    lone = a.wait == "cpu"  # CPU-time waits: profiles and engine_scale of one process alone
     with tempfile.TemporaryDirectory(prefix="replay-fidelity-") as tmp, \
             timing.TimingPool(a.model, a.image_size, a.num_classes, a.nodes) as pool:
         for rep in range(a.repeats):
-            level = 1 if a.wait == "cpu" else a.nodes
-            scale, engine, rounds_step = engine_scale(pool, a, level) if a.calibrate else (1.0, None, None)
+            scale, engine, rounds_step = engine_scale(pool, a, 1 if lone else a.nodes) if a.calibrate else (1.0, None, None)
             print(f"rep {rep}: engine step {engine}, rounds step {rounds_step}, scale {scale:.3f}",
                   file=sys.stderr, flush=True)
             for name in wanted:
                 s, k, overlap = CONFIGS[name]
-                dev, rounds = profile_here(pool, s, k, a.nodes, a.global_batch, params, scale, lone=a.wait == "cpu")
+                dev, rounds = profile_here(pool, s, k, a.nodes, a.global_batch, params, scale, lone)
                 dev_path = os.path.join(tmp, f"dev-{name}-{rep}.json")
                 with open(dev_path, "w") as fh:
                     json.dump(dev.to_dict(), fh)

@@ -301,17 +301,14 @@ class Replayer:
         if want <= 0:
             self.debt_s = -want
             return
-        t0, c0 = time.perf_counter(), time.thread_time()
-        if self.mode == "spin":  # hold the CPU for `want` of wall time
-            while time.perf_counter() - t0 < want:
-                pass
-        elif self.mode == "cpu":  # hold it until this thread has had `want` of CPU time
-            while time.thread_time() - c0 < want:
-                pass
-        else:
+        clock = time.thread_time if self.mode == "cpu" else time.perf_counter  # what `seconds` counts
+        t0, c0 = time.perf_counter(), clock()
+        if self.mode == "sleep":
             time.sleep(want)
-        got = time.thread_time() - c0 if self.mode == "cpu" else time.perf_counter() - t0
-        self.debt_s = got - want
+        else:  # spin, cpu: hold the CPU until the clock has advanced `want`
+            while clock() - c0 < want:
+                pass
+        self.debt_s = clock() - c0 - want
         self.waited_s += time.perf_counter() - t0
 
     def seconds(self, layer: _Layer, phase: str, batch: int) -> float:
