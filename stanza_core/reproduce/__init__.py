@@ -28,10 +28,17 @@ folder `<out>/<name>/` its notebook writes into). Schema, every key checked on l
         ours: models.alexnet.fc_param_share      # dotted key into results.json (list items: 0, 1..)
         format: "{:.1%}"                         # optional str.format template (default "{}")
         scale: 1.0e-6                            # optional factor applied before format/expect
-        expect: 0.96                             # optional: a number or [low, high], or a
+        figure: 0.96                             # a paper claim: the paper's number for this
+                                                 #   configuration (units of ours after scale;
+                                                 #   or [low, high]); needs expect and bound_rule
+        expect: 0.96                             # the bound: a number or [low, high], or a
                                                  #   mapping {quick: .., full: .., tiny: ..}
-                                                 #   (a mode left out: reported, not judged)
+                                                 #   (a mode left out: reported, not judged);
+                                                 #   only beside a figure or a goal
         tolerance: 0.0005                        # optional absolute tolerance of a number expect
+        bound_rule: half a unit of the last digit  # how the bound was set from the figure
+        # goal: median error within 10 %        # instead of figure: a target the project set
+                                                 #   itself where the paper gives no figure
         deviation: why ours may differ           # optional
         modes: [full]                            # optional: runs that must produce the key
                                                  #   (default: quick and full)
@@ -39,11 +46,17 @@ folder `<out>/<name>/` its notebook writes into). Schema, every key checked on l
                                                  #   cluster; a run whose results.json says
                                                  #   `modelled_only` (no root or tc, measuring off)
                                                  #   reports it "not measured (modelled only)"
+        calibrated: true                         # optional: a modelled value that needs the
+                                                 #   measured runs (their calibration): gated
+                                                 #   as measured, without being called measured
 
 Parameter sets may name only parameters of the notebook's `parameters` cell; `out_dir` is
 always injected (absolute) and must not appear. Every notebook writes `<out_dir>/results.json`.
-A claim whose key is missing from a run listed in its `modes` fails the experiment; a value
-outside `expect` is reported as "differs" (a finding, not a crash).
+A claim whose key is missing from a run listed in its `modes` fails the experiment. Claims are of
+three kinds, set by their fields (`reproduce.tally`): a paper claim (`figure`) agrees or differs,
+a project goal (`goal`) is met or missed, anything else is reported only; a value outside its
+bound is a finding, not a crash. The run ends with the tally: `paper: A of C agree, D differ`,
+`goals: M of G met, X missed`, `reported only: R`.
 
 Writes `<out>/<name>/` (executed notebook, its HTML export, figures, results.json, status.json),
 `<out>/index.html` and `<out>/index.json`. `<out>` is marked as ours by a `.stanza-reproduce`

@@ -17,6 +17,7 @@ import plotly.io as pio
 from plotly.offline import get_plotlyjs
 
 from .spec import Spec
+from .tally import Tally, tally
 
 FIGURE_SUFFIX = ".plotly.json"  # as written by stanza_core.nbtools.save_figures
 FIGURES_FILE = "figures.json"  # the figures' order, ditto
@@ -25,7 +26,8 @@ body { font-family: system-ui, sans-serif; max-width: 1250px; margin: 2em auto; 
 table { border-collapse: collapse; margin: 0.8em 0; font-size: 0.92em; }
 th, td { border: 1px solid #ccc; padding: 0.3em 0.6em; text-align: left; vertical-align: top; }
 th { background: #f0f0f0; }
-.ok, .agrees { color: #1a7f37; font-weight: 600; } .failed, .differs, .missing { color: #c62828; font-weight: 600; }
+.ok, .agrees, .goal-met { color: #1a7f37; font-weight: 600; }
+.failed, .differs, .goal-missed, .missing { color: #c62828; font-weight: 600; }
 .skipped, .reported, .not-run, .modelled { color: #8a6d00; }
 section { border-top: 2px solid #ddd; margin-top: 2em; padding-top: 0.5em; }
 code { background: #f6f6f6; padding: 0 0.2em; } img { max-width: 100%; }
@@ -44,11 +46,20 @@ def _cls(status: str) -> str:
     return html.escape(status.split(" ")[0] if status.startswith("not in") else status.replace(" ", "-"))
 
 
+def _source(c: dict[str, Any]) -> str:
+    """Where a row's bound comes from: the paper figure's bound_rule, or the project's goal."""
+    if c.get("goal"):
+        return f"<br><i>project goal:</i> {html.escape(c['goal'])}"
+    if c.get("bound_rule"):
+        return f"<br><i>bound:</i> {html.escape(c['bound_rule'])}"
+    return ""
+
+
 def _claims_table(claims: list[dict[str, Any]]) -> str:
     if not claims:
         return "<p>No claims evaluated.</p>"
     rows = "".join(
-        f"<tr><td>{html.escape(c['claim'])}</td><td>{html.escape(c['paper'])}</td>"
+        f"<tr><td>{html.escape(c['claim'])}</td><td>{html.escape(c['paper'])}{_source(c)}</td>"
         f"<td>{html.escape(str(c['ours']))}</td><td class='{_cls(c['status'])}'>{html.escape(c['status'])}</td>"
         f"<td>{html.escape(c.get('deviation') or '')}</td></tr>" for c in claims)
     return ("<table><tr><th>claim</th><th>paper</th><th>ours</th><th>check</th><th>deviation</th></tr>"
@@ -95,8 +106,9 @@ def _section(out_root: Path, st: dict[str, Any]) -> str:
             + _figures(out_root / name, name, {st.get("html") or ""}) + "</section>")
 
 
-def _count(st: dict[str, Any], status: str) -> int:
-    return sum(c["status"] == status for c in st["claims"])
+def _counts(t: Tally) -> tuple[str, str, str]:
+    """The summary table's three count cells: paper agree / compared, goals met / judged, reported only."""
+    return f"{t.agree} / {t.agree + t.differ}", f"{t.met} / {t.met + t.missed}", f"{t.reported}"
 
 
 def write_index(out_root: Path, specs: list[Spec]) -> Path:
@@ -108,13 +120,10 @@ def write_index(out_root: Path, specs: list[Spec]) -> Path:
         f"<td>{html.escape(s['title'])}</td><td>{html.escape(s.get('mode') or '')}</td>"
         f"<td class='{_cls(s['status'])}'>{html.escape(s['status'])}"
         + (" <span class='modelled'>(modelled only)</span>" if s.get("modelled_only") else "") + "</td>"
-        f"<td>{_count(s, 'agrees')} / {_count(s, 'agrees') + _count(s, 'differs')}</td>"
-        f"<td>{_count(s, 'reported')}</td></tr>"
+        + "".join(f"<td>{n}</td>" for n in _counts(tally(s["claims"]))) + "</tr>"
         for s in statuses)
-    agree = sum(_count(s, "agrees") for s in statuses)
-    compared = agree + sum(_count(s, "differs") for s in statuses)
-    summary += (f"<tr><th colspan='4'>all experiments</th><th>{agree} / {compared}</th>"
-                f"<th>{sum(_count(s, 'reported') for s in statuses)}</th></tr>")
+    total = tally(c for s in statuses for c in s["claims"])
+    summary += "<tr><th colspan='4'>all experiments</th>" + "".join(f"<th>{n}</th>" for n in _counts(total)) + "</tr>"
     generated = time.strftime("%Y-%m-%d %H:%M:%S")
     page = (
         "<!DOCTYPE html><html><head><meta charset='utf-8'><title>Stanza workbench: reproductions</title>"
@@ -123,10 +132,12 @@ def write_index(out_root: Path, specs: list[Spec]) -> Path:
         "<p>Wu et al., <i>Stanza: Layer Separation for Distributed Training in Deep Learning</i>, "
         f"arXiv 1812.10624. Generated {generated}.</p>"
         "<p><a href='gallery.html'>Gallery</a>: every executed notebook and tutorial rendered to HTML, with its "
-        "figures. <i>Claims agreeing</i> counts only claims compared with a paper figure (agrees / agrees + "
-        "differs); <i>reported only</i> are our figures the paper gives no number to compare with.</p>"
-        "<table><tr><th>experiment</th><th>title</th><th>run</th><th>status</th><th>claims agreeing</th>"
-        "<th>reported only</th></tr>"
+        "figures. Claims fall in three kinds, set in each YAML: <i>paper</i> claims have the paper's figure for "
+        "their configuration and a bound around it (agree / agree + differ); <i>goals</i> are targets the project "
+        "set itself where the paper gives no figure (met / met + missed), never counted as agreement with the "
+        "paper; <i>reported only</i> are our figures with neither (no verdict).</p>"
+        "<table><tr><th>experiment</th><th>title</th><th>run</th><th>status</th><th>paper: agree / compared</th>"
+        "<th>goals: met / judged</th><th>reported only</th></tr>"
         f"{summary}</table>" + "".join(_section(out_root, s) for s in statuses) + "</body></html>\n")
     index = out_root / "index.html"
     index.write_text(page)

@@ -15,6 +15,7 @@ from .execute import VenvKernelManager, execute, export_html, one_line
 from .grid import budget_seconds, grid, run_grid, select
 from .report import write_index
 from .spec import MARKER, REPO_ROOT, Spec, SpecError, evaluate_claims, load_specs
+from .tally import DIFFERS, GOAL_MISSED, REPORTED_ONLY, tally, tally_lines
 
 __all__ = ["VenvKernelManager", "execute", "unmet_requirements", "run_experiment", "prepare_out", "main"]
 
@@ -147,17 +148,19 @@ def main(argv: list[str] | None = None) -> int:
     index = write_index(out_root, load_specs(args.specs))
     gallery = write_gallery(out_root, load_specs(args.specs), tutorial_notebooks(course))
     failed = [s for s in statuses + tutorials if s["status"] == "failed"]
-    differs = [(s["name"], c["claim"]) for s in statuses for c in s["claims"] if c["status"] == "differs"]
-    reported = [(s["name"], c["claim"]) for s in statuses for c in s["claims"] if c["status"] == "reported"]
-    agree = sum(c["status"] == "agrees" for s in statuses for c in s["claims"])
     print(f"report: {index}")
     print(f"gallery: {gallery}")
-    for name, claim in differs:
-        print(f"differs from the paper: {name}: {claim}")
-    for name, claim in reported:
-        print(f"reported only (no paper figure to compare with): {name}: {claim}")
-    print(f"claims: {agree} of {agree + len(differs)} compared with a paper figure agree, {len(differs)} differ; "
-          f"{len(reported)} reported only")
+    rows = [(s["name"], c) for s in statuses for c in s["claims"]]
+    for status, say in ((DIFFERS, "differs from the paper"), (GOAL_MISSED, "goal missed"),
+                        (REPORTED_ONLY, "reported only (no verdict)")):
+        for name, c in rows:
+            if c["status"] == status:
+                print(f"{say}: {name}: {c['claim']}")
+    counts = tally(c for _, c in rows)
+    if counts.unjudged:
+        print(f"not judged in this run (another mode's, modelled only, or missing): {counts.unjudged}")
+    for line in tally_lines(counts):
+        print(line)
     if failed:
         print("failed: " + "; ".join(f"{s['name']} ({s['error']})" for s in failed), file=sys.stderr)
         return 1

@@ -11,13 +11,16 @@ from typing import Any
 
 import yaml
 
+from .tally import bounds, category_problem, is_number, kind_of, verdict
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
 MARKER = ".stanza-reproduce"
 MODES = ("quick", "full", "tiny")
 REQUIREMENTS = ("linux", "root", "tc", "cuda")
 _TOP_KEYS = {"title", "notebook", "paper", "requires", "timeout_s", "quick", "full", "tiny", "claims"}
-_CLAIM_KEYS = {"claim", "paper", "ours", "format", "scale", "expect", "tolerance", "deviation", "modes", "measured"}
-NOT_MEASURED = "not measured (modelled only)"  # a measured claim of a run whose measured cells did not run
+_CLAIM_KEYS = {"claim", "paper", "ours", "format", "scale", "expect", "tolerance", "deviation", "modes", "measured",
+               "calibrated", "figure", "bound_rule", "goal"}
+NOT_MEASURED = "not measured (modelled only)"  # a measured or calibrated claim of a run that measured nothing
 
 
 class SpecError(ValueError):
@@ -91,8 +94,8 @@ def load_spec(path: str | os.PathLike, root: Path | None = None) -> Spec:
         if isinstance(e, dict) and (not e or not set(e) <= {"quick", "full", "tiny"}):
             bad(f"claim {i}: expect by mode must map some of quick, full, tiny to a bound, got {e!r}")
         for b in per_mode.values():
-            if b is not None and not (_is_number(b) or (isinstance(b, list) and len(b) == 2
-                                                        and all(map(_is_number, b)))):
+            if b is not None and not (is_number(b) or (isinstance(b, list) and len(b) == 2
+                                                        and all(map(is_number, b)))):
                 bad(f"claim {i}: expect must be a number or [low, high] (or a mapping of modes to them), got {e!r}")
         if not set(c.get("modes", ["quick", "full"])) <= {"quick", "full", "tiny"}:
             bad(f"claim {i}: modes must be drawn from quick, full, tiny")
@@ -100,6 +103,8 @@ def load_spec(path: str | os.PathLike, root: Path | None = None) -> Spec:
             c.get("format", "{}").format(1.0)
         except (ValueError, IndexError, KeyError) as err:
             bad(f"claim {i}: bad format {c.get('format')!r} ({err})")
+        if problem := category_problem(c):
+            bad(f"claim {i} ({c['claim']}): {problem}")
     timeout = d.get("timeout_s")
     if timeout is not None and (not isinstance(timeout, int) or timeout < 1):
         bad(f"timeout_s must be a positive integer, got {timeout!r}")
@@ -112,10 +117,6 @@ def load_specs(specs_dir: Path) -> list[Spec]:
     if not paths:
         raise SpecError(f"{specs_dir}: no reproduction YAML files")
     return [load_spec(p) for p in paths]
-
-
-def _is_number(v) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -136,13 +137,18 @@ def lookup(results: Any, key: str) -> Any:
 
 
 def evaluate_claims(spec: Spec, results: dict | None, mode: str) -> tuple[list[dict[str, Any]], list[str]]:
-    """Report rows (claim, paper, ours, value, status, deviation) and the keys that are missing."""
+    """Report rows (claim, kind, paper, ours, value, status, deviation) and the keys that are missing.
+    status: a verdict of tally.verdict (agrees / differs, goal met / goal missed, reported), or why
+    there is no value (missing, not in <mode> run, not measured)."""
     rows, missing = [], []
     modelled_only = (results or {}).get("modelled_only")
     for c in spec.claims:
-        row = {"claim": c["claim"], "paper": str(c["paper"]), "key": c["ours"],
+        kind = kind_of(c)
+        row = {"claim": c["claim"], "kind": kind, "paper": str(c["paper"]), "key": c["ours"],
                "deviation": c.get("deviation", ""), "ours": "not measured", "value": None, "status": "missing"}
-        if modelled_only and c.get("measured"):  # gated, not failed: no root or tc, or measuring off
+        row.update({k: c[k] for k in ("figure", "bound_rule", "goal") if k in c})  # the bound's source
+        gated = c.get("measured") or c.get("calibrated")  # needs the measured runs: no root or tc, or measuring off
+        if modelled_only and gated:  # gated, not failed
             rows.append({**row, "status": NOT_MEASURED})
             continue
         try:
@@ -156,16 +162,12 @@ def evaluate_claims(spec: Spec, results: dict | None, mode: str) -> tuple[list[d
                 row["status"] = f"not in {mode} run"
             rows.append(row)
             continue
-        if _is_number(value):
+        if is_number(value):
             value = value * c.get("scale", 1)
         row["value"], row["ours"] = value, c.get("format", "{}").format(value)
-        e = c.get("expect")
-        if isinstance(e, dict):  # a bound per mode, each set from that mode's measured spread
-            e = e.get(mode)
-        if e is None or not _is_number(value):
-            row["status"] = "reported"
-        else:
-            lo, hi = (e - c.get("tolerance", 0), e + c.get("tolerance", 0)) if _is_number(e) else e
-            row["status"] = "agrees" if lo <= value <= hi else "differs"
+        b = bounds(c)
+        lohi = b.get("any", b.get(mode))  # a bound per mode: each set from that mode's measured spread
+        inside = None if lohi is None or not is_number(value) else lohi[0] <= value <= lohi[1]
+        row["status"] = verdict(kind, inside)
         rows.append(row)
     return rows, missing

@@ -36,11 +36,14 @@ def _spec(notebook, claims, **extra):
             "quick": {"scale": 1.5}, "full": {"scale": 10.0}, "claims": claims, **extra}
 
 
+RULE = "fixture: the figure as stated"
 CLAIMS = [
-    {"claim": "twice the scale", "paper": "3", "ours": "value", "format": "{:.2f}", "expect": 3.0},
-    {"claim": "last item", "paper": "about 3", "ours": "nested.items.-1", "expect": [2.5, 3.5],
-     "deviation": "fixture"},
-    {"claim": "scaled", "paper": "3000", "ours": "value", "scale": 1000, "expect": 2000, "tolerance": 1},
+    {"claim": "twice the scale", "paper": "3", "ours": "value", "format": "{:.2f}", "figure": 3.0, "expect": 3.0,
+     "bound_rule": RULE},
+    {"claim": "last item", "paper": "about 3", "ours": "nested.items.-1", "figure": 3, "expect": [2.5, 3.5],
+     "bound_rule": RULE, "deviation": "fixture"},
+    {"claim": "scaled", "paper": "2000", "ours": "value", "scale": 1000, "figure": 2000, "expect": 2000,
+     "tolerance": 1, "bound_rule": RULE},
     {"claim": "only in full runs", "paper": "n/a", "ours": "full_only", "modes": ["full"]},
 ]
 
@@ -83,7 +86,7 @@ def test_runs_everything_reports_and_fails_at_the_end(project, capsys):
         assert text in page, text
     assert (out / "plotly.min.js").is_file() and (out / MARKER).is_file()
     # claims compared with a paper figure: 2 agree, 1 differs; the tutorial is rendered into the gallery
-    assert "claims: 2 of 3 compared with a paper figure agree, 1 differ; 0 reported only" in printed.out
+    assert "paper: 2 of 3 agree, 1 differ\ngoals: 0 of 0 met, 0 missed\nreported only: 0\n" in printed.out
     tut = out / "tutorials" / "t1_fixture"
     assert json.loads((tut / "status.json").read_text())["status"] == "ok" and (tut / "t1_fixture.html").is_file()
     gallery = (out / "gallery.html").read_text()
@@ -125,6 +128,8 @@ def test_unknown_only_name_is_bad_input(project, capsys):
     ({"requires": ["gpu"]}, "requires must be a list drawn from"),
     ({"claims": [{"claim": "x", "paper": "y", "ours": "v", "expect": {"fast": 1.0}}]}, "expect by mode must map"),
     ({"claims": [{"claim": "x", "paper": "y", "ours": "v", "expect": {"quick": "big"}}]}, "expect must be a number"),
+    ({"claims": [{"claim": "x", "paper": "1.5x", "ours": "v", "figure": 1.5}]}, "claim 0 (x): has the paper's figure"),
+    ({"claims": [{"claim": "x", "paper": "-", "ours": "v", "expect": 1.0}]}, "neither figure"),
 ])
 def test_bad_spec_is_one_line(project, change, message):
     path = project / "reproductions" / "good.yaml"
@@ -151,8 +156,8 @@ def test_tiny_defaults_to_quick_and_claims_evaluate(project):
 
 def test_a_bound_per_mode_judges_each_mode_by_its_own(project):
     spec = load_spec(project / "reproductions" / "good.yaml")
-    spec.claims.append({"claim": "per mode", "paper": "-", "ours": "value", "expect": {"quick": [0.0, 1.0],
-                                                                                  "full": [0.0, 5.0]}})
+    spec.claims.append({"claim": "per mode", "paper": "0.5", "ours": "value", "figure": 0.5, "bound_rule": RULE,
+                        "expect": {"quick": [0.0, 1.0], "full": [0.0, 5.0]}})
     status = {mode: evaluate_claims(spec, {"value": 3.0, "nested": {"items": [3]}}, mode)[0][-1]["status"]
               for mode in ("quick", "full", "tiny")}
     assert status == {"quick": "differs", "full": "agrees", "tiny": "reported"}
