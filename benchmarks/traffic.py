@@ -15,10 +15,10 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
 import tempfile
 
+from stanza_core import procgroup
 from stanza_core.topology import global_batch_for
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -35,7 +35,7 @@ def run(model, nodes, strategy, k, per_worker, steps, workdir):
     if strategy == "stanza":
         cmd += ["--fc-workers", str(k)]
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONWARNINGS="ignore", CUDA_VISIBLE_DEVICES="")
-    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True)
+    proc = procgroup.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True)  # Ctrl-C: the ranks end too
     if proc.returncode != 0:
         ours = [l for l in proc.stderr.splitlines() if l.startswith("error: ")]
         raise SystemExit(f"{model} {strategy} k={k} N={nodes} failed: " + (ours[0] if ours else proc.stderr))

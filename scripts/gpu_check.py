@@ -47,6 +47,8 @@ sys.path.insert(0, str(ROOT))
 
 import torch  # noqa: E402
 
+from stanza_core import procgroup  # noqa: E402
+
 BUDGET_S = 8 * 60
 RATIO_GOAL = 1.05  # the engine's step within 5 % of a plain PyTorch loop's
 
@@ -73,7 +75,8 @@ TINY = Target(device="cpu", models=("tiny_cnn",), image_size=32, batch=8, num_cl
 def run(cmd: list[str], timeout: float, env_extra: dict | None = None) -> subprocess.CompletedProcess:
     env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""),
                OMP_NUM_THREADS="2", PYTHONWARNINGS="ignore", **(env_extra or {}))
-    return subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
+    # its own process group, ended as a whole on a timeout: torchrun's ranks die with it
+    return procgroup.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout_s=timeout)
 
 
 def train(out: Path, name: str, nproc: int, *args: str, timeout: float = 240, save: bool = True

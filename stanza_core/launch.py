@@ -5,8 +5,11 @@
 Every keyword is a training CLI flag (`fc_workers=1` -> `--fc-workers 1`; True -> a bare flag).
 The job writes its metrics JSON (and, with save=..., the model) into `workdir`; the parsed
 metrics come back. A failing job raises JobError with the job's own one-line error if it printed
-one. `train_model(model, ...)` does the same for a model object (say, a class defined in a
-notebook): no module file needed. For jobs on the emulated cluster (one network namespace per node) see stanza_core.netem.
+one; a job past `timeout_s` raises JobError saying so. torchrun and its ranks run in a process
+group of their own, ended as a whole on a timeout, an error or Ctrl-C (stanza_core.procgroup), so
+no rank outlives its job. `train_model(model, ...)` does the same for a model object (say, a class
+defined in a notebook): no module file needed. For jobs on the emulated cluster (one network
+namespace per node) see stanza_core.netem.
 """
 from __future__ import annotations
 
@@ -16,6 +19,8 @@ import re
 import subprocess
 import sys
 import tempfile
+
+from . import procgroup
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -78,7 +83,10 @@ def run_job(nodes: int, workdir: str | None = None, timeout_s: float = 1800, thr
     else:
         cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nodes}",
                "-m", "stanza_core.train", *args]
-    proc = subprocess.run(cmd, cwd=ROOT, env=job_env(threads), capture_output=True, text=True, timeout=timeout_s)
+    try:  # its own process group, ended as a whole on a timeout or an error here: no orphaned ranks
+        proc = procgroup.run(cmd, cwd=ROOT, env=job_env(threads), capture_output=True, text=True, timeout_s=timeout_s)
+    except subprocess.TimeoutExpired:
+        raise JobError(f"{name}: timed out after {timeout_s:g} s; its processes were ended") from None
     if proc.returncode != 0:
         raise JobError(f"{name}: {job_failure(proc.stderr, proc.returncode)}")
     with open(flags["metrics"]) as fh:

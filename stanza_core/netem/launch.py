@@ -10,13 +10,12 @@ from __future__ import annotations
 import json
 import os
 import re
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-from .. import atomic
+from .. import atomic, procgroup
 from . import linkstats
 from .cluster import EmulatedCluster
 from .host import NetemError
@@ -174,9 +173,9 @@ def launch(cl: EmulatedCluster, entry: list[str], *, timeout_s: float = 600.0,
             err = open(log_dir / f"node{i}.err", "w")
             files += [out, err]
             # Own session: a Ctrl-C in the terminal reaches only this launcher, which then
-            # stops the nodes and removes the cluster in order.
-            procs.append(cl.exec(i, argv, stdout=out, stderr=err, env=node_env(cl, i, env, gpu=gpu),
-                                 start_new_session=True))
+            # stops the nodes (procgroup.end below) and removes the cluster in order.
+            procs.append(procgroup.start(cl.exec_argv(i, argv), stdout=out, stderr=err,
+                                         env=node_env(cl, i, env, gpu=gpu)))
         while True:
             codes = [p.poll() for p in procs]
             if any(c not in (None, 0) for c in codes):
@@ -190,14 +189,10 @@ def launch(cl: EmulatedCluster, entry: list[str], *, timeout_s: float = 600.0,
                                   tail=_tail(log_dir / f"node{waiting[0]}.err"))
             time.sleep(poll_s)
     finally:
-        if any(p.poll() is None for p in procs):
+        running = any(p.poll() is None for p in procs)
+        procgroup.end(*procs)  # each node's torchrun and its ranks, also on a timeout or Ctrl-C
+        if running:            # and whatever else was started inside the nodes' namespaces
             cl.kill_all()
-        for p in procs:
-            try:
-                p.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait()
         for f in files:
             f.close()
 
