@@ -61,7 +61,7 @@ def test_tiny_run_counts_what_the_model_says(spec, run_notebook):
     nb = nbformat.read(executed, as_version=4)
     assert not [o for c in nb.cells for o in c.get("outputs", []) if o.get("output_type") == "error"]
     rows = {r["key"]: r["status"] for r in evaluate_claims(spec, results, "tiny")[0]}
-    assert rows["max_abs_diff_bytes"] == "agrees"
+    assert rows["max_abs_diff_bytes"] == "goal met"
     assert rows["configs.alexnet.n4.ps.bytes_per_step"] == "not in tiny run"
 
 

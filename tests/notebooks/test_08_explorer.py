@@ -43,7 +43,8 @@ def test_tiny_run_records_the_optimisers_answer(spec, run_notebook):
     assert not [o for o in outputs if o.get("output_type") == "error"]
     assert any("application/vnd.jupyter.widget-view+json" in o.get("data", {}) for o in outputs)
     rows = {r["key"]: r for r in evaluate_claims(spec, results, "tiny")[0]}
-    assert rows["speedup_vs_ps"]["status"] == "agrees"  # within the paper's 1.34x..13.9x
+    # the paper gives only its whole range, no figure for this configuration: reported, and inside it
+    assert rows["speedup_vs_ps"]["status"] == "reported" and 1.34 <= rows["speedup_vs_ps"]["value"] <= 13.9
     assert rows["best.strategy"]["ours"] == "stanza"
 
 
