@@ -5,10 +5,9 @@ Glossary (the paper's vocabulary, used across the package):
   FC head    - the fully connected suffix: most of the parameters, little of the compute.
   boundary   - the single tensor passed from the CONV body to the FC head (its first module's name).
 
-Every nn.Dropout is replaced by `SampleDropout`, which hashes each sample's mask from a key
-(seed, step, position of the sample in the global batch, layer, element). So a sample gets the
-same mask whichever worker processes it, on whatever device, and distributed runs stay equal to
-the single-process oracle.
+Every nn.Dropout is replaced by `SampleDropout`, whose mask of a sample is row `position` of one
+draw per (seed, step, layer) over the whole global batch. So a sample gets the same mask whichever
+worker processes it, and distributed runs stay equal to the single-process oracle.
 """
 from __future__ import annotations
 
@@ -16,7 +15,6 @@ import contextlib
 import contextvars
 import importlib
 import inspect
-import math
 import os
 from typing import Callable
 
@@ -25,34 +23,36 @@ import torch.nn as nn
 
 # ---------------------------------------------------------------------------------------------
 # Per-sample dropout
+#
+# Layer (seed, step, layer_id) draws one uniform per element of the whole global batch,
+# (rows, *shape), from a generator seeded by a host hash of the three; the sample at position i
+# of the global batch keeps element j iff u[i, j] >= p. Every rank draws the same tensor (same
+# seed, same shape, same device kind) and multiplies its own samples by their rows, so a sample's
+# mask never depends on which rank computes it, and a layer's masks cost torch's own handful of
+# operator calls: per step one draw, one compare and one scale (cached for the step's later
+# chunks), per forward one slice and one multiply, whatever the batch.
+#
+# The bits are the generator's: torch's CPU generator (mt19937, drawn serially: a row does not
+# depend on how many rows are drawn, nor on the thread count) or the CUDA generator (Philox) of
+# the activations' device. So a job's ranks, which share one device kind, draw the same masks; a
+# CPU run and a GPU run draw different ones (as their arithmetic differs anyway).
 
 
 # A 32-bit integer mixer (Chris Wellons' lowbias32: xor-shift, multiply, three times; a bijection
-# of [0, 2^32) with near-ideal avalanche). Masks are hashed from their keys with it, in torch
-# integer ops on the tensor's own device: integer arithmetic is exact on every device, so the
-# CPU and every GPU draw the same bits. Values are held in int64 in [0, 2^32). A multiplier
-# c >= 2^31 is applied as c - 2^32 (congruent mod 2^32, |c - 2^32| < 2^31): the product of a
-# 32-bit value and it stays inside int64 (no signed overflow, exact on every device), and
-# `& MASK32` of the two's-complement result is the product mod 2^32.
+# of [0, 2^32) with near-ideal avalanche), used on the host to fold (seed, step, layer) into the
+# generator's seed.
 MASK32 = 0xFFFFFFFF
-_MIX_MULTIPLIERS = tuple(c - (1 << 32) if c >= 1 << 31 else c for c in (0x7FEB352D, 0x846CA68B))
-_SEED_SALT, _STEP_HI_SALT = 0x9E3779B9, 0x85EBCA6B  # fold the key fields apart from one another
+_MIX_MULTIPLIERS = (0x7FEB352D, 0x846CA68B)
+_SEED_SALT, _STEP_HI_SALT, _LO_SALT = 0x9E3779B9, 0x85EBCA6B, 0x68E31DA4  # fold the key fields apart
 
 
-def mix32(x):
-    """lowbias32 of x in [0, 2^32): a Python int or an int64 tensor (elementwise), same bits.
-    A tensor is mixed into a new tensor, in place after the first op (no large temporaries)."""
-    if not isinstance(x, torch.Tensor):
-        x = x ^ (x >> 16)
-        x = (x * _MIX_MULTIPLIERS[0]) & MASK32
-        x = x ^ (x >> 15)
-        x = (x * _MIX_MULTIPLIERS[1]) & MASK32
-        return x ^ (x >> 16)
-    x = x ^ (x >> 16)
-    x.mul_(_MIX_MULTIPLIERS[0]).bitwise_and_(MASK32)
-    x.bitwise_xor_(x >> 15)
-    x.mul_(_MIX_MULTIPLIERS[1]).bitwise_and_(MASK32)
-    return x.bitwise_xor_(x >> 16)
+def mix32(x: int) -> int:
+    """lowbias32 of the Python int x in [0, 2^32)."""
+    x ^= x >> 16
+    x = (x * _MIX_MULTIPLIERS[0]) & MASK32
+    x ^= x >> 15
+    x = (x * _MIX_MULTIPLIERS[1]) & MASK32
+    return x ^ (x >> 16)
 
 
 def layer_key(seed: int, step: int, layer_id: int) -> int:
@@ -63,84 +63,95 @@ def layer_key(seed: int, step: int, layer_id: int) -> int:
     return mix32(k ^ (int(layer_id) & MASK32))
 
 
-_ELEMENT_KEYS: dict[tuple[int, str], torch.Tensor] = {}  # (elements per sample, device) -> mix32(arange)
+def layer_seed(seed: int, step: int, layer_id: int) -> int:
+    """The 63-bit generator seed of layer `layer_id` at `step` of a run seeded `seed`."""
+    hi = layer_key(seed, step, layer_id)
+    return ((hi << 32) | mix32(hi ^ _LO_SALT)) & ((1 << 63) - 1)
 
 
-def _element_keys(n: int, device: torch.device) -> torch.Tensor:
-    """mix32(i) for i in [0, n) on `device`, made once per (n, device): the same every step."""
-    key = (n, str(device))
-    if key not in _ELEMENT_KEYS:
-        if len(_ELEMENT_KEYS) >= 64:  # a bounded cache: models have few distinct dropout shapes
-            _ELEMENT_KEYS.pop(next(iter(_ELEMENT_KEYS)))
-        _ELEMENT_KEYS[key] = mix32(torch.arange(n, dtype=torch.int64, device=device))
-    return _ELEMENT_KEYS[key]
+_GENERATORS: dict[torch.device, torch.Generator] = {}  # one per device, reseeded for every draw
 
 
-def keep_threshold(p: float) -> int:
-    """Keep an element iff its 32-bit hash h >= this: u = h / 2^32 is uniform on [0, 1) and
-    u >= p  <=>  h >= ceil(p * 2^32) (exact: p * 2^32 is p with its exponent shifted)."""
-    return math.ceil(p * 2.0**32)
+def _generator(device: torch.device, seed: int) -> torch.Generator | None:
+    """The device's generator, seeded (None on the meta device: nothing is drawn there)."""
+    if device.type == "meta":
+        return None
+    if device not in _GENERATORS:
+        _GENERATORS[device] = torch.Generator(device=device)
+    return _GENERATORS[device].manual_seed(seed)
 
 
-def keep_uniforms(seed: int, step: int, positions: torch.Tensor, layer_id: int, n: int) -> torch.Tensor:
-    """The 32-bit hashes (len(positions), n) of the elements of these samples, as int64 on the
-    device of `positions`: row i, element j is
-
-        mix32(element_key(j) ^ mix32(positions[i] ^ layer_key(seed, step, layer_id)))
-
-    with element_key(j) = mix32(j). Vectorised over samples and elements; a row depends only on
-    its own sample's key, never on which other samples share the batch."""
-    k = layer_key(seed, step, layer_id)
-    rows = mix32(positions.to(torch.int64).reshape(-1, 1) ^ k)  # (b, 1): one key per sample
-    return mix32(_element_keys(n, positions.device).reshape(1, -1) ^ rows)  # (b, n)
+def keep_uniforms(seed: int, step: int, layer_id: int, rows: int, shape: tuple[int, ...],
+                  device: torch.device | str = "cpu") -> torch.Tensor:
+    """The uniforms (rows, *shape) of layer `layer_id` at `step`, float32 on `device`: row i
+    belongs to the sample at position i of the global batch."""
+    device = torch.device(device)
+    return torch.rand((int(rows), *shape), generator=_generator(device, layer_seed(seed, step, layer_id)),
+                      device=device)
 
 
-def keep_mask(seed: int, step: int, positions: torch.Tensor, layer_id: int, shape: tuple[int, ...], p: float,
-              device: torch.device | str | None = None) -> torch.Tensor:
-    """Boolean keep-mask (len(positions), *shape): row i keeps each element with probability 1 - p,
-    from the hash of (seed, step, positions[i], layer_id, element index) (`keep_uniforms`).
+def keep_scale(seed: int, step: int, layer_id: int, rows: int, shape: tuple[int, ...], p: float,
+               device: torch.device | str = "cpu", dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """(rows, *shape) in `dtype`: 1 / (1 - p) where the element is kept (uniform >= p), else 0."""
+    u = keep_uniforms(seed, step, layer_id, rows, shape, device)
+    scale = u.ge(p).mul(1.0 / (1.0 - p))  # bool * float: float32
+    return scale if dtype == torch.float32 else scale.to(dtype)
 
-    Computed on `device` (default: the device of `positions`) by torch integer ops, with no
-    per-sample loop; positions on another device are moved there first (`sample_keys` hands
-    SampleDropout positions already on the activations' device, made there without a copy)."""
-    if device is not None and positions.device != torch.device(device):
-        positions = positions.to(device)
-    n = 1
-    for d in shape:
-        n *= int(d)
-    h = keep_uniforms(seed, step, positions, layer_id, n)
-    return (h >= keep_threshold(p)).reshape(positions.numel(), *shape)
+
+def keep_mask(seed: int, step: int, positions, layer_id: int, shape: tuple[int, ...], p: float,
+              device: torch.device | str | None = None, rows: int | None = None) -> torch.Tensor:
+    """Boolean keep-mask (len(positions), *shape) of the samples at `positions` of the global
+    batch (`rows` samples; default: the largest position + 1, which on the CPU gives the same rows
+    as any larger count). Each element is kept with probability 1 - p."""
+    keys = _Keys(seed, step, positions, rows)
+    device = torch.device(device) if device is not None else keys.device
+    return keys.rows_of(keep_scale(seed, step, layer_id, keys.rows, shape, p, device)) != 0
 
 
 class _Keys:
-    """The keys of one `sample_keys` block, with its positions on each device they are asked for."""
+    """The keys of one `sample_keys` block: seed, step, and where its samples sit in the global
+    batch (`rows` of it), as a run start..stop (a `range`, made by every strategy) or as a tensor
+    of scattered positions."""
 
-    def __init__(self, seed: int, step: int, positions: torch.Tensor):
+    def __init__(self, seed: int, step: int, positions, rows: int | None = None):
         self.seed, self.step = int(seed), int(step)
-        self.positions = positions.detach()
-        self._on: dict[torch.device, torch.Tensor] = {positions.device: self.positions}
-
-    def positions_on(self, device: torch.device) -> torch.Tensor:
-        """The positions on `device`. A run of consecutive positions (every strategy's slice of
-        the global batch) is made there by arange: no host-to-device copy, no host sync."""
-        if device not in self._on:
-            pos, n = self.positions, self.positions.numel()
-            first = int(pos[0]) if n and pos.device.type == "cpu" else None
-            if first is not None and torch.equal(pos, torch.arange(first, first + n, dtype=pos.dtype)):
-                self._on[device] = torch.arange(first, first + n, dtype=torch.int64, device=device)
+        if isinstance(positions, range) and positions.step == 1:
+            self.run, self.index, n, last = positions, None, len(positions), positions.stop - 1
+        else:  # a tensor (or list): scattered positions, read on the host once here
+            pos = torch.as_tensor(positions, dtype=torch.int64).detach().cpu().reshape(-1)
+            values = pos.tolist()
+            n, last = len(values), max(values, default=-1)
+            first = values[0] if values else 0
+            if values == list(range(first, first + n)):
+                self.run, self.index = range(first, first + n), None
             else:
-                self._on[device] = pos.to(device)
-        return self._on[device]
+                self.run, self.index = None, pos
+        self.count = n
+        self.rows = int(rows) if rows is not None else last + 1
+        if n and last >= self.rows:
+            raise ValueError(f"sample position {last} is outside a global batch of {self.rows}")
+        self.device = self.index.device if self.index is not None else torch.device("cpu")
+        self._index_on: dict[torch.device, torch.Tensor] = {}
+
+    def rows_of(self, t: torch.Tensor) -> torch.Tensor:
+        """This block's rows of the global-batch tensor `t`: a slice (no copy) for a run."""
+        if self.run is not None:
+            return t[self.run.start:self.run.stop]
+        if t.device not in self._index_on:
+            self._index_on[t.device] = self.index.to(t.device)
+        return t.index_select(0, self._index_on[t.device])
 
 
 _SAMPLE_KEYS: contextvars.ContextVar[_Keys | None] = contextvars.ContextVar("stanza_sample_keys", default=None)
 
 
 @contextlib.contextmanager
-def sample_keys(seed: int, step: int, positions: torch.Tensor):
-    """Within this block, SampleDropout draws the mask of the sample at `positions[i]` of the
-    global batch of `step` from the hash of (seed, step, position, layer) (`keep_mask`)."""
-    token = _SAMPLE_KEYS.set(_Keys(seed, step, positions))
+def sample_keys(seed: int, step: int, positions, rows: int | None = None):
+    """Within this block, SampleDropout gives the sample at `positions[i]` of the global batch of
+    `step` (`rows` samples: pass the global batch; default the largest position + 1) the mask of
+    row positions[i] of the layer's draw (`keep_scale`). `positions`: a range (a strategy's slice)
+    or a tensor / list of positions."""
+    token = _SAMPLE_KEYS.set(_Keys(seed, step, positions, rows))
     try:
         yield
     finally:
@@ -158,6 +169,7 @@ class SampleDropout(nn.Module):
             raise ValueError(f"dropout probability must be in [0, 1), got {p}")
         self.p = p
         self.layer_id = layer_id
+        self._scale: tuple[tuple, torch.Tensor] | None = None  # (key, keep_scale) of the last step drawn
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if not self.training or self.p == 0.0:
@@ -165,10 +177,19 @@ class SampleDropout(nn.Module):
         keys = _SAMPLE_KEYS.get()
         if keys is None:
             return nn.functional.dropout(x, self.p, True)
-        if keys.positions.numel() != x.shape[0]:
-            raise RuntimeError(f"sample_keys holds {keys.positions.numel()} positions, batch has {x.shape[0]}")
-        keep = keep_mask(keys.seed, keys.step, keys.positions_on(x.device), self.layer_id, tuple(x.shape[1:]), self.p)
-        return x * keep / (1.0 - self.p)  # bool promotes to x's dtype: x * 1.0 or x * 0.0
+        if keys.count != x.shape[0]:
+            raise RuntimeError(f"sample_keys holds {keys.count} positions, batch has {x.shape[0]}")
+        shape = tuple(x.shape[1:])
+        key = (keys.seed, keys.step, keys.rows, shape, x.device, x.dtype, self.p)
+        if self._scale is None or self._scale[0] != key:  # once per step: later chunks reuse it
+            self._scale = (key, keep_scale(keys.seed, keys.step, self.layer_id, keys.rows, shape, self.p,
+                                           x.device, x.dtype))
+        return x * keys.rows_of(self._scale[1])
+
+    def __getstate__(self):  # the step's cached draw is not part of the module
+        state = dict(self.__dict__)
+        state["_scale"] = None
+        return state
 
     def extra_repr(self) -> str:
         return f"p={self.p}, layer_id={self.layer_id}"

@@ -33,7 +33,7 @@ class Batch:
 
     x: torch.Tensor  # samples (b, C, H, W), on the rank's device
     y: torch.Tensor  # labels (b,), int64
-    positions: torch.Tensor  # (b,) int64 on the CPU: where each sample sits in the global batch
+    positions: range  # where each sample sits in the global batch (a run of positions)
 
     def __len__(self) -> int:
         return int(self.y.shape[0])
@@ -53,8 +53,10 @@ def make_sgd(params, cfg: TrainConfig) -> torch.optim.SGD:
     return torch.optim.SGD(params, lr=cfg.lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay)
 
 
-def positions_of(s: slice) -> torch.Tensor:
-    return torch.arange(s.start, s.stop)
+def positions_of(s: slice) -> range:
+    """The positions of a slice of the global batch (a range: dropout keys read it on the host,
+    with no operator call inside the step)."""
+    return range(s.start, s.stop)
 
 
 def loss_sum_over_g(logits: torch.Tensor, y: torch.Tensor, global_batch: int) -> torch.Tensor:
@@ -86,12 +88,13 @@ class Strategy:
         end (the training loop reads every --log-every steps, steplog.py)."""
         raise NotImplementedError
 
-    def dropout_keys(self, t: int, positions: torch.Tensor):
-        """SampleDropout masks of this block's samples: keyed by (seed, step t, position)."""
-        return sample_keys(self.cfg.seed, t, positions)
+    def dropout_keys(self, t: int, positions: range):
+        """SampleDropout masks of this block's samples: rows `positions` of each layer's draw over
+        the global batch of step t (models.sample_keys)."""
+        return sample_keys(self.cfg.seed, t, positions, rows=self.cfg.global_batch)
 
     def forward_loss(self, module: nn.Module, x: torch.Tensor, y: torch.Tensor, t: int,
-                     positions: torch.Tensor) -> torch.Tensor:
+                     positions: range) -> torch.Tensor:
         with self.dropout_keys(t, positions):
             return loss_sum_over_g(module(x), y, self.cfg.global_batch)
 

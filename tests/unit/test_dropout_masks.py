@@ -1,15 +1,17 @@
-"""Per-sample dropout masks hashed on the tensor's device (stanza_core.models.keep_mask).
+"""Per-sample dropout masks drawn once per layer and step over the global batch
+(stanza_core.models: keep_uniforms, keep_scale, keep_mask, SampleDropout).
 
-Semantics kept from the per-sample generators they replace: a mask is a function of (seed, step,
-position of the sample in the global batch, layer), keeps 1 - p of the elements, is independent
-from sample to sample, and does not depend on which other samples share the batch. New: the masks
-of a batch are made by a fixed number of tensor operations, whatever the batch size (no loop over
-samples), and positions that form a run are made on the device without a host-to-device copy.
+Semantics: a mask is a function of (seed, step, position of the sample in the global batch,
+layer), keeps 1 - p of the elements, is independent from sample to sample, and does not depend
+on which other samples share the batch. Cost: a layer's masks take torch's own handful of
+operator calls (one draw, one compare, one scale per step; a slice and a multiply per forward),
+whatever the batch, and a run of positions reaches the device without a copy.
 
 Identical across strategies: every strategy draws its masks through `Strategy.dropout_keys(t,
-positions)` with the global positions of its samples, so a sample gets the same mask under each;
-tests/dist/test_exactness.py (every strategy equals `local` with dropout on) and
-tests/unit/test_split.py (conv + fc under sample_keys equals the whole model) check the result.
+positions)` with the global positions of its samples and the global batch, so a sample gets the
+same mask under each; tests/dist/test_exactness.py (every strategy equals `local` with dropout
+on) and tests/unit/test_split.py (conv + fc under sample_keys equals the whole model) check the
+result.
 """
 import math
 
@@ -17,7 +19,7 @@ import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from stanza_core.models import SampleDropout, keep_mask, keep_uniforms, sample_keys
+from stanza_core.models import SampleDropout, keep_mask, keep_uniforms, layer_seed, sample_keys
 
 N_SIGMA = 5.0  # bounds below are N_SIGMA standard deviations of the statistic under the null
 
@@ -50,14 +52,14 @@ def test_keep_rate_is_1_minus_p_within_binomial_tolerance(p):
         assert abs(row.float().mean().item() - (1 - p)) < N_SIGMA * math.sqrt(p * (1 - p) / row.numel())
 
 
-def test_hash_bits_are_uniform():
-    h = keep_uniforms(0, 0, torch.arange(16), 0, 4096)  # 65536 32-bit hashes
-    counts = torch.bincount((h >> 28).reshape(-1), minlength=16).double()  # 16 bins of the top bits
-    expected = h.numel() / 16
+def test_uniforms_are_uniform():
+    u = keep_uniforms(0, 0, 0, 16, (4096,))  # 65536 uniforms
+    counts = torch.bincount((u * 16).long().reshape(-1), minlength=16).double()  # 16 equal bins
+    expected = u.numel() / 16
     chi2 = float(((counts - expected) ** 2 / expected).sum())
     # chi-square with 15 degrees of freedom: mean 15, std sqrt(30) = 5.5
     assert chi2 < 15 + N_SIGMA * math.sqrt(30)
-    assert int(h.min()) >= 0 and int(h.max()) < 2**32
+    assert float(u.min()) >= 0.0 and float(u.max()) < 1.0
 
 
 def test_masks_of_other_positions_layers_steps_seeds_differ_and_are_uncorrelated():
@@ -99,30 +101,70 @@ def test_a_sample_gets_the_same_mask_in_any_batch_composition():
         assert torch.equal(part, whole[pos]), pos.tolist()
 
 
-def test_masks_are_made_without_a_loop_over_samples():
-    """The operator calls of a dropout forward are the same for a batch of 2 and of 64."""
+def test_a_row_does_not_depend_on_how_many_rows_are_drawn_on_the_cpu():
+    """The CPU generator draws serially, so a sample's row is the same in a draw over 8 or 300
+    samples: blocks that do not pass the global batch still agree with those that do."""
+    few, many = keep_uniforms(4, 9, 2, 8, (100,)), keep_uniforms(4, 9, 2, 300, (100,))
+    assert torch.equal(few, many[:8])
+    x = torch.randn(3, 100)
+    drop = SampleDropout(0.5, layer_id=2).train()
+    with sample_keys(4, 9, range(5, 8)):
+        a = drop(x)
+    with sample_keys(4, 9, range(5, 8), rows=300):
+        b = drop(x)
+    assert torch.equal(a, b)
+
+
+def test_a_mask_is_row_position_of_the_layers_documented_draw():
+    """Recomputed here from torch itself: a generator seeded with layer_seed(seed, step, layer),
+    uniforms over (rows, *shape), keep where u >= p."""
+    seed, step, layer, rows, shape = 7, 2, 1, 20, (3, 4)
+    g = torch.Generator().manual_seed(layer_seed(seed, step, layer))
+    want = torch.rand((rows, *shape), generator=g) >= 0.5
+    pos = torch.tensor([5, 0, 17])
+    assert torch.equal(keep_mask(seed, step, pos, layer, shape, 0.5, rows=rows), want[pos])
+    assert layer_seed(seed, step, layer) != layer_seed(seed, step + 2**32, layer)  # the step's high bits count
+
+
+def dropout_ops(batch: int, chunks: int = 1) -> list[str]:
+    """Operator calls of one step's dropout forwards over a batch in `chunks` blocks."""
     drop = SampleDropout(0.5, layer_id=0).train()
+    per = batch // chunks
+    x = torch.randn(per, 256)
+    with OpLog() as log:
+        for c in range(chunks):
+            with sample_keys(1, 2, range(c * per, (c + 1) * per), rows=batch):
+                drop(x)
+    return log.ops
 
-    def ops(batch: int) -> list[str]:
-        x = torch.randn(batch, 256)
-        keep_mask(0, 0, torch.arange(batch), 0, (256,), 0.5)  # the element keys are cached once per shape
-        with sample_keys(1, 2, torch.arange(10, 10 + batch)), OpLog() as log:
-            drop(x)
-        return log.ops
 
-    small, large = ops(2), ops(64)
-    assert small == large
-    assert 0 < len(small) < 40  # a fixed handful of elementwise integer ops, then the scaling
+def test_masks_cost_torchs_handful_of_calls_whatever_the_batch():
+    """One draw, one compare, one scale per step; one slice and one multiply per forward: the
+    same five calls for a batch of 2 and of 64 (torch's own dropout takes four: empty_like,
+    bernoulli_, div_, mul). A second block of the same step reuses the step's draw."""
+    assert dropout_ops(2) == dropout_ops(64) == ["aten.rand", "aten.ge", "aten.mul", "aten.slice", "aten.mul"]
+    assert dropout_ops(64, chunks=4) == ["aten.rand", "aten.ge", "aten.mul"] + ["aten.slice", "aten.mul"] * 4
+    with OpLog() as log:
+        torch.nn.functional.dropout(torch.randn(8, 256), 0.5, True)
+    assert len(log.ops) == 5 and len(dropout_ops(8)) <= len(log.ops)  # randn + torch's four
 
 
 def test_a_run_of_positions_reaches_the_device_without_a_copy():
-    """Positions 0..b-1 (a strategy's slice) are made on the activations' device by arange; only
-    scattered positions are copied there. The meta device stands in for a GPU on a CPU machine."""
+    """A strategy's slice (a range) selects its rows by a slice on the activations' device; only
+    scattered positions copy an index there. The meta device stands in for a GPU on a CPU machine."""
     meta = torch.device("meta")
     drop = SampleDropout(0.5, layer_id=0).train()
-    for pos, copies in ((torch.arange(8, 16), False), (torch.tensor([3, 1, 2, 0, 4, 5, 6, 7]), True)):
+    for pos, copies in ((range(8, 16), False), (torch.tensor([3, 1, 2, 0, 4, 5, 6, 7]), True)):
         x = torch.empty(8, 32, device=meta)
-        with sample_keys(0, 0, pos), OpLog() as log:
+        with sample_keys(0, 0, pos, rows=16), OpLog() as log:
             out = drop(x)
         assert out.device == meta and out.shape == x.shape
         assert ("aten._to_copy" in log.ops) == copies, log.ops
+
+
+def test_positions_outside_the_global_batch_are_refused():
+    with pytest.raises(ValueError, match="position 9 is outside a global batch of 8"):
+        with sample_keys(0, 0, range(6, 10), rows=8):
+            pass
+
+

@@ -12,7 +12,6 @@ from stanza_core import exit_policy, train
 from stanza_core.comm import join_timeout_s, nccl_watchdog_timeout_s
 from stanza_core.comm.failures import HOST_RANKS_ENV
 from stanza_core.config import ConfigError, TrainConfig
-from stanza_core.models import keep_mask
 from stanza_core.netem.host import NetemError
 from stanza_core.netem.launch import gpu_env, gpu_plan, node_env
 from stanza_core.numerics import numerics_record, set_numerics
@@ -107,29 +106,6 @@ def test_netem_gpu_plan_and_node_environment(capsys):
     # every node's rank shares this host's cores: its join waits for all of them (comm.join_timeout_s)
     assert {v[HOST_RANKS_ENV] for v in envs} == {"3"}
     assert join_timeout_s(120.0, 16, 2) == 960.0 and join_timeout_s(120.0, 3, 8) == 120.0
-
-
-def test_dropout_mask_is_the_keyed_reference():
-    """The mask equals the documented hash, recomputed here element by element in Python integers
-    with uint32 wrap-around (the lowbias32 constants as published, no int64 tricks)."""
-    def lowbias32(x):
-        x ^= x >> 16
-        x = (x * 0x7FEB352D) & 0xFFFFFFFF
-        x ^= x >> 15
-        x = (x * 0x846CA68B) & 0xFFFFFFFF
-        return x ^ (x >> 16)
-
-    seed, step, layer = 7, 2, 1
-    k = lowbias32(seed ^ 0x9E3779B9)
-    k = lowbias32(k ^ step)
-    k = lowbias32(k ^ (0 ^ 0x85EBCA6B))  # the step's high 32 bits (0 here)
-    k = lowbias32(k ^ layer)
-    pos, shape = torch.tensor([5, 0, 17]), (3, 4)
-    got = keep_mask(seed, step, pos, layer, shape, 0.5)
-    for i, p in enumerate(pos.tolist()):
-        row = lowbias32(p ^ k)
-        want = [lowbias32(lowbias32(j) ^ row) / 2**32 >= 0.5 for j in range(12)]
-        assert got[i].reshape(-1).tolist() == want
 
 
 @pytest.fixture
