@@ -4,23 +4,25 @@
 
 Every keyword is a training CLI flag (`fc_workers=1` -> `--fc-workers 1`; True -> a bare flag).
 The job writes its metrics JSON (and, with save=..., the model) into `workdir`; the parsed
-metrics come back. A failing job raises JobError with the job's own one-line error if it printed
-one; a job past `timeout_s` raises JobError saying so. torchrun and its ranks run in a process
-group of their own, ended as a whole on a timeout, an error or Ctrl-C (stanza_core.procgroup), so
-no rank outlives its job. `train_model(model, ...)` does the same for a model object (say, a class
-defined in a notebook): no module file needed. For jobs on the emulated cluster (one network
-namespace per node) see stanza_core.netem.
+metrics come back. A failing job raises JobError with one line: the exception a rank raised (read
+from torchrun's per-rank error files), else the job's own one-line error; a job past `timeout_s`
+raises JobError saying so. torchrun and its ranks run in a process group of their own, ended as a
+whole on a timeout, an error or Ctrl-C (stanza_core.procgroup), so no rank outlives its job.
+`train_model(model, ...)` does the same for a model object (say, a class defined in a notebook):
+no module file needed. For jobs on the emulated cluster (one network namespace per node) see
+stanza_core.netem.
 """
 from __future__ import annotations
 
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
 
-from . import procgroup
+from . import procgroup, rank_errors
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -49,12 +51,17 @@ def job_env(threads: int = 1) -> dict[str, str]:
 
 
 _LAUNCHER_ERRORS = ("ChildFailedError", "torch.distributed.elastic")
+TORCHRUN_LOGS = "torchrun"  # in a job's workdir: torchrun's --log-dir, holding each rank's error file
 
 
-def job_failure(stderr: str, returncode: int) -> str:
-    """What a failed job says about itself, in one line: a rank's own `error: ...` line, else the
-    first exception a rank raised (its traceback's last line; not the launcher's ChildFailedError
-    that follows it), else the last lines of stderr."""
+def job_failure(stderr: str, returncode: int, errors: dict[int, str] | None = None) -> str:
+    """What a failed job says about itself, in one line: the first exception a rank raised, from
+    the ranks' error files (`errors`: rank_errors.read) when there are any; else a rank's own
+    `error: ...` line; else the first exception in stderr (its traceback's last line; not the
+    launcher's ChildFailedError that follows it); else the last lines of stderr."""
+    if errors:
+        rank, text = next(iter(errors.items()))
+        return f"rank {rank} raised {text} (exit {returncode})"
     lines = stderr.splitlines()
     if ours := [line for line in lines if line.startswith("error: ")]:
         return ours[0][len("error: "):]
@@ -82,18 +89,18 @@ def run_job(nodes: int, workdir: str | None = None, timeout_s: float = 1800, thr
         cmd = [sys.executable, "-m", "stanza_core.train", *args]
     else:
         cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nodes}",
-               "-m", "stanza_core.train", *args]
+               "--log-dir", os.path.join(workdir, TORCHRUN_LOGS), "-m", "stanza_core.train", *args]
+    shutil.rmtree(os.path.join(workdir, TORCHRUN_LOGS), ignore_errors=True)  # no error file of an earlier job
     try:  # its own process group, ended as a whole on a timeout or an error here: no orphaned ranks
         proc = procgroup.run(cmd, cwd=ROOT, env=job_env(threads), capture_output=True, text=True, timeout_s=timeout_s)
     except subprocess.TimeoutExpired:
         raise JobError(f"{name}: timed out after {timeout_s:g} s; its processes were ended") from None
     if proc.returncode != 0:
-        raise JobError(f"{name}: {job_failure(proc.stderr, proc.returncode)}")
+        errors = rank_errors.read(os.path.join(workdir, TORCHRUN_LOGS))
+        raise JobError(f"{name}: {job_failure(proc.stderr, proc.returncode, errors)}")
     with open(flags["metrics"]) as fh:
         metrics = json.load(fh)
     if own_dir and "save" not in flags:
-        import shutil
-
         shutil.rmtree(workdir, ignore_errors=True)
     return metrics
 
@@ -149,6 +156,4 @@ def train_model(model, *, nodes: int = 2, strategy: str = "stanza", image_size: 
                        model=path, image_size=image_size, **flags)
     finally:
         if own_dir and "save" not in flags:
-            import shutil
-
             shutil.rmtree(workdir, ignore_errors=True)

@@ -26,6 +26,7 @@ from .exit_policy import error_line, exit_now, leave
 from .metrics import PeakRss, build_metrics, rank_record
 from .models import MIN_IMAGE_SIZE, check_model, get_model
 from .numerics import set_numerics
+from .rank_errors import record
 from .split import SplitError, SplitModel, split_model
 from .step_failures import NonFiniteLoss, check_finite, naming_step
 from .steplog import StepLog
@@ -269,6 +270,7 @@ def _train(cfg, prep: Prepared, comm) -> dict | None:
     return metrics
 
 
+@record  # an exception escaping a rank goes to torchrun's error file, which the launcher reads
 def main(argv: list[str] | None = None) -> int:
     rank = int(os.environ.get("RANK", 0))
     try:
