@@ -15,6 +15,7 @@ BOUNDARY_DTYPES = ("fp32", "bf16", "fp16")
 GRAD_COMPRESSIONS = ("none", "fp16", "bf16", "powersgd")
 COMPUTE = ("real", "replay")
 REPLAY_WAITS = ("sleep", "spin", "cpu")
+COMPILE_MODES = ("default", "reduce-overhead", "max-autotune")
 
 
 BN_STATS = ("global", "local")
@@ -68,6 +69,8 @@ class TrainConfig:
     dilation: float = 1.0  # replay: D, each replayed compute time is D x the device's
     replay_wait: str = "sleep"  # replay: sleep (release the CPU, as accelerator compute) | spin (hold it) | cpu (hold it for CPU time)
     replay_jitter: str | None = None  # replay: PATH.json of measured per-step compute factors per rank (replay.py: jitter)
+    compile: bool = False  # torch.compile the model pieces this rank runs (opt-in: first steps pay the compilation; not bitwise equal to eager)
+    compile_mode: str = "default"  # with --compile: default | reduce-overhead (CUDA graphs: a piece's launches replayed as one graph; CUDA only) | max-autotune
     bn_stats: str = "global"  # batch-norm statistics: global (over the global batch, SyncBatchNorm semantics: equals local) | local (per data worker: not equal to local)
 
     def __post_init__(self):
@@ -123,6 +126,14 @@ class TrainConfig:
             if os.path.exists(path) and not self.overwrite and not self.resume:
                 raise ConfigError(f"--save-every: {path} already exists; pass --overwrite to replace it")
 
+        checks.one_of("--compile-mode", self.compile_mode, COMPILE_MODES)
+        if self.compile_mode != "default" and not self.compile:
+            raise ConfigError(f"--compile-mode {self.compile_mode} needs --compile")
+        if self.compile and self.compile_mode == "reduce-overhead" and self.device == "cpu":
+            raise ConfigError("--compile-mode reduce-overhead records CUDA graphs; use --device cuda "
+                              "(or --compile-mode default on CPU)")
+        if self.compile and self.compute == "replay":
+            raise ConfigError("--compile is refused with --compute replay (replayed compute runs no arithmetic to compile)")
         checks.one_of("--compute", self.compute, COMPUTE)
         checks.one_of("--replay-wait", self.replay_wait, REPLAY_WAITS)
         if self.compute == "replay":

@@ -20,6 +20,7 @@ import torch
 from . import atomic, checkpoint, replay
 from .batchnorm import bn_layers, use_global_batch_stats
 from .comm import Comm, PeerError
+from .compiled import compile_pieces
 from .config import ConfigError, TrainConfig, check_layout, step_save_path
 from .data import batch_indices, open_dataset
 from .exit_policy import error_line, exit_now, leave
@@ -120,6 +121,9 @@ def prepare(cfg: TrainConfig) -> Prepared:
                          cfg.fc_conv_share, cfg.micro_batches, ps_servers=cfg.ps_servers)
     set_numerics(cfg.exact)  # before any CUDA work: cuBLAS reads its workspace setting at init
     device = rank_device(cfg, int(os.environ.get("LOCAL_RANK", 0)))
+    if cfg.compile and cfg.compile_mode == "reduce-overhead" and device.type != "cuda":
+        raise ConfigError("--compile-mode reduce-overhead records CUDA graphs: no CUDA GPU here; use "
+                          "--compile-mode default", scope="host")
     if cfg.backend == "nccl" and device.type != "cuda":
         raise ConfigError("--backend nccl: no CUDA GPU here; use --backend gloo or auto", scope="host")
     if cfg.image_size < MIN_IMAGE_SIZE.get(cfg.model, 1):
@@ -199,6 +203,8 @@ def _train(cfg, prep: Prepared, comm) -> dict | None:
         use_global_batch_stats(part, lambda t: comm.allreduce(t, "bn", "bn_stats"), topo.data_workers)
     if cfg.timeline:
         comm.enable_timeline()
+    if cfg.compile:  # in place, before any wrapper (DDP) sees the model; traced at the first step
+        compile_pieces(model, prep.split, cfg.compile_mode)
     strategy = STRATEGY_CLASSES[cfg.strategy](model, cfg, topo, comm, device, prep.split)
     start = 0
     if prep.resumed is not None:

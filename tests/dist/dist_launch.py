@@ -3,11 +3,12 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 
 import pytest
 import torch
+
+from stanza_core import procgroup
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -29,7 +30,8 @@ def train(tmp_path, name: str, nproc: int, *args: str, timeout: float = 240, che
     else:
         cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}",
                "-m", "stanza_core.train", *cli]
-    proc = subprocess.run(cmd, cwd=ROOT, env=rank_env(), capture_output=True, text=True, timeout=timeout)
+    # its own process group, ended with every rank on a timeout (no rank outlives a hung test)
+    proc = procgroup.run(cmd, cwd=ROOT, env=rank_env(), capture_output=True, text=True, timeout_s=timeout)
     if check and proc.returncode != 0:
         pytest.fail(f"{name} exited {proc.returncode}:\n{proc.stderr[-3000:]}")
     if proc.returncode != 0:

@@ -139,6 +139,13 @@ CASES = [  # (flags, strategy, world size, outcome, fragment)
     (["--overwrite"], "stanza", 4, W, "--overwrite has no effect without --save or --metrics"),
     (["--overwrite", "--metrics", "{tmp}/m.json"], "ddp", 4, OK, None),
     (["--save", "{tmp}/same", "--metrics", "{tmp}/same"], "local", 1, E, "--save and --metrics name the same file"),
+    # the compiled step
+    (["--compile"], "stanza", 4, OK, None),
+    (["--compile", "--compile-mode", "max-autotune"], "local", 1, OK, None),
+    (["--compile-mode", "max-autotune"], "local", 1, E, "--compile-mode max-autotune needs --compile"),
+    (["--compile", "--compile-mode", "fastest"], "ddp", 4, E, "--compile-mode"),
+    (["--compile", "--compile-mode", "reduce-overhead"], "ddp", 4, E, "records CUDA graphs"),
+    (["--compile", *REPLAY], "ddp", 4, E, "--compile is refused with --compute replay"),
     # display
     (["--quiet"], "ddp", 1, OK, None),
     (["--timeline"], "local", 1, OK, None),
