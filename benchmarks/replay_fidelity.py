@@ -47,11 +47,20 @@ is left of the step (waiting on the network), measured the same way in real and 
 Compute jitter: --jitter (implies --timeline) also hands every replayed run measured per-step
 factors (the engine's --replay-jitter; jitter_factors below): each rank's forward, backward and
 update time in each timed step of an EARLIER real run of the same configuration over that phase's
-mean in that run (repeat r's replay takes repeat r - 1's real run; repeat 0's, an extra real run
-made first and not counted). The profile keeps the mean; the factors bring the spread and how
-the ranks' compute lines up in a step, which on this machine's shared cores decides when
-messages leave and how they queue on the links. ddp's backward mark holds its allreduces, so
-its backward factor is its forward's.
+mean in that run (jitter_source: repeat r's replay takes repeat r - 1's real run; repeat 0's, an
+extra real run made first and not counted). The profile keeps the mean; the factors bring the
+spread and how the ranks' compute lines up in a step, which on this machine's shared cores
+decides when messages leave and how they queue on the links. ddp's backward mark holds its
+allreduces, so its backward factor is its forward's.
+
+Held out (a parameter fitted to a run cannot be checked by that run): every run has a
+`run_id` (`<config>-<real|replay|calibration>-<repeat>`, its --keep-metrics name) and every
+replayed run lists its `fitted_inputs` (what, and the run or timing rounds it came from).
+fidelity_row pairs replay r with real r and refuses a pair whose real run is the source of a
+fitted input of the replay (check_held_out); main checks each pair so before the replay runs.
+The table's medians pool the repeats: real run r - 1, which lent its factors to replay r, is in
+the real median beside replay r (the factors are normalised to mean 1 per phase: they carry the
+steps' shape, not their level).
 
 CPU held: --spin replays with the engine's --replay-wait spin, so replayed compute holds a core
 for its time as the real CPU compute does; without it the waits sleep and leave the two cores to
@@ -207,6 +216,61 @@ def jitter_factors(metrics: dict, warmup: int, source: str) -> dict:
     return {"source": source, "steps": out}
 
 
+def run_id(config: str, compute: str, repeat: int) -> str:
+    """A run's name, also its --keep-metrics file's stem: "stanza1-real-2"."""
+    return f"{config}-{compute}-{repeat}"
+
+
+def jitter_source(config: str, repeat: int) -> dict:
+    """The fitted input "jitter factors" of repeat `repeat`'s replay and the real run it comes from:
+    repeat r - 1's, repeat 0's the extra calibration run made first; never repeat r's, the run the
+    replay is compared with."""
+    compute, rep = ("calibration", 0) if repeat == 0 else ("real", repeat - 1)
+    return {"what": "jitter factors", "config": config, "compute": compute, "repeat": rep,
+            "run": run_id(config, compute, rep)}
+
+
+def fitted_inputs(run: dict) -> list[dict]:
+    """What a replayed run took from other measurements: [{"what", "run", ...}]. Runs stored before
+    runs listed them: their jitter's `source` text, "<config> <compute> run, repeat <r>"."""
+    if "fitted_inputs" in run:
+        return run["fitted_inputs"]
+    source = (run.get("jitter") or {}).get("source")
+    if not source:
+        return []
+    head, rep = source.rsplit(", repeat ", 1)
+    config, compute = head.split(" ")[:2]
+    return [{"what": "jitter factors", "run": run_id(config, compute, int(rep))}]
+
+
+def _id(run: dict) -> str:
+    return run.get("run_id") or run_id(run["config"], run["compute"], run["repeat"])
+
+
+def check_held_out(replay: dict, real: dict) -> None:
+    """One-line ValueError when `real` is the source of a fitted input of `replay`: a run cannot
+    check what was fitted to it."""
+    for f in fitted_inputs(replay):
+        if f["run"] == _id(real):
+            raise ValueError(f"replayed run {_id(replay)} is compared with {_id(real)}, the run its {f['what']} "
+                             f"came from: fit to another run (jitter_source)")
+
+
+def fidelity_row(name: str, runs: list[dict], repeats: int) -> dict:
+    """The table row of one configuration: medians over repeats of real and replayed runs, and each
+    repeat's replay against the real run of the same repeat, every pair held out (check_held_out)."""
+    s, k, overlap = CONFIGS[name]
+    mine = [r for r in runs if r["config"] == name]
+    by = {(r["compute"], r["repeat"]): r for r in mine}
+    for i in range(repeats):
+        check_held_out(by["replay", i], by["real", i])
+    med = {c: statistics.median(r["step_time_median_s"] for r in mine if r["compute"] == c) for c in ("real", "replay")}
+    per_rep = [by["replay", i]["step_time_median_s"] / by["real", i]["step_time_median_s"] - 1 for i in range(repeats)]
+    return {"config": config_label(s, k, ps_overlap=overlap), "buckets": mine[0]["buckets"],
+            "real_s": med["real"], "replay_s": med["replay"], "error": med["replay"] / med["real"] - 1,
+            "error_per_repeat": per_rep, "same_bytes": len({r["bytes_per_step"] for r in mine}) == 1}
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", default="cifar_alexnet")
@@ -261,11 +325,11 @@ def main(argv=None) -> int:
     params = sum(p.numel() for p in get_model(a.model, a.num_classes).parameters())
     if a.keep_metrics:
         os.makedirs(a.keep_metrics, exist_ok=True)
-        taken = [f"{c}-{x}-{r}.json" for c in wanted for x in ("calibration", "real", "replay") for r in range(a.repeats)
-                 if os.path.exists(os.path.join(a.keep_metrics, f"{c}-{x}-{r}.json"))]
+        taken = [f"{run_id(c, x, r)}.json" for c in wanted for x in ("calibration", "real", "replay")
+                 for r in range(a.repeats) if os.path.exists(os.path.join(a.keep_metrics, f"{run_id(c, x, r)}.json"))]
         if taken:
             ap.error(f"--keep-metrics {a.keep_metrics} already holds {taken[0]}; choose an empty folder")
-    runs, jitter = [], {}  # jitter: configuration -> factors from its latest real run
+    runs, jitter = [], {}  # jitter: run id -> the factors of that real run
     lone = a.wait == "cpu"  # CPU-time waits: profiles and engine_scale of one process alone
     with tempfile.TemporaryDirectory(prefix="replay-fidelity-") as tmp, \
             timing.TimingPool(a.model, a.image_size, a.num_classes, a.nodes) as pool:
@@ -282,53 +346,52 @@ def main(argv=None) -> int:
                 plan = ["real", "replay"]
                 if a.jitter and rep == 0:
                     plan.insert(0, "calibration")  # an extra real run: repeat 0's replay takes its factors
+                # where the replay's fitted inputs came from (never the real run it is compared with)
+                src = jitter_source(name, rep) if a.jitter else None
+                fitted = [{"what": "device profile", "config": name, "repeat": rep,
+                           "run": f"timing rounds, repeat {rep}"}, *([src] if src else [])]
+                check_held_out({"run_id": run_id(name, "replay", rep), "fitted_inputs": fitted},
+                               {"run_id": run_id(name, "real", rep)})
                 for compute in plan:
-                    metrics = os.path.join(a.keep_metrics or tmp, f"{name}-{compute}-{rep}.json")
+                    metrics = os.path.join(a.keep_metrics or tmp, f"{run_id(name, compute, rep)}.json")
                     extra = {"compute": "replay", "replay_device": dev_path, "dilation": 1} if compute == "replay" else {}
                     if compute == "replay" and a.wait != "sleep":
                         extra["replay_wait"] = a.wait
                     if compute == "replay" and a.jitter:
                         extra["replay_jitter"] = os.path.join(tmp, f"jitter-{name}-{rep}.json")
                         with open(extra["replay_jitter"], "w") as fh:
-                            json.dump(jitter[name], fh)
+                            json.dump(jitter[src["run"]], fh)
                     args = cli_args(strategy=s, model=a.model, image_size=a.image_size, num_classes=a.num_classes,
                                     global_batch=a.global_batch, steps=a.steps, warmup=a.warmup,
                                     fc_workers=k or None, ps_overlap=overlap, device="cpu", quiet=True,
                                     metrics=metrics, bucket_mb=a.bucket_mb if a.bucket_mb != DEFAULT_BUCKET_MB else None,
                                     overwrite=True, timeout_s=600, timeline=a.timeline, **extra)
                     m = run_training(a.nodes, a.link_mbit, args, mtu=a.mtu, timeout_s=1200, quiet=True)
-                    if compute != "replay" and a.jitter:  # the next replay of this configuration takes these
-                        jitter[name] = jitter_factors(m, a.warmup, f"{name} {compute} run, repeat {rep}")
+                    if compute != "replay" and a.jitter:  # a later replay takes these (jitter_source)
+                        jitter[run_id(name, compute, rep)] = jitter_factors(m, a.warmup,
+                                                                            f"{name} {compute} run, repeat {rep}")
                     if compute == "calibration":
                         print(f"{config_label(s, k, ps_overlap=overlap):12s} calibration real run for --jitter: median "
                               f"step {m['step_time_median_s'] * 1e3:.1f} ms (not counted)", file=sys.stderr, flush=True)
                         continue
-                    runs.append({"config": name, "strategy": s, "fc_workers": k, "ps_overlap": overlap,
+                    runs.append({"run_id": run_id(name, compute, rep), "config": name, "strategy": s,
+                                 "fc_workers": k, "ps_overlap": overlap,
                                  "buckets": buckets[name], "compute": compute, "repeat": rep,
                                  "step_time_median_s": m["step_time_median_s"],
                                  "step_times_s": [x["time_s"] for x in m["steps"]],
                                  "bytes_per_step": m["bytes_per_step"], "device_profile": dev.to_dict(),
                                  "timing_rounds": rounds, "engine_scale": scale, "engine_step_s": engine,
                                  "rounds_step_s": rounds_step, "finished_at": time.strftime("%H:%M:%S"),
-                                 **({"jitter": jitter[name]} if compute == "replay" and a.jitter else {}),
+                                 **({"fitted_inputs": fitted} if compute == "replay" else {}),
+                                 **({"jitter": jitter[src["run"]]} if compute == "replay" and src else {}),
                                  **({"phases": phase_medians(m, a.warmup)} if a.timeline else {})})
                     print(f"{config_label(s, k, ps_overlap=overlap):12s} {compute:6s} rep {rep}: median step "
                           f"{m['step_time_median_s'] * 1e3:.1f} ms", file=sys.stderr, flush=True)
-    rows = []
-    for name in wanted:
-        s, k, overlap = CONFIGS[name]
-        mine = [r for r in runs if r["config"] == name]
-        med = {c: statistics.median(r["step_time_median_s"] for r in mine if r["compute"] == c)
-               for c in ("real", "replay")}
-        step = {(r["compute"], r["repeat"]): r["step_time_median_s"] for r in mine}
-        per_rep = [step[("replay", i)] / step[("real", i)] - 1 for i in range(a.repeats)]
-        rows.append({"config": config_label(s, k, ps_overlap=overlap), "buckets": buckets[name],
-                     "real_s": med["real"], "replay_s": med["replay"], "error": med["replay"] / med["real"] - 1,
-                     "error_per_repeat": per_rep, "same_bytes": len({r["bytes_per_step"] for r in mine}) == 1})
+    rows = [fidelity_row(name, runs, a.repeats) for name in wanted]
     print(f"{a.model} {a.image_size}x{a.image_size}, N={a.nodes}, G={a.global_batch}, links {a.link_mbit:g} Mbit/s "
           f"(MTU {a.mtu}), {a.steps} steps ({a.warmup} warm-up), {a.repeats} repeats, interleaved, "
           f"buckets of {a.bucket_mb:g} MiB" + (f", replayed waits {a.wait}" if a.wait != "sleep" else "")
-          + (", replayed with the measured compute jitter of the previous real run" if a.jitter else ""))
+          + (", replayed with the measured compute jitter of the previous repeat's real run" if a.jitter else ""))
     print("| configuration | gradient buckets | real compute, median step (ms) | replayed (profile measured here), "
           "median step (ms) | replay vs real | per repeat (spread) | bytes/step equal |")
     print("|---|---|---|---|---|---|---|")
