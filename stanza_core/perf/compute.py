@@ -330,7 +330,8 @@ def part_seconds(profile: Profile, spec) -> dict[str, float] | None:
 # Published single-GPU training throughput (images/s, 224x224, fp32 or TF32 as PyTorch runs
 # it by default). Sources in docs/performance-model.md. "update": whether the measured step
 # includes the optimizer step (a full training iteration) or only forward+backward; "fit":
-# whether benchmarks/fit_compute_model.py fits to it (False: held out, a check).
+# whether benchmarks/fit_compute_model.py fits to it (False: not fitted; a check only where no fitted
+# figure shares its device and model).
 
 
 @dataclasses.dataclass(frozen=True)

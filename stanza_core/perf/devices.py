@@ -37,11 +37,12 @@ from ..anatomy import Profile
 # Compute model v2.2 constants (compute.py). FITTED by benchmarks/fit_compute_model.py (the header
 # of that script and docs/performance-model.md say on which points: measured H200 steps without
 # hooks and the published V100 ResNet-50 FP32 figure; the Linear layers' work (no floors) also on
-# their long per-layer times where the hooked total agrees with the plain step). Not fitted: mem_efficiency (a fixed prior)
-# and the *_bwd_ratio shares (derived by the same script from the per-layer records whose hooked
-# total agrees with the plain step: a share within the conv part, never a floor). Leave-one-model-out
-# and the held-out published figures: benchmarks/results/compute_model_fit.json. `--check` refits
-# and fails if these drift. Efficiencies are shares of the datasheet peaks below.
+# their long per-layer times where the hooked total agrees with the plain step). Not fitted: mem_efficiency (a prior
+# set by hand from the vgg16 records) and the *_bwd_ratio shares (derived by the same script from the per-layer records whose hooked
+# total agrees with the plain step: a share within the conv part, never a floor). FITTED_FROM says
+# which data each came from; `--check` refits and fails if these drift. Leave-one-model-out and
+# cross-GPU checks do not use these values (they saw every model): they refit from INITIAL
+# (benchmarks/results/compute_model_fit.json). Efficiencies are shares of the datasheet peaks below.
 FITTED: dict[str, float] = {
     "tf32_efficiency": 0.38053,  # TF32 tensor-core convolutions (a100, h100, h200 rows)
     "fp32_efficiency": 0.340038,  # FP32 CUDA-core convolutions on Hopper (h100-fp32, h200-fp32)
@@ -57,6 +58,72 @@ FITTED: dict[str, float] = {
     "tf32_bwd_ratio": 1.1866,  # conv backward seconds per FLOP / forward's, TF32 (derived from records)
     "fp32_bwd_ratio": 0.7045,  # the same on FP32 CUDA cores (Hopper records; also used for V100)
 }
+
+
+# Where each constant came from: the (device row, model) pairs of the data it was fitted on or
+# derived from ("h200-fp32", "vgg16": that model's H200 records with TF32 off; "v100", "resnet50":
+# a published figure). A constant cannot check a point it came from (Constants.leaks).
+Source = tuple[str, str]
+H200_MODELS = ("alexnet", "vgg16", "resnet50")
+H200_RECORDS: frozenset[Source] = frozenset((d, m) for d in ("h200", "h200-fp32") for m in H200_MODELS)
+FITTED_FROM: dict[str, frozenset[Source]] = {
+    **{k: H200_RECORDS | {("v100", "resnet50")} for k in FITTED},  # the 24 steps, their Linear layers, V100 RN50 367
+    "mem_efficiency": frozenset({("h200", "vgg16"), ("h200-fp32", "vgg16")}),  # set by hand: the vgg16 records' ReLUs reach ~0.88
+    "tf32_bwd_ratio": frozenset(("h200", m) for m in H200_MODELS),  # records whose hooked total agrees with the plain step
+    "fp32_bwd_ratio": frozenset(("h200-fp32", m) for m in H200_MODELS),
+}
+
+# Starting values of every fit that is judged on held-out data (each leave-one-model-out fold, the
+# cross-GPU fit): round numbers set by hand, derived from no record and no published figure (no
+# sources), so no such fit starts from constants that saw the data it is checked on.
+INITIAL: dict[str, float] = {
+    "tf32_efficiency": 0.5, "fp32_efficiency": 0.5, "volta_fp32_efficiency": 0.5,  # half the datasheet peak
+    "winograd_factor": 2.25,  # F(2x2, 3x3)'s saving in multiplications, 36 / 16 (Lavin & Gray, 2016)
+    "conv_half_k": 64.0,  # a reduction of one 8 x 8 tile of channels x taps
+    "gemm_efficiency": 0.5, "tile_exponent": 1.0,  # reuse proportional to the tile's r
+    "mem_efficiency": 0.8, "reduce_efficiency": 0.5,  # shares of the peak bandwidth
+    "kernel_s": 5e-6, "launch_s": 1e-5,  # a few us of device floor, ~10 us of eager dispatch per kernel
+    "tf32_bwd_ratio": 1.0, "fp32_bwd_ratio": 1.0,  # backward at the forward's seconds per FLOP
+}
+
+
+class LeakError(ValueError):
+    """A constant is asked to check a point of the data it was fitted on or derived from."""
+
+
+def gpu_of(device: str) -> str:
+    """The GPU of a device row: "h200-fp32" -> "h200" (the math mode is a setting, not a device)."""
+    return device.split("-")[0]
+
+
+@dataclasses.dataclass(frozen=True)
+class Constants:
+    """Compute-model constants (keys of FITTED) with, per key, the (device row, model) pairs of the
+    data it was fitted on or derived from (empty: set by hand from no data).
+
+    A point is held out from them by `held`: "model" (no source has its model: leave one model
+    out), "gpu" (no source is on its GPU: cross-GPU) or "config" (no source is its device row and
+    model: a published figure)."""
+
+    values: dict[str, float]
+    sources: dict[str, frozenset[Source]]
+
+    def __post_init__(self):
+        if set(self.values) != set(self.sources):
+            raise ValueError(f"constants without sources: {sorted(set(self.values) ^ set(self.sources))}")
+
+    def leaks(self, device: str, model: str, held: str) -> list[str]:
+        """The keys whose sources hold the point (device row, model) by `held`; [] when held out."""
+        same = {"model": lambda d, m: m == model, "gpu": lambda d, m: gpu_of(d) == gpu_of(device),
+                "config": lambda d, m: (d, m) == (device, model)}[held]
+        return [k for k, src in self.sources.items() if any(same(d, m) for d, m in src)]
+
+    def refuse(self, device: str, model: str, held: str) -> None:
+        """Raise LeakError unless the point (device row, model) is held out from every constant by `held`."""
+        bad = self.leaks(device, model, held)
+        if bad:
+            raise LeakError(f"{model} on {device} is not held out by {held}: {', '.join(bad)} came from "
+                            f"{sorted(set().union(*(self.sources[k] for k in bad)))}")
 
 
 @dataclasses.dataclass(frozen=True)
