@@ -240,12 +240,14 @@ def test_fitted_points_are_flagged_and_the_docs_carry_the_tables(fit):
     res, _ = fit
     assert {r["used"] for r in res["h200_fit"]} == {"fit"}
     assert all(r["used"] == "held out" for fold in res["lomo"].values() for r in fold["rows"])
-    by_source = {f.source: f for f in FIGURES}
-    for r in res["published"]:
-        assert r["used"] == ("fit" if by_source[r["source"]].fit else "held out")
     spec = importlib.util.spec_from_file_location("fit_compute_model", ROOT / "benchmarks" / "fit_compute_model.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
+    by_source = {f.source: f for f in FIGURES}
+    fitted_configs = {(f.device, f.model) for f in FIGURES if f.fit}
+    for r in res["published"]:  # a figure of a fitted figure's device and model is no check (V100 ResNet-50 356)
+        f = by_source[r["source"]]
+        assert r["used"] == ("fit" if f.fit else mod.FIT_CONFIG if (f.device, f.model) in fitted_configs else "held out")
     doc = (ROOT / "docs" / "performance-model.md").read_text()
     assert f"{mod.BEGIN}\n{mod.tables(res)}{mod.END}" in doc
 
