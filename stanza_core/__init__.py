@@ -12,10 +12,17 @@ _EXPORTS = {
     "profile_model": "anatomy", "Profile": "anatomy", "LayerRow": "anatomy", "PartTotals": "anatomy",
 }
 __all__ = list(_EXPORTS)
-__version__ = "0.1.0"
+DIST_NAME = "stanza-core"  # pyproject.toml's [project] name
 
 
 def __getattr__(name):
     if name in _EXPORTS:
         return getattr(importlib.import_module(f".{_EXPORTS[name]}", __name__), name)
+    if name == "__version__":  # the installed version (pyproject.toml's), read on first use
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            return version(DIST_NAME)
+        except PackageNotFoundError:  # a checkout on sys.path that was never `pip install`ed
+            return "0+unknown"
     raise AttributeError(f"module 'stanza_core' has no attribute {name!r}")

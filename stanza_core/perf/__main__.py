@@ -3,7 +3,8 @@
   python -m stanza_core.perf --model vgg16 --nodes 16 --gbps 10 --device v100
   python -m stanza_core.perf --model alexnet --sweep --out sweep.json
   python -m stanza_core.perf --profile measured.json --device measured --nodes 4 --gbps 0.08
-  python -m stanza_core.perf calibrate --model vgg16 --batch 32 --out gpu.json   (on a GPU)
+  python -m stanza_core.perf calibrate --model vgg16 --batch 32 --out gpu.json   (on a GPU; its options:
+                                                                                 calibrate --help)
   python -m stanza_core.perf --model vgg16 --device gpu.json                     (a DeviceProfile JSON)
   python -m stanza_core.perf --model vgg16 --device gpu.layers.json              (a per-layer record)
   python -m stanza_core.perf --model alexnet --device h200-measured              (the package's H200 records)
@@ -17,7 +18,7 @@ import json
 import sys
 from pathlib import Path
 
-from .. import checks
+from .. import DIST_NAME, __version__, checks
 from .cluster import DEFAULT_LATENCY_S, Cluster
 from .devices import DeviceProfile
 from .model import DEFAULT_BATCH_PER_WORKER, DEFAULT_BUCKET_MB
@@ -53,8 +54,13 @@ def _ints(text: str) -> list[int]:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="python -m stanza_core.perf",
+    p = _Parser(prog="python -m stanza_core.perf", usage="%(prog)s [options]\n       %(prog)s calibrate [options]",
                 description="Rank ps, ddp and stanza (every k) for a model on a cluster, by the performance model.")
+    p.add_argument("--version", action="version", version=f"{DIST_NAME} {__version__}")
+    # calibrate parses its own options (perf/calibrate.py): everything after the word goes to it.
+    sub = p.add_subparsers(dest="command", title="commands", metavar="COMMAND")
+    sub.add_parser("calibrate", add_help=False,
+                   help="measure a DeviceProfile on this machine's GPU (options: calibrate --help)")
     src = p.add_mutually_exclusive_group()
     src.add_argument("--model", default="vgg16", help="zoo model name or package.module:factory (default vgg16)")
     src.add_argument("--profile", help="Profile JSON (Profile.to_dict), e.g. measured with time=True")
@@ -138,10 +144,15 @@ def _print_ranking(profile, cluster, a, top: int) -> None:
 
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
-    if argv[:1] == ["calibrate"]:
+    parser = build_parser()
+    args, rest = parser.parse_known_args(argv)
+    if args.command == "calibrate":
+        if argv[0] != "calibrate":  # the ranking's options would be dropped without a word
+            parser.error("calibrate takes no ranking options; run python -m stanza_core.perf calibrate [its options]")
         from .calibrate import main as calibrate_main
-        return calibrate_main(argv[1:])
-    args = build_parser().parse_args(argv)
+        return calibrate_main(rest)
+    if rest:
+        parser.error(f"unrecognized arguments: {' '.join(rest)}")
     try:
         for name in ("nodes", "image_size", "num_classes", "top", "global_batch", "batch_per_worker", "ps_shards"):
             if getattr(args, name) is not None:

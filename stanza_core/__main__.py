@@ -1,0 +1,30 @@
+"""`python -m stanza_core`: the package's version and its three commands. The console scripts of
+pyproject.toml ([project.scripts]) start here or at the commands' own `main`."""
+import sys
+
+from . import DIST_NAME, __version__
+
+COMMANDS = (  # (console script, the same with python -m, what it does)
+    ("stanza-train", "python -m stanza_core.train", "train one configuration (torchrun for several ranks)"),
+    ("stanza-perf", "python -m stanza_core.perf", "rank ps, ddp and stanza by the performance model; calibrate"),
+    ("stanza-reproduce", "python -m stanza_core.reproduce", "run the paper's experiments and write the report"),
+)
+
+
+def train() -> None:
+    """`stanza-train`: as `python -m stanza_core.train`, leaving the process as a rank must."""
+    from .exit_policy import leave
+    from .train import main
+
+    leave(main())
+
+
+def main() -> int:
+    print(f"{DIST_NAME} {__version__}")
+    for script, module, what in COMMANDS:
+        print(f"  {script:<17} ({module}): {what}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
