@@ -38,12 +38,36 @@ from .topology import Topology, make_topology
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from . import DIST_NAME, __version__, checks, config
+    from .topology import STRATEGIES
+
+    # Enumerated flags: --help lists the choices; a bad value is refused while parsing, in the
+    # words TrainConfig's own check uses (its name for the value, then the expected ones).
+    enums = {"strategy": ("strategy", STRATEGIES), "device": ("device", config.DEVICES),
+             "backend": ("backend", config.BACKENDS), "compute": ("--compute", config.COMPUTE),
+             "replay_wait": ("--replay-wait", config.REPLAY_WAITS), "bn_stats": ("--bn-stats", config.BN_STATS),
+             "boundary_dtype": ("--boundary-dtype", config.BOUNDARY_DTYPES),
+             "grad_compression": ("--grad-compression", config.GRAD_COMPRESSIONS),
+             "compile_mode": ("--compile-mode", config.COMPILE_MODES)}
+
+    def one_of(name, choices):
+        def check(value: str) -> str:
+            try:
+                return checks.one_of(name, value, choices)
+            except ConfigError as e:
+                raise argparse.ArgumentTypeError(str(e)) from None
+        return check
+
     p = argparse.ArgumentParser(prog="python -m stanza_core.train", description=__doc__.splitlines()[0],
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p.add_argument("--version", action="version", version=f"{DIST_NAME} {__version__}")
     for f in dataclasses.fields(TrainConfig):
         flag = "--" + f.name.replace("_", "-")
         if f.type in ("bool", bool):
             p.add_argument(flag, action="store_true", help=_help(f.name))
+        elif f.name in enums:
+            name, choices = enums[f.name]
+            p.add_argument(flag, type=one_of(name, choices), choices=choices, default=f.default, help=_help(f.name))
         else:
             kind = {"int": int, "float": float}.get(str(f.type), str)
             p.add_argument(flag, type=kind, default=f.default, help=_help(f.name))
