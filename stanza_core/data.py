@@ -5,8 +5,9 @@ walks a seeded permutation of the dataset, a new permutation each epoch. A data 
 only its slice of positions, so every strategy sees the same samples in the same places.
 
 Datasets: `synthetic` (class-dependent patterns plus noise, made on demand from the sample's
-index), `digits` (scikit-learn's bundled 8x8 handwritten digits, upsampled), `cifar10:PATH` (the
-python-pickle batches data_batch_1..5), `imagefolder:PATH` (torchvision ImageFolder layout).
+index), `digits` (scikit-learn's 8x8 handwritten digits, shipped as `digits.npz`, upsampled),
+`cifar10:PATH` (the python-pickle batches data_batch_1..5), `imagefolder:PATH` (torchvision
+ImageFolder layout).
 """
 from __future__ import annotations
 
@@ -71,12 +72,20 @@ class _InMemory(Dataset):
         return (x - self.mean) / self.std, self.labels[idx]
 
 
-def _digits(image_size: int) -> Dataset:
-    from sklearn.datasets import load_digits
+# scikit-learn's load_digits (1797 images of 8x8 pixels in 0..16, labels 0-9, in its order), saved once
+# so that training needs no scikit-learn (tests/unit/test_packaging.py compares the two):
+#   python -c "import numpy as np; from sklearn.datasets import load_digits; d = load_digits(); np.savez_compressed(
+#   'stanza_core/digits.npz', images=d.images.astype(np.uint8), labels=d.target.astype(np.uint8))"
+# The data: the test set of "Optical Recognition of Handwritten Digits" (E. Alpaydin, C. Kaynak, 1998),
+# UCI Machine Learning Repository, https://doi.org/10.24432/C50P49, licensed CC BY 4.0.
+DIGITS_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "digits.npz")
 
-    d = load_digits()
-    img = torch.from_numpy(d.images.astype(np.float32) / 16.0).unsqueeze(1).expand(-1, 3, -1, -1)
-    return _InMemory(img.contiguous(), torch.from_numpy(d.target.astype(np.int64)), image_size)
+
+def _digits(image_size: int) -> Dataset:
+    with np.load(DIGITS_FILE, allow_pickle=False) as d:
+        images, labels = d["images"], d["labels"]
+    img = torch.from_numpy(images.astype(np.float32) / 16.0).unsqueeze(1).expand(-1, 3, -1, -1)
+    return _InMemory(img.contiguous(), torch.from_numpy(labels.astype(np.int64)), image_size)
 
 
 def _cifar10(path: str, image_size: int) -> Dataset:
