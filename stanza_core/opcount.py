@@ -150,3 +150,133 @@ def engine_vs_plain(model_name: str, strategy: str, *, image_size: int, batch: i
     return {"model": model_name, "strategy": strategy, "image_size": image_size, "batch": batch,
             "engine": e.total, "plain": p.total, "ratio": e.total / p.total, "extra_by_name": extra,
             "host_reads": e.host_reads}
+
+
+# ---------------------------------------------------------------------------------------------
+# Every role of a distributed step, against the same model pieces run bare (run under torchrun)
+
+# the collectives and point-to-point calls themselves, with torch's profiler marks around them:
+# the network's work
+COMM_PREFIXES = ("c10d.", "profiler.")
+
+
+def _bare(fn) -> Counter:
+    return count(fn).ops
+
+
+def bare_pieces(strategy, batch) -> Counter:
+    """Operator calls of the model pieces this rank runs, bare: its forward and backward passes
+    (CE mean) and its SGD update, with no communication, no buckets and no bookkeeping.
+
+      ddp / ps worker   zero_grad, forward, loss, backward of the whole model (ddp: and its SGD)
+      ps server         per piece of its shard: the sum of the W workers' pushes, SGD (momentum)
+      CONV worker       zero_grad, conv forward, conv backward from the boundary gradient, SGD
+      FC worker         zero_grad, per served CONV worker: FC forward, loss, backward; SGD"""
+    from .topology import CONV_WORKER, FC_WORKER, PS_SERVER, WORKER
+
+    role, cfg = strategy.role, strategy.cfg
+    if strategy.name == "ps":
+        total = Counter()
+        if role == WORKER:
+            model = copy.deepcopy(strategy.model).train()
+            for p in model.parameters():
+                p.grad = None
+
+            def worker():
+                model.zero_grad(set_to_none=True)
+                torch.nn.functional.cross_entropy(model(batch.x), batch.y).backward()
+            worker()
+            total += _bare(worker)
+        if strategy.owned is not None or role == PS_SERVER:  # per piece: sum the W pushes, SGD
+            slots = [torch.nn.Parameter(s.detach().clone()) for s in strategy.slots.values()]
+            opts = [torch.optim.SGD([p], lr=cfg.lr, momentum=cfg.momentum) for p in slots]
+            pushes = [[torch.ones_like(p) for _ in strategy.workers] for p in slots]
+
+            def server():
+                for p, opt, parts in zip(slots, opts, pushes):
+                    total = parts[0]
+                    for g in parts[1:]:
+                        total = total + g
+                    p.grad = total
+                    opt.step()
+            server()
+            total += _bare(server)
+        return total
+    if strategy.name == "stanza":
+        part = copy.deepcopy(strategy.part).train()
+        opt = torch.optim.SGD(part.parameters(), lr=cfg.lr, momentum=cfg.momentum)
+        if role == CONV_WORKER:
+            g = torch.ones((len(batch), *strategy.boundary_shape))
+
+            def conv():
+                opt.zero_grad(set_to_none=True)
+                part(batch.x).backward(g)
+                opt.step()
+            conv()
+            return _bare(conv)
+        assert role == FC_WORKER
+        b = strategy.b
+        acts = [torch.randn((b, *strategy.boundary_shape)) for _ in strategy.served]
+        ys = torch.zeros(b, dtype=torch.int64)
+
+        def fc():
+            opt.zero_grad(set_to_none=True)
+            for a in acts:
+                a = a.detach().requires_grad_(True)
+                torch.nn.functional.cross_entropy(part(a), ys).backward()
+            opt.step()
+        fc()
+        return _bare(fc)
+    raise ValueError(f"bare pieces of {strategy.name}: use engine_vs_plain for local and ddp")
+
+
+def role_counts(argv: list[str], warmup: int = 2) -> dict:
+    """In a rank of a torchrun job given the training flags `argv` (ps or stanza): operator calls
+    of one engine step of this rank, split into the network's own calls (c10d.*) and the rest,
+    against the bare pieces of its role; and the step's host reads."""
+    from . import train
+    from .comm import Comm
+    from .data import batch_indices
+    from .strategies import STRATEGY_CLASSES
+    from .strategies.base import Batch, positions_of
+
+    cfg = train.parse_config(argv)
+    prep = train.prepare(cfg)
+    comm = Comm.from_env(cfg.timeout_s, prep.device, "gloo")
+    try:
+        comm.new_groups(dict(prep.topo.groups()), prep.device)
+        engine = STRATEGY_CLASSES[cfg.strategy](prep.model, cfg, prep.topo, comm, prep.device, prep.split)
+        prep.model.train()
+        mine = engine.data_slice()
+        batch = None
+        if mine is not None:
+            x, y = prep.dataset.get(batch_indices(prep.dataset, 0, cfg.global_batch, cfg.seed, mine))
+            batch = Batch(x, y, positions_of(mine))
+        state = {"t": 0}
+
+        def step():
+            with comm.counting():
+                engine.step(state["t"], batch)
+            state["t"] += 1
+
+        for _ in range(warmup):
+            step()
+        c = count(step)
+        network = sum(v for k, v in c.ops.items() if k.startswith(COMM_PREFIXES))
+        own = c.total - network
+        bare = bare_pieces(engine, batch)
+        comm.barrier()
+        extra = {k: c.ops[k] - bare.get(k, 0) for k in sorted(set(c.ops) | set(bare))
+                 if not k.startswith(COMM_PREFIXES) and c.ops[k] != bare.get(k, 0)}
+        return {"rank": comm.rank, "role": engine.role, "strategy": cfg.strategy, "engine": own, "network": network,
+                "bare": sum(bare.values()), "ratio": own / sum(bare.values()), "host_reads": c.host_reads,
+                "extra_by_name": extra}
+    finally:
+        comm.close(failed=False)
+
+
+if __name__ == "__main__":  # torchrun ... -m stanza_core.opcount TRAIN FLAGS: one JSON line per rank
+    import json
+    import sys
+
+    print(json.dumps(role_counts(sys.argv[1:])), flush=True)

@@ -7,7 +7,8 @@ of the next one, which a short step cannot hide. So the training loop records, p
                device's stream, read later; elsewhere time.perf_counter() after a device sync
                (the CPU, --timeline runs whose compute marks are host times, replayed runs whose
                compute is host sleeps), as before;
-  loss share   the 0-d tensor (or float, or None) the strategy returned, left on the device.
+  loss share   the 0-d tensor (or a list of them, or a float, or None) the strategy returned,
+               left on the device: a sum of per-sample losses, read as `scale` x its sum.
 
 `read()` turns what is pending into numbers with one synchronisation: the loop calls it every
 `--log-every` steps and before anything that must know the losses are finite (a checkpoint,
@@ -18,14 +19,19 @@ step (event clocks and the host's monotonic clock agree to parts per million ove
 """
 from __future__ import annotations
 
+import math
 import time
 
 import torch
 
 
 class StepLog:
-    def __init__(self, device: torch.device, every: int, host_clock: bool = False, *, event_cls=None, sync=None):
-        """`event_cls` and `sync` stand in for torch.cuda.Event and torch.cuda.synchronize in tests."""
+    def __init__(self, device: torch.device, every: int, host_clock: bool = False, *, scale: float = 1.0,
+                 event_cls=None, sync=None):
+        """`scale`: what a read share is multiplied by (the training loop's 1/G: strategies return
+        loss sums). `event_cls` and `sync` stand in for torch.cuda.Event and torch.cuda.synchronize
+        in tests."""
+        self.scale = float(scale)
         cuda = device.type == "cuda"
         self.events = cuda and not host_clock
         self.event_cls = event_cls or (torch.cuda.Event if cuda else None)
@@ -68,10 +74,11 @@ class StepLog:
         if not self._pending:
             return []
         pending, self._pending = self._pending, []
-        shares = [s for _, _, s in pending]
-        tensors = [s.detach().reshape(()).double() for s in shares if isinstance(s, torch.Tensor)]
+        shares = [[s] if isinstance(s, torch.Tensor) else s for _, _, s in pending]  # each a list, a float or None
+        tensors = [t.detach().reshape(()).double() for s in shares if isinstance(s, list) for t in s]
         values = iter(torch.stack(tensors).tolist() if tensors else [])  # one device-to-host copy
-        got = [next(values) if isinstance(s, torch.Tensor) else (None if s is None else float(s)) for s in shares]
+        got = [None if s is None else self.scale * (math.fsum(next(values) for _ in s) if isinstance(s, list)
+                                                    else float(s)) for s in shares]
         if self.events:
             pending[-1][1].synchronize()
             host0, ev0 = self._origin

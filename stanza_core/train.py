@@ -257,7 +257,8 @@ def _train(cfg, prep: Prepared, comm) -> dict | None:
     # Steps are timed and their losses read without stopping the host in the step (steplog.py):
     # CUDA events on a GPU, the loss shares left on the device until a read, every --log-every
     # steps and before anything is saved, so nothing of a non-finite step is ever written.
-    log = StepLog(device, cfg.log_every, host_clock=cfg.timeline or cfg.compute != "real")
+    log = StepLog(device, cfg.log_every, host_clock=cfg.timeline or cfg.compute != "real",
+                  scale=1.0 / cfg.global_batch)  # strategies return loss sums
     first = start  # the first step not yet checked for a finite global loss
     for t in steps:
         batch = batch_for(t)

@@ -8,6 +8,11 @@ global batch (a `Batch`; None on a rank that loads no data, e.g. a stanza FC wor
 is the sum of per-sample losses divided by the global batch G, so the gradients the ranks add
 up are exactly the single-process gradient of the mean loss.
 
+The 1/G costs no operator call in a step: a forward returns the sum of its samples' losses and
+`backward()` starts the backward pass from 1/G (a 0-d tensor made once), which is the gradient
+the division would have passed down, bit for bit; `step` returns the loss sum (or a list of
+them), and the training loop multiplies by 1/G when it reads the losses (`LOSS_SCALE`, steplog.py).
+
 Dropout keys: every forward that can hold a SampleDropout runs inside `self.dropout_keys(t,
 positions)`, on both sides of a split, so a sample's mask never depends on who computes it.
 """
@@ -59,9 +64,9 @@ def positions_of(s: slice) -> range:
     return range(s.start, s.stop)
 
 
-def loss_sum_over_g(logits: torch.Tensor, y: torch.Tensor, global_batch: int) -> torch.Tensor:
-    """This slice's share of the global mean loss: sum of its per-sample losses / G."""
-    return F.cross_entropy(logits, y, reduction="sum") / global_batch
+def loss_sum(logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """The sum of this slice's per-sample losses (its share of the global mean loss, times G)."""
+    return F.cross_entropy(logits, y, reduction="sum")
 
 
 class Strategy:
@@ -73,6 +78,7 @@ class Strategy:
         self.split = split
         self.rank = comm.rank
         self.role = topo.role(comm.rank)
+        self._seeds: dict[tuple, torch.Tensor] = {}  # backward seeds: factor / G, made once per device
 
     def data_slice(self) -> slice | None:
         """Positions of the global batch this rank loads (None: it loads no data)."""
@@ -82,11 +88,20 @@ class Strategy:
             return slice(0, self.cfg.global_batch)
         return self.topo.batch_slice(self.rank, self.cfg.global_batch)
 
-    def step(self, t: int, batch: Batch | None) -> torch.Tensor | float | None:
-        """One BSP step; returns this rank's share of the global mean loss (None if it has none),
-        as a 0-d tensor left on the device: reading it would make the host wait for the step's
-        end (the training loop reads every --log-every steps, steplog.py)."""
+    def step(self, t: int, batch: Batch | None) -> torch.Tensor | list | None:
+        """One BSP step; returns the sum of the per-sample losses this rank computed (None if it
+        has none; a list of sums if it computed several), as 0-d tensors left on the device:
+        reading one would make the host wait for the step's end (the training loop reads them
+        every --log-every steps and scales them by 1/G, steplog.py)."""
         raise NotImplementedError
+
+    def backward(self, loss: torch.Tensor, factor: float = 1.0):
+        """Backward from `loss` (a sum of per-sample losses) as from factor * loss / G: seeded with
+        the 0-d tensor factor / G, made once (no operator call in the step)."""
+        key = (loss.device, loss.dtype, factor)
+        if key not in self._seeds:
+            self._seeds[key] = torch.tensor(factor / self.cfg.global_batch, dtype=loss.dtype, device=loss.device)
+        loss.backward(self._seeds[key])
 
     def dropout_keys(self, t: int, positions: range):
         """SampleDropout masks of this block's samples: rows `positions` of each layer's draw over
@@ -95,8 +110,9 @@ class Strategy:
 
     def forward_loss(self, module: nn.Module, x: torch.Tensor, y: torch.Tensor, t: int,
                      positions: range) -> torch.Tensor:
+        """The sum of the per-sample losses of these samples (start its backward with `backward`)."""
         with self.dropout_keys(t, positions):
-            return loss_sum_over_g(module(x), y, self.cfg.global_batch)
+            return loss_sum(module(x), y)
 
     def full_state_dict(self) -> dict[str, torch.Tensor] | None:
         """The unsplit model's state_dict on rank 0 (collective: every rank must call it)."""

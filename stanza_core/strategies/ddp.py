@@ -30,10 +30,10 @@ class DDP(Strategy):
         # DDP averages gradients over the N ranks; N * (sum/G) = the local mean, so the
         # averaged gradient is the gradient of the global mean loss.
         self.comm.mark("backward_start", "compute")
-        (share * self.n).backward()  # the buckets' allreduces launch from inside this call
+        self.backward(share, self.n)  # the buckets' allreduces launch from inside this call
         self.comm.mark("backward_end", "compute")
         self.comm.wait_ddp()  # host-side wait with the timeout: a dead peer fails here, in one line
         self.comm.mark("optimizer_start", "compute")
         self.optimizer.step()
         self.comm.mark("optimizer_end", "compute")
-        return share.detach()
+        return share

@@ -14,6 +14,6 @@ class Local(Strategy):
     def step(self, t, batch):
         self.optimizer.zero_grad(set_to_none=True)
         loss = self.forward_loss(self.model, batch.x, batch.y, t, batch.positions)
-        loss.backward()
+        self.backward(loss)
         self.optimizer.step()
-        return loss.detach()  # read by the training loop when it reads the step (steplog.py)
+        return loss  # read by the training loop when it reads the step (steplog.py)

@@ -89,25 +89,51 @@ class ParameterServer(Strategy):
             self.flat = torch.cat([p.detach().reshape(-1) for p in self.params]).to(self.device)
         self.is_worker = self.role == WORKER
         self.flat_grad = (torch.empty_like if self.lean else torch.zeros_like)(self.flat) if self.is_worker else None
-        offset = 0
+        offset, self.grad_views = 0, []
         for p in self.params:
             p.data = self.flat[offset:offset + p.numel()].view_as(p)
             if self.is_worker:
-                p.grad = self.flat_grad[offset:offset + p.numel()].view_as(p)
+                self.grad_views.append(self.flat_grad[offset:offset + p.numel()].view_as(p))
+                if self.lean:  # replayed: the backward hands each gradient over in place, here
+                    p.grad = self.grad_views[-1]
             offset += p.numel()
         if self.cfg.ps_overlap:
             self.buckets = bucket_ranges(numels, int(self.cfg.bucket_mb * 2**20), self.flat.element_size())
         else:
             self.buckets = [slice(0, total)]
         self.pieces = pieces_of(self.buckets, self.ranges)
+        # Views made once, so a step slices nothing: each piece of the parameters and gradients,
+        # and (real compute) each bucket's parameters, whose gradients one call copies into
+        # flat_grad when the bucket is pushed (autograd leaves fresh gradients, as in a plain step).
+        self.param_piece = [self.flat[r] for _, _, r in self.pieces]
+        self.grad_piece = [self.flat_grad[r] for _, _, r in self.pieces] if self.is_worker else None
+        starts = [sum(numels[:k]) for k in range(len(numels))]
+        self.bucket_members = [[k for k in range(len(self.params)) if b.start <= starts[k] < b.stop]
+                               for b in self.buckets]
         self.workers = topo.conv_ranks
         self.owner = [topo.shard_owner(s) for s in range(topo.ps_shards)]
         self.owned = topo.shard_of(self.rank)
         self.mine = [i for i, (_, s, _) in enumerate(self.pieces) if s == self.owned]
         # The server's copy of each piece of its shard, each with its own optimizer state.
-        self.slots = {i: torch.nn.Parameter(self.flat[self.pieces[i][2]] if self.lean else
+        # (replayed, or a dedicated server, whose `flat` is only its copy of the shard: views of
+        # `flat`, updated in place; a colocated server's slots are its own, copied into its model
+        # after each update, as a pull would)
+        alias = self.lean or not self.is_worker
+        self.slots = {i: torch.nn.Parameter(self.flat[self.pieces[i][2]] if alias else
                                             self.flat[self.pieces[i][2]].clone()) for i in self.mine}
         self.optimizers = {i: make_sgd([p], self.cfg) for i, p in self.slots.items()}
+        self.slot_data = {i: p.detach() for i, p in self.slots.items()}  # what is sent: the updated values
+        # Receive buffers of the pushes, made once (a step has used them before the next posts):
+        # replayed, every worker's push of piece i lands in one buffer (values mean nothing; the
+        # bytes still cross the network), not N - 1 of them.
+        self.inbox = {}
+        for i in self.mine:
+            size = self.pieces[i][2].stop - self.pieces[i][2].start
+            shared = torch.empty(size, device=self.device) if self.lean else None
+            for w in topo.conv_ranks:
+                if w != self.rank:
+                    self.inbox[i, w] = shared if self.lean else torch.empty(size, device=self.device)
+        self.sum_buf = {i: torch.empty_like(self.slot_data[i]) for i in self.mine} if not self.lean else {}
         # What the training loop sees as this rank's optimizer: it steps nothing (the pieces'
         # optimizers above do the work), so replayed compute waits nothing for it and instead
         # replays each piece's step where it happens.
@@ -150,17 +176,27 @@ class ParameterServer(Strategy):
         pull posted before a later push would wait for a server whose answer waits for that
         push: NCCL posts the pulls once every push is out (pulls_after_pushes)."""
         self.pending[j] = -1  # pushed
+        if not self.lean:  # the bucket's gradients into flat_grad, in one call
+            members = self.bucket_members[j]
+            grads = [self.params[k].grad for k in members]
+            if any(g is None for g in grads):  # parameters the loss does not reach: zero gradients
+                for k, g in zip(members, grads):
+                    if g is None:
+                        self.params[k].grad = torch.zeros_like(self.params[k])
+                grads = [self.params[k].grad for k in members]
+            torch._foreach_copy_([self.grad_views[k] for k in members], grads)
         mine = [(i, s, r) for i, (b, s, r) in enumerate(self.pieces) if b == j and self.owner[s] != self.rank]
-        self.push_works += self.comm.p2p([("send", self.flat_grad[r], self.owner[s], "grads", i) for i, s, r in mine])
+        self.push_works += self.comm.p2p([("send", self.grad_piece[i], self.owner[s], "grads", i) for i, s, r in mine])
         if not self.pulls_after_pushes:
             self.pull_works += self.comm.p2p(self._pulls(mine))
 
     def _pulls(self, pieces) -> list[tuple]:
-        return [("recv", self.flat[r], self.owner[s], "params", i) for i, s, r in pieces]
+        return [("recv", self.param_piece[i], self.owner[s], "params", i) for i, s, r in pieces]
 
     def _compute(self, t, batch):
-        if not self.lean:
-            self.flat_grad.zero_()
+        if not self.lean:  # fresh gradients (no operator call), copied to flat_grad bucket by bucket
+            for p in self.params:
+                p.grad = None
         self.push_works, self.pull_works = [], []
         self.pending = list(self.bucket_params) if self.cfg.ps_overlap else [0]
         try:
@@ -168,7 +204,7 @@ class ParameterServer(Strategy):
             share = self.forward_loss(self.model, batch.x, batch.y, t, batch.positions)
             self.comm.mark("forward_end", "compute")
             self.comm.mark("backward_start", "compute")
-            share.backward()  # accumulates into flat_grad; with overlap, hooks push bucket by bucket
+            self.backward(share)  # accumulates into flat_grad; with overlap, hooks push bucket by bucket
             self.comm.mark("backward_end", "compute")
             for j, left in enumerate(self.pending):
                 if left >= 0:  # not pushed yet: the whole vector (no overlap) or unused parameters
@@ -193,36 +229,29 @@ class ParameterServer(Strategy):
                 self.comm.mark("optimizer_start", "compute")
                 self.optimizers[i].step()
                 self.comm.mark("optimizer_end", "compute")
-                sends += self.comm.p2p([("send", slot.detach(), w, "params", i) for w in self.workers if w != self.rank])
+                sends += self.comm.p2p([("send", self.slot_data[i], w, "params", i) for w in self.workers
+                                        if w != self.rank])
                 continue
             self.comm.mark("optimizer_start", "compute")  # the server's sum of the pushes and its update
-            parts = [self.flat_grad[r] if w == self.rank else inbox[i, w] for w in self.workers]
-            total = parts[0].clone()
-            for g in parts[1:]:  # worker rank order, whoever holds the slice
+            parts = [self.grad_piece[i] if w == self.rank else inbox[i, w] for w in self.workers]
+            total = parts[0] if len(parts) == 1 else torch.add(parts[0], parts[1], out=self.sum_buf[i])
+            for g in parts[2:]:  # worker rank order, whoever holds the slice
                 total += g
             slot.grad = total
             self.optimizers[i].step()
             slot.grad = None
-            with torch.no_grad():
-                self.flat[r] = slot  # the colocated server's own model (a dedicated one's copy)
+            if self.is_worker:  # the colocated server's own model: its own pull
+                with torch.no_grad():
+                    self.param_piece[i].copy_(self.slot_data[i])
             self.comm.mark("optimizer_end", "compute")
-            sends += self.comm.p2p([("send", slot.detach(), w, "params", i) for w in self.workers if w != self.rank])
+            sends += self.comm.p2p([("send", self.slot_data[i], w, "params", i) for w in self.workers
+                                    if w != self.rank])
         return sends
 
     def step(self, t, batch):
-        me = self.rank
-        inbox, recv_works = {}, {}
+        inbox, recv_works = self.inbox, {}
         for i in self.mine:  # posted first, so pushes land while this rank still computes
-            size = self.pieces[i][2].stop - self.pieces[i][2].start
-            ops = []
-            # replayed: every worker's push of piece i lands in one buffer (values mean nothing;
-            # the bytes still cross the network), not N - 1 of them
-            shared = torch.empty(size, device=self.device) if self.lean else None
-            for w in self.workers:
-                if w != me:
-                    inbox[i, w] = shared if self.lean else torch.empty(size, device=self.device)
-                    ops.append(("recv", inbox[i, w], w, "grads", i))
-            recv_works[i] = self.comm.p2p(ops)
+            recv_works[i] = self.comm.p2p([("recv", inbox[i, w], w, "grads", i) for w in self.workers if w != self.rank])
         share = None
         if self.is_worker:  # pushes and pulls are posted bucket by bucket (_push)
             share = self._compute(t, batch)
@@ -231,7 +260,7 @@ class ParameterServer(Strategy):
         self.comm.wait(self.pull_works, "parameter-server pull")
         self.comm.wait(sends, "parameter-server pull")
         self.push_works, self.pull_works = [], []
-        return None if share is None else share.detach()
+        return share
 
     def checkpoint_state(self):
         state = {"model": self.model.state_dict()}  # parameters are views of self.flat

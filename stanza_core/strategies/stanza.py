@@ -33,6 +33,11 @@ class GradBuckets:
     """Allreduce of a module's gradients in ~bucket_mb buckets, each launched as soon as the
     backward pass has produced all of its gradients (reverse parameter order).
 
+    A bucket's gradients are copied into its flat buffer by one call and back by one call
+    (`torch._foreach_copy_` over views of the buffer made once), so a bucket costs the step two
+    operator calls beside its allreduce, whatever its parameter count. A group of one rank (one
+    FC worker) has nothing to sum: no copies, no allreduce.
+
     Lean (`bind()`, for replayed compute, whose values mean nothing): each gradient is bound to
     its place in its bucket's flat buffer (replay.py hands a backward's gradient over in place),
     so a bucket launches from its buffer with no copy in and no copy back."""
@@ -50,6 +55,8 @@ class GradBuckets:
             size += p.numel() * p.element_size()
         self.bucket_of = {id(p): i for i, b in enumerate(self.buckets) for p in b}
         self.flat = [torch.empty(sum(p.numel() for p in b), device=device) for b in self.buckets]
+        self.views = [_views_of(flat, b) for flat, b in zip(self.flat, self.buckets)]  # made once
+        self.alone = len(comm.group_ranks.get(group, ())) == 1  # nothing to sum with anyone
         self.works, self.pending = [], []
         for p in params:
             p.register_post_accumulate_grad_hook(self._ready)
@@ -57,11 +64,9 @@ class GradBuckets:
     def bind(self) -> "GradBuckets":
         """Lean mode (replayed compute): every gradient becomes a view of its bucket's buffer."""
         self.lean = True
-        for b, flat in zip(self.buckets, self.flat):
-            offset = 0
-            for q in b:
-                q.grad = flat[offset:offset + q.numel()].view_as(q)
-                offset += q.numel()
+        for b, views in zip(self.buckets, self.views):
+            for q, v in zip(b, views):
+                q.grad = v
         return self
 
     def start(self, backwards: int = 1):
@@ -73,9 +78,9 @@ class GradBuckets:
     def _ready(self, p):
         i = self.bucket_of[id(p)]
         self.pending[i] -= 1
-        if self.pending[i] == 0:  # every gradient of bucket i is final: launch its allreduce
+        if self.pending[i] == 0 and not self.alone:  # every gradient of bucket i is final: launch its allreduce
             if not self.lean:
-                torch.cat([q.grad.reshape(-1) for q in self.buckets[i]], out=self.flat[i])
+                torch._foreach_copy_(self.views[i], [q.grad for q in self.buckets[i]])
             self.works[i] = self._launch(i)
 
     def _launch(self, i):
@@ -90,12 +95,18 @@ class GradBuckets:
                 raise RuntimeError(f"bucket {i}: {self.pending[i]} gradients never arrived")
             if self.works[i] is not None:
                 self._wait(i)
-            if self.lean:
+            if self.lean or self.alone:
                 continue
-            offset = 0
-            for q in bucket:
-                q.grad.copy_(self.flat[i][offset:offset + q.numel()].view_as(q))
-                offset += q.numel()
+            torch._foreach_copy_([q.grad for q in bucket], self.views[i])
+
+
+def _views_of(flat: torch.Tensor, params) -> list[torch.Tensor]:
+    """Views of `flat`, one per parameter in order, each of its parameter's shape."""
+    views, offset = [], 0
+    for q in params:
+        views.append(flat[offset:offset + q.numel()].view_as(q))
+        offset += q.numel()
+    return views
 
 
 class Stanza(Strategy):
@@ -133,6 +144,7 @@ class Stanza(Strategy):
             self.buckets = GradBuckets(list(self.part.parameters()), self.comm, group, category, cfg.bucket_mb,
                                        self.device)
         self.pipeline = Pipeline(self) if uses_pipeline(cfg) else None
+        self._buffers: dict[tuple, torch.Tensor] = {}
         from ..replay import replayer_of  # late: replay imports the config only
 
         if replayer_of(self.model) is not None:  # replayed: gradients live in their buckets
@@ -169,7 +181,7 @@ class Stanza(Strategy):
         with self.dropout_keys(t, batch.positions):  # a CONV body may hold dropout too
             a = self.part(batch.x)  # (b, *A)
         self.comm.mark("forward_end", "compute")
-        grad = torch.empty_like(a)
+        grad = self._buffer("grad", a.shape, a.dtype)  # reused every step: the last one's backward is done
         pair = self.topo.pair_group(self.rank)
         sent = self.comm.p2p([("send", a.detach(), self.fc_rank, "activations"),
                               ("send", batch.y, self.fc_rank, "labels")], pair)
@@ -181,31 +193,43 @@ class Stanza(Strategy):
         self.comm.wait(sent, "send of activations")
         return None
 
+    def _buffer(self, name, shape, dtype=torch.float32) -> torch.Tensor:
+        """A receive buffer made once and reused every step (no operator call in the step): a
+        step waits for all its receives and has used them before the next step posts again."""
+        key = (name, tuple(shape), dtype)
+        if key not in self._buffers:
+            self._buffers[key] = torch.empty(shape, dtype=dtype, device=self.device)
+        return self._buffers[key]
+
     def _fc_step(self, t):
-        b, device = self.b, self.device
-        acts = [torch.empty((b, *self.boundary_shape), device=device) for _ in self.served]
-        labels = [torch.empty(b, dtype=torch.int64, device=device) for _ in self.served]
+        b = self.b
+        acts = [self._buffer(("acts", j), (b, *self.boundary_shape)) for j in range(len(self.served))]
+        labels = [self._buffer(("labels", j), (b,), torch.int64) for j in range(len(self.served))]
+        for a in acts:  # a receive writes in place: not into a leaf that requires grad
+            a.requires_grad_(False)
+            a.grad = None
         # One receive of activations+labels per CONV worker, posted separately so each can
         # complete on its own and be processed while the others are still on the wire.
         works = [self.comm.p2p([("recv", acts[j], src, "activations"), ("recv", labels[j], src, "labels")],
                                self.topo.pair_group(src))
                  for j, src in enumerate(self.served)]
-        # The loss stays on the device until every gradient has been sent: a float() here would
-        # make the host wait for the FC backward before posting the send.
-        share, sends = torch.zeros((), dtype=torch.float64, device=device), []
+        # The losses stay on the device until every gradient has been sent: a float() here would
+        # make the host wait for the FC backward before posting the send. The training loop adds
+        # them up when it reads them (steplog.py).
+        shares, sends = [], []
         for j in self.comm.as_completed(works, "receive of activations"):
             src = self.served[j]
             a = acts[j].requires_grad_(True)
             pos = positions_of(self.topo.batch_slice(src, self.cfg.global_batch))  # the samples of CONV worker src
             self.comm.mark("forward_start", "compute", src)
             loss = self.forward_loss(self.part, a, labels[j], t, pos)
-            loss.backward()  # FC grads accumulate over the served CONV workers
+            self.backward(loss)  # FC grads accumulate over the served CONV workers
             self.comm.mark("backward_end", "compute", src)
-            share += loss.detach().double()
+            shares.append(loss)
             sends += self.comm.p2p([("send", a.grad, src, "activation_grads")],
                                    self.topo.pair_group(src))  # at once: pipelined
         self.comm.wait(sends, "send of activation gradients")
-        return share
+        return shares
 
     def full_state_dict(self):
         """FC worker N-k (the first) sends the FC head's state to rank 0, which holds the CONV body

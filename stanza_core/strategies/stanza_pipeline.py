@@ -39,6 +39,7 @@ def hooked_buckets(cls):
     class HookedGradBuckets(cls):
         def __init__(self, params, comm, group, category, bucket_mb, device, compression):
             super().__init__(params, comm, group, category, bucket_mb, device)
+            self.alone = False  # a compression hook changes the values even on one rank: keep it
             self.compression = compression
             self.size = len(comm.group_ranks[group])
 
@@ -135,6 +136,6 @@ class Pipeline:
         """FC forward + backward of one chunk at these global positions; its share of the loss."""
         self.comm.mark("forward_start", "compute")
         loss = self.st.forward_loss(self.st.split.fc, a_in, y, t, positions)
-        loss.backward()  # FC grads accumulate over every chunk
+        self.st.backward(loss)  # FC grads accumulate over every chunk
         self.comm.mark("backward_end", "compute")
         return loss.detach()

@@ -1,0 +1,55 @@
+"""Every role of a distributed step issues no more operator calls than its model pieces run bare.
+
+One step of each rank of a 3-rank gloo job, counted in the rank (stanza_core.opcount.role_counts):
+the engine's calls less the network's own (c10d.* and torch's profiler marks around them),
+against the same model pieces run bare on the same shapes (opcount.bare_pieces: forward,
+backward and SGD of what the rank trains; a ps server's sum of the pushes and SGD). What the
+engine may add on top (copies into buckets and send buffers, the bucket copies back) is bounded
+at 5 % of the pieces' own calls; no host read inside the step. The local and ddp steps against
+the plain loop and plain DDP: tests/unit/test_opcount.py. Figures: docs/benchmarks.md,
+"Operator calls per step".
+"""
+import json
+import sys
+
+import pytest
+
+from stanza_core import procgroup
+
+from dist_launch import ROOT, rank_env
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
+
+BOUND = 1.05
+SIZES = {"alexnet": ["--image-size", "64"], "resnet50": ["--image-size", "32"], "vgg11_bn": ["--image-size", "32"]}
+JOBS = [  # (model, strategy flags): every role of stanza and of both ps deployments
+    ("alexnet", ["--strategy", "stanza", "--fc-workers", "1", "--global-batch", "8"]),
+    ("resnet50", ["--strategy", "stanza", "--fc-workers", "1", "--global-batch", "8"]),
+    ("alexnet", ["--strategy", "ps", "--global-batch", "6"]),
+    ("resnet50", ["--strategy", "ps", "--global-batch", "6"]),
+    ("vgg11_bn", ["--strategy", "ps", "--global-batch", "6", "--ps-overlap"]),
+    ("alexnet", ["--strategy", "ps", "--global-batch", "4", "--ps-servers", "1"]),
+]
+
+
+def role_rows(model: str, flags: list[str]) -> list[dict]:
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=3", "-m",
+           "stanza_core.opcount", "--model", model, *SIZES[model], "--num-classes", "10", "--device", "cpu",
+           "--quiet", *flags]
+    p = procgroup.run(cmd, cwd=ROOT, env=rank_env(), capture_output=True, text=True, timeout_s=420)
+    assert p.returncode == 0, p.stderr[-3000:]
+    rows = [json.loads(line) for line in p.stdout.splitlines() if line.startswith("{")]
+    assert sorted(r["rank"] for r in rows) == [0, 1, 2], p.stdout[-2000:]
+    return rows
+
+
+@pytest.mark.parametrize("model,flags", JOBS, ids=[f"{m}-{' '.join(f[1:])}" for m, f in JOBS])
+def test_each_role_costs_its_pieces_calls(model, flags):
+    rows = role_rows(model, flags)
+    roles = {r["role"] for r in rows}
+    assert roles == ({"conv_worker", "fc_worker"} if "stanza" in flags else
+                     {"worker", "ps_server"} if "--ps-servers" in flags else {"worker"})
+    for r in rows:
+        assert r["ratio"] <= BOUND, r
+        assert r["host_reads"] == [], r
+        assert r["network"] > 0, r  # every rank's step does reach the network
