@@ -2,7 +2,7 @@
 the bound in reproductions/convergence.yaml and experiments.convergence equal what
 benchmarks/convergence_spread.py measured (benchmarks/results/convergence_spread_quick_window.json),
 and the float-order part of that measurement still holds for this engine (recomputed, 8 steps in
-one process). The separation itself, on real runs: tests/dist/test_convergence_bounds.py."""
+one process). The separation itself, on real runs: tests/dist/test_convergence_bounds_dist.py."""
 from __future__ import annotations
 
 import importlib.util
