@@ -4,7 +4,7 @@ inside reproductions/convergence.yaml's bound on |loss - local loss|, while stan
 boundary and a run with one wrong gradient fall outside it.
 
 The wrong gradient: tiny_cnn's first convolution weight gradient x 1.01 in step 1 only, planted by
-the model factory below (the ranks import it as `test_convergence_bounds:one_wrong_gradient`).
+the model factory below (the ranks import it as `test_convergence_bounds_dist:one_wrong_gradient`).
 Measured in the window: 3.2e-5 against a bound of 4e-6. A 0.1 % error (x 1.001) read 3.8e-6, just
 inside: the loss resolves about ten ulps, and a 0.1 % error in one tensor for one step moves it
 by about that much (per-step exactness at rtol 1e-5 is tests/dist/test_exactness.py's).
@@ -59,7 +59,7 @@ def losses(spec, tmp_path_factory):
     jobs = {"local": (1, t["model"], ["--strategy", "local"]),
             **{s: (t["nodes"], t["model"], stanza if s == "stanza" else ["--strategy", s]) for s in EXACT},
             "stanza_bf16": (t["nodes"], t["model"], [*stanza, "--boundary-dtype", "bf16"]),
-            "one_wrong_gradient": (1, "test_convergence_bounds:one_wrong_gradient", ["--strategy", "local"])}
+            "one_wrong_gradient": (1, "test_convergence_bounds_dist:one_wrong_gradient", ["--strategy", "local"])}
     out = {}
     for name, (n, model, args) in jobs.items():
         metrics, _, _ = train(tmp_path_factory.mktemp(name), name, n, "--model", model, *common, *args, timeout=120)
