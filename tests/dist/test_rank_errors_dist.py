@@ -34,6 +34,6 @@ class FailsOnRank1(nn.Module):
 def test_a_rank_exception_is_read_from_its_error_file(tmp_path, monkeypatch):
     monkeypatch.setenv("PYTHONPATH", HERE)  # run_job puts the repository first
     with pytest.raises(JobError) as err:
-        run_job(nodes=2, strategy="ddp", model="test_rank_errors:FailsOnRank1", global_batch=4, image_size=32,
+        run_job(nodes=2, strategy="ddp", model="test_rank_errors_dist:FailsOnRank1", global_batch=4, image_size=32,
                 steps=6, device="cpu", workdir=str(tmp_path), timeout_s=120)
-    assert str(err.value) == "ddp-test_rank_errors_FailsOnRank1-n2-k0: rank 1 raised RuntimeError: boom on rank 1 (exit 1)"
+    assert str(err.value) == "ddp-test_rank_errors_dist_FailsOnRank1-n2-k0: rank 1 raised RuntimeError: boom on rank 1 (exit 1)"
