@@ -56,7 +56,7 @@ class GradBuckets:
         self.bucket_of = {id(p): i for i, b in enumerate(self.buckets) for p in b}
         self.flat = [torch.empty(sum(p.numel() for p in b), device=device) for b in self.buckets]
         self.views = [_views_of(flat, b) for flat, b in zip(self.flat, self.buckets)]  # made once
-        self.alone = len(comm.group_ranks.get(group, ())) == 1  # nothing to sum with anyone
+        self.alone = len(getattr(comm, "group_ranks", {}).get(group, ())) == 1  # nothing to sum with anyone
         self.works, self.pending = [], []
         for p in params:
             p.register_post_accumulate_grad_hook(self._ready)
