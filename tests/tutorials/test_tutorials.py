@@ -141,7 +141,11 @@ def test_t6_convergence_strategies_equal_local_and_bn_needs_global_stats(run_tut
 def test_t7_failure_modes_deadlock_dead_fc_worker_straggler(run_tutorial):
     r, out, _ = run_tutorial("t7_failure_modes", delays_s=[0.0, 0.15])
     assert [d["ok"] for d in r["deadlock"]] == [False, False]
-    assert all("Timed out waiting 3000ms for send operation to complete" in d["error"] for d in r["deadlock"])
+    # the first rank to time out closes its connections: its peer, a moment later, may read that instead
+    errors = [d["error"] for d in r["deadlock"]]
+    assert any("Timed out waiting 3000ms for send operation to complete" in e for e in errors), errors
+    assert all("Timed out waiting 3000ms for send operation to complete" in e or "Connection closed by peer" in e
+               for e in errors), errors
     assert all(d["waited_s"] >= 0.9 * r["timeout_s"] for d in r["deadlock"])
     assert all(d["ok"] for d in r["right_order"])
     for d in r["dead_fc_worker"]:
