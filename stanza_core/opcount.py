@@ -275,8 +275,15 @@ def role_counts(argv: list[str], warmup: int = 2) -> dict:
         comm.close(failed=False)
 
 
-if __name__ == "__main__":  # torchrun ... -m stanza_core.opcount TRAIN FLAGS: one JSON line per rank
+OUT_ENV = "STANZA_OPCOUNT_DIR"  # where each rank writes rank<r>.json (ranks' printed lines can interleave)
+
+if __name__ == "__main__":  # torchrun ... -m stanza_core.opcount TRAIN FLAGS: one JSON file (or line) per rank
     import json
     import sys
 
-    print(json.dumps(role_counts(sys.argv[1:])), flush=True)
+    row = role_counts(sys.argv[1:])
+    if os.environ.get(OUT_ENV):
+        with open(os.path.join(os.environ[OUT_ENV], f"rank{row['rank']}.json"), "w") as fh:
+            json.dump(row, fh)
+    else:
+        print(json.dumps(row), flush=True)

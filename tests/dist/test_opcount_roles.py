@@ -11,10 +11,13 @@ the plain loop and plain DDP: tests/unit/test_opcount.py. Figures: docs/benchmar
 """
 import json
 import sys
+import tempfile
+from pathlib import Path
 
 import pytest
 
 from stanza_core import procgroup
+from stanza_core.opcount import OUT_ENV
 
 from dist_launch import ROOT, rank_env
 
@@ -36,9 +39,11 @@ def role_rows(model: str, flags: list[str]) -> list[dict]:
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=3", "-m",
            "stanza_core.opcount", "--model", model, *SIZES[model], "--num-classes", "10", "--device", "cpu",
            "--quiet", *flags]
-    p = procgroup.run(cmd, cwd=ROOT, env=rank_env(), capture_output=True, text=True, timeout_s=420)
-    assert p.returncode == 0, p.stderr[-3000:]
-    rows = [json.loads(line) for line in p.stdout.splitlines() if line.startswith("{")]
+    with tempfile.TemporaryDirectory() as out:
+        p = procgroup.run(cmd, cwd=ROOT, env={**rank_env(), OUT_ENV: out}, capture_output=True, text=True,
+                          timeout_s=420)
+        assert p.returncode == 0, p.stderr[-3000:]
+        rows = [json.loads(f.read_text()) for f in sorted(Path(out).glob("rank*.json"))]
     assert sorted(r["rank"] for r in rows) == [0, 1, 2], p.stdout[-2000:]
     return rows
 
