@@ -230,7 +230,7 @@ def bare_pieces(strategy, batch) -> Counter:
     raise ValueError(f"bare pieces of {strategy.name}: use engine_vs_plain for local and ddp")
 
 
-def role_counts(argv: list[str], warmup: int = 2) -> dict:
+def role_counts(argv: list[str], warmup: int = 1) -> dict:
     """In a rank of a torchrun job given the training flags `argv` (ps or stanza): operator calls
     of one engine step of this rank, split into the network's own calls (c10d.*) and the rest,
     against the bare pieces of its role; and the step's host reads."""

@@ -24,13 +24,13 @@ from dist_launch import ROOT, rank_env
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
 BOUND = 1.05
-SIZES = {"alexnet": ["--image-size", "64"], "resnet50": ["--image-size", "32"], "vgg11_bn": ["--image-size", "32"]}
+SIZES = {"alexnet": ["--image-size", "64"], "resnet50": ["--image-size", "32"], "resnet18": ["--image-size", "32"]}
 JOBS = [  # (model, strategy flags): every role of stanza and of both ps deployments
     ("alexnet", ["--strategy", "stanza", "--fc-workers", "1", "--global-batch", "8"]),
     ("resnet50", ["--strategy", "stanza", "--fc-workers", "1", "--global-batch", "8"]),
     ("alexnet", ["--strategy", "ps", "--global-batch", "6"]),
     ("resnet50", ["--strategy", "ps", "--global-batch", "6"]),
-    ("vgg11_bn", ["--strategy", "ps", "--global-batch", "6", "--ps-overlap"]),
+    ("resnet18", ["--strategy", "ps", "--global-batch", "6", "--ps-overlap", "--bucket-mb", "5"]),
     ("alexnet", ["--strategy", "ps", "--global-batch", "4", "--ps-servers", "1"]),
 ]
 
