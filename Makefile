@@ -29,7 +29,7 @@ reproduce: install
 	$(BIN)/python -m stanza_core.reproduce $(if $(FULL),--full,) $(if $(BUDGET_MIN),--budget-min $(BUDGET_MIN),) $(if $(LIST),--list,) $(if $(POINTS),--points "$(POINTS)",)
 
 test: install
-	$(BIN)/python -m pytest $(PYTEST_ARGS)
+	$(BIN)/python -m pytest --durations=30 $(PYTEST_ARGS)
 
 test-fast: install
 	$(BIN)/python -m pytest -m "not slow" $(PYTEST_ARGS)
