@@ -5,7 +5,8 @@
 
 Per model, side by side in one process, on the same model and the same batch:
   engine  `stanza_core.strategies.local.Local.step` as `stanza_core.train` runs it (inside
-          `comm.counting()`, per-sample dropout keys, the loss of the step read as a float);
+          `comm.counting()`, per-sample dropout keys; the loss left on the device, as the training
+          loop leaves it until it reads the step, where the plain loop reads it as a float);
   plain   zero_grad, forward, cross_entropy, backward, SGD step: the loop a PyTorch user writes.
 Printed per step:
   host ms   median wall seconds of `--steps` steps after one warm-up step, the two columns
@@ -35,23 +36,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 import torch  # noqa: E402
-from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
-
-
-class OpCounter(TorchDispatchMode):
-    """Counts every aten operator call dispatched while it is active (backward included)."""
-
-    def __init__(self):
-        super().__init__()
-        self.ops: Counter = Counter()
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        self.ops[str(func.overloadpacket)] += 1
-        return func(*args, **(kwargs or {}))
-
-    @property
-    def total(self) -> int:
-        return sum(self.ops.values())
+from stanza_core.opcount import OpCounter, engine_stepper  # noqa: E402
 
 
 def engine_step_fn(model_name: str, image_size: int, batch: int, num_classes: int):
@@ -59,28 +44,15 @@ def engine_step_fn(model_name: str, image_size: int, batch: int, num_classes: in
     from stanza_core import train
     from stanza_core.comm import Comm
     from stanza_core.config import TrainConfig
-    from stanza_core.data import batch_indices
     from stanza_core.strategies import STRATEGY_CLASSES
-    from stanza_core.strategies.base import Batch, positions_of
 
     cfg = TrainConfig(strategy="local", model=model_name, image_size=image_size, global_batch=batch,
                       num_classes=num_classes, device="cpu", steps=1000, quiet=True)
     prep = train.prepare(cfg)
     comm = Comm(0, 1)
     strategy = STRATEGY_CLASSES["local"](prep.model, cfg, prep.topo, comm, prep.device, None)
-    prep.model.train()
-    mine = strategy.data_slice()
-    x, y = prep.dataset.get(batch_indices(prep.dataset, 0, batch, cfg.seed, mine))
-    b = Batch(x, y, positions_of(mine))
-    state = {"t": 0}
-
-    def step():
-        with comm.counting():
-            share = strategy.step(state["t"], b)
-        state["t"] += 1
-        return float(share)  # the loss on the host, as the engine reads it (in or after the step)
-
-    return step, prep.model, x, y
+    step, b = engine_stepper(strategy, prep, comm)
+    return step, prep.model, b.x, b.y
 
 
 def plain_step_fn(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor):

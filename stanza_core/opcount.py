@@ -79,6 +79,29 @@ def plain_step(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, lr=0.01
     return step
 
 
+def engine_stepper(engine, prep, comm):
+    """(step, batch): a callable running one engine step as `stanza_core.train` runs it (inside
+    `comm.counting()`, the step counter advancing) on this rank's slice of global batch 0 (None
+    on a rank that loads no data), and that batch."""
+    from .data import batch_indices
+    from .strategies.base import Batch, positions_of
+
+    engine.model.train()
+    mine = engine.data_slice()
+    batch = None
+    if mine is not None:
+        x, y = prep.dataset.get(batch_indices(prep.dataset, 0, engine.cfg.global_batch, engine.cfg.seed, mine))
+        batch = Batch(x, y, positions_of(mine))
+    state = {"t": 0}
+
+    def step():
+        with comm.counting():
+            engine.step(state["t"], batch)
+        state["t"] += 1
+
+    return step, batch
+
+
 @contextlib.contextmanager
 def one_rank_group():
     """A gloo process group of one rank in this process (torch DDP needs one), removed after."""
@@ -109,9 +132,7 @@ def engine_vs_plain(model_name: str, strategy: str, *, image_size: int, batch: i
     from . import train
     from .comm import Comm
     from .config import TrainConfig
-    from .data import batch_indices
     from .strategies import STRATEGY_CLASSES
-    from .strategies.base import Batch, positions_of
 
     cfg = TrainConfig(strategy=strategy, model=model_name, image_size=image_size, global_batch=batch,
                       num_classes=num_classes, device="cpu", steps=1000, quiet=True, lr=0.01, momentum=0.9)
@@ -121,17 +142,8 @@ def engine_vs_plain(model_name: str, strategy: str, *, image_size: int, batch: i
         comm.new_groups(dict(prep.topo.groups()), prep.device)
     plain_model = copy.deepcopy(prep.model)  # the same initial parameters, before the engine steps
     engine = STRATEGY_CLASSES[strategy](prep.model, cfg, prep.topo, comm, prep.device, prep.split)
-    prep.model.train()
-    mine = engine.data_slice()
-    x, y = prep.dataset.get(batch_indices(prep.dataset, 0, batch, cfg.seed, mine))
-    b = Batch(x, y, positions_of(mine))
-    state = {"t": 0}
-
-    def engine_step():
-        with comm.counting():
-            engine.step(state["t"], b)
-        state["t"] += 1
-
+    engine_step, b = engine_stepper(engine, prep, comm)
+    x, y = b.x, b.y
     if strategy == "ddp":
         from torch.nn.parallel import DistributedDataParallel as DDP
 
@@ -236,9 +248,7 @@ def role_counts(argv: list[str], warmup: int = 1) -> dict:
     against the bare pieces of its role; and the step's host reads."""
     from . import train
     from .comm import Comm
-    from .data import batch_indices
     from .strategies import STRATEGY_CLASSES
-    from .strategies.base import Batch, positions_of
 
     cfg = train.parse_config(argv)
     prep = train.prepare(cfg)
@@ -247,18 +257,7 @@ def role_counts(argv: list[str], warmup: int = 1) -> dict:
         comm.new_groups(dict(prep.topo.groups()), prep.device)
         engine = STRATEGY_CLASSES[cfg.strategy](prep.model, cfg, prep.topo, comm, prep.device, prep.split)
         prep.model.train()
-        mine = engine.data_slice()
-        batch = None
-        if mine is not None:
-            x, y = prep.dataset.get(batch_indices(prep.dataset, 0, cfg.global_batch, cfg.seed, mine))
-            batch = Batch(x, y, positions_of(mine))
-        state = {"t": 0}
-
-        def step():
-            with comm.counting():
-                engine.step(state["t"], batch)
-            state["t"] += 1
-
+        step, batch = engine_stepper(engine, prep, comm)
         for _ in range(warmup):
             step()
         c = count(step)
