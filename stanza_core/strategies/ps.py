@@ -204,7 +204,7 @@ class ParameterServer(Strategy):
             share = self.forward_loss(self.model, batch.x, batch.y, t, batch.positions)
             self.comm.mark("forward_end", "compute")
             self.comm.mark("backward_start", "compute")
-            self.backward(share)  # accumulates into flat_grad; with overlap, hooks push bucket by bucket
+            self.backward(share)  # with overlap, hooks copy and push bucket by bucket as gradients are final
             self.comm.mark("backward_end", "compute")
             for j, left in enumerate(self.pending):
                 if left >= 0:  # not pushed yet: the whole vector (no overlap) or unused parameters
