@@ -51,10 +51,12 @@ def _export_slides(ipynb: Path) -> Path | None:
 
 
 def _title(ipynb: Path) -> str:
-    cells = json.loads(ipynb.read_text())["cells"]
-    first = "".join(cells[0]["source"]) if cells else ""
-    line = first.strip().splitlines()[0] if first.strip() else ipynb.stem
-    return line.lstrip("# ").strip()
+    """The notebook's first markdown heading (a deck may open with an empty code cell), else its stem."""
+    for cell in json.loads(ipynb.read_text())["cells"]:
+        text = "".join(cell["source"]).strip()
+        if cell["cell_type"] == "markdown" and text.startswith("#"):
+            return text.splitlines()[0].lstrip("# ").strip()
+    return ipynb.stem
 
 
 def run_tutorials(out_root: Path, *, html_export: bool = True, folder: Path = TUTORIALS_DIR) -> list[dict[str, Any]]:
