@@ -37,7 +37,7 @@ nodes: int = 3  # N: processes of the distributed runs (stanza: N - 1 CONV worke
 global_batch: int = 24  # G: samples per step over the cluster
 steps: int = 4  # steps of each engine run (the parameters are saved after every one)
 drift_steps: int = 60  # steps of the single-process float-order runs
-drift_chunk: int = 4  # samples per chunk of the chunked run: 6 chunks of 4 at G = 24
+drift_chunk: int = 4  # samples per chunk of the chunked run (6 chunks of 4 for a global batch of 24)
 noise_batches: list[int] = [4, 8, 16, 32, 64, 128]  # global batches of the gradient-noise measurement
 png: bool = True  # also export PNG figures (needs a Chromium)
 out_dir: str = "../reproductions/out/tutorials/t6_convergence"  # where results.json and figures go
