@@ -24,6 +24,13 @@ folder `<out>/<name>/` its notebook writes into). Schema, every key checked on l
     tiny: {models: [tiny_cnn]}      # optional; what tests/notebooks run (default: quick)
     claims:                         # one row each in the report's table
       - claim: FC share of AlexNet parameters    # in words
+        kind: counted                            # what the number is (a column of the report):
+                                                 #   measured (timed or trained here), replayed
+                                                 #   (<device> profile) (the emulated cluster, each
+                                                 #   layer's compute waited from that perf device
+                                                 #   profile: "replayed (v100 profile)"), modelled
+                                                 #   (the performance model, no run) or counted
+                                                 #   (parameters, FLOPs, bytes counted exactly)
         paper: "96.0 %"                          # the paper's number or text, as it states it
         ours: models.alexnet.fc_param_share      # dotted key into results.json (list items: 0, 1..)
         format: "{:.1%}"                         # optional str.format template (default "{}")
@@ -52,10 +59,13 @@ folder `<out>/<name>/` its notebook writes into). Schema, every key checked on l
 
 Parameter sets may name only parameters of the notebook's `parameters` cell; `out_dir` is
 always injected (absolute) and must not appear. Every notebook writes `<out_dir>/results.json`.
-A claim whose key is missing from a run listed in its `modes` fails the experiment. Claims are of
-three kinds, set by their fields (`reproduce.tally`): a paper claim (`figure`) agrees or differs,
-a project goal (`goal`) is met or missed, anything else is reported only; a value outside its
-bound is a finding, not a crash. The run ends with the tally: `paper: A of C agree, D differ`,
+A claim whose key is missing from a run listed in its `modes` fails the experiment. Claims fall in
+three categories, set by their fields (`reproduce.tally`): a paper claim (`figure`) agrees or
+differs, a project goal (`goal`) is met or missed, anything else is reported only; a value outside
+its bound is a finding, not a crash. An experiment's badge in the report says what its claims say:
+differs (a paper claim differs), goal missed, agrees (every paper claim compared agrees), or ran
+(nothing compared); failed, skipped or not run when the notebook did not run cleanly. The run
+ends with the tally: `paper: A of C agree, D differ`,
 `goals: M of G met, X missed`, `reported only: R`.
 
 Writes `<out>/<name>/` (executed notebook, its HTML export, figures, results.json, status.json),

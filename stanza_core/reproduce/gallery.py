@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from .report import section_badge
 from .spec import REPO_ROOT, Spec
 
 TUTORIALS_DIR = REPO_ROOT / "tutorials"
@@ -126,7 +127,8 @@ body { font-family: system-ui, sans-serif; margin: 1.5em auto; max-width: 1500px
 .card h3 { margin: 0.2em 0; font-size: 1.02em; } .meta { color: #555; font-size: 0.88em; margin: 0.3em 0; }
 .figs { display: flex; flex-wrap: wrap; gap: 6px; } .figs img { width: 200px; border: 1px solid #e4e4e4; background: white; }
 .fig { font-size: 0.85em; margin-right: 0.8em; }
-.ok { color: #1a7f37; font-weight: 600; } .failed { color: #c62828; font-weight: 600; } .skipped, .not { color: #8a6d00; }
+.ok, .agrees { color: #1a7f37; font-weight: 600; } .failed, .differs, .goal { color: #c62828; font-weight: 600; }
+.skipped, .not { color: #8a6d00; } .ran { color: #555; font-weight: 600; }
 """
 
 
@@ -137,7 +139,8 @@ def write_gallery(out_root: Path, specs: list[Spec], tutorials: list[Path] | Non
         folder = out_root / spec.name
         path = folder / "status.json"
         st = json.loads(path.read_text()) if path.is_file() else {"name": spec.name, "title": spec.title,
-                                                                   "status": "not run"}
+                                                                   "status": "not run", "claims": []}
+        st["status"] = section_badge(st)  # as in the report: what the claims say, not only that it ran
         cards_exp.append(_card(spec.name, st, folder, spec.notebook.name))
     tutorials = tutorial_notebooks() if tutorials is None else tutorials
     lectures = lecture_notebooks(tutorials[0].parent if tutorials else TUTORIALS_DIR)

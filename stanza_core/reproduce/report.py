@@ -17,7 +17,7 @@ import plotly.io as pio
 from plotly.offline import get_plotlyjs
 
 from .spec import Spec
-from .tally import Tally, tally
+from .tally import Tally, badge, tally
 
 FIGURE_SUFFIX = ".plotly.json"  # as written by stanza_core.nbtools.save_figures
 FIGURES_FILE = "figures.json"  # the figures' order, ditto
@@ -29,6 +29,7 @@ th { background: #f0f0f0; }
 .ok, .agrees, .goal-met { color: #1a7f37; font-weight: 600; }
 .failed, .differs, .goal-missed, .missing { color: #c62828; font-weight: 600; }
 .skipped, .reported, .not-run, .modelled { color: #8a6d00; }
+.ran { color: #555; font-weight: 600; } .kind { white-space: nowrap; color: #444; }
 section { border-top: 2px solid #ddd; margin-top: 2em; padding-top: 0.5em; }
 code { background: #f6f6f6; padding: 0 0.2em; } img { max-width: 100%; }
 """
@@ -40,6 +41,12 @@ def _status(out_root: Path, spec: Spec) -> dict[str, Any]:
         return json.loads(path.read_text())
     return {"name": spec.name, "title": spec.title, "paper": spec.paper, "status": "not run", "claims": [],
             "error": None, "mode": None, "duration_s": None, "executed": None, "html": None, "parameters": {}}
+
+
+def section_badge(st: dict[str, Any]) -> str:
+    """What a section's badge says: its run status when the notebook did not run cleanly (failed,
+    skipped, not run), else what its claims say (tally.badge: ran, agrees, goal missed, differs)."""
+    return st["status"] if st["status"] != "ok" else badge(st.get("claims") or [])
 
 
 def _cls(status: str) -> str:
@@ -59,10 +66,11 @@ def _claims_table(claims: list[dict[str, Any]]) -> str:
     if not claims:
         return "<p>No claims evaluated.</p>"
     rows = "".join(
-        f"<tr><td>{html.escape(c['claim'])}</td><td>{html.escape(c['paper'])}{_source(c)}</td>"
+        f"<tr><td>{html.escape(c['claim'])}</td><td class='kind'>{html.escape(c.get('kind') or '')}</td>"
+        f"<td>{html.escape(c['paper'])}{_source(c)}</td>"
         f"<td>{html.escape(str(c['ours']))}</td><td class='{_cls(c['status'])}'>{html.escape(c['status'])}</td>"
         f"<td>{html.escape(c.get('deviation') or '')}</td></tr>" for c in claims)
-    return ("<table><tr><th>claim</th><th>paper</th><th>ours</th><th>check</th><th>deviation</th></tr>"
+    return ("<table><tr><th>claim</th><th>kind</th><th>paper</th><th>ours</th><th>check</th><th>deviation</th></tr>"
             f"{rows}</table>")
 
 
@@ -97,7 +105,7 @@ def _section(out_root: Path, st: dict[str, Any]) -> str:
         error += f"<p class='modelled'>Modelled only: {html.escape(st['modelled_only'])}</p>"
     return (f"<section id='{html.escape(name)}'><h2>{html.escape(st['title'])}</h2>"
             f"<p>Paper: {html.escape(st['paper'])}</p>"
-            f"<p>Status: <span class='{_cls(st['status'])}'>{html.escape(st['status'])}</span>"
+            f"<p>Status: <span class='{_cls(section_badge(st))}'>{html.escape(section_badge(st))}</span>"
             + (f" ({html.escape(st['mode'])} run, {st['duration_s']} s, {html.escape(st.get('started', ''))})"
                if st.get("mode") else "") + "</p>" + error
             + (f"<p>{' · '.join(links)}</p>" if links else "")
@@ -114,11 +122,13 @@ def _counts(t: Tally) -> tuple[str, str, str]:
 def write_index(out_root: Path, specs: list[Spec]) -> Path:
     """Write index.html, index.json and plotly.min.js into `out_root`; return index.html's path."""
     statuses = [_status(out_root, s) for s in specs]
+    for st in statuses:
+        st["badge"] = section_badge(st)
     (out_root / "plotly.min.js").write_text(get_plotlyjs())  # shared by every embedded figure
     summary = "".join(
         f"<tr><td><a href='#{html.escape(s['name'])}'>{html.escape(s['name'])}</a></td>"
         f"<td>{html.escape(s['title'])}</td><td>{html.escape(s.get('mode') or '')}</td>"
-        f"<td class='{_cls(s['status'])}'>{html.escape(s['status'])}"
+        f"<td class='{_cls(s['badge'])}'>{html.escape(s['badge'])}"
         + (" <span class='modelled'>(modelled only)</span>" if s.get("modelled_only") else "") + "</td>"
         + "".join(f"<td>{n}</td>" for n in _counts(tally(s["claims"]))) + "</tr>"
         for s in statuses)
@@ -132,7 +142,12 @@ def write_index(out_root: Path, specs: list[Spec]) -> Path:
         "<p>Wu et al., <i>Stanza: Layer Separation for Distributed Training in Deep Learning</i>, "
         f"arXiv 1812.10624. Generated {generated}.</p>"
         "<p><a href='gallery.html'>Gallery</a>: every executed notebook and tutorial rendered to HTML, with its "
-        "figures. Claims fall in three kinds, set in each YAML: <i>paper</i> claims have the paper's figure for "
+        "figures. Each claim's <i>kind</i> says what its number is: <i>measured</i> (timed or trained here), "
+        "<i>replayed</i> (run on the emulated cluster with compute waited from the named device profile), "
+        "<i>modelled</i> (the performance model, no run) or <i>counted</i> (parameters, FLOPs, bytes counted "
+        "exactly). A section's badge says what its claims say: <i>agrees</i> (every paper claim compared agrees), "
+        "<i>differs</i> (one differs), <i>goal missed</i>, or <i>ran</i> (the notebook ran; nothing was compared). "
+        "Claims fall in three categories, set in each YAML: <i>paper</i> claims have the paper's figure for "
         "their configuration and a bound around it (agree / agree + differ); <i>goals</i> are targets the project "
         "set itself where the paper gives no figure (met / met + missed), never counted as agreement with the "
         "paper; <i>reported only</i> are our figures with neither (no verdict).</p>"

@@ -10,10 +10,11 @@ import time
 from pathlib import Path
 from typing import Any
 
+from .. import DIST_NAME, __version__
 from ..experiments.store import Store
 from .execute import VenvKernelManager, execute, export_html, one_line
 from .grid import budget_seconds, grid, run_grid, select
-from .report import write_index
+from .report import section_badge, write_index
 from .spec import MARKER, REPO_ROOT, Spec, SpecError, evaluate_claims, load_specs
 from .tally import DIFFERS, GOAL_MISSED, REPORTED_ONLY, tally, tally_lines
 
@@ -101,6 +102,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--budget-min", type=float, default=None,
                     help="with --full: measure missing configurations of the grid for at most this many minutes, "
                          "then stop (the notebooks run once the grid is complete); default: measure them all")
+    ap.add_argument("--version", action="version", version=f"{DIST_NAME} {__version__}")
     args = ap.parse_args(argv)
     mode = "full" if args.full else "quick"
     out_root = args.out if args.out is not None else args.specs / "out"
@@ -137,7 +139,7 @@ def main(argv: list[str] | None = None) -> int:
     for i, spec in enumerate(specs, start=1):
         print(f"[{i}/{len(specs)}] {spec.name} ({mode}): {spec.notebook.name}", flush=True)
         st = run_experiment(spec, mode, out_root, html=not args.no_html)
-        print(f"[{i}/{len(specs)}] {spec.name}: {st['status']} in {st['duration_s']} s"
+        print(f"[{i}/{len(specs)}] {spec.name}: {section_badge(st)} in {st['duration_s']} s"
               + (f" - {st['error']}" if st["error"] else ""), flush=True)
         statuses.append(st)
     from .gallery import run_tutorials, tutorial_notebooks, write_gallery

@@ -6,21 +6,47 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from .tally import bounds, category_problem, is_number, kind_of, verdict
+from .tally import bounds, category_problem, is_number, category_of, verdict
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 MARKER = ".stanza-reproduce"
 MODES = ("quick", "full", "tiny")
 REQUIREMENTS = ("linux", "root", "tc", "cuda")
 _TOP_KEYS = {"title", "notebook", "paper", "requires", "timeout_s", "quick", "full", "tiny", "claims"}
-_CLAIM_KEYS = {"claim", "paper", "ours", "format", "scale", "expect", "tolerance", "deviation", "modes", "measured",
+_CLAIM_KEYS = {"claim", "kind", "paper", "ours", "format", "scale", "expect", "tolerance", "deviation", "modes", "measured",
                "calibrated", "figure", "bound_rule", "goal"}
 NOT_MEASURED = "not measured (modelled only)"  # a measured or calibrated claim of a run that measured nothing
+# What a claim's number is (its `kind`, written in the YAML, never read from the claim's text):
+#   measured  timed or trained on this machine (real compute, emulated links)
+#   replayed  run on the emulated cluster with each layer's compute waited from a device
+#             profile: "replayed (<device> profile)", the device as perf names it (v100, h200-measured)
+#   modelled  the performance model's prediction, no run
+#   counted   counted exactly: parameters, FLOPs, bytes on the engine's counters
+KINDS = ("measured", "replayed", "modelled", "counted")
+_REPLAYED = re.compile(r"replayed \((?P<device>[\w.-]+) profile\)")
+
+
+def kind_problem(kind: Any) -> str | None:
+    """Why `kind` is not a claim kind (one line), or None: one of KINDS, a replayed one naming
+    its compute source as "replayed (<device> profile)"."""
+    if kind in ("measured", "modelled", "counted"):
+        return None
+    if isinstance(kind, str) and _REPLAYED.fullmatch(kind):
+        return None
+    return (f"kind must be measured, modelled, counted or 'replayed (<device> profile)' (the compute "
+            f"source, e.g. 'replayed (v100 profile)'), got {kind!r}")
+
+
+def replayed_device(kind: str) -> str | None:
+    """The device profile a replayed claim's compute follows ('v100' for 'replayed (v100 profile)'), else None."""
+    m = _REPLAYED.fullmatch(kind) if isinstance(kind, str) else None
+    return m["device"] if m else None
 
 
 class SpecError(ValueError):
@@ -85,10 +111,12 @@ def load_spec(path: str | os.PathLike, root: Path | None = None) -> Spec:
     if not isinstance(claims, list) or not claims:
         bad("claims must be a non-empty list")
     for i, c in enumerate(claims):
-        if not isinstance(c, dict) or not {"claim", "paper", "ours"} <= set(c):
-            bad(f"claim {i} needs claim, paper and ours")
+        if not isinstance(c, dict) or not {"claim", "kind", "paper", "ours"} <= set(c):
+            bad(f"claim {i} needs claim, kind, paper and ours")
         if unknown := sorted(set(c) - _CLAIM_KEYS):
             bad(f"claim {i} has unknown keys {unknown}; allowed: {sorted(_CLAIM_KEYS)}")
+        if problem := kind_problem(c["kind"]):
+            bad(f"claim {i} ({c['claim']}): {problem}")
         e = c.get("expect")
         per_mode = e if isinstance(e, dict) else {"any": e}
         if isinstance(e, dict) and (not e or not set(e) <= {"quick", "full", "tiny"}):
@@ -137,14 +165,17 @@ def lookup(results: Any, key: str) -> Any:
 
 
 def evaluate_claims(spec: Spec, results: dict | None, mode: str) -> tuple[list[dict[str, Any]], list[str]]:
-    """Report rows (claim, kind, paper, ours, value, status, deviation) and the keys that are missing.
-    status: a verdict of tally.verdict (agrees / differs, goal met / goal missed, reported), or why
-    there is no value (missing, not in <mode> run, not measured)."""
+    """Report rows (claim, kind, category, paper, ours, value, status, deviation) and the keys that
+    are missing. kind: what the number is (the YAML's `kind`: measured, replayed (...), modelled,
+    counted); category: tally.category_of (paper, goal, reported). status: a verdict of
+    tally.verdict (agrees / differs, goal met / goal missed, reported), or why there is no value
+    (missing, not in <mode> run, not measured)."""
     rows, missing = [], []
     modelled_only = (results or {}).get("modelled_only")
     for c in spec.claims:
-        kind = kind_of(c)
-        row = {"claim": c["claim"], "kind": kind, "paper": str(c["paper"]), "key": c["ours"],
+        category = category_of(c)
+        row = {"claim": c["claim"], "kind": c.get("kind", ""), "category": category, "paper": str(c["paper"]),
+               "key": c["ours"],
                "deviation": c.get("deviation", ""), "ours": "not measured", "value": None, "status": "missing"}
         row.update({k: c[k] for k in ("figure", "bound_rule", "goal") if k in c})  # the bound's source
         gated = c.get("measured") or c.get("calibrated")  # needs the measured runs: no root or tc, or measuring off
@@ -168,6 +199,6 @@ def evaluate_claims(spec: Spec, results: dict | None, mode: str) -> tuple[list[d
         b = bounds(c)
         lohi = b.get("any", b.get(mode))  # a bound per mode: each set from that mode's measured spread
         inside = None if lohi is None or not is_number(value) else lohi[0] <= value <= lohi[1]
-        row["status"] = verdict(kind, inside)
+        row["status"] = verdict(category, inside)
         rows.append(row)
     return rows, missing

@@ -14,7 +14,7 @@ A claim's category comes from its YAML fields, never from its text:
 So a project goal can never be counted as agreement with the paper, and a paper figure can
 never be left without a bound.
 
-    >>> kind_of({"figure": 1.55, "expect": 1.55, "tolerance": 0.25, "bound_rule": "..."})
+    >>> category_of({"figure": 1.55, "expect": 1.55, "tolerance": 0.25, "bound_rule": "..."})
     'paper'
     >>> tally_lines(Tally(agree=2, differ=1, met=3, missed=0, reported=4))
     ['paper: 2 of 3 agree, 1 differ', 'goals: 3 of 3 met, 0 missed', 'reported only: 4']
@@ -28,10 +28,11 @@ PAPER, GOAL, REPORTED = "paper", "goal", "reported"
 AGREES, DIFFERS = "agrees", "differs"  # a paper claim's verdicts
 GOAL_MET, GOAL_MISSED = "goal met", "goal missed"  # a goal's
 REPORTED_ONLY = "reported"  # a value with no bound in this run: shown, not judged
+RAN = "ran"  # a section's badge when its notebook ran and no claim of it was judged
 _VERDICTS = {PAPER: (AGREES, DIFFERS), GOAL: (GOAL_MET, GOAL_MISSED)}
 
 
-def kind_of(claim: dict[str, Any]) -> str:
+def category_of(claim: dict[str, Any]) -> str:
     """The claim's category: paper (has `figure`), goal (has `goal`), else reported."""
     return PAPER if "figure" in claim else GOAL if "goal" in claim else REPORTED
 
@@ -47,16 +48,16 @@ def bounds(claim: dict[str, Any]) -> dict[str, tuple[float, float]]:
 def category_problem(claim: dict[str, Any]) -> str | None:
     """Why the claim's category fields are inconsistent (one line), or None when they are fine.
     Assumes `expect` and `modes` are well formed (spec.load_spec checks those first)."""
-    kind, b = kind_of(claim), bounds(claim)
+    category, b = category_of(claim), bounds(claim)
     if "figure" in claim and "goal" in claim:
         return "has both figure (a paper claim) and goal (a project goal): pick one"
-    if kind == REPORTED:
+    if category == REPORTED:
         if b:
             return "has a bound (expect) but neither figure (the paper's number) nor goal (the project's target)"
         if "bound_rule" in claim:
             return "has a bound_rule but no figure: bound_rule goes with a paper claim's bound"
         return None
-    if kind == GOAL:
+    if category == GOAL:
         if not b:
             return "has a goal but no bound (expect): a goal needs a target to be met or missed"
         if "bound_rule" in claim:
@@ -79,10 +80,10 @@ def category_problem(claim: dict[str, Any]) -> str | None:
     return None
 
 
-def verdict(kind: str, inside: bool | None) -> str:
+def verdict(category: str, inside: bool | None) -> str:
     """The row status: agrees / differs for a paper claim, goal met / missed for a goal;
     "reported" when there is no bound to judge by (inside is None) or no category."""
-    return REPORTED_ONLY if inside is None or kind not in _VERDICTS else _VERDICTS[kind][0 if inside else 1]
+    return REPORTED_ONLY if inside is None or category not in _VERDICTS else _VERDICTS[category][0 if inside else 1]
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -106,6 +107,18 @@ def tally(rows: Iterable[dict[str, Any]]) -> Tally:
             unjudged += 1
     return Tally(agree=n[AGREES], differ=n[DIFFERS], met=n[GOAL_MET], missed=n[GOAL_MISSED],
                  reported=n[REPORTED_ONLY], unjudged=unjudged)
+
+
+def badge(rows: Iterable[dict[str, Any]]) -> str:
+    """A section's badge from its rows (for a notebook that ran): "differs" when any paper claim
+    differs, else "goal missed" when any goal is missed, else "agrees" when a paper claim was
+    compared and all agree, else "ran" (nothing compared: goals met or values reported only).
+
+    >>> badge([{"status": AGREES}, {"status": GOAL_MET}]), badge([{"status": REPORTED_ONLY}])
+    ('agrees', 'ran')
+    """
+    t = tally(rows)
+    return DIFFERS if t.differ else GOAL_MISSED if t.missed else AGREES if t.agree else RAN
 
 
 def tally_lines(t: Tally) -> list[str]:

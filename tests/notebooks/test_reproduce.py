@@ -38,13 +38,13 @@ def _spec(notebook, claims, **extra):
 
 RULE = "fixture: the figure as stated"
 CLAIMS = [
-    {"claim": "twice the scale", "paper": "3", "ours": "value", "format": "{:.2f}", "figure": 3.0, "expect": 3.0,
+    {"claim": "twice the scale", "kind": "measured", "paper": "3", "ours": "value", "format": "{:.2f}", "figure": 3.0, "expect": 3.0,
      "bound_rule": RULE},
-    {"claim": "last item", "paper": "about 3", "ours": "nested.items.-1", "figure": 3, "expect": [2.5, 3.5],
+    {"claim": "last item", "kind": "counted", "paper": "about 3", "ours": "nested.items.-1", "figure": 3, "expect": [2.5, 3.5],
      "bound_rule": RULE, "deviation": "fixture"},
-    {"claim": "scaled", "paper": "2000", "ours": "value", "scale": 1000, "figure": 2000, "expect": 2000,
+    {"claim": "scaled", "kind": "replayed (v100 profile)", "paper": "2000", "ours": "value", "scale": 1000, "figure": 2000, "expect": 2000,
      "tolerance": 1, "bound_rule": RULE},
-    {"claim": "only in full runs", "paper": "n/a", "ours": "full_only", "modes": ["full"]},
+    {"claim": "only in full runs", "kind": "modelled", "paper": "n/a", "ours": "full_only", "modes": ["full"]},
 ]
 
 
@@ -72,6 +72,7 @@ def test_runs_everything_reports_and_fails_at_the_end(project, capsys):
     index = json.loads((out / "index.json").read_text())
     status = {e["name"]: e for e in index["experiments"]}
     assert status["broken"]["status"] == "failed" and status["good"]["status"] == "ok"  # ran past the failure
+    assert status["good"]["badge"] == "differs"  # it ran, and one of its paper claims differs
     claims = status["good"]["claims"]
     assert [c["status"] for c in claims] == ["agrees", "agrees", "differs", "not in quick run"]
     assert [c["ours"] for c in claims[:3]] == ["3.00", "3", "3000.0"]
@@ -81,7 +82,8 @@ def test_runs_everything_reports_and_fails_at_the_end(project, capsys):
     assert results["transport"] == "ipc"  # the kernel's channels are Unix sockets: no TCP port race
     assert (good / "good.ipynb").is_file() and (good / "good.html").stat().st_size > 10_000
     page = (out / "index.html").read_text()
-    for text in ("<th>claim</th><th>paper</th><th>ours</th>", "twice the scale", "3.00", "differs",
+    for text in ("<th>claim</th><th>kind</th><th>paper</th><th>ours</th>", "<td class='kind'>counted</td>",
+                 "Status: <span class='differs'>differs</span>", "twice the scale", "3.00", "differs",
                  "broken on purpose", "href='good/good.ipynb'", "href='good/good.html'", "plotly-graph-div"):
         assert text in page, text
     assert (out / "plotly.min.js").is_file() and (out / MARKER).is_file()
@@ -118,18 +120,23 @@ def test_unknown_only_name_is_bad_input(project, capsys):
     assert "unknown experiments ['nope']" in capsys.readouterr().err
 
 
+X = {"claim": "x", "kind": "measured", "paper": "y", "ours": "v"}  # a well-formed claim to break
+
+
 @pytest.mark.parametrize("change, message", [
     ({"colour": "red"}, "unknown keys ['colour']"),
     ({"quick": {"scael": 2}}, "quick sets ['scael'], not parameters of notebooks/good.ipynb"),
     ({"tiny": {"out_dir": "/tmp"}}, "tiny sets out_dir: it is chosen by the runner"),
     ({"notebook": "notebooks/missing.ipynb"}, "does not exist"),
-    ({"claims": [{"claim": "x", "paper": "y"}]}, "claim 0 needs claim, paper and ours"),
-    ({"claims": [{"claim": "x", "paper": "y", "ours": "v", "expect": "big"}]}, "expect must be a number"),
+    ({"claims": [{"claim": "x", "paper": "y"}]}, "claim 0 needs claim, kind, paper and ours"),
+    ({"claims": [{"claim": "x", "paper": "y", "ours": "v"}]}, "claim 0 needs claim, kind, paper and ours"),
+    ({"claims": [{**X, "kind": "replayed"}]}, "claim 0 (x): kind must be"),  # replayed from which profile?
+    ({"claims": [{**X, "expect": "big"}]}, "expect must be a number"),
     ({"requires": ["gpu"]}, "requires must be a list drawn from"),
-    ({"claims": [{"claim": "x", "paper": "y", "ours": "v", "expect": {"fast": 1.0}}]}, "expect by mode must map"),
-    ({"claims": [{"claim": "x", "paper": "y", "ours": "v", "expect": {"quick": "big"}}]}, "expect must be a number"),
-    ({"claims": [{"claim": "x", "paper": "1.5x", "ours": "v", "figure": 1.5}]}, "claim 0 (x): has the paper's figure"),
-    ({"claims": [{"claim": "x", "paper": "-", "ours": "v", "expect": 1.0}]}, "neither figure"),
+    ({"claims": [{**X, "expect": {"fast": 1.0}}]}, "expect by mode must map"),
+    ({"claims": [{**X, "expect": {"quick": "big"}}]}, "expect must be a number"),
+    ({"claims": [{**X, "paper": "1.5x", "figure": 1.5}]}, "claim 0 (x): has the paper's figure"),
+    ({"claims": [{**X, "paper": "-", "expect": 1.0}]}, "neither figure"),
 ])
 def test_bad_spec_is_one_line(project, change, message):
     path = project / "reproductions" / "good.yaml"
@@ -156,8 +163,29 @@ def test_tiny_defaults_to_quick_and_claims_evaluate(project):
 
 def test_a_bound_per_mode_judges_each_mode_by_its_own(project):
     spec = load_spec(project / "reproductions" / "good.yaml")
-    spec.claims.append({"claim": "per mode", "paper": "0.5", "ours": "value", "figure": 0.5, "bound_rule": RULE,
+    spec.claims.append({"claim": "per mode", "kind": "measured", "paper": "0.5", "ours": "value", "figure": 0.5, "bound_rule": RULE,
                         "expect": {"quick": [0.0, 1.0], "full": [0.0, 5.0]}})
     status = {mode: evaluate_claims(spec, {"value": 3.0, "nested": {"items": [3]}}, mode)[0][-1]["status"]
               for mode in ("quick", "full", "tiny")}
     assert status == {"quick": "differs", "full": "agrees", "tiny": "reported"}
+
+
+def test_kernels_run_quietly_over_unix_sockets(tmp_path, capfd):
+    """The runner's kernels print no transport warning (ipykernel warns about every TCP kernel:
+    "Kernel is running over TCP without encryption"); a TCP kernel, the control, does."""
+    import papermill as pm
+
+    from stanza_core.reproduce.execute import VenvKernelManager, execute
+
+    nb = tmp_path / "quiet.ipynb"
+    _notebook(nb, "print('ran')")
+    execute(nb, tmp_path / "ran.ipynb", {"out_dir": str(tmp_path)}, progress_bar=False)
+    out, err = capfd.readouterr()
+    assert "without encryption" not in out + err
+
+    class TcpKernelManager(VenvKernelManager):
+        transport = "tcp"
+
+    pm.execute_notebook(str(nb), str(tmp_path / "tcp.ipynb"), parameters={"out_dir": str(tmp_path)},
+                        kernel_name="python3", progress_bar=False, kernel_manager_class=TcpKernelManager)
+    assert "without encryption" in capfd.readouterr().err  # the check above can see the warning

@@ -7,7 +7,8 @@ import pytest
 import yaml
 
 from stanza_core.reproduce.spec import Spec, evaluate_claims
-from stanza_core.reproduce.tally import GOAL, PAPER, REPORTED, Tally, category_problem, kind_of, tally, tally_lines
+from stanza_core.reproduce.tally import (GOAL, PAPER, REPORTED, Tally, category_of, category_problem, tally,
+                                         tally_lines)
 
 SPECS = Path(__file__).resolve().parents[2] / "reproductions"
 
@@ -38,7 +39,7 @@ def _spec(claims) -> Spec:
 
 def test_every_paper_figure_in_the_reproductions_has_a_bound_and_its_rule():
     assert _problems(SPECS) == []
-    kinds = {kind_of(c) for p in SPECS.glob("*.yaml") for c in yaml.safe_load(p.read_text())["claims"]}
+    kinds = {category_of(c) for p in SPECS.glob("*.yaml") for c in yaml.safe_load(p.read_text())["claims"]}
     assert kinds == {PAPER, GOAL, REPORTED}  # not vacuous: every kind is in use
 
 
@@ -76,7 +77,7 @@ def test_a_goal_never_counts_as_paper_agreement():
     inside = {"paper_value": 1.6, "goal_value": 0.05, "reported_value": 3.0}
     rows, missing = evaluate_claims(_spec([PAPER_CLAIM, GOAL_CLAIM, REPORTED_CLAIM]), inside, "quick")
     assert missing == [] and [r["status"] for r in rows] == ["agrees", "goal met", "reported"]
-    assert [r["kind"] for r in rows] == [PAPER, GOAL, REPORTED]
+    assert [r["category"] for r in rows] == [PAPER, GOAL, REPORTED]
     assert tally_lines(tally(rows)) == ["paper: 1 of 1 agree, 0 differ", "goals: 1 of 1 met, 0 missed",
                                         "reported only: 1"]
     outside = {"paper_value": 0.93, "goal_value": 0.5, "reported_value": 3.0}
