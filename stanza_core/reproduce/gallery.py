@@ -63,6 +63,7 @@ def _title(ipynb: Path) -> str:
 def run_tutorials(out_root: Path, *, html_export: bool = True, folder: Path = TUTORIALS_DIR) -> list[dict[str, Any]]:
     """Execute every tutorial (its own default parameters, figures into its folder); statuses."""
     from .execute import execute, export_html as _export_html, one_line as _one_line
+    from .plotlyjs import share_plotlyjs
 
     statuses = []
     notebooks = tutorial_notebooks(folder) + lecture_notebooks(folder)
@@ -78,6 +79,7 @@ def run_tutorials(out_root: Path, *, html_export: bool = True, folder: Path = TU
             execute(nb, executed, {"out_dir": str(out.resolve())}, timeout_s=900)
         except Exception as e:  # reported; the other tutorials still run
             st.update(status="failed", error=_one_line(e))
+        share_plotlyjs(out, out_root)  # as the experiments': one plotly.min.js for the whole folder
         if executed.exists():
             st["executed"] = executed.name
             if html_export and (h := _export_html(executed)):

@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Any
 
 import plotly.io as pio
-from plotly.offline import get_plotlyjs
 
+from .plotlyjs import PLOTLYJS, write_shared
 from .spec import Spec
 from .tally import Tally, badge, tally
 
@@ -124,7 +124,7 @@ def write_index(out_root: Path, specs: list[Spec]) -> Path:
     statuses = [_status(out_root, s) for s in specs]
     for st in statuses:
         st["badge"] = section_badge(st)
-    (out_root / "plotly.min.js").write_text(get_plotlyjs())  # shared by every embedded figure
+    write_shared(out_root)  # plotly.min.js: every embedded figure's, and the notebooks' (reproduce.plotlyjs)
     summary = "".join(
         f"<tr><td><a href='#{html.escape(s['name'])}'>{html.escape(s['name'])}</a></td>"
         f"<td>{html.escape(s['title'])}</td><td>{html.escape(s.get('mode') or '')}</td>"
@@ -137,7 +137,7 @@ def write_index(out_root: Path, specs: list[Spec]) -> Path:
     generated = time.strftime("%Y-%m-%d %H:%M:%S")
     page = (
         "<!DOCTYPE html><html><head><meta charset='utf-8'><title>Stanza workbench: reproductions</title>"
-        f"<style>{_CSS}</style><script src='plotly.min.js'></script></head><body>"
+        f"<style>{_CSS}</style><script src='{PLOTLYJS}'></script></head><body>"
         "<h1>Stanza workbench: reproductions</h1>"
         "<p>Wu et al., <i>Stanza: Layer Separation for Distributed Training in Deep Learning</i>, "
         f"arXiv 1812.10624. Generated {generated}.</p>"

@@ -14,6 +14,7 @@ from .. import DIST_NAME, __version__
 from ..experiments.store import Store
 from .execute import VenvKernelManager, execute, export_html, one_line
 from .grid import budget_seconds, grid, run_grid, select
+from .plotlyjs import share_plotlyjs
 from .report import section_badge, write_index
 from .spec import MARKER, REPO_ROOT, Spec, SpecError, evaluate_claims, load_specs
 from .tally import DIFFERS, GOAL_MISSED, REPORTED_ONLY, tally, tally_lines
@@ -52,6 +53,7 @@ def run_experiment(spec: Spec, mode: str, out_root: Path, *, html: bool = True) 
                     timeout_s=spec.timeout_s)
         except Exception as e:  # any failure of one notebook is reported; the others still run
             status.update(status="failed", error=one_line(e))
+        share_plotlyjs(out, out_root)  # its figures and notebook load <out_root>/plotly.min.js
         if executed.exists():
             status["executed"] = executed.name
             if html and (h := export_html(executed)):

@@ -19,6 +19,7 @@ from ipykernel.connect import get_connection_info
 transport = get_connection_info(unpack=True)["transport"]
 nbt.write_results({"value": 2 * scale, "nested": {"items": [1, 2, 3]}, "transport": transport}, out_dir)
 nbt.save_figures({"bars": go.Figure(go.Bar(x=["a", "b"], y=[1, scale]))}, out_dir, png=False)
+go.Figure(go.Bar(x=["a", "b"], y=[1, scale]))  # shown in the notebook: plotly's renderer inlines plotly.js
 """
 
 
@@ -95,6 +96,12 @@ def test_runs_everything_reports_and_fails_at_the_end(project, capsys):
     for text in ("href='tutorials/t1_fixture/t1_fixture.html'", "href='good/good.html'", "bars (interactive)"):
         assert text in gallery, text
     assert "<th>2 / 3</th>" in page  # the summary table's total: agree / compared
+    # one plotly.js for the folder: the figures, notebooks and their HTML load it from the root
+    assert [p.relative_to(out).as_posix() for p in out.rglob("plotly.min.js")] == ["plotly.min.js"]
+    for path in (good / "good.ipynb", good / "good.html", good / "bars.html", tut / "t1_fixture.html"):
+        assert path.stat().st_size < 1_000_000, path  # plotly.min.js alone is 4.8 MB
+    assert 'src="../plotly.min.js"' in (good / "good.html").read_text()
+    assert 'src="../../plotly.min.js"' in (tut / "t1_fixture.html").read_text()
 
     # --only reruns one experiment (full parameters here) and keeps the other's last status.
     assert main(["--specs", str(project / "reproductions"), "--out", str(out), "--only", "good", "--full",
