@@ -1,0 +1,51 @@
+"""docs/results.md's tables equal what benchmarks/results_page.py recomputes from the committed data
+(the claims' YAML, the full grid's stored runs, benchmarks/results/*.json, the library's counts and
+model), and its links into the other docs resolve. Measures nothing: about 10 s (torch import, the
+model's profiles)."""
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+_spec = importlib.util.spec_from_file_location("results_page", ROOT / "benchmarks" / "results_page.py")
+results_page = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(results_page)
+
+
+@pytest.fixture(scope="module")
+def page_and_render():
+    page = results_page.PAGE.read_text()
+    return page, results_page.render(page)
+
+
+def test_every_table_on_the_page_equals_the_committed_data(page_and_render):
+    page, rendered = page_and_render
+    assert rendered == page, "docs/results.md is stale: run python benchmarks/results_page.py --write"
+
+
+def test_the_page_shows_every_paper_figure_and_the_grid_count(page_and_render):
+    page, _ = page_and_render
+    import yaml
+
+    figures = {c["ours"] for p in (ROOT / "reproductions").glob("*.yaml")
+               for c in yaml.safe_load(p.read_text())["claims"] if "figure" in c}
+    rows = [line for line in results_page.paper_table()[2:]]
+    assert len(rows) == len(figures)  # one row per paper figure, none dropped
+    assert "differs" in page and "agrees" in page  # not vacuous: both verdicts occur
+    n = len(list((ROOT / "benchmarks" / "results" / "full").glob("*.json")))
+    assert f"- {n} of 125 configurations stored" in page
+
+
+def test_a_planted_wrong_number_makes_the_page_stale(page_and_render):
+    page, _ = page_and_render
+    row = next(line for line in page.splitlines() if line.startswith("| Replayed at the paper's scale: AlexNet"))
+    planted = page.replace(row, row.replace("0.93x", "1.55x"))
+    assert planted != page
+    assert results_page.render(planted) != planted
+
+
+def test_links_into_the_docs_resolve(page_and_render):
+    page, _ = page_and_render
+    assert results_page.broken_links(page) == []
+    assert results_page.broken_links("[x](benchmarks.md#no-such-heading)") == ["benchmarks.md#no-such-heading"]
