@@ -24,8 +24,9 @@
 # **Learning goals.** After this part a student can:
 # 1. read a step time against the batch and tell a launch-bound step (flat: a fixed cost per
 #    kernel) from a compute-bound one (proportional to the batch), and fit the two terms;
-# 2. explain why AlexNet's H200 step hardly changes from batch 16 to 32: about 160 operations,
-#    most of them a kernel launched from Python, at ~20 µs each, against far less arithmetic;
+# 2. explain why AlexNet's H200 step hardly changes from batch 16 to 32: below about 40 samples
+#    the host takes longer to issue its ~110 forward and backward operations (~30 µs each) than
+#    the GPU takes to run them;
 # 3. explain why bucketed overlap shows on a GPU cluster and hardly on two CPU cores: what
 #    matters is the allreduce time of a bucket against the backward time that follows it.
 #
@@ -92,7 +93,7 @@ fig_batch
 # %% [markdown]
 # **Two shapes.** VGG-16 doubles its time with the batch from 32 on: compute-bound, the GPU is
 # busy with arithmetic. AlexNet's time does not move from 16 to 32 (it even drops a little, within
-# the noise), then grows slowly: its step has a floor that does not depend on the work.
+# the noise), then grows: below some batch its step has a floor that does not depend on the work.
 #
 # A step time T(b) = t0 + b c has a fixed part t0 and a per-sample part c. Fit them on two
 # batches where the step grows (64 and 128), and compare the fit with what was measured at 16
@@ -105,23 +106,45 @@ for name in ("alexnet", "vgg16"):
     c = (t2 - t1) / (b2 - b1)
     t0 = t1 - b1 * c
     fit[name] = {"fixed_s": t0, "per_sample_s": c,
-                 "floor_excess": {b: measured[name][i] / (t0 + b * c) for i, b in enumerate(batches[:2])}}
-    print(f"{name}: t0 = {t0 * 1e3:.2f} ms, c = {c * 1e6:.1f} µs per sample; measured / fitted at batch 16, 32: "
-          + ", ".join(f"{v:.2f}" for v in fit[name]["floor_excess"].values()))
+                 "floor_excess": {b: measured[name][i] / (t0 + b * c) for i, b in enumerate(batches[:2])},
+                 "half_fixed_batch": t0 / c,  # below it the line's fixed part is over half the step
+                 "line_meets_floor": (measured[name][0] - t0) / c}  # where the line reaches the smallest batch's time
+    print(f"{name}: t0 = {t0 * 1e3:.2f} ms, c = {c * 1e6:.1f} µs per sample; measured / fitted at batch "
+          f"{batches[0]}, {batches[1]}: " + ", ".join(f"{v:.2f}" for v in fit[name]["floor_excess"].values())
+          + f"; the fixed part is half the line's step at batch {t0 / c:.1f}")
+print(f"alexnet: the line reaches the {measured['alexnet'][0] * 1e3:.2f} ms measured at batch {batches[0]} "
+      f"at batch {fit['alexnet']['line_meets_floor']:.0f}")
 assert fit["alexnet"]["floor_excess"][16] > 1.3  # AlexNet: the line misses the small batches by far
 assert abs(fit["vgg16"]["floor_excess"][32] - 1) < 0.1  # VGG-16: the line holds down to 32
+assert 16 < fit["alexnet"]["half_fixed_batch"] < 32  # by the line's own rule: launch-bound at 16, not at 32
 
 # %% [markdown]
-# ## 2. Why AlexNet is launch-bound: kernels x launch cost
+# **Two ways to read "launch-bound".** The line T(b) = t0 + b c describes the GPU's work, fitted
+# where the GPU is busy. Its fixed part is more than half of it below b = t0 / c (lab 8's
+# rule): for AlexNet that is batch 19, for VGG-16 batch 4.7 (printed above). By the line alone,
+# AlexNet is launch-bound at 16 and not at 32, where t0 is 37 % of the 2.7 ms the line gives.
+# But the measured steps at 16 and 32 lie *above* the line (1.7x and 1.13x): something other than
+# the GPU's work sets them. That is the host, which must issue every operation before the GPU
+# can run it; a step takes the longer of the two, T(b) ≈ max(host time, t0 + b c). The host's
+# time does not depend on the batch; the line reaches the ~3.1 ms measured at batch 16 at about
+# batch 41. So at 16 both readings agree (host-bound, and t0 over half the line), at 32 AlexNet
+# is at the edge (still on the host's floor, by 13 %, though t0 is under half the line), and
+# from 64 on the GPU's work sets the step. Section 2 measures the host's side of the floor.
+
+# %% [markdown]
+# ## 2. The host's floor: operations x host time per operation
 #
-# In eager PyTorch every operation (a convolution, a ReLU, each parameter's gradient and update)
-# is dispatched on the CPU and, unless it only reshapes a view, launched as one or more GPU
-# kernels. If the GPU finishes each kernel faster than the CPU launches the next one, the step
-# time is (operations) x (host time per operation), whatever the batch. We count AlexNet's
-# operations in one training step (forward, loss, backward, SGD step) with a
-# `TorchDispatchMode` that counts every aten call (views included: an upper bound on the kernel
-# count, a fair count of the host's dispatches). The count does not depend on the batch; on a GPU
-# the same calls are dispatched (the optimizer may group its per-parameter updates there).
+# In eager PyTorch every operation (a convolution, a ReLU, each gradient) is dispatched on the
+# host CPU and, unless it only reshapes a view, launched as one or more GPU kernels. The
+# forward's operations are issued from Python; the backward's by the autograd engine, in C++,
+# walking the graph the forward recorded. If the GPU finishes each kernel before the host has
+# issued the next, the step takes (operations) x (host time per operation), whatever the batch.
+# We count AlexNet's operations with a `TorchDispatchMode` that counts every aten call (views
+# included: an upper bound on the kernel count, a fair count of the host's dispatches), apart
+# for forward + loss + backward and for the optimizer. The forward and backward dispatch the
+# same calls on a GPU and at any batch. The optimizer does not: on CPU tensors `torch.optim.SGD`
+# loops over the parameters (a few calls each), on CUDA tensors it defaults to its `foreach`
+# implementation, a few calls for all parameters at once. Both are counted.
 
 
 # %%
@@ -135,37 +158,52 @@ class CountOps(TorchDispatchMode):
         return func(*args, **(kwargs or {}))
 
 
-torch.manual_seed(0)
-net = get_model("alexnet", 1000)
-opt = torch.optim.SGD(net.parameters(), lr=0.01, momentum=0.9)
-x, y = torch.randn(2, 3, 64, 64), torch.randint(1000, (2,))
-for _ in range(2):  # the second step: momentum buffers exist
+def count_ops(fn):
+    """aten calls dispatched while fn() runs."""
     counter = CountOps()
     with counter:
-        opt.zero_grad()
-        F.cross_entropy(net(x), y).backward()
-        opt.step()
-ops = counter.n
+        fn()
+    return counter.n
+
+
+torch.manual_seed(0)
+net = get_model("alexnet", 1000)
+x, y = torch.randn(2, 3, 64, 64), torch.randint(1000, (2,))
+ops_sgd = {}
+for impl, foreach in (("for_loop", False), ("foreach", True)):
+    opt = torch.optim.SGD(net.parameters(), lr=0.01, momentum=0.9, foreach=foreach)
+    for _ in range(2):  # the second step: momentum buffers exist
+        ops_zero = count_ops(opt.zero_grad)
+        ops_fwd_bwd = count_ops(lambda: F.cross_entropy(net(x), y).backward())
+        ops_sgd[impl] = count_ops(opt.step)
+ops = ops_zero + ops_fwd_bwd + ops_sgd["for_loop"]  # one training step as the CPU runs it
+floor_s = measured["alexnet"][0]  # forward + backward at the smallest batch: on the host's floor
+us_per_op = floor_s / ops_fwd_bwd * 1e6
 step_s = json.loads((RECORDS_DIR / "h200" / "alexnet-b32-tf32.json").read_text())["plain_step_s"]
 prof = perf.named_profile("alexnet", batch_size=32)
 flop = 3 * (prof.conv.flops + prof.fc.flops) * 32  # forward + backward ~ 3 x forward FLOPs
-print(f"aten operations per training step: {ops}; measured H200 step at batch 32: {step_s * 1e3:.2f} ms "
-      f"-> {step_s / ops * 1e6:.0f} µs per operation")
+print(f"aten calls: forward + loss + backward {ops_fwd_bwd}; zero_grad {ops_zero}; SGD step {ops_sgd['for_loop']} "
+      f"(per-parameter loop, the CPU's default) or {ops_sgd['foreach']} (foreach, the CUDA default)")
+print(f"measured H200 forward + backward at batch {batches[0]}: {floor_s * 1e3:.2f} ms -> {us_per_op:.0f} µs per call")
 print(f"arithmetic: {flop / 1e9:.0f} GFLOP per step; at the measured step time that is {flop / step_s / 1e12:.0f} TFLOP/s")
-assert 100 < ops < 400
+assert 100 < ops_fwd_bwd < 130 and ops_sgd["foreach"] * 5 < ops_sgd["for_loop"]
 
 # %% [markdown]
-# About 160 operations and 3.6 ms: ~20 µs per operation, the order of PyTorch's eager dispatch
-# plus a CUDA kernel launch from Python (a bare `cudaLaunchKernel` costs a few µs; PyTorch's
-# dispatcher, autograd bookkeeping and the optimizer's per-parameter loop add the rest). The
-# arithmetic, some 140 GFLOP (forward FLOPs from `torch.utils.flop_counter`, 2 per
-# multiply-add, x 3 for the backward), would take well under a millisecond at the H200's dense
-# TF32 rate (hundreds of TFLOP/s); the measured step runs it at ~40 TFLOP/s. Remedies attack the count, not
-# the FLOPs: fused optimizers (`foreach` / `fused=True`), CUDA graphs (one launch for the whole
-# step), `torch.compile`. The engine's own step adds host work of its own (SOURCE.md: AlexNet 7.2
-# ms in the engine against 3.6-3.8 ms plain, VGG-16 26.7 against 26.5): a short GPU step cannot
-# hide it. On a CPU no such floor appears: each operation's arithmetic takes milliseconds, the
-# dispatch microseconds.
+# About 110 calls in forward and backward, and 3.1 ms measured at batch 16, where the step is on
+# the host's floor: ~28 µs per call. That is an upper bound on the host's time per call (a step
+# cannot end before its last kernel is issued) and of the order eager PyTorch takes: Python and
+# the dispatcher for each forward call, the autograd engine's bookkeeping for each backward one,
+# a few µs of `cudaLaunchKernel` per kernel, and cuDNN's and the memory allocator's host work
+# around the convolutions. The optimizer's step is not in that count: on the H200 SGD runs its
+# foreach implementation, a handful of calls. The arithmetic, some 140 GFLOP at batch 32 (forward
+# FLOPs from `torch.utils.flop_counter`, 2 per multiply-add, x 3 for the backward), would take
+# well under a millisecond at the H200's dense TF32 rate (hundreds of TFLOP/s); the measured step
+# runs it at ~40 TFLOP/s. Remedies attack the number of calls or the host's time per call, not
+# the FLOPs: CUDA graphs (the whole step replayed by one launch), `torch.compile` (fewer, fused
+# kernels), `fused=True` for the optimizer. The engine's own step adds host work of its own
+# (SOURCE.md: AlexNet 7.2 ms in the engine against 3.6-3.8 ms plain, VGG-16 26.7 against 26.5):
+# a short GPU step cannot hide it. On a CPU no such floor appears: each operation's arithmetic
+# takes milliseconds, the dispatch microseconds.
 
 # %% [markdown]
 # ## 3. Where overlap shows: compute against communication per bucket
@@ -248,7 +286,7 @@ fig_overlap
 
 # %%
 results = {"batches": batches, "measured_fwd_bwd_s": measured, "fit": fit, "ops_per_step": ops,
-           "alexnet_step_s": step_s, "us_per_op": step_s / ops * 1e6,
+           "ops_fwd_bwd": ops_fwd_bwd, "ops_sgd": ops_sgd, "alexnet_step_s": step_s, "us_per_op": us_per_op,
            "resolver": {f"{n}|{d}": v for (n, d), v in rows.items()}, "cpu": cpu_row, "gpu_modelled": gpu_rows}
 nbt.write_results(results, out_dir)
 written = nbt.save_figures({"step_vs_batch": fig_batch, "overlap_cpu_gpu": fig_overlap}, out_dir, png=png)
@@ -256,8 +294,9 @@ written = nbt.save_figures({"step_vs_batch": fig_batch, "overlap_cpu_gpu": fig_o
 # %% [markdown]
 # ## Exercises
 #
-# Graded lab: `labs/source/lab8/lab8.ipynb` (nbgrader; `make course` builds the student
-# release without solutions and grades submissions, see `docs/course.md`).
+# Graded lab: `reproductions/out/course/release/lab8/lab8.ipynb`, the student release that
+# `make course` builds at the repository root (the exercises without their solutions; nbgrader
+# grades what you hand in, see `docs/course.md`).
 #
 # 1. `fixed_and_per_sample(b1, t1, b2, t2)`: the two terms of T(b) = t0 + b c from two
 #    measurements; apply it to AlexNet's and VGG-16's H200 records.
