@@ -14,6 +14,7 @@ from ..anatomy import DTYPE_BYTES, Profile
 from ._style import PART_COLORS, PART_LABELS, finish, note_figure, si
 
 BOUNDARY_COLOR = "#8c564b"
+TIMES_TITLE = "Measured time per sample"
 ProfileLike = Profile | dict[str, Any]
 
 
@@ -105,9 +106,12 @@ def part_times(profiles: ProfileLike | Sequence[ProfileLike]) -> go.Figure:
     """Measured forward and backward milliseconds per sample of each part (profile time=True)."""
     ps = _profiles(profiles)
     timed = [p for p in ps if p.conv.fwd_s is not None and p.fc.fwd_s is not None]
-    if not timed:
-        return note_figure("no timings: profile with time=True (notebook parameter time_layers)",
-                           "Measured time per sample")
+    if not timed:  # a run that counted only (notebook 01's quick run): say so, in the figure itself
+        fig = note_figure("Not timed in this run: these profiles count parameters and FLOPs only.<br>"
+                          "Each part's forward and backward are timed with time_layers = true "
+                          "(profile_model(time=True); the full run does).",
+                          f"{TIMES_TITLE}: not measured in this run", height=260)
+        return fig.update_annotations(font_size=15)
     models = [p.model for p in timed]
     fig = go.Figure()
     for part in ("conv", "fc"):
@@ -122,7 +126,7 @@ def part_times(profiles: ProfileLike | Sequence[ProfileLike]) -> go.Figure:
     devices = sorted({p.timed_on or "?" for p in timed})
     fig.update_yaxes(title_text="ms per sample")
     fig.update_layout(barmode="group")
-    return finish(fig, f"Measured time per sample ({', '.join(devices)}, batch {timed[0].batch_size})", 420)
+    return finish(fig, f"{TIMES_TITLE} ({', '.join(devices)}, batch {timed[0].batch_size})", 420)
 
 
 def anatomy_table(profiles: ProfileLike | Sequence[ProfileLike]) -> go.Figure:
