@@ -36,7 +36,6 @@ out_dir: str = "../reproductions/out/tutorials/t3_plain_distributed"  # where re
 
 # %%
 import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -44,6 +43,7 @@ import torch
 from IPython.display import Code
 
 import stanza_core.nbtools as nbt
+from stanza_core import procgroup
 from stanza_core.launch import job_env, run_job
 
 script = Path("t3_stanza_step.py").resolve()
@@ -66,7 +66,9 @@ plain_dir = out / "plain"
 cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nodes}", str(script),
        "--fc-workers", str(fc_workers), "--global-batch", str(global_batch), "--steps", str(steps),
        "--out", str(plain_dir)]
-proc = subprocess.run(cmd, env=job_env(), capture_output=True, text=True, timeout=600)
+# procgroup.run is subprocess.run with the job in its own process group: on a timeout it ends
+# torchrun and every rank, not only torchrun
+proc = procgroup.run(cmd, env=job_env(), capture_output=True, text=True, timeout_s=600)
 assert proc.returncode == 0, proc.stderr[-2000:]
 plain = [torch.load(plain_dir / f"rank{r}.pt", weights_only=True) for r in range(nodes)]
 for p in plain:
@@ -76,8 +78,9 @@ for p in plain:
 # %% [markdown]
 # **The answer to the prediction.** Nothing is lost and nothing fails: CONV worker 1's
 # `dist.send` waits. Gloo's TCP transport holds every send, of any size, until the receiver has
-# posted the matching receive (the receiver tells the sender where the data goes; only then do
-# the bytes leave). So CONV worker 1 blocks until rank 2 has finished with CONV worker 0 and
+# posted the matching receive: the receive sends the sender a short notification naming a slot
+# (the key both calls share, from their tag) and how many bytes it will take, and only then do
+# the bytes leave. So CONV worker 1 blocks until rank 2 has finished with CONV worker 0 and
 # calls `dist.recv(a, 1)`. This is not MPI's eager/rendezvous split, where small messages
 # complete into a buffer at once: under gloo even a 4-byte send waits (measured by
 # `tests/tutorials/test_course_facts.py`; the failure-modes lesson, `t7_failure_modes`, shows a
@@ -134,8 +137,9 @@ nbt.write_results(results, out_dir)
 # %% [markdown]
 # ## Exercises
 #
-# Graded lab: `labs/source/lab3/lab3.ipynb` (nbgrader; `make course` builds the student
-# release without solutions and grades submissions, see `docs/course.md`).
+# Graded lab: `reproductions/out/course/release/lab3/lab3.ipynb`, the student release that
+# `make course` builds at the repository root (the exercises without their solutions; nbgrader
+# grades what you hand in, see `docs/course.md`).
 #
 # 1. `messages_per_step(N, k)`: every rank's `dist.send` and `dist.recv` calls per step of
 #    `t3_stanza_step.py`. (Not graded: rerun this notebook with `nodes=4, fc_workers=2,

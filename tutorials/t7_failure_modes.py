@@ -52,6 +52,7 @@ import plotly.graph_objects as go
 from IPython.display import Code
 
 import stanza_core.nbtools as nbt
+from stanza_core import procgroup
 from stanza_core.launch import ROOT, job_env
 
 out = Path(out_dir).resolve()
@@ -59,11 +60,12 @@ script = Path("t7_failure_lab.py").resolve()
 
 
 def torchrun(nproc, *args, wait_s=300):
-    """Run t7_failure_lab.py on `nproc` local processes; each rank's JSON result."""
+    """Run t7_failure_lab.py on `nproc` local processes; each rank's JSON result. The job runs in
+    its own process group (procgroup): if it outlives `wait_s`, torchrun and every rank end."""
     folder = out / "_".join(str(a).lstrip("-") for a in args)
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}",
            str(script), *map(str, args), "--out", str(folder)]
-    proc = subprocess.run(cmd, env=job_env(), capture_output=True, text=True, timeout=wait_s)
+    proc = procgroup.run(cmd, env=job_env(), capture_output=True, text=True, timeout_s=wait_s)
     assert proc.returncode == 0, proc.stderr[-2000:]
     return [json.loads((folder / f"rank{r}.json").read_text()) for r in range(nproc)]
 
@@ -120,7 +122,9 @@ assert all(r["ok"] for r in right) and [r["got"][0] for r in right] == [1.0, 0.0
 
 # %%
 def start_engine(folder, n=3, timeout=engine_timeout_s):
-    """n engine ranks started by hand; returns them once every rank has written a checkpoint."""
+    """n engine ranks started by hand, each in a process group of its own (procgroup.start, so
+    procgroup.end stops it with anything it started); returns them once every rank has written a
+    checkpoint."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
@@ -128,26 +132,33 @@ def start_engine(folder, n=3, timeout=engine_timeout_s):
     for r in range(n):
         env = job_env()
         env.update(RANK=str(r), LOCAL_RANK=str(r), WORLD_SIZE=str(n), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-        procs.append(subprocess.Popen(
+        procs.append(procgroup.start(
             [sys.executable, "-m", "stanza_core.train", "--strategy", "stanza", "--model", "tiny_cnn", "--image-size", "32",
              "--global-batch", "8", "--steps", "100000", "--quiet", "--device", "cpu", "--timeout-s", str(timeout),
              "--checkpoint-dir", str(folder), "--checkpoint-every", "20"], cwd=ROOT, env=env, stderr=subprocess.PIPE, text=True))
     deadline = time.time() + 240  # a loaded 2-core machine starts 3 ranks slowly
-    while len(list(folder.glob("*.pt"))) < n:
-        assert time.time() < deadline and all(p.poll() is None for p in procs), "the run did not start"
-        time.sleep(0.2)
+    try:
+        while len(list(folder.glob("*.pt"))) < n:
+            assert time.time() < deadline and all(p.poll() is None for p in procs), "the run did not start"
+            time.sleep(0.2)
+    except BaseException:
+        procgroup.end(*procs)
+        raise
     return procs
 
 
 procs = start_engine(out / "dead_fc_worker")
-os.kill(procs[2].pid, signal.SIGKILL)  # the FC worker
-t0 = time.time()
-dead = []
-for r, p in enumerate(procs[:2]):
-    p.wait(timeout=engine_timeout_s + 60)
-    lines = [ln for ln in p.stderr.read().splitlines() if ln.strip()]
-    dead.append({"rank": r, "returncode": p.returncode, "exit_s": time.time() - t0, "last_line": lines[-1] if lines else ""})
-procs[2].wait()
+try:
+    os.kill(procs[2].pid, signal.SIGKILL)  # the FC worker
+    t0 = time.time()
+    dead = []
+    for r, p in enumerate(procs[:2]):
+        p.wait(timeout=engine_timeout_s + 60)
+        lines = [ln for ln in p.stderr.read().splitlines() if ln.strip()]
+        dead.append({"rank": r, "returncode": p.returncode, "exit_s": time.time() - t0,
+                     "last_line": lines[-1] if lines else ""})
+finally:
+    procgroup.end(*procs)  # every rank, also when a survivor outlived the wait
 for d in dead:
     print(f"CONV worker {d['rank']}: exit status {d['returncode']} {d['exit_s']:.1f} s after the kill: {d['last_line']}")
 assert all(d["returncode"] == 1 and d["last_line"].startswith("error: rank ") for d in dead)
@@ -218,8 +229,9 @@ written = nbt.save_figures({"straggler": fig}, out_dir, png=png)
 # %% [markdown]
 # ## Exercises
 #
-# Graded lab: `labs/source/lab7/lab7.ipynb` (nbgrader; `make course` builds the student
-# release without solutions and grades submissions, see `docs/course.md`).
+# Graded lab: `reproductions/out/course/release/lab7/lab7.ipynb`, the student release that
+# `make course` builds at the repository root (the exercises without their solutions; nbgrader
+# grades what you hand in, see `docs/course.md`).
 #
 # 1. `deadlocks(program)`: given each rank's list of blocking sends and receives, does the
 #    program deadlock under gloo's rule (a send waits for its receive)?
