@@ -22,7 +22,8 @@
 #    global batch: the same parameters after every step, to float rounding;
 # 2. explain why two fp32 runs that agree step by step can still part after tens of steps (float
 #    summation order crossing a max-pool near-tie), and show that it is not a bug: in fp64 they
-#    do not part, and from the same parameters one step agrees to 1e-7;
+#    do not part, and from the same parameters one step's gradient agrees to about 1e-6
+#    (relative) at every step;
 # 3. say what a larger global batch changes: the gradient's noise (variance ~ 1/G), the number
 #    of updates per epoch, and the bytes per sample of each strategy;
 # 4. explain why batch norm across CONV workers needs global statistics (`--bn-stats global`)
@@ -136,8 +137,8 @@ assert drift["fp64"]["cmp"]["first_step_params_parted"] is None and drift["fp64"
 # benchmark's `pool_switches` looks, step by step, for a MaxPool2d window whose *argmax* differs
 # between the two runs: a window whose two largest inputs are within an ulp (a near-tie). A
 # 1e-7 change of the parameters flips which input wins; the whole gradient of that window then
-# flows to the other position: a jump of the gradient, ~1e-4, not ~1e-7. Training amplifies it
-# from there (the loss surface is not smooth across the tie).
+# flows to the other position: a jump of the gradient, ~1e-4, not float order's ~1e-6. Training
+# amplifies it from there (the loss surface is not smooth across the tie).
 
 # %%
 switch = None
@@ -199,8 +200,8 @@ fig_drift
 
 # %% [markdown]
 # **What the figure says** (measured, deterministic: one thread, no communication). The fp32
-# trajectories stay near 1e-7 for many steps, then jump after a max-pool switch and grow; fp64
-# never parts; one step from the same parameters stays at float rounding throughout. At which
+# trajectories stay at float rounding (1e-8 to 1e-7) until a max-pool switch, then jump and
+# grow; fp64 never parts; one step from the same parameters stays at float rounding throughout. At which
 # step the fp32 runs part, and with which chunking first, is luck: it depends on the data, the
 # chunking and the CPU's kernels (`benchmarks/results/float_order_drift_quick.json`, measured on
 # another occasion, records other steps for the same configuration). So a loss
@@ -326,8 +327,9 @@ written = nbt.save_figures({"float_order": fig_drift, "bytes_per_sample": fig_ba
 # %% [markdown]
 # ## Exercises
 #
-# Graded lab: `labs/source/lab6/lab6.ipynb` (nbgrader; `make course` builds the student
-# release without solutions and grades submissions, see `docs/course.md`).
+# Graded lab: `reproductions/out/course/release/lab6/lab6.ipynb`, the student release that
+# `make course` builds at the repository root (the exercises without their solutions; nbgrader
+# grades what you hand in, see `docs/course.md`).
 #
 # 1. `merge_bn_stats(parts)`: the global batch mean and variance from each worker's count, sum
 #    and sum of squares, as `--bn-stats global` obtains them.
