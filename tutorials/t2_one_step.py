@@ -84,11 +84,16 @@ print("x", tuple(x.shape), "y", y.tolist())
 #
 # `send` is the only way a tensor moves from one rank to another. An allreduce among n ranks is
 # written the way the engine counts it: a ring, in which every member sends `2 (n - 1) / n` of
-# the buffer to its neighbour and receives as much, the least any allreduce algorithm can move.
-# A backend need not run a ring: gloo (CPU) uses its ring algorithm by default, while NCCL
-# (GPU) chooses between rings and trees by message size and cluster shape; a tree needs only
-# about log n latency steps instead of the ring's 2 (n - 1), and moves no fewer bytes per rank.
-# The byte counters, here and in the engine, count the ring's volume whatever the backend picks.
+# the buffer to its neighbour and receives as much. That is the least an allreduce can move per
+# rank when the ranks do all the adding themselves (the ring reaches the bound: Patarasuk and
+# Yuan, 2009). A network that adds in its switches can do with less: with NCCL's CollNet
+# (InfiniBand SHARP) or NVLS (NVSwitch), each GPU sends its buffer about once and receives the
+# sum about once, S instead of `2 (n - 1) / n` S, about half at large n. A backend need not run a
+# ring: gloo (CPU) uses its ring algorithm by default, while NCCL (GPU) chooses between rings,
+# trees and, where the hardware has it, in-network reduction, by message size and cluster shape;
+# a tree needs only about log n latency steps instead of the ring's 2 (n - 1), and moves no fewer
+# bytes per rank than the ring. The byte counters, here and in the engine, count the ring's
+# volume whatever the backend picks.
 
 # %%
 ledger = []
@@ -237,8 +242,9 @@ written = nbt.save_figures({"ledger_diagram": diagram}, out_dir, png=png)
 # %% [markdown]
 # ## Exercises
 #
-# Graded lab: `labs/source/lab2/lab2.ipynb` (nbgrader; `make course` builds the student
-# release without solutions and grades submissions, see `docs/course.md`).
+# Graded lab: `reproductions/out/course/release/lab2/lab2.ipynb`, the student release that
+# `make course` builds at the repository root (the exercises without their solutions; nbgrader
+# grades what you hand in, see `docs/course.md`).
 #
 # 1. `stanza_bytes_per_step(Pc, Pf, A, N, k, G)`: the cluster's bytes sent per step, from the
 #    formulas alone; compare with `perf.totals(perf.expected_bytes(...))`.
