@@ -22,7 +22,9 @@ class VenvKernelManager(AsyncKernelManager):
     On POSIX the kernel's channels are Unix sockets (ZeroMQ `ipc`) beside its connection file.
     Over TCP the client picks five free ports, closes them and the kernel binds them later, so
     any socket opened in between (the client's own connects included) can take one: the
-    kernel's heartbeat then fails with "Address already in use" and the run can stall."""
+    kernel's heartbeat then fails with "Address already in use" and the run can stall. Over
+    ipc the kernel also has no reason to log ipykernel's "Kernel is running over TCP without
+    encryption" warning into the run's output (tests/notebooks/test_reproduce.py checks both)."""
 
     transport = CaselessStrEnum(["tcp", "ipc"], default_value="ipc" if os.name == "posix" else "tcp", config=True)
 
