@@ -169,8 +169,9 @@ written = nbt.save_figures(figs, out_dir, png=png)
 # %% [markdown]
 # ## Exercises
 #
-# Graded lab: `labs/source/lab1/lab1.ipynb` (nbgrader; `make course` builds the student
-# release without solutions and grades submissions, see `docs/course.md`).
+# Graded lab: `reproductions/out/course/release/lab1/lab1.ipynb`, the student release that
+# `make course` builds at the repository root (the exercises without their solutions; nbgrader
+# grades what you hand in, see `docs/course.md`).
 #
 # 1. `fc_param_share(model_name, image_size)`: the FC share of a zoo model's parameters from
 #    `split_model` alone. What does it give for `vgg16`? For `resnet50`?

@@ -146,8 +146,9 @@ written = nbt.save_figures({"breakdown": breakdown, "throughput_vs_k": k_figure}
 # %% [markdown]
 # ## Exercises
 #
-# Graded lab: `labs/source/lab5/lab5.ipynb` (nbgrader; `make course` builds the student
-# release without solutions and grades submissions, see `docs/course.md`).
+# Graded lab: `reproductions/out/course/release/lab5/lab5.ipynb`, the student release that
+# `make course` builds at the repository root (the exercises without their solutions; nbgrader
+# grades what you hand in, see `docs/course.md`).
 #
 # 1. `bandwidth_for_allreduce(nbytes, n, seconds, latency_s)`: the link speed at which a ring
 #    allreduce takes a given time (section 1's formula, turned around).
