@@ -125,8 +125,11 @@ figs["shares"]
 # activation per sample: even at 32 samples per worker the activations (1.2 MB) are about 200
 # times smaller than the head's gradient. A ring allreduce sends about twice the gradient per
 # node (2(n-1)/n x 235 MB) while a CONV worker sends its activations once (and receives their
-# gradients once), so in bytes sent per node layer separation saves about 400 times on the
-# head (notebook 02 has the exact formulas).
+# gradients once), so in bytes sent per CONV worker layer separation saves about 400 times on
+# the head in a large cluster (2(n-1)/n x 200: 350 times at n = 8). The FC worker is the
+# exception: it sends back the activation gradients of every CONV worker it serves,
+# (n - 1) x 1.2 MB with one FC worker, so it saves only about 400 / n times: 50 at n = 8
+# (notebook 02 has the exact formulas).
 #
 # Per layer (log scale). The dashed line is the boundary: blue layers run on the CONV workers,
 # red layers on the FC workers. **What it says:** parameters jump up by orders of magnitude

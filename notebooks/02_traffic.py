@@ -173,8 +173,10 @@ figs["bytes"]
 # %% [markdown]
 # PS bytes over Stanza bytes per step (k = 1), from the model for N = 2..32 and, as markers, from
 # the runs above. The cluster-total ratio falls from very large values at N = 2 (one CONV worker:
-# no allreduce at all) towards the ratio of whole-model to CONV-part gradients; the dashed line
-# is the paper's "up to 10x" for VGG-16.
+# no allreduce at all) towards $P/(P_c + b(A+1))$: the whole model's gradient against what a CONV
+# worker still moves per step, its CONV gradient and b boundary activations with their labels.
+# That limit is a floor the curve approaches from above, not a ceiling; it is the parameter ratio
+# $P/P_c$ only when $b(A+1) \ll P_c$. The dashed line is the paper's "up to 10x" for VGG-16.
 #
 # **What the figure says.** The curves follow step 5: they fall with N and level off near
 # $P/(P_c + b(A+1))$ (8.9 for VGG-16 at 32 samples per worker, 9.4 = $P/P_c$ with few samples);
