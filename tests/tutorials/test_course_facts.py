@@ -1,11 +1,23 @@
 """Statements the course makes, checked against the engine's traffic formulas (perf.expected_bytes,
-which the engine's byte counters equal) and the split: (a) T5 / lab 5's PS-over-Stanza limit at
-fixed b; (b) T1's and split.py's cut cost counts both directions of both terms; (e) notebook 02's
-condition for k = 1 to move the fewest bytes."""
+which the engine's byte counters equal), the split, the H200 records and the float-order
+benchmark: (a) T5 / lab 5's PS-over-Stanza limit at fixed b, and notebook 02's curve that falls
+towards it; (b) T1's and split.py's cut cost counts both directions of both terms; (d) gloo holds
+every send until its receive is posted (T3); (e) notebook 02's condition for k = 1 to move the
+fewest bytes; (f) T2's ring volume; (g) lecture 1's DDP-over-Stanza ratio, per step and per
+sample; (h) notebook 01's saving per CONV worker and on the FC worker; (i) T8's launch-bound
+reading of the H200 records and its operation counts; (j) T6's one-step float-order difference."""
+import importlib.util
+import json
+
 import pytest
 import torch
+import torch.nn.functional as F
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from stanza_core import get_model, perf, split_model
+from stanza_core.experiments.traffic import ratio_curve
+from stanza_core.perf.records import RECORDS_DIR
+from stanza_core.reproduce import REPO_ROOT
 
 # (P, P_conv, A) at 224 x 224 (the table of labs 1 and 5)
 COUNTS = {"vgg16": (138_357_544, 14_714_688, 25_088), "resnet50": (25_557_032, 23_508_032, 2_048),
@@ -99,3 +111,163 @@ def test_d_gloo_holds_every_send_until_the_receive_is_posted(tmp_path):
     mp.spawn(_send_wait, args=(port, tmp_path), nprocs=2)
     for numel in (1, 1 << 20):
         assert float((tmp_path / f"send_{numel}").read_text()) > 0.8, numel
+
+
+def test_a_notebook_02_ratio_falls_with_n_towards_its_floor():
+    """Notebook 02: the PS-over-Stanza curve it draws (VGG-16, k = 1, b = 32) falls with N and
+    stays above P / (P_c + b(A+1)) = 8.9: a floor, not a ceiling; 10.3 at N = 8; the floor is
+    P / P_c = 9.4 only with few samples (b = 1)."""
+    P, Pc, A = COUNTS["vgg16"]
+    curve = ratio_curve(perf.ModelCounts(Pc, P - Pc, A), per_worker=32)
+    total, floor = curve["total"], P / (Pc + 32 * (A + 1))
+    assert curve["nodes"][0] == 2 and total[0] > 100  # one CONV worker: no allreduce at all
+    assert all(a > b for a, b in zip(total, total[1:])) and min(total) > floor
+    assert total[curve["nodes"].index(8)] == pytest.approx(10.3, abs=0.05)
+    assert round(floor, 1) == 8.9 and round(P / Pc, 1) == round(P / (Pc + A + 1), 1) == 9.4
+
+
+@pytest.mark.parametrize("n", [2, 3, 8, 64])
+def test_f_the_counted_allreduce_is_the_ring_volume(n):
+    """T2: a ring member sends 2(n-1)/n of the buffer S (the counters' volume); at n = 2 that is
+    S, what in-network reduction moves per GPU at any n; at large n about twice it."""
+    P, Pc, A = COUNTS["alexnet"]
+    S = 4 * P
+    row = perf.expected_bytes(perf.ModelCounts(Pc, P - Pc, A), "ddp", n, None, global_batch=32 * n)[0]
+    assert row["sent"]["grads"] == row["recv"]["grads"] == pytest.approx(2 * (n - 1) / n * S, abs=1)
+    assert (row["sent"]["grads"] / S == pytest.approx(1.0, abs=1e-8)) == (n == 2)
+    if n == 64:
+        assert row["sent"]["grads"] / S > 1.95
+
+
+def test_g_lecture_1_ddp_over_stanza_per_step_and_per_sample():
+    """N = 8, b = 32: DDP trains 256 samples a step, Stanza k = 1 (seven CONV workers) 224. Per
+    step 25x (AlexNet) and 1.3x (ResNet-50); per sample 22x and 1.1x."""
+    N, b, got = 8, 32, {}
+    for name in ("alexnet", "resnet50"):
+        P, Pc, A = COUNTS[name]
+        counts = perf.ModelCounts(Pc, P - Pc, A)
+        ddp, stanza = _bytes(counts, "ddp", N, None, b * N), _bytes(counts, "stanza", N, 1, b * (N - 1))
+        got[name] = (ddp / stanza, (ddp / (b * N)) / (stanza / (b * (N - 1))))
+    assert [round(v) for v in got["alexnet"]] == [25, 22]
+    assert [round(v, 1) for v in got["resnet50"]] == [1.3, 1.1]
+
+
+def test_h_notebook_01_saving_per_conv_worker_and_on_the_fc_worker():
+    """AlexNet, b = 32: a ring allreduce of the head sends 2(n-1)/n x 235 MB per node; a CONV
+    worker sends its activations and labels (about 400x less at large n, 350x at n = 8), the one
+    FC worker the activation gradients of all n - 1 CONV workers (about 400 / n: 50x at n = 8)."""
+    P, Pc, A = COUNTS["alexnet"]
+    Pf, b = P - Pc, 32
+    assert round(4 * Pf / 1e6) == 235 and round(4 * b * A / 1e6, 1) == 1.2 and round(Pf / (b * A), -1) == 200
+
+    def saving(n):
+        head_ring = perf.expected_bytes(perf.ModelCounts(0, Pf, A), "ddp", n, None, global_batch=b * n)[0]["sent"]["grads"]
+        rows = perf.expected_bytes(perf.ModelCounts(Pc, Pf, A), "stanza", n, 1, global_batch=b * (n - 1))
+        conv = next(r for r in rows if r["role"] == "conv_worker")["sent"]
+        fc = next(r for r in rows if r["role"] == "fc_worker")["sent"]
+        assert set(fc) == {"activation_grads"} and fc["activation_grads"] == (n - 1) * 4 * b * A
+        return head_ring / (conv["activations"] + conv["labels"]), head_ring / fc["activation_grads"]
+
+    conv8, fc8 = saving(8)
+    assert round(conv8, -1) == 350 and round(fc8) == 50
+    conv_large, fc_large = saving(1024)
+    assert round(conv_large, -2) == 400 and fc_large * 1024 == pytest.approx(400, rel=0.01)
+
+
+def _h200(name, batch):
+    return json.loads((RECORDS_DIR / "h200" / f"{name}-b{batch}-tf32.json").read_text())
+
+
+def _line(name):
+    """T8's fit T(b) = t0 + b c through the measured forward + backward at batches 64 and 128."""
+    t64, t128 = (_h200(name, b)["plain_fwd_bwd_s"] for b in (64, 128))
+    c = (t128 - t64) / 64
+    return t64 - 64 * c, c
+
+
+def test_i_t8_alexnet_is_launch_bound_at_16_and_on_the_edge_at_32():
+    """The line's fixed part is half the step at t0 / c (lab 8's rule): batch 19 for AlexNet, 4.7
+    for VGG-16. At 32, t0 is 37 % of the line's 2.7 ms, yet the measured step lies 1.13x above
+    it (1.7x at 16): the host's floor, ~3.1 ms, which the line reaches at batch 41."""
+    t0, c = _line("alexnet")
+    assert t0 / c == pytest.approx(19.0, abs=0.05)
+    assert _line("vgg16")[0] / _line("vgg16")[1] == pytest.approx(4.7, abs=0.05)
+    assert t0 / (t0 + 32 * c) == pytest.approx(0.37, abs=0.005) and t0 + 32 * c == pytest.approx(2.7e-3, abs=0.05e-3)
+    m16, m32 = (_h200("alexnet", b)["plain_fwd_bwd_s"] for b in (16, 32))
+    assert m16 / (t0 + 16 * c) == pytest.approx(1.7, abs=0.05) and m32 / (t0 + 32 * c) == pytest.approx(1.13, abs=0.005)
+    assert m16 == pytest.approx(3.1e-3, abs=0.05e-3) and (m16 - t0) / c == pytest.approx(41, abs=0.5)
+
+
+class _CountOps(TorchDispatchMode):
+    def __init__(self):
+        super().__init__()
+        self.n = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.n += 1
+        return func(*args, **(kwargs or {}))
+
+
+def _count(fn):
+    counter = _CountOps()
+    with counter:
+        fn()
+    return counter.n
+
+
+def test_i_t8_alexnet_dispatches_about_110_calls_and_sgd_foreach_a_handful():
+    """T8: 111 aten calls in AlexNet's forward, loss and backward, ~28 µs each of the 3.1 ms
+    measured at batch 16; SGD's step 50 calls as a per-parameter loop, 5 as foreach (CUDA's
+    default for CUDA tensors)."""
+    from torch.optim.optimizer import _default_to_fused_or_foreach
+
+    torch.manual_seed(0)
+    net = get_model("alexnet", 1000)
+    x, y = torch.randn(2, 3, 64, 64), torch.randint(1000, (2,))
+    sgd = {}
+    for foreach in (False, True):
+        opt = torch.optim.SGD(net.parameters(), lr=0.01, momentum=0.9, foreach=foreach)
+        for _ in range(2):  # the second step: momentum buffers exist
+            opt.zero_grad()
+            fwd_bwd = _count(lambda: F.cross_entropy(net(x), y).backward())
+            sgd[foreach] = _count(opt.step)
+    assert fwd_bwd == 111 and sgd == {False: 50, True: 5}
+    assert _h200("alexnet", 16)["plain_fwd_bwd_s"] / fwd_bwd * 1e6 == pytest.approx(28, abs=0.5)
+    # the default picks foreach only for tensors on a foreach device (CUDA), the loop on the CPU
+    assert _default_to_fused_or_foreach(list(net.parameters()), False, False) == (False, False)
+
+
+def test_j_t6_one_step_from_the_same_parameters_differs_by_about_1e_minus_6():
+    """T6: the gradient of one step from the same fp32 parameters, summed over chunks of 4 or the
+    whole batch of 24, differs by about 1e-6 relative (not 1e-7), far below a max-pool switch's
+    ~1e-4. The benchmark's functions, one thread (deterministic kernels)."""
+    from stanza_core.data import batch_indices, open_dataset
+
+    spec = importlib.util.spec_from_file_location("float_order_drift", REPO_ROOT / "benchmarks" / "float_order_drift.py")
+    fod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(fod)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        q = dict(fod.QUICK, steps=6)
+        G = q["global_batch"]
+        ds = open_dataset("digits", 32, 10, q["seed"])
+        batches = [ds.get(batch_indices(ds, t, G, q["seed"], slice(0, G))) for t in range(q["steps"])]
+        params = fod.train(batches, G, torch.float32, q)[1]
+
+        def grad_at(state, t, chunk):
+            net = get_model(q["model"], 10)
+            net.load_state_dict({k: v.float() for k, v in state.items()}, strict=False)
+            x, y = batches[t]
+            for s in range(0, G, chunk):
+                with fod.sample_keys(q["seed"], t, torch.arange(s, s + chunk)):
+                    (F.cross_entropy(net(x[s:s + chunk]), y[s:s + chunk], reduction="sum") / G).backward()
+            return {k: p.grad.double() for k, p in net.named_parameters()}
+
+        diffs = []
+        for t in range(1, q["steps"]):
+            a, b = grad_at(params[t - 1], t, 4), grad_at(params[t - 1], t, G)
+            diffs.append(max(float((a[k] - b[k]).norm() / b[k].norm()) for k in b))
+    finally:
+        torch.set_num_threads(threads)
+    assert all(3e-7 < d < 5e-6 for d in diffs), diffs
