@@ -14,10 +14,11 @@
 # %% [markdown] slideshow={"slide_type": "slide"}
 # # Lecture 2 · Moving gradients: a ring, a sharded PS, a Stanza step
 #
-# *Slides of lecture 2 (docs/course.md). Rendered with nbconvert's reveal.js slides into the
-# gallery by `make reproduce`. Three figures: a ring allreduce step by step (computed, and
-# checked against the engine's byte formulas), a sharded parameter server against the ring
-# (the performance model), one Stanza step on the engine's own timeline (measured).*
+# *Slides of lecture 2 (docs/course.md; tutorials T2 and T3). Rendered with nbconvert's reveal.js
+# slides into the gallery by `make reproduce`. Every number on these slides is computed below:
+# a ring allreduce run on real tensors, the engine's exact byte formulas
+# (`perf.expected_bytes`), the performance model's link times (modelled, not measured), and
+# one Stanza job whose byte counters are compared with the formulas.*
 #
 # Runs in about a minute on a laptop CPU (one 3-process job); no root.
 
@@ -31,6 +32,7 @@ out_dir: str = "../../reproductions/out/tutorials/l2_moving_gradients"  # where 
 # %% slideshow={"slide_type": "skip"}
 import plotly.graph_objects as go
 import torch
+from IPython.display import Markdown, display
 from plotly.subplots import make_subplots
 
 import stanza_core.nbtools as nbt
@@ -38,16 +40,82 @@ from stanza_core import perf
 from stanza_core.launch import run_job
 from stanza_core.viz import step_timeline
 
-# %% [markdown] slideshow={"slide_type": "slide"}
-# ## 1. Ring allreduce, step by step
-#
-# n ranks each hold a gradient of S bytes, cut into n chunks. **Reduce-scatter**: in step s,
-# rank r sends chunk (r - s) mod n to rank r + 1, which adds it to its own; after n - 1 steps
-# rank r holds the full sum of chunk (r + 1) mod n. **All-gather**: n - 1 more steps pass the
-# summed chunks round. Every rank sends 2 (n - 1) chunks of S / n bytes: 2 (n - 1) / n S.
-# The cell below runs the algorithm on real tensors and checks the sum and the bytes.
 
-# %% slideshow={"slide_type": "skip"}
+def show(text: str) -> None:
+    """A computed line on the slide (the code that computed it stays hidden)."""
+    display(Markdown(text))
+
+
+vgg = perf.named_profile("vgg16")
+counts = perf.ModelCounts(vgg.conv.params, vgg.fc.params, vgg.boundary_values)
+cluster = perf.Cluster(nodes, gbps, device="v100")
+S_vgg = 4 * counts.params  # VGG-16's fp32 gradient, bytes
+
+# %% [markdown] slideshow={"slide_type": "slide"}
+# ## Today
+#
+# * The problem: n ranks each hold a gradient; every rank needs their sum.
+# * Ring allreduce, step by step, and what it costs per rank in bytes and in messages.
+# * The parameter server, central and sharded: the same bytes as the ring, a different pattern.
+# * A Stanza step: what moves instead, on which links, and the engine's counters against the
+#   formulas.
+#
+# **Before this lecture:** lecture 1 (the CONV body and the FC head, the boundary A).
+
+# %% [markdown] slideshow={"slide_type": "slide"}
+# ## The problem, and the naive answer
+#
+# After the backward, rank r holds g_r, S bytes. SGD needs the sum (or mean) of all n of them,
+# on every rank, before the update.
+#
+# Naive: everyone sends its gradient to rank 0, which adds them and sends the sum back.
+# Rank 0 receives (n - 1) S and sends (n - 1) S; all other links idle meanwhile. The time grows
+# linearly with n. For VGG-16's gradient on the modelled cluster:
+
+# %% slideshow={"slide_type": "fragment"}
+naive_s = cluster.transfer_s((nodes - 1) * S_vgg)
+show(f"S = {S_vgg / 1e6:.0f} MB; rank 0 receives {(nodes - 1) * S_vgg / 1e9:.1f} GB from {nodes - 1} ranks: "
+     f"**{naive_s:.1f} s** at {gbps:g} Gb/s, then as long again to send the sum back.")
+
+# %% [markdown] slideshow={"slide_type": "slide"}
+# ## Predict
+#
+# Every rank sends and receives over its own link, all at once. What is the fewest bytes each
+# rank must send so that all n ranks end with the sum?
+#
+# * S?
+# * S / n?
+# * (n - 1) S / n?
+# * 2 (n - 1) S / n?
+#
+# Hint: every rank must *receive* information about the other ranks' values, and every rank
+# must end up holding all of the sum.
+
+# %% [markdown] slideshow={"slide_type": "slide"}
+# ## Ring allreduce: reduce-scatter
+#
+# Cut the gradient into n chunks of S / n bytes. Ranks sit on a ring: r sends to r + 1.
+#
+# In step s = 0, 1, ..., n - 2, rank r sends chunk (r - s) mod n to rank r + 1, which adds it
+# to its own copy of that chunk. A chunk starts at the rank with its number and gains one
+# rank's contribution per step. After n - 1 steps rank r holds the complete sum of chunk
+# (r + 1) mod n: the sum is scattered, one chunk per rank.
+#
+# Every link carries one chunk per step, in both directions of the ring at once: no link
+# idles and none is overloaded.
+
+# %% [markdown] slideshow={"slide_type": "slide"}
+# ## Ring allreduce: all-gather
+#
+# Now every rank owns one summed chunk. In n - 1 more steps each rank forwards the summed chunk
+# it received last, and the receiver overwrites its copy. After them every rank holds every
+# summed chunk.
+#
+# Bytes each rank sends: 2 (n - 1) chunks of S / n, that is **2 (n - 1) / n · S**; it receives
+# as much. The cell behind this slide runs both phases on real tensors, checks that every rank
+# holds the sum, and counts the bytes against `perf.expected_bytes` for ddp:
+
+# %% slideshow={"slide_type": "fragment"}
 n = ring_size
 torch.manual_seed(0)
 grads = [torch.randn(n, 3) for _ in range(n)]  # rank r's gradient: n chunks of 3 values
@@ -60,6 +128,7 @@ for s in range(n - 1):  # reduce-scatter
         buf[dst][c] += data
         sent[src] += data.numel() * 4
         moves.append((s, "reduce-scatter", src, dst, c))
+scattered = all(torch.allclose(buf[r][(r + 1) % n], want[(r + 1) % n]) for r in range(n))  # rank r: chunk r + 1
 for s in range(n - 1):  # all-gather: rank r forwards the summed chunk it received last
     msgs = [(r, (r + 1) % n, (r + 1 - s) % n, buf[r][(r + 1 - s) % n].clone()) for r in range(n)]
     for src, dst, c, data in msgs:
@@ -70,9 +139,14 @@ ring_exact = all(torch.allclose(b, want) for b in buf)
 S = grads[0].numel() * 4
 model_sent = [r["sent"]["grads"] for r in perf.expected_bytes(perf.ModelCounts(grads[0].numel(), 0, 1), "ddp", n,
                                                              global_batch=n)]
-print(f"every rank holds the sum: {ring_exact}; bytes sent per rank: {sent} = 2(n-1)/n S = "
-      f"{2 * (n - 1) * S // n}; perf.expected_bytes (ddp): {model_sent}")
-assert ring_exact and sent == model_sent
+assert ring_exact and scattered and sent == model_sent and len({m[0] for m in moves}) == 2 * (n - 1)
+show(f"n = {n}, S = {S} bytes: every rank holds the sum: **{ring_exact}**; bytes sent per rank {sent}; "
+     f"2 (n - 1) / n · S = {2 * (n - 1) * S // n}; `perf.expected_bytes` (ddp): {model_sent}")
+
+# %% [markdown] slideshow={"slide_type": "slide"}
+# ## The ring, drawn
+#
+# Each row is a rank, each column a step; the cell says which chunk the rank sends and to whom.
 
 # %% slideshow={"slide_type": "fragment"}
 steps = 2 * (n - 1)
@@ -88,44 +162,131 @@ fig_ring.update_layout(title=f"Ring allreduce of {n} ranks, step by step (comput
 fig_ring
 
 # %% [markdown] slideshow={"slide_type": "slide"}
-# ## 2. A sharded parameter server against the ring
+# ## Why 2 (n - 1) / n, and when less is possible
 #
-# With one shard of P / N parameters on every node, each node pushes the (N - 1) / N of its
-# gradient that others own and pulls as much of the parameters back: 2 (N - 1) / N · 4P bytes
-# out and in, the ring's volume (to the few bytes by which uneven shards differ) (left, from `perf.expected_bytes`). What differs is the
-# pattern: two all-to-all phases in which every link carries N - 1 messages at once, against
-# 2 (N - 1) neighbour steps. The right panel is the performance model's step time for VGG-16
-# on N V100s (modelled, not measured): same bytes, different schedules and overlap.
-
-# %% slideshow={"slide_type": "skip"}
-vgg = perf.named_profile("vgg16")
-counts = perf.ModelCounts(vgg.conv.params, vgg.fc.params, vgg.boundary_values)
-rows = {s: perf.expected_bytes(counts, s, nodes, None, global_batch=32 * nodes)[0] for s in ("ddp", "ps")}
-per_node = {s: (sum(r["sent"].values()), sum(r["recv"].values())) for s, r in rows.items()}
-cluster = perf.Cluster(nodes, gbps, device="v100")
-preds = {s: perf.predict(vgg, cluster, s, batch_per_worker=32) for s in ("ddp", "ps")}
-preds["stanza k=1"] = perf.predict(vgg, cluster, "stanza", 1, batch_per_worker=32)
-# equal up to the shards' rounding (P is not a multiple of N: shards differ by one value)
-same_bytes = all(abs(a - b) <= 4 * nodes for a, b in zip(per_node["ddp"], per_node["ps"]))
-print("bytes per node (sent, received):", per_node, "| equal:", same_bytes)
-assert same_bytes
+# When the ranks do the adding themselves, 2 (n - 1) / n · S per rank is the least any
+# allreduce can send (Patarasuk and Yuan): (n - 1) / n · S must arrive at each rank for its share
+# of the sum to include the other ranks' values, and as much again must leave it so that the
+# others receive its summed share. The ring and the good tree algorithms reach it; the naive
+# gather does not.
+#
+# The bound assumes the network only forwards bytes. With **in-network reduction** the switch
+# adds (InfiniBand SHARP, used by NCCL's CollNet; NVLink SHARP, NCCL's NVLS): each GPU sends its
+# S bytes once and receives the sum once, about S per GPU, half the ring's volume for large n.
+# The engine here runs gloo and NCCL's ring, so its formulas and counters use 2 (n - 1) / n · S.
 
 # %% slideshow={"slide_type": "fragment"}
-fig_ps = make_subplots(rows=1, cols=2, subplot_titles=(f"bytes per node per step (perf.expected_bytes)",
+show("Ring share 2 (n - 1) / n of S, per rank: " + ", ".join(
+    f"n = {k}: {float(perf.traffic.ring_share(1, k)):.3f}" for k in (2, 4, 8, 16, 64, 1024))
+     + "; in-network reduction: about 1.")
+
+# %% [markdown] slideshow={"slide_type": "slide"}
+# ## Bytes are not time: the ring's messages
+#
+# The ring takes 2 (n - 1) steps, each a message with a fixed cost (the latency α) plus S / n
+# bytes over the link (bandwidth B):
+#
+# t = 2 (n - 1) α + 2 (n - 1) / n · S / B.
+#
+# The bandwidth term tends to 2 S / B and stops growing once n exceeds a few ranks; the latency
+# term grows linearly. For a large gradient the bandwidth term dominates, for small buckets the
+# latency term does: the reason lecture 3 does not make buckets arbitrarily small. VGG-16's
+# gradient, and 4 KB, at the modelled bandwidth and latency (`perf.Cluster.ring_allreduce_s`):
+
+# %% slideshow={"slide_type": "fragment"}
+ring_ms = {k: perf.Cluster(k, gbps).ring_allreduce_s(S_vgg, k) * 1e3 for k in (2, 4, 16, 64, 256)}
+small_ms = {k: perf.Cluster(k, gbps).ring_allreduce_s(4096, k) * 1e6 for k in (2, 16, 256)}
+show(f"α = {cluster.latency_s * 1e6:g} µs, B = {gbps:g} Gb/s. VGG-16 ({S_vgg / 1e6:.0f} MB): "
+     + ", ".join(f"n = {k}: {v:,.0f} ms" for k, v in ring_ms.items())
+     + ".  \n4 KB: " + ", ".join(f"n = {k}: {v:,.0f} µs" for k, v in small_ms.items()))
+assert ring_ms[256] < 1.6 * ring_ms[4] and small_ms[256] > 50 * small_ms[2]
+
+# %% [markdown] slideshow={"slide_type": "slide"}
+# ## The parameter server
+#
+# The other classic design: servers hold the parameters; workers **push** gradients to them and
+# **pull** the updated parameters back. The servers add and update.
+#
+# One central server receives n · S and sends n · S per step: the naive gather again. So the
+# parameters are **sharded**: with one shard of P / N parameters on every node, each node pushes
+# the (N - 1) / N of its gradient that others own and pulls as much back, and serves its own
+# shard to the N - 1 others: 2 (N - 1) / N · 4P bytes out and as much in, the ring's volume (to
+# the few bytes by which uneven shards differ).
+
+# %% slideshow={"slide_type": "fragment"}
+rows = {s: perf.expected_bytes(counts, s, nodes, None, global_batch=32 * nodes)[0] for s in ("ddp", "ps")}
+central = perf.expected_bytes(counts, "ps", nodes, None, global_batch=32 * (nodes - 1), ps_servers=1)[-1]
+assert central["role"] == "ps_server" and central["recv"]["grads"] == central["sent"]["params"] == (nodes - 1) * S_vgg
+per_node = {s: (sum(r["sent"].values()), sum(r["recv"].values())) for s, r in rows.items()}
+# equal up to the shards' rounding (P is not a multiple of N: shards differ by one value)
+same_bytes = all(abs(a - b) <= 4 * nodes for a, b in zip(per_node["ddp"], per_node["ps"]))
+assert same_bytes
+show(f"One central server for {nodes - 1} workers: receives {central['recv']['grads'] / 1e9:.1f} GB and sends "
+     f"{central['sent']['params'] / 1e9:.1f} GB per step.  \n"
+     f"Sharded, VGG-16, N = {nodes}, bytes rank 0 sends / receives per step: ring (ddp) "
+     f"{per_node['ddp'][0] / 1e6:,.1f} / {per_node['ddp'][1] / 1e6:,.1f} MB; sharded PS "
+     f"{per_node['ps'][0] / 1e6:,.1f} / {per_node['ps'][1] / 1e6:,.1f} MB; equal within {4 * nodes} bytes: **{same_bytes}**")
+
+# %% [markdown] slideshow={"slide_type": "slide"}
+# ## Predict: same bytes, same time?
+#
+# The sharded PS and the ring move the same bytes per node. Will the performance model give
+# them the same step time for VGG-16 on this cluster?
+#
+# Think about the pattern: the ring sends one message at a time to one neighbour; the PS has
+# every node send to every other node at once, then wait for all of them to reply.
+
+# %% [markdown] slideshow={"slide_type": "slide"}
+# ## Same bytes, different schedules
+#
+# Left: bytes per node per step (`perf.expected_bytes`). Right: the performance model's step
+# time (modelled, not measured): the PS's push cannot start until the backward is done and its
+# pull must finish before the next forward, while the ring's buckets overlap the backward
+# (lecture 3). Stanza k = 1 is on the right for comparison.
+
+# %% slideshow={"slide_type": "fragment"}
+preds = {s: perf.predict(vgg, cluster, s, batch_per_worker=32) for s in ("ddp", "ps")}
+preds["stanza k=1"] = perf.predict(vgg, cluster, "stanza", 1, batch_per_worker=32)
+step_ms = {s: p.iteration_s * 1e3 for s, p in preds.items()}
+fig_ps = make_subplots(rows=1, cols=2, subplot_titles=("bytes per node per step (perf.expected_bytes)",
                                                        f"step time on {nodes} V100s at {gbps:g} Gb/s (modelled)"))
 for i, (label, idx) in enumerate((("sent", 0), ("received", 1))):
     fig_ps.add_bar(x=["ring allreduce (ddp)", "sharded PS"], y=[per_node[s][idx] / 1e6 for s in ("ddp", "ps")],
                    name=label, row=1, col=1, marker_color=["#1f77b4", "#ff7f0e"][i])
-fig_ps.add_bar(x=list(preds), y=[p.iteration_s * 1e3 for p in preds.values()], name="step (ms)", row=1, col=2,
-               marker_color="#7f7f7f")
+fig_ps.add_bar(x=list(preds), y=list(step_ms.values()), name="step (ms)", row=1, col=2, marker_color="#7f7f7f")
 fig_ps.update_yaxes(title_text="MB", row=1, col=1)
 fig_ps.update_yaxes(title_text="ms per step", row=1, col=2)
 fig_ps.update_layout(title="VGG-16: a sharded PS moves the ring's bytes; the model times them differently",
                      height=400, barmode="group")
 fig_ps
 
+# %% slideshow={"slide_type": "fragment"}
+show("Modelled step: " + ", ".join(f"{s} **{v:,.0f} ms**" for s, v in step_ms.items()) + "  \n"
+     + "  \n".join(f"{s}: {p.overlap}" for s, p in preds.items()))
+
 # %% [markdown] slideshow={"slide_type": "slide"}
-# ## 3. One Stanza step on the engine's timeline
+# ## A Stanza step: what moves instead
+#
+# With k = 1 FC worker and N - 1 CONV workers, per step:
+#
+# * each CONV worker sends its b activations (4A bytes each) and labels to the FC worker and gets
+#   b activation gradients back;
+# * the CONV workers ring-allreduce the CONV gradient, 4 P_c bytes, among themselves;
+# * the FC gradient does not move at all: the FC worker is the only holder of the head.
+#
+# The traffic is no longer symmetric: the FC worker's link carries every CONV worker's
+# boundary. Per rank for VGG-16 on the modelled cluster, 32 samples per CONV worker:
+
+# %% slideshow={"slide_type": "fragment"}
+st_rows = perf.expected_bytes(counts, "stanza", nodes, 1, global_batch=32 * (nodes - 1))
+conv_row, fc_row = st_rows[0], st_rows[-1]
+show(f"CONV worker sends: " + ", ".join(f"{c} {v / 1e6:,.1f} MB" for c, v in conv_row["sent"].items())
+     + f"  \nFC worker receives: " + ", ".join(f"{c} {v / 1e6:,.1f} MB" for c, v in fc_row["recv"].items())
+     + f"  \nDDP rank, for comparison: {per_node['ddp'][0] / 1e6:,.0f} MB each way")
+assert "fc_grads" not in fc_row["sent"] and fc_row["recv"]["activations"] == (nodes - 1) * conv_row["sent"]["activations"]
+
+# %% [markdown] slideshow={"slide_type": "slide"}
+# ## One Stanza step on the engine's timeline
 #
 # Three processes on this machine (2 CONV workers, 1 FC worker, the tiny CNN), recorded by the
 # engine with `--timeline` (measured: loopback, shared cores; read the order of events, not the
@@ -145,16 +306,60 @@ fig_step.update_layout(title="One Stanza step, 3 processes on this machine (meas
 fig_step
 
 # %% [markdown] slideshow={"slide_type": "slide"}
+# ## The counters equal the formulas
+#
+# The engine counts every byte it sends and receives, per rank and per category. For the run
+# just shown, its counters against `perf.expected_bytes` for the same model, layout and batch:
+
+# %% slideshow={"slide_type": "fragment"}
+tiny = perf.named_profile("tiny_cnn", image_size=16, num_classes=10)
+want_rows = perf.expected_bytes(tiny, "stanza", 3, 1, global_batch=8)
+got = [(r["sent"], r["recv"]) for r in sorted(metrics["ranks"], key=lambda r: r["rank"])]
+counters_equal = got == [(r["sent"], r["recv"]) for r in want_rows]
+assert counters_equal
+show("  \n".join(f"rank {r['rank']} ({r['role']}): sent {sum(r['sent'].values()):,} B, "
+                 f"received {sum(r['recv'].values()):,} B" for r in want_rows)
+     + f"  \ncounters equal the formulas, every rank and category: **{counters_equal}**")
+
+# %% [markdown] slideshow={"slide_type": "slide"}
+# ## Pitfalls
+#
+# * **"2 (n - 1) / n · S is a law of nature."** It is the floor when ranks do the adding; switches
+#   that reduce in the network move about S per GPU.
+# * **Equal bytes, equal time.** The sharded PS matches the ring's bytes, not its schedule.
+# * **Counting only one direction.** A ring rank sends and receives 2 (n - 1) / n · S; a link
+#   that is full-duplex carries both at once, a shared medium does not.
+# * **The FC worker's link.** In Stanza it receives (N - 1) times a CONV worker's boundary: the
+#   busiest link of the cluster, and the reason for k > 1 (lecture 4).
+# * **Labels are bytes too.** The engine's counters include them; a ledger that forgets them
+#   does not match.
+
+# %% [markdown] slideshow={"slide_type": "slide"}
 # ## What to take away
 #
-# * A ring allreduce moves 2 (n - 1) / n of the buffer per rank, the least any allreduce can.
+# * A ring allreduce moves 2 (n - 1) / n of the buffer per rank, the least an allreduce can
+#   when the ranks do the reduction; in-network reduction (SHARP, NCCL CollNet/NVLS) moves about
+#   S per GPU.
 # * A sharded PS moves the same bytes per node; its cost is in its all-to-all pattern.
 # * Stanza changes *what* moves: the CONV gradient among CONV workers, one activation and its
 #   gradient per sample, and no FC gradient at all with k = 1.
+# * The engine's byte counters equal the formulas, rank by rank.
+
+# %% [markdown] slideshow={"slide_type": "slide"}
+# ## Read next
+#
+# * P. Patarasuk, X. Yuan, *Bandwidth optimal all-reduce algorithms for clusters of
+#   workstations*, JPDC 2009.
+# * S. Li et al., *PyTorch Distributed: Experiences on Accelerating Data Parallel Training*,
+#   VLDB 2020 (DDP's buckets, next lecture).
+# * M. Li et al., *Scaling Distributed Machine Learning with the Parameter Server*, OSDI 2014.
+# * Tutorials T2 (one step's ledger) and T3 (the sends and receives of a Stanza step).
+# * Lecture 3: overlapping these transfers with the backward.
 
 # %% slideshow={"slide_type": "skip"}
 results = {"ring_size": ring_size, "ring_exact": ring_exact, "ring_sent": sent, "ring_model_sent": model_sent,
            "nodes": nodes, "gbps": gbps, "per_node_bytes": per_node, "same_bytes": same_bytes,
-           "step_ms": {s: p.iteration_s * 1e3 for s, p in preds.items()}, "timeline_roles": roles}
+           "step_ms": step_ms, "timeline_roles": roles, "naive_s": naive_s, "ring_ms": ring_ms,
+           "counters_equal": counters_equal}
 nbt.write_results(results, out_dir)
 written = nbt.save_figures({"ring_steps": fig_ring, "ps_vs_ring": fig_ps, "stanza_step": fig_step}, out_dir, png=png)
