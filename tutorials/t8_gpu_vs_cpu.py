@@ -25,7 +25,7 @@
 # 1. read a step time against the batch and tell a launch-bound step (flat: a fixed cost per
 #    kernel) from a compute-bound one (proportional to the batch), and fit the two terms;
 # 2. explain why AlexNet's H200 step hardly changes from batch 16 to 32: below about 40 samples
-#    the host takes longer to issue its ~110 forward and backward operations (~30 µs each) than
+#    the host takes longer to issue its ~110 forward and backward operations (~28 µs each) than
 #    the GPU takes to run them;
 # 3. explain why bucketed overlap shows on a GPU cluster and hardly on two CPU cores: what
 #    matters is the allreduce time of a bucket against the backward time that follows it.
