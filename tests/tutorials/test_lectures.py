@@ -155,6 +155,8 @@ def test_l3_buckets_inside_the_backward_measured_and_modelled(tmp_path):
     assert r["saved_at_10_ms"] > 0.3 * r["backward_ms"]
     text = _text("l3_overlap")
     assert f"{r['bucket_mb']:g} MiB buckets" in text  # the predict slide names the run's bucket cap
+    speeds = [row["gbps"] for row in r["modelled"]]
+    assert f"from {min(speeds):g} to {max(speeds):g} Gb/s" in text
     # stated: the last convolutions hold a large share of the parameters, little of the time
     assert r["last3_param_share"] > 0.4 and r["last3_time_share"] < 0.15
     # stated: a minimum between small and large buckets; bucket layouts change fp32 sums, fp64 far less

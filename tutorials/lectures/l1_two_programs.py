@@ -332,7 +332,8 @@ show(f"FC worker's head FLOPs over one CONV worker's body FLOPs per step, N = {n
 #   data parallelism for the convolutions, model parallelism for the FC layers, the ancestor of
 #   layer separation.
 # * X. Wu, H. Xu, B. Li, Y. Xiong, *Stanza: Layer Separation for Distributed Training in Deep
-#   Learning*, arXiv 1812.10624 (IEEE Transactions on Services Computing, 2020): the method of this course.
+#   Learning*, arXiv 1812.10624 (IEEE Transactions on Services Computing, 2020): the method of
+#   this course.
 # * Tutorial T1 (every candidate cut, counted) and lab 1.
 # * Lecture 2: how the gradients that do move are summed (ring allreduce, parameter server).
 

@@ -75,12 +75,12 @@ units = [(p, share * bwd_s) for _, p, share in layers][::-1]  # backward order: 
 # runs, the step would approach the larger of the two: the most overlap can save is the
 # smaller one.
 #
-# VGG-16's CONV body on the modelled cluster (15 CONV workers, 32 samples each, V100-class):
+# VGG-16's CONV body on the modelled cluster of V100-class nodes:
 
 # %% slideshow={"slide_type": "fragment"}
 conv_bytes = 4 * vgg.conv.params
 ar_10 = perf.Cluster(MODEL_NODES, 10.0).ring_allreduce_s(conv_bytes, MODEL_NODES - 1)
-show(f"CONV backward **{bwd_s * 1e3:.0f} ms**; CONV gradient {conv_bytes / 1e6:.0f} MB, its ring allreduce among "
+show(f"{MODEL_NODES - 1} CONV workers, {MODEL_B} samples each: CONV backward **{bwd_s * 1e3:.0f} ms**; CONV gradient {conv_bytes / 1e6:.0f} MB, its ring allreduce among "
      f"{MODEL_NODES - 1} at 10 Gb/s **{ar_10 * 1e3:.0f} ms**: in sequence {(bwd_s + ar_10) * 1e3:.0f} ms, "
      f"perfectly overlapped at best {max(bwd_s, ar_10) * 1e3:.0f} ms.")
 

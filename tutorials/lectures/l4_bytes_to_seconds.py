@@ -303,8 +303,8 @@ fig_ratio
 # * S. Rajbhandari et al., *ZeRO: Memory Optimizations Toward Training Trillion Parameter
 #   Models*, SC 2020: sharding the optimizer state, where the bytes of a step go next.
 # * X. Wu, H. Xu, B. Li, Y. Xiong, *Stanza: Layer Separation for Distributed Training in Deep
-#   Learning*, arXiv 1812.10624 (IEEE Transactions on Services Computing, 2020): its performance model and the
-#   choice of the node assignment.
+#   Learning*, arXiv 1812.10624 (IEEE Transactions on Services Computing, 2020): its performance
+#   model and the choice of the node assignment.
 # * Tutorial T5 and lab 5 (the model, and choosing k); notebook 07 (model against measurement).
 
 # %% slideshow={"slide_type": "skip"}
