@@ -35,12 +35,14 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import float_order_drift as drift  # noqa: E402 (a sibling script: its training loop and pool check)
 
+from stanza_core import registry  # noqa: E402
 from stanza_core.data import batch_indices, open_dataset  # noqa: E402
 from stanza_core.experiments import convergence  # noqa: E402
 
 QUICK = dict(model="tiny_cnn", nodes=3, fc_workers=1, global_batch=24, steps=60, eval_every=0, lr=0.05, momentum=0.5)
-STRATEGIES = ["local", "ps", "ddp", "stanza", "stanza_hybrid_m2", "stanza_bf16", "stanza_fp16_grads"]
-EXACT = ("ps", "ddp", "stanza", "stanza_hybrid_m2")
+# every strategy, and stanza's variants but PowerSGD (its error is not float order's)
+STRATEGIES = [*registry.names(), "stanza_hybrid_m2", "stanza_bf16", "stanza_fp16_grads"]
+EXACT = (*registry.compared(), "stanza_hybrid_m2")  # equal to local up to float order
 
 
 def float_order(steps: int) -> dict:

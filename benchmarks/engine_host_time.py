@@ -28,7 +28,7 @@ import torch  # noqa: E402
 from stanza_core import train  # noqa: E402
 from stanza_core.comm import Comm  # noqa: E402
 from stanza_core.config import TrainConfig  # noqa: E402
-from stanza_core.strategies import STRATEGY_CLASSES  # noqa: E402
+from stanza_core import registry  # noqa: E402
 from stanza_core.strategies.base import Batch, positions_of  # noqa: E402
 
 for name, size, b in [("alexnet", 64, 32), ("resnet50", 32, 32), ("vgg16", 32, 32)]:
@@ -38,7 +38,7 @@ for name, size, b in [("alexnet", 64, 32), ("resnet50", 32, 32), ("vgg16", 32, 3
     model = prep.model.to("meta")
     plain_model = copy.deepcopy(model)
     comm = Comm(0, 1)
-    st = STRATEGY_CLASSES["local"](model, cfg, prep.topo, comm, torch.device("meta"), None)
+    st = registry.get("local").engine_class()(model, cfg, prep.topo, comm, torch.device("meta"), None)
     x = torch.empty(b, 3, size, size, device="meta")
     y = torch.empty(b, dtype=torch.int64, device="meta")
     batch = Batch(x, y, positions_of(slice(0, b)))

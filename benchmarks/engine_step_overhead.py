@@ -44,13 +44,13 @@ def engine_step_fn(model_name: str, image_size: int, batch: int, num_classes: in
     from stanza_core import train
     from stanza_core.comm import Comm
     from stanza_core.config import TrainConfig
-    from stanza_core.strategies import STRATEGY_CLASSES
+    from stanza_core import registry
 
     cfg = TrainConfig(strategy="local", model=model_name, image_size=image_size, global_batch=batch,
                       num_classes=num_classes, device="cpu", steps=1000, quiet=True)
     prep = train.prepare(cfg)
     comm = Comm(0, 1)
-    strategy = STRATEGY_CLASSES["local"](prep.model, cfg, prep.topo, comm, prep.device, None)
+    strategy = registry.get("local").engine_class()(prep.model, cfg, prep.topo, comm, prep.device, None)
     step, b = engine_stepper(strategy, prep, comm)
     return step, prep.model, b.x, b.y
 

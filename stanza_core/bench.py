@@ -46,6 +46,7 @@ from .checks import int_list, positive_floats
 from .experiments.measurement import Measurement, summarize  # noqa: F401 (re-exported)
 from .experiments.run import measure, netem_unavailable, target_step_s  # noqa: F401 (re-exported)
 from .experiments.spec import MeasureSpec
+from . import registry
 from .labels import run_label
 
 
@@ -73,14 +74,15 @@ def run_bench(*, model: str, image_size: int, nodes: int, strategies: list[str],
 
 
 def format_table(result: Measurement) -> str:
-    lines = ["| target Gb/s | emulated Mbit/s | strategy | samples/s (median) | spread | vs ps | vs ddp | MB/step |",
-             "|---|---|---|---|---|---|---|---|"]
+    bases = registry.baselines()
+    lines = ["| target Gb/s | emulated Mbit/s | strategy | samples/s (median) | spread | "
+             + " | ".join(f"vs {b}" for b in bases) + " | MB/step |", "|---" * (6 + len(bases)) + "|"]
     for r in result.summary:
         name = run_label(r) + (f" (links slipped in {r['slipped_runs']}/{r['repeats']})" if r.get("slipped_runs") else "")
         spread = f"{r['throughput_min']:.1f}-{r['throughput_max']:.1f}"
-        vs = [f"{r[f'speedup_vs_{b}']:.2f}x" if r[f"speedup_vs_{b}"] else "-" for b in ("ps", "ddp")]
+        vs = [f"{r[f'speedup_vs_{b}']:.2f}x" if r.get(f"speedup_vs_{b}") else "-" for b in bases]
         lines.append(f"| {r['target_gbps'] if r['target_gbps'] is not None else '-'} | {r['link_mbit']:.0f} | {name} "
-                     f"| {r['throughput']:.2f} | {spread} | {vs[0]} | {vs[1]} | {r['bytes_per_step'] / 1e6:.1f} |")
+                     f"| {r['throughput']:.2f} | {spread} | {' | '.join(vs)} | {r['bytes_per_step'] / 1e6:.1f} |")
     return "\n".join(lines)
 
 
@@ -90,7 +92,7 @@ def main(argv=None) -> int:
     ap.add_argument("--image-size", type=int, default=64)
     ap.add_argument("--num-classes", type=int, default=1000)
     ap.add_argument("--nodes", type=int, default=4)
-    ap.add_argument("--strategies", default="ps,ddp,stanza")
+    ap.add_argument("--strategies", default=",".join(registry.compared()))
     ap.add_argument("--fc-workers", default="1", help="comma list of k, or 'auto' (the optimiser's choice)")
     ap.add_argument("--ps-servers", default="0",
                     help="comma list of dedicated ps server counts S, extra nodes beside the N workers "

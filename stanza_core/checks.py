@@ -14,10 +14,9 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 
+from . import registry
 from .errors import ConfigError
 from .models import MIN_IMAGE_SIZE, MODEL_NAMES, known_model
-
-MEASURED_STRATEGIES = ("ps", "ddp", "stanza")
 
 
 def _items(values) -> list:
@@ -117,7 +116,9 @@ def model_fits(model: str, image_size: int | None, *, name: str = "image_size") 
     return model
 
 
-def strategies(values, allowed: tuple[str, ...] = MEASURED_STRATEGIES) -> list[str]:
+def strategies(values, allowed: tuple[str, ...] | None = None) -> list[str]:
+    """Distinct strategy names, each one of `allowed` (default: the registry's compared ones)."""
+    allowed = registry.compared() if allowed is None else allowed
     names = _items(values)
     bad = [s for s in names if s not in allowed]
     if bad or not names:

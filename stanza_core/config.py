@@ -7,7 +7,7 @@ from typing import Any
 
 from . import checks
 from .errors import ConfigError  # noqa: F401 (the engine's modules import it from here)
-from .topology import STRATEGIES
+from . import registry
 
 DEVICES = ("auto", "cpu", "cuda")
 BACKENDS = ("auto", "gloo", "nccl")
@@ -84,7 +84,7 @@ class TrainConfig:
             raise ConfigError(f"--timeout-s must be <= {MAX_TIMEOUT_S:.0f} (a week), got {self.timeout_s}")
         if self.bucket_mb > MAX_BUCKET_MB:
             raise ConfigError(f"--bucket-mb must be <= {MAX_BUCKET_MB:.0f}, got {self.bucket_mb}")
-        checks.one_of("strategy", self.strategy, STRATEGIES)
+        registry.get(self.strategy)
         checks.one_of("device", self.device, DEVICES)
         checks.one_of("backend", self.backend, BACKENDS)
         if self.backend == "nccl" and self.device == "cpu":
@@ -99,10 +99,6 @@ class TrainConfig:
         if self.warmup >= self.steps:
             raise ConfigError(f"--warmup {self.warmup} leaves no timed step of --steps {self.steps}, so there is no "
                               "throughput to report; expected --warmup < --steps (e.g. --warmup 0)")
-        if self.strategy != "stanza" and self.fc_workers not in (0, 1):
-            raise ConfigError(f"--fc-workers {self.fc_workers} applies to --strategy stanza only, not {self.strategy}")
-        if self.strategy != "ps" and self.ps_shards:
-            raise ConfigError(f"--ps-shards applies to --strategy ps only, not {self.strategy}")
         if self.resume and not self.checkpoint_dir:
             raise ConfigError("--resume needs --checkpoint-dir (where the checkpoints are)")
         if self.checkpoint_every and not self.checkpoint_dir:
@@ -111,11 +107,9 @@ class TrainConfig:
             raise ConfigError("--save-every needs --save (the path the step files are named after)")
         if self.strategy == "stanza" and self.fc_workers < 1:
             raise ConfigError(f"--fc-workers must be >= 1 with stanza, got {self.fc_workers}")
-        if self.strategy != "ps" and (self.ps_servers or self.ps_overlap):
-            flag = "--ps-servers" if self.ps_servers else "--ps-overlap"
-            raise ConfigError(f"{flag} applies to --strategy ps only, not {self.strategy}")
         check_stanza_options(self.strategy, fc_conv_share=self.fc_conv_share, micro_batches=self.micro_batches,
                              boundary_dtype=self.boundary_dtype, grad_compression=self.grad_compression)
+        check_strategy_options(self.strategy, {f.name: getattr(self, f.name) for f in dataclasses.fields(self)})
         self._check_paths()
         for name in ("save", "metrics"):
             path = getattr(self, name)
@@ -186,7 +180,8 @@ def check_layout(cfg: TrainConfig, topo) -> list[str]:
                           ("backend", "there is no process group to choose it for")):
             if given(name):
                 out.append(f"--{name.replace('_', '-')} has no effect on one process: {why}")
-    buckets = cfg.strategy in ("ddp", "stanza") or (cfg.strategy == "ps" and cfg.ps_overlap)
+    bucketed = registry.get(cfg.strategy).bucketed
+    buckets = bool(getattr(cfg, bucketed)) if isinstance(bucketed, str) else bucketed
     if given("bucket_mb") and not (buckets and world_size > 1):
         where = "on one process" if buckets else (
             "with ps without --ps-overlap" if cfg.strategy == "ps" else f"with {cfg.strategy}")
@@ -218,6 +213,9 @@ def _flag(field: str) -> str:
     return "--" + field.replace("_", "-")
 
 
+_DEFAULTS = {f.name: f.default for f in dataclasses.fields(TrainConfig)}
+
+
 def check_stanza_options(strategy: str, *, fc_conv_share: float = 0.0, micro_batches: int = 1,
                          boundary_dtype: str = "fp32", grad_compression: str = "none") -> None:
     """One-line ConfigError unless stanza's options beyond the paper hold valid values and are
@@ -227,13 +225,18 @@ def check_stanza_options(strategy: str, *, fc_conv_share: float = 0.0, micro_bat
     checks.in_interval("--fc-conv-share", fc_conv_share, 0, 1)
     checks.one_of("--boundary-dtype", boundary_dtype, BOUNDARY_DTYPES)
     checks.one_of("--grad-compression", grad_compression, GRAD_COMPRESSIONS)
-    if strategy != "stanza":
-        given = {"fc_conv_share": fc_conv_share, "micro_batches": micro_batches, "boundary_dtype": boundary_dtype,
-                 "grad_compression": grad_compression}
-        for name, default in (("fc_conv_share", 0.0), ("micro_batches", 1), ("boundary_dtype", "fp32"),
-                              ("grad_compression", "none")):
-            if given[name] != default:
-                raise ConfigError(f"--{name.replace('_', '-')} applies to stanza only, not {strategy}")
+    check_strategy_options(strategy, {"fc_conv_share": fc_conv_share, "micro_batches": micro_batches,
+                                      "boundary_dtype": boundary_dtype, "grad_compression": grad_compression})
+
+
+def check_strategy_options(strategy: str, values: dict[str, Any], *, spell=None, defaults=None) -> None:
+    """One-line ConfigError for an option set away from its default (TrainConfig's, or
+    `defaults`) under a strategy it does not belong to (the registry says which; fc_workers 0
+    counts as unset too). `spell`: the CLI's flags by default, `str` for the Python API's names."""
+    given = registry.set_options(values, _DEFAULTS if defaults is None else defaults)
+    if given.get("fc_workers") == 0:
+        del given["fc_workers"]
+    registry.check_options(strategy, given, spell=spell or _flag)
 
 
 def step_save_path(path: str, step: int) -> str:

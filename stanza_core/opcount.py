@@ -132,7 +132,7 @@ def engine_vs_plain(model_name: str, strategy: str, *, image_size: int, batch: i
     from . import train
     from .comm import Comm
     from .config import TrainConfig
-    from .strategies import STRATEGY_CLASSES
+    from . import registry
 
     cfg = TrainConfig(strategy=strategy, model=model_name, image_size=image_size, global_batch=batch,
                       num_classes=num_classes, device="cpu", steps=1000, quiet=True, lr=0.01, momentum=0.9)
@@ -141,7 +141,7 @@ def engine_vs_plain(model_name: str, strategy: str, *, image_size: int, batch: i
     if strategy == "ddp":
         comm.new_groups(dict(prep.topo.groups()), prep.device)
     plain_model = copy.deepcopy(prep.model)  # the same initial parameters, before the engine steps
-    engine = STRATEGY_CLASSES[strategy](prep.model, cfg, prep.topo, comm, prep.device, prep.split)
+    engine = registry.get(strategy).engine_class()(prep.model, cfg, prep.topo, comm, prep.device, prep.split)
     engine_step, b = engine_stepper(engine, prep, comm)
     x, y = b.x, b.y
     if strategy == "ddp":
@@ -248,14 +248,14 @@ def role_counts(argv: list[str], warmup: int = 1) -> dict:
     against the bare pieces of its role; and the step's host reads."""
     from . import train
     from .comm import Comm
-    from .strategies import STRATEGY_CLASSES
+    from . import registry
 
     cfg = train.parse_config(argv)
     prep = train.prepare(cfg)
     comm = Comm.from_env(cfg.timeout_s, prep.device, "gloo")
     try:
         comm.new_groups(dict(prep.topo.groups()), prep.device)
-        engine = STRATEGY_CLASSES[cfg.strategy](prep.model, cfg, prep.topo, comm, prep.device, prep.split)
+        engine = registry.get(cfg.strategy).engine_class()(prep.model, cfg, prep.topo, comm, prep.device, prep.split)
         prep.model.train()
         step, batch = engine_stepper(engine, prep, comm)
         for _ in range(warmup):

@@ -34,9 +34,8 @@ from __future__ import annotations
 
 import dataclasses
 
+from . import registry
 from .errors import ConfigError
-
-STRATEGIES = ("local", "ddp", "ps", "stanza")  # what the engine runs (config.TrainConfig.strategy)
 
 LOCAL, WORKER, CONV_WORKER, FC_WORKER, PS_SERVER = "local", "worker", "conv_worker", "fc_worker", "ps_server"
 
@@ -91,9 +90,9 @@ class Topology:
             return LOCAL
         if self.strategy == "ps" and rank >= self.world_size - self.ps_servers:
             return PS_SERVER
-        if self.strategy in ("ddp", "ps"):
-            return WORKER
-        return CONV_WORKER if rank < self.world_size - self.fc_workers else FC_WORKER
+        if self.strategy == "stanza":
+            return CONV_WORKER if rank < self.world_size - self.fc_workers else FC_WORKER
+        return WORKER  # a data-parallel worker: ddp, ps and any strategy that trains the whole model
 
     def fc_worker_of(self, conv_rank: int) -> int:
         """The FC worker that serves CONV worker `conv_rank` (stanza)."""
@@ -208,8 +207,7 @@ def resolve_layout(strategy: str, world_size: int, fc_workers: int = 1, ps_shard
     (k = 0 unless stanza; S = 0 unless ps, S = N when not given, S = ps_servers with dedicated
     servers). `unit` and `name` only word the message: the engine's flags and ranks
     (make_topology), or the performance model's arguments and nodes (perf.traffic.check_config)."""
-    if strategy not in STRATEGIES:
-        raise ConfigError(f"unknown strategy {strategy!r}; expected one of {', '.join(STRATEGIES)}")
+    registry.get(strategy)
     if world_size < 1:
         raise ConfigError(f"world size must be >= 1, got {world_size}")
     if strategy == "local" and world_size != 1:
@@ -247,8 +245,7 @@ def resolve_layout(strategy: str, world_size: int, fc_workers: int = 1, ps_shard
             raise ConfigError(f"{shards} {ps_shards} exceeds the {world_size} {unit} that serve them; "
                               f"expected 1..{world_size} (one shard per {unit[:-1]} at most)")
         return fc_workers, ps_shards
-    if ps_servers:
-        raise ConfigError(f"{servers} applies to {name('strategy')} ps only, not {strategy}")
+    registry.check_options(strategy, {"ps_servers": ps_servers} if ps_servers else {}, spell=name)
     return fc_workers, 0
 
 

@@ -17,7 +17,7 @@ import sys
 
 import torch
 
-from . import atomic, checkpoint, replay
+from . import atomic, checkpoint, registry, replay
 from .batchnorm import bn_layers, use_global_batch_stats
 from .comm import Comm, PeerError
 from .compiled import compile_pieces
@@ -31,19 +31,17 @@ from .rank_errors import record
 from .split import SplitError, SplitModel, split_model
 from .step_failures import NonFiniteLoss, check_finite, naming_step
 from .steplog import StepLog
-from .strategies import STRATEGY_CLASSES
 from .strategies.base import Batch, positions_of
 from .strategies.stanza import unused_part
 from .topology import Topology, make_topology
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from . import DIST_NAME, __version__, checks, config
-    from .topology import STRATEGIES
+    from . import DIST_NAME, __version__, checks, config, registry
 
     # Enumerated flags: --help lists the choices; a bad value is refused while parsing, in the
     # words TrainConfig's own check uses (its name for the value, then the expected ones).
-    enums = {"strategy": ("strategy", STRATEGIES), "device": ("device", config.DEVICES),
+    enums = {"strategy": ("strategy", registry.names()), "device": ("device", config.DEVICES),
              "backend": ("backend", config.BACKENDS), "compute": ("--compute", config.COMPUTE),
              "replay_wait": ("--replay-wait", config.REPLAY_WAITS), "bn_stats": ("--bn-stats", config.BN_STATS),
              "boundary_dtype": ("--boundary-dtype", config.BOUNDARY_DTYPES),
@@ -229,7 +227,7 @@ def _train(cfg, prep: Prepared, comm) -> dict | None:
         comm.enable_timeline()
     if cfg.compile:  # in place, before any wrapper (DDP) sees the model; traced at the first step
         compile_pieces(model, prep.split, cfg.compile_mode)
-    strategy = STRATEGY_CLASSES[cfg.strategy](model, cfg, topo, comm, device, prep.split)
+    strategy = registry.get(cfg.strategy).engine_class()(model, cfg, topo, comm, device, prep.split)
     start = 0
     if prep.resumed is not None:
         start, state = prep.resumed

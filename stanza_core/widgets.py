@@ -30,14 +30,13 @@ import ipywidgets as W
 import plotly.graph_objects as go
 from IPython.display import display
 
-from . import checks
+from . import checks, registry
 from .perf import Cluster, best_assignment, check_device, device_names, device_profile, named_profile, predict
 from .perf.optimize import COMPRESSIONS, MICRO_BATCHES, PAPER, share_grid
 from .topology import fc_worker_choices
 from .viz import assignment as va
 
 DEFAULT_MODELS = ("alexnet", "vgg16", "vgg19", "resnet50")
-STRATEGIES = ("stanza", "ddp", "ps")
 FIGURES = ("throughput", "breakdown", "bytes", "diagram")
 
 
@@ -59,7 +58,7 @@ def _check(models: Sequence[str], model: str, nodes: int, max_nodes: int, bandwi
     if isinstance(fc_workers, bool) or not isinstance(fc_workers, int) or fc_workers not in (0, *fits):
         raise ValueError(f"fc_workers must be 0 (the optimiser's k) or in 1..{len(fits)} for {nodes} nodes "
                          f"(every FC worker serves a CONV worker), got {fc_workers!r}")
-    checks.one_of("strategy", strategy, STRATEGIES)
+    checks.one_of("strategy", strategy, registry.compared())
     checks.positive_int("image_size", image_size, 32)
 
 
@@ -114,7 +113,7 @@ class Explorer:
             "fc_workers": W.IntSlider(value=max(fc_workers, 1), min=1, max=len(fc_worker_choices(nodes)),
                                       description="k FC workers",
                                       style=style, layout=layout, continuous_update=False),
-            "strategy": W.ToggleButtons(options=list(STRATEGIES), value=strategy, description="diagram of",
+            "strategy": W.ToggleButtons(options=list(registry.compared()), value=strategy, description="diagram of",
                                         style=style),
             "fc_conv_share": W.FloatSlider(value=float(fc_conv_share), min=0.0, max=0.5, step=0.005, readout_format=".3f",
                                            description="FC share of batch", style=style, layout=layout,
@@ -195,9 +194,9 @@ class Explorer:
         dtype, comp = v["compression"].split("|")
         stanza = predict(profile, cluster, "stanza", k, g, fc_conv_share=share, micro_batches=v["micro_batches"],
                          boundary_dtype=dtype, grad_compression=comp)
-        preds = [predict(profile, cluster, s, None, g) for s in ("ps", "ddp")] + [stanza]
-        chosen = {"stanza": stanza, "ps": preds[0], "ddp": preds[1]}[v["strategy"]]
-        return a, preds, chosen
+        preds = {s: predict(profile, cluster, s, None, g) for s in registry.compared() if s != "stanza"}
+        preds["stanza"] = stanza
+        return a, list(preds.values()), preds[v["strategy"]]
 
     def update(self) -> None:
         """Recompute everything and redraw; a refused combination is shown, not raised (a widget

@@ -29,7 +29,7 @@ from typing import Any
 import torch
 from tqdm import tqdm
 
-from .. import checks
+from .. import checks, registry
 from ..config import step_save_path
 from ..data import batch_indices, open_dataset
 from ..labels import config_label
@@ -38,7 +38,6 @@ from ..models import get_model
 from ..topology import make_topology
 from ..local_device import local_device
 
-STRATEGIES = ("local", "ps", "ddp", "stanza")
 # stanza variants: name -> engine options (fc_conv_share "max": the largest share share_grid allows)
 VARIANTS = {
     "stanza_hybrid_m2": {"fc_conv_share": "max", "micro_batches": 2},  # exact
@@ -73,7 +72,7 @@ def exact_bound(spreads: dict[str, float]) -> float:
 
 def plan(*, model: str = "tiny_cnn", nodes: int = 3, fc_workers: int = 1, global_batch: int = 24, steps: int = 60,
          eval_every: int = 0, image_size: int = 32, lr: float = 0.05, momentum: float = 0.5, seed: int = 0,
-         strategies: Sequence[str] = STRATEGIES, device: str = "cpu") -> dict[str, Any]:
+         strategies: Sequence[str] | None = None, device: str = "cpu") -> dict[str, Any]:
     """The run, every parameter checked (one-line ValueError). eval_every 0: only at the end.
     `jobs` holds each strategy's job resolved once (job_of): what _train_one launches."""
     checks.model_fits(model, image_size)
@@ -81,10 +80,12 @@ def plan(*, model: str = "tiny_cnn", nodes: int = 3, fc_workers: int = 1, global
                          ("steps", steps, 1), ("eval_every", eval_every, 0), ("image_size", image_size, 1)):
         checks.positive_int(name, v, low)
     checks.fc_workers(fc_workers, nodes)
+    known = registry.names()  # every registered strategy (local first), then stanza's variants
+    strategies = known if strategies is None else strategies
     names = [s.strip() for s in strategies.split(",")] if isinstance(strategies, str) else list(strategies)
-    bad = [s for s in names if s not in STRATEGIES and s not in VARIANTS]
+    bad = [s for s in names if s not in known and s not in VARIANTS]
     if bad or not names or len(set(names)) != len(names):
-        raise ValueError(f"strategies must be distinct names from {', '.join(STRATEGIES + tuple(VARIANTS))}, "
+        raise ValueError(f"strategies must be distinct names from {', '.join(known + tuple(VARIANTS))}, "
                          f"got {strategies!r}")
     if "local" not in names:
         raise ValueError("strategies must include local: it is the reference the others are compared with")

@@ -14,6 +14,7 @@ import dataclasses
 import statistics
 from typing import Any
 
+from .. import registry
 from ..labels import run_label
 
 
@@ -85,7 +86,7 @@ def summarize(runs: list[dict]) -> list[dict]:
                          "slipped_runs": sum(bool((r.get("link_check") or {}).get("slipped")) for r in same)})
         best_ps = max((v for r, v in zip(rows[-len(med):], med.values()) if r["strategy"] == "ps"), default=None)
         for row in rows[-len(med):]:
-            for base in ("ps", "ddp"):  # ps: colocated shards, no overlap
+            for base in registry.baselines():  # ps: colocated shards, no overlap
                 ref = med.get(base)
                 row[f"speedup_vs_{base}"] = row["target_throughput"] / ref if ref else None
             row["speedup_vs_best_ps"] = row["target_throughput"] / best_ps if best_ps else None  # the fastest ps

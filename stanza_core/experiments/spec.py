@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from ..config import check_stanza_options
+from ..config import check_stanza_options, check_strategy_options
 from ..labels import config_label
 from ..launch import cli_args
 from ..netem.facts import max_link_mbit
@@ -58,11 +58,12 @@ class RunConfig:
             checks.positive_int(name, getattr(self, name))
         checks.positive_int("nodes", self.nodes, 2)
         checks.strategies([self.strategy])
+        check_stanza_options(self.strategy, fc_conv_share=self.fc_conv_share, micro_batches=self.micro_batches)
+        check_strategy_options(self.strategy, {"fc_workers": self.fc_workers, "ps_servers": self.ps_servers,
+                                               "ps_overlap": self.ps_overlap}, spell=str,
+                               defaults={f.name: f.default for f in dataclasses.fields(self)})
         if self.strategy == "stanza":
             checks.fc_workers(self.fc_workers, self.nodes)
-        elif self.fc_workers:
-            raise ValueError(f"fc_workers {self.fc_workers} given for {self.strategy}: only stanza has FC workers")
-        check_stanza_options(self.strategy, fc_conv_share=self.fc_conv_share, micro_batches=self.micro_batches)
         object.__setattr__(self, "fc_conv_share", float(self.fc_conv_share))
         if not self.fc_conv_share:  # a hybrid share moves samples onto the FC workers: make_topology checks it
             checks.batch_divides(self.global_batch, self.strategy, self.nodes, self.fc_workers)
@@ -76,8 +77,6 @@ class RunConfig:
             raise ValueError(f"mtu must be an integer in 576..65535, got {self.mtu!r}")
         if not isinstance(self.delay_ms, (int, float)) or self.delay_ms < 0:
             raise ValueError(f"delay_ms must be >= 0, got {self.delay_ms!r}")
-        if self.strategy != "ps" and (self.ps_servers or self.ps_overlap):
-            raise ValueError(f"ps_servers / ps_overlap given for {self.strategy}: they are options of ps")
         checks.positive_int("ps_servers", self.ps_servers, 0)
         if self.compute not in COMPUTE_MODES:
             raise ValueError(f"compute must be one of {', '.join(COMPUTE_MODES)}, got {self.compute!r}")

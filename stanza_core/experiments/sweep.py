@@ -14,7 +14,7 @@ from typing import Any
 
 from ..labels import config_label, run_key, run_label
 from ..perf import Cluster, best_assignment, check_device, device_profile, named_profile, sweep
-from .. import checks
+from .. import checks, registry
 from . import replayed, validation
 from .replayed import ReplayParams
 from .measurement import Measurement
@@ -131,7 +131,7 @@ def emulated(p: SweepParams, bench: Measurement | None) -> dict[str, Any]:
         for kind in ("measured", "predicted"):
             tp = d[kind]
             st = next((v for k, v in tp.items() if k.startswith("stanza")), None)
-            for base in ("ps", "ddp"):
+            for base in registry.baselines():
                 if st is not None and base in tp:
                     d[f"{kind}_stanza_vs_{base}"] = st / tp[base]
     out["calibration"] = cal

@@ -30,13 +30,13 @@ from typing import Any
 
 from ..labels import config_key, config_label, run_key
 from ..perf import Cluster, best_assignment, check_device, device_profile, named_profile
-from .. import checks
+from .. import checks, registry
 from .replayed import PAPER_CLASSES, PAPER_IMAGE, caption as replay_caption
 from .measurement import Measurement
 from .run import measure_or_skip, modelled_only
 from .spec import MeasureSpec
 
-ROLES = ("stanza", "stanza_k1", "ps", "ps_dedicated", "ddp")
+ROLES = ("stanza", "stanza_k1", *registry.baselines(), "ps_dedicated")  # the configurations compared
 
 
 @dataclasses.dataclass(kw_only=True)

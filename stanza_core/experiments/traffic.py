@@ -22,7 +22,7 @@ from typing import Any
 
 from tqdm import tqdm
 
-from .. import checks
+from .. import checks, registry
 from ..anatomy import Profile, profile_model
 from ..labels import config_key, config_label
 from ..launch import run_job
@@ -32,7 +32,6 @@ from ..perf import ModelCounts, expected_bytes, totals
 from ..perf.profiles import shape_model
 from ..topology import fc_worker_choices, global_batch_for
 
-BASELINES = ("ps", "ddp")
 DEFAULT_IMAGE = 32  # smallest input of the zoo's VGGs (five max-pools); AlexNet needs 63
 PAPER_MODEL = "vgg16"  # the paper's "up to 10x less data than PS" model
 PAPER_RATIO = 10.0
@@ -65,7 +64,7 @@ def plan(models, nodes, fc_workers, *, per_worker: int = 32, steps: int = 3, ima
     out = []
     for m in names:
         for n in ns:
-            for strategy, k in [(s, None) for s in BASELINES] + [("stanza", k) for k in ks]:
+            for strategy, k in [(s, None) for s in registry.baselines()] + [("stanza", k) for k in ks]:
                 out.append({"key": f"{m}.n{n}.{config_key(strategy, k)}", "model": m, "nodes": n,
                             "strategy": strategy, "fc_workers": k, "label": config_label(strategy, k),
                             "global_batch": global_batch_for(strategy, n, k, per_worker), "per_worker": per_worker,

@@ -30,30 +30,18 @@ stanza  CONV workers forward b samples, send activations and labels (2 messages)
 from __future__ import annotations
 
 import dataclasses
-import itertools
-import math
 from typing import Any
 
-from .. import checks
-from ..anatomy import DTYPE_BYTES, LABEL_BYTES, Profile
+from .. import checks, registry
+from ..anatomy import DTYPE_BYTES, Profile
 from .cluster import Cluster
 from .devices import DeviceProfile
-from .pipeline import stanza_schedule
 from .resolve import device_profile
-from .traffic import (ModelCounts, StanzaOptions, check_config, data_workers, ps_shard_sizes, rank_bytes,
-                      split_batch, stanza_options, summary_bytes)
+from .traffic import (ModelCounts, StanzaOptions, check_config, data_workers, rank_bytes, stanza_options,
+                      summary_bytes)
 
 DEFAULT_BUCKET_MB = 25.0  # the engine's --bucket-mb (and torch DDP's default cap), MiB
 DEFAULT_BATCH_PER_WORKER = 32
-
-OVERLAP = {
-    "ddp": "bucketed gradient allreduce overlaps the backward pass",
-    "ps": "none: compute, push, shard update, pull run one after another",
-    "ps_overlap": "gradient buckets pushed as the backward produces them; pieces updated and pulled as they arrive",
-    "stanza": "activation exchange pipelined with FC compute; CONV backward+allreduce overlaps FC allreduce",
-    "local": "no communication",
-}
-
 
 @dataclasses.dataclass
 class Prediction:
@@ -115,7 +103,7 @@ def layer_shares(profile: Profile, part: str) -> list[tuple[str | None, int, flo
     return [(r.name, r.params, (r.flops / flops) if flops else 1.0 / len(rows)) for r in rows]
 
 
-def _layer_units(profile: Profile, part: str) -> list[tuple[int, float]]:
+def layer_units(profile: Profile, part: str) -> list[tuple[int, float]]:
     """(params, share of the part's backward time) per parameterised layer (see layer_shares)."""
     return [(params, share) for _, params, share in layer_shares(profile, part)]
 
@@ -152,12 +140,12 @@ def bucketed_backward(units: list[tuple[int, float]], cluster: Cluster, n: int, 
     return t, link_free, busy, len(buckets)
 
 
-def _backward_units(profile: Profile, dev: DeviceProfile, parts: tuple[str, ...], b: int):
+def backward_units(profile: Profile, dev: DeviceProfile, parts: tuple[str, ...], b: int):
     """(params, seconds) per layer in backward order (last layer first) over `parts` (forward order)."""
     units = []
     for part in parts:
         total = dev.time_s(part, "bwd", b)
-        units += [(p, share * total) for p, share in _layer_units(profile, part)]
+        units += [(p, share * total) for p, share in layer_units(profile, part)]
     return units[::-1]
 
 
@@ -170,163 +158,21 @@ def _resolve_batch(n: int, global_batch: int | None, batch_per_worker: int | Non
     return checks.positive_int("global_batch", global_batch, n, what="the data workers")
 
 
-def _ddp(profile, dev, cluster, b, cap):
-    N, L = cluster.nodes, cluster.latency_s
-    fwd = dev.step_overhead_s + dev.time_s("conv", "fwd", b) + dev.time_s("fc", "fwd", b)
-    # The engine passes bucket_cap_mb explicitly, so DDP's first bucket has the same cap (torch
-    # only shrinks it to 1 MiB when the argument is left at None).
-    bwd, comm_end, busy, nb = bucketed_backward(_backward_units(profile, dev, ("conv", "fc"), b), cluster, N,
-                                                cap, close_at_cap=True)
-    update = profile.params * dev.update_s_per_param
-    total = fwd + max(bwd, comm_end) + update
-    terms = {"grads_allreduce_s": busy, "latency_s": nb * 2 * (N - 1) * L,
-             "allreduce_buckets": nb, "update_s": update}
-    return total, fwd + bwd + update, terms
+@dataclasses.dataclass(frozen=True)
+class StepCase:
+    """One configuration as a strategy's step-time model sees it (its model module's
+    `step_time` and `overlap`)."""
 
-
-def _ps_buckets(profile, dev, b, cap, overlap, bwd_total):
-    """(ready time from the backward's start, flat range [lo, hi) in values) of each push
-    bucket, in backward order; without overlap one bucket, the whole vector, after the backward."""
-    P = profile.params
-    if not overlap:
-        return [(bwd_total, 0, P)]
-    units = _backward_units(profile, dev, ("conv", "fc"), b)
-    out, t, hi, size = [], 0.0, P, 0
-    for params, dt in units:  # engine rule (GradBuckets): a new bucket before one would exceed cap
-        if size and (size + params) * DTYPE_BYTES > cap:
-            out.append((t, hi - size, hi))
-            hi, size = hi - size, 0
-        t += dt
-        size += params
-    if size:
-        out.append((t, hi - size, hi))
-    return out
-
-
-def _ps_pieces(lo, hi, starts, sizes):
-    """Values of each shard inside [lo, hi): [(shard, values)] for the shards it touches."""
-    import bisect
-
-    first = bisect.bisect_right(starts, lo) - 1
-    out = []
-    for s in range(first, len(starts)):
-        if starts[s] >= hi:
-            break
-        n = min(hi, starts[s] + sizes[s]) - max(lo, starts[s])
-        if n > 0:
-            out.append((s, n))
-    return out
-
-
-def _ps(profile, dev, cluster, b, shards, servers, overlap, cap):
-    """Push, update and pull of each bucket's pieces, link by link (module docstring).
-
-    Links (each direction its own, one message at a time): every shard owner's egress and
-    ingress, and those of a data worker that holds no shard (all workers alike). A bucket's
-    push occupies each worker's egress (the bucket less the worker's own piece, one message
-    per other owner) and each owner's ingress (its piece from every other data worker); it
-    starts on a link at max(bucket ready, link free) and is in when every link is done. An
-    owner updates its piece once the push is in (a colocated owner: not before its own
-    backward ends), then the pull mirrors the push (the workers post it with the push, so it
-    may flow during the backward). Colocated owners are workers too: their links carry pushes
-    and pulls alike.
-    Pushes and pulls are laid on the links in the order they become ready."""
-    N = cluster.nodes
-    nw = N - servers
-    fwd = dev.step_overhead_s + dev.time_s("conv", "fwd", b) + dev.time_s("fc", "fwd", b)
-    bwd = dev.time_s("conv", "bwd", b) + dev.time_s("fc", "bwd", b)
-    sizes = ps_shard_sizes(profile.params, shards)
-    starts = [0, *itertools.accumulate(sizes)][:-1]
-    buckets = [(r, hi - lo, dict(_ps_pieces(lo, hi, starts, sizes)))
-               for r, lo, hi in _ps_buckets(profile, dev, b, cap, overlap, bwd)]
-    plain = servers or N > shards  # a data worker that holds no shard exists
-    others = nw if servers else N - 1  # pushes an owner takes in per piece
-
-    def run(xfer, free=False):
-        out, inn, upd_free = [0.0] * shards, [0.0] * shards, [0.0] * shards
-        w_out = w_in = 0.0
-        busy = {}  # (direction, link) -> seconds of push or pull traffic it carries
-
-        def lay(t0, owners_load, worker_load, direction):
-            """Lay one push or pull from t0; return when its last link is done."""
-            nonlocal w_out, w_in
-            if free:
-                return t0
-            end = t0
-            own_links, worker_link = (inn, out) if direction == "push" else (out, inn)
-            for s, (own_t, work_t) in owners_load.items():
-                if own_t:
-                    own_links[s] = max(t0, own_links[s]) + own_t
-                    end = max(end, own_links[s])
-                    busy[direction, "owner", s, direction == "push"] = busy.get((direction, "owner", s, direction == "push"), 0.0) + own_t
-                if work_t:  # a colocated owner is a worker too: its other link
-                    worker_link[s] = max(t0, worker_link[s]) + work_t
-                    end = max(end, worker_link[s])
-                    busy[direction, "owner", s, direction != "push"] = busy.get((direction, "owner", s, direction != "push"), 0.0) + work_t
-            if plain and worker_load:
-                if direction == "push":
-                    w_out = max(t0, w_out) + worker_load
-                    end = max(end, w_out)
-                else:
-                    w_in = max(t0, w_in) + worker_load
-                    end = max(end, w_in)
-                busy[direction, "worker"] = busy.get((direction, "worker"), 0.0) + worker_load
-            return end
-
-        def loads(pieces, nbytes):
-            m = len(pieces)
-            worker_t = xfer(nbytes, m)
-            owners = {s: (xfer(others * DTYPE_BYTES * n, others), 0.0) for s, n in pieces.items()}
-            if not servers:  # every owner also sends (receives) the bucket less its own piece
-                for s in range(shards):
-                    own = pieces.get(s, 0)
-                    owners[s] = (owners.get(s, (0.0, 0.0))[0],
-                                 xfer(nbytes - DTYPE_BYTES * own, m - (1 if own else 0)))
-            return owners, worker_t
-
-        pull_ready, pulls, end, i, k = [], [], 0.0, 0, 0
-        nb = len(buckets)
-        while k < nb:
-            if i < nb and (k >= i or buckets[i][0] <= pull_ready[k]):
-                ready, nvals, pieces = buckets[i]
-                owners, worker_t = loads(pieces, DTYPE_BYTES * nvals)
-                pulls.append((owners, worker_t))
-                t_in = lay(ready, owners, worker_t, "push")
-                done = t_in
-                for s, n in pieces.items():
-                    upd_free[s] = max(t_in, upd_free[s], 0.0 if servers else bwd) + n * dev.update_s_per_param
-                    done = max(done, upd_free[s])
-                pull_ready.append(done)  # the workers posted its pull with its push (engine: ps._push)
-                i += 1
-            else:
-                owners, worker_t = pulls[k]
-                end = max(end, lay(pull_ready[k], owners, worker_t, "pull"))
-                k += 1
-        phases = {d: max([v for key, v in busy.items() if key[0] == d], default=0.0) for d in ("push", "pull")}
-        return end, phases
-
-    xfer = cluster.transfer_s if N > 1 else (lambda nbytes, msgs: 0.0)
-    end, phases = run(xfer)
-    free, _ = run(lambda nbytes, msgs: 0.0, free=True)  # the same step with free communication
-    # per-message latency on the busiest link of each push and pull
-    msgs = [max(len(p), others if N > 1 else 0) if N > 1 else 0 for _, _, p in buckets]
-    lat = 2 * sum(msgs) * cluster.latency_s
-    upd = max(sizes)  # values the busiest server updates per step
-    return fwd + max(bwd, end), fwd + max(bwd, free), {
-        "ps_push_s": phases["push"], "ps_pull_s": phases["pull"], "latency_s": lat,
-        "update_s": upd * dev.update_s_per_param, "ps_buckets": len(buckets)}
-
-
-def _stanza(profile, dev, cluster, b, k, cap, opt=None):
-    """The paper's stanza and its extensions (hybrid FC workers, micro-batches, compression):
-    an event schedule (pipeline.py); the free-communication step runs the same schedule."""
-    opt = opt or StanzaOptions()
-    counts = ModelCounts.of(profile)
-    conv_units = _backward_units(profile, dev, ("conv",), b)
-    fc_units = [(p, 0.0) for p, _ in reversed(_layer_units(profile, "fc"))]
-    total, terms = stanza_schedule(profile, counts, dev, cluster, b, k, cap, opt, conv_units, fc_units)
-    crit, _ = stanza_schedule(profile, counts, dev, cluster, b, k, cap, opt, conv_units, fc_units, free=True)
-    return total, crit, terms
+    profile: Profile
+    dev: DeviceProfile
+    cluster: Cluster
+    b: int  # the largest per-data-worker batch
+    cap: int  # gradient bucket cap, bytes
+    fc_workers: int | None
+    ps_shards: int | None
+    ps_servers: int
+    ps_overlap: bool
+    options: StanzaOptions
 
 
 def predict(profile: Profile, cluster: Cluster, strategy: str, fc_workers: int | None = None,
@@ -348,8 +194,7 @@ def predict(profile: Profile, cluster: Cluster, strategy: str, fc_workers: int |
     if not isinstance(cluster, Cluster):
         raise ValueError(f"cluster must be a Cluster, got {type(cluster).__name__}")
     fc_workers, ps_shards = check_config(strategy, cluster.nodes, fc_workers, ps_shards, ps_servers)
-    if ps_overlap and strategy != "ps":
-        raise ValueError(f"ps_overlap applies to ps only, not {strategy}")
+    registry.check_options(strategy, {"ps_overlap": True} if ps_overlap else {})
     n = data_workers(strategy, cluster.nodes, fc_workers, ps_servers)
     G = _resolve_batch(n, global_batch, batch_per_worker)
     checks.number("bucket_mb", bucket_mb, above=0)
@@ -358,12 +203,9 @@ def predict(profile: Profile, cluster: Cluster, strategy: str, fc_workers: int |
                                   boundary_dtype, grad_compression, ps_servers)
     b = batches[0]
     dev = device_profile(cluster.device, profile).profile  # a table row, or the DeviceProfile given
-    if strategy in ("ddp", "local"):
-        total, crit, terms = _ddp(profile, dev, cluster, b, cap)
-    elif strategy == "ps":
-        total, crit, terms = _ps(profile, dev, cluster, b, ps_shards, ps_servers, bool(ps_overlap), cap)
-    else:
-        total, crit, terms = _stanza(profile, dev, cluster, b, fc_workers, cap, opt)
+    model = registry.get(strategy).model_module()
+    case = StepCase(profile, dev, cluster, b, cap, fc_workers, ps_shards, ps_servers, bool(ps_overlap), opt)
+    total, crit, terms = model.step_time(case)
     if not total > 0:
         raise ValueError(f"predicted step time is {total} s: the device profile {dev.name!r} has no compute time")
     breakdown = {"conv_compute_s": dev.time_s("conv", "fwd", b) + dev.time_s("conv", "bwd", b),
@@ -381,7 +223,7 @@ def predict(profile: Profile, cluster: Cluster, strategy: str, fc_workers: int |
                       global_batch=G, batch_per_worker=b, bandwidth_gbps=cluster.bandwidth_gbps,
                       latency_s=cluster.latency_s, device=dev.name, iteration_s=total, throughput=G / total,
                       breakdown=breakdown, exposed_comm_s=max(total - crit, 0.0),
-                      overlap=OVERLAP["ps_overlap" if ps_overlap else strategy],
+                      overlap=model.overlap(case),
                       **summary, bytes_per_node=per_role, ranks=ranks,
                       ps_servers=ps_servers if strategy == "ps" else 0, ps_overlap=bool(ps_overlap),
                       fc_conv_share=fc_conv_share if

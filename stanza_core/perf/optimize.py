@@ -15,14 +15,12 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from .. import registry
 from ..anatomy import Profile
 from ..topology import fc_worker_choices
 from .cluster import Cluster
-from .model import DEFAULT_BATCH_PER_WORKER, DEFAULT_BUCKET_MB, Prediction, predict
+from .model import DEFAULT_BUCKET_MB, Prediction, predict
 from .traffic import data_workers
-
-_SIMPLICITY = {"ddp": 0, "ps": 1, "stanza": 2}
-
 
 @dataclasses.dataclass
 class Assignment:
@@ -68,8 +66,8 @@ def _key(p: Prediction):
     # 12 significant digits: candidates equal up to float summation order count as a tie;
     # then the simpler one wins: fewer FC workers, no share, fewer chunks, no compression;
     # for ps: colocated, then fewer servers, no overlap before overlap
-    comp = COMPRESSIONS.index((p.boundary_dtype, p.grad_compression)) if p.strategy == "stanza" else 0
-    return (-float(f"{p.throughput:.12g}"), _SIMPLICITY[p.strategy], p.ps_servers, p.ps_overlap, p.fc_workers or 0,
+    comp = COMPRESSIONS.index((p.boundary_dtype, p.grad_compression))  # (fp32, none) outside stanza
+    return (-float(f"{p.throughput:.12g}"), registry.get(p.strategy).simplicity, p.ps_servers, p.ps_overlap, p.fc_workers or 0,
             p.fc_batch, p.micro_batches, comp)
 
 
@@ -96,6 +94,26 @@ def share_grid(global_batch: int, nodes: int, fc_workers: int, limit: int = MAX_
     return [bh / global_batch for bh in valid]
 
 
+@dataclasses.dataclass(frozen=True)
+class Space:
+    """What the optimiser searches: each strategy's model module turns it into its candidates
+    (`candidates(space)`: the configurations of that strategy worth ranking)."""
+
+    profile: Profile
+    cluster: Cluster
+    batch: dict[str, Any]  # predict's batch arguments: global_batch, batch_per_worker, bucket_mb
+    global_batch: int | None
+    batch_per_worker: int | None
+    bucket_mb: float
+    ps_shards: int | None  # colocated ps: shards (None: N)
+    ps_servers: tuple[int, ...]  # dedicated ps: server counts tried
+    ps_overlaps: tuple[bool, ...]  # ps: with and/or without the overlapped push
+    fc_workers: tuple[int, ...]  # stanza: the k tried
+    shares: Any  # stanza: "auto" or the shares tried
+    micro_batches: tuple[int, ...]
+    compressions: tuple[tuple[str, str], ...]
+
+
 def best_assignment(profile: Profile, cluster: Cluster, global_batch: int | None = None, *,
                     batch_per_worker: int | None = None, ps_shards: int | None = None,
                     fc_workers: range | list[int] | None = None, bucket_mb: float = DEFAULT_BUCKET_MB,
@@ -114,47 +132,21 @@ def best_assignment(profile: Profile, cluster: Cluster, global_batch: int | None
     Stanza keeps the global batch of the paper's stanza at each k (b x (N - k) with
     batch_per_worker): a share moves samples onto the FC workers, it does not add any."""
     batch = {"global_batch": global_batch, "batch_per_worker": batch_per_worker, "bucket_mb": bucket_mb}
-    ddp = predict(profile, cluster, "ddp", **batch, with_ranks=False)
-    ps = predict(profile, cluster, "ps", **batch, ps_shards=ps_shards, with_ranks=False)
-    overlaps = (False, True) if ps_overlap is None else (bool(ps_overlap),)
-    servers = default_ps_servers(cluster.nodes) if ps_servers is None else list(ps_servers)
-    ps_cands = [ps] if False in overlaps else []
-    if True in overlaps:
-        ps_cands.append(predict(profile, cluster, "ps", **batch, ps_shards=ps_shards, ps_overlap=True,
-                                with_ranks=False))
-    for s in servers:
-        if global_batch is not None and global_batch < data_workers("ps", cluster.nodes, None, s):
-            continue
-        ps_cands += [predict(profile, cluster, "ps", **batch, ps_servers=s, ps_overlap=o, with_ranks=False)
-                     for o in overlaps]
-    ks = fc_worker_choices(cluster.nodes) if fc_workers is None else fc_workers
-    cands = [ddp, *ps_cands]
-    can_psgd = bool(getattr(profile, "conv_shapes", None))
-    for k in ks:
-        if global_batch is not None and global_batch < data_workers("stanza", cluster.nodes, k):
-            continue  # fewer samples than CONV workers: not a valid configuration
-        G = global_batch if global_batch is not None else \
-            (batch_per_worker or DEFAULT_BATCH_PER_WORKER) * data_workers("stanza", cluster.nodes, k)
-        for share in (share_grid(G, cluster.nodes, k) if shares == "auto" else shares):
-            for M in micro_batches:
-                for dtype, comp in compressions:
-                    if comp == "powersgd" and not can_psgd:
-                        continue
-                    try:
-                        cands.append(predict(profile, cluster, "stanza", k, global_batch=G, bucket_mb=bucket_mb,
-                                             with_ranks=False, fc_conv_share=share, micro_batches=M,
-                                             boundary_dtype=dtype, grad_compression=comp))
-                    except ValueError:
-                        continue  # a share or M this batch cannot take: not a valid configuration
+    space = Space(profile, cluster, batch, global_batch, batch_per_worker, bucket_mb, ps_shards,
+                  tuple(default_ps_servers(cluster.nodes) if ps_servers is None else ps_servers),
+                  (False, True) if ps_overlap is None else (bool(ps_overlap),),
+                  tuple(fc_worker_choices(cluster.nodes) if fc_workers is None else fc_workers),
+                  shares, tuple(micro_batches), tuple(compressions))
+    cands = [p for name in registry.compared() for p in registry.get(name).model_module().candidates(space)]
     ranking = sorted(cands, key=_key)
     top = ranking[0]
-    if top.strategy == "stanza":
-        best = predict(profile, cluster, "stanza", top.fc_workers, global_batch=top.global_batch, bucket_mb=bucket_mb,
-                       fc_conv_share=top.fc_conv_share, micro_batches=top.micro_batches,
-                       boundary_dtype=top.boundary_dtype, grad_compression=top.grad_compression)
-    else:
-        best = predict(profile, cluster, top.strategy, None, **batch,
-                       ps_shards=top.ps_shards if top.strategy == "ps" and not top.ps_servers else None,
-                       ps_servers=top.ps_servers, ps_overlap=top.ps_overlap)
-    best_ps = min(ps_cands, key=_key)
+    best = predict(profile, cluster, top.strategy, top.fc_workers, global_batch=top.global_batch, bucket_mb=bucket_mb,
+                   ps_shards=top.ps_shards if not top.ps_servers else None, ps_servers=top.ps_servers,
+                   ps_overlap=top.ps_overlap, fc_conv_share=top.fc_conv_share, micro_batches=top.micro_batches,
+                   boundary_dtype=top.boundary_dtype, grad_compression=top.grad_compression)
+    ddp = next(p for p in cands if p.strategy == "ddp")
+    ps_cands = [p for p in cands if p.strategy == "ps"]
+    ps = next((p for p in ps_cands if not p.ps_servers and not p.ps_overlap), None) or \
+        predict(profile, cluster, "ps", **batch, ps_shards=ps_shards, with_ranks=False)
+    best_ps = min(ps_cands, key=_key) if ps_cands else None
     return Assignment(best=best, ranking=ranking, ddp=ddp, ps=ps, best_ps=best_ps)

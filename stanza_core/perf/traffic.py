@@ -14,11 +14,9 @@ import dataclasses
 from collections.abc import Mapping
 from fractions import Fraction
 
-from .. import checks
+from .. import checks, registry
 from ..anatomy import DTYPE_BYTES, LABEL_BYTES, Profile
 from ..topology import Topology, resolve_layout
-
-STRATEGIES = ("local", "ddp", "ps", "stanza")
 
 
 _COUNTS_CACHE: dict[int, tuple] = {}
@@ -165,133 +163,73 @@ def check_config(strategy: str, nodes: int, fc_workers: int | None, ps_shards: i
                  ps_servers: int = 0) -> tuple[int | None, int | None]:
     """Validate a configuration; return (k, S) resolved (S defaults to N: a shard on every
     rank; with dedicated servers S = ps_servers, one shard per server). The layout rules are the
-    engine's (topology.resolve_layout); this adds the argument types and the arguments that only
-    one strategy takes."""
-    checks.one_of("strategy", strategy, STRATEGIES)
+    engine's (topology.resolve_layout), which options belong to which strategy the registry's;
+    this adds the argument types."""
+    registry.get(strategy)
     checks.positive_int("nodes", nodes)
     checks.positive_int("ps_servers", ps_servers, 0)
-    if strategy == "stanza":
-        if nodes >= 2 and (isinstance(fc_workers, bool) or not isinstance(fc_workers, int)):
-            raise ValueError(f"fc_workers must be an integer in 1..{nodes // 2} for {nodes} nodes, got {fc_workers!r}")
-    elif fc_workers is not None:
-        raise ValueError(f"fc_workers applies to stanza only, not {strategy}")
-    if strategy == "ps":
-        if ps_shards is not None and (isinstance(ps_shards, bool) or not isinstance(ps_shards, int) or ps_shards < 1):
-            raise ValueError(f"ps_shards must be an integer in 1..{nodes} (one shard per rank at most), "
-                             f"got {ps_shards!r}")
-    elif ps_shards is not None:
-        raise ValueError(f"ps_shards applies to ps only, not {strategy}")
+    registry.check_options(strategy, {k: v for k, v in (("fc_workers", fc_workers), ("ps_shards", ps_shards))
+                                      if v is not None})
+    if strategy == "stanza" and nodes >= 2 and (isinstance(fc_workers, bool) or not isinstance(fc_workers, int)):
+        raise ValueError(f"fc_workers must be an integer in 1..{nodes // 2} for {nodes} nodes, got {fc_workers!r}")
+    if ps_shards is not None and (isinstance(ps_shards, bool) or not isinstance(ps_shards, int) or ps_shards < 1):
+        raise ValueError(f"ps_shards must be an integer in 1..{nodes} (one shard per rank at most), "
+                         f"got {ps_shards!r}")
     k, s = resolve_layout(strategy, nodes, fc_workers or 0, ps_shards or 0, ps_servers, unit="nodes", name=str)
     return (k if strategy == "stanza" else None), (s if strategy == "ps" else None)
 
 
-def _clean(d: dict[str, Fraction | int]) -> dict[str, int]:
+@dataclasses.dataclass(frozen=True)
+class TrafficCase:
+    """One configuration as a strategy's traffic formulas see it (its model module's
+    `rank_rows` and `summary`)."""
+
+    counts: ModelCounts
+    topo: Topology  # the engine's layout: world size N, k, dedicated servers, who computes
+    batches: list[int]  # each data worker's samples
+    ps_shards: int | None
+    options: StanzaOptions
+    step: int | None = None  # PowerSGD's vanilla steps (None: the steady state)
+
+    @property
+    def nodes(self) -> int:
+        return self.topo.world_size
+
+    def bn_share(self, channels: int) -> Fraction:
+        """A data worker's batch-norm statistics bytes for `channels` (among the data workers)."""
+        return bn_stats_share(channels, self.topo.data_workers)
+
+
+def clean(d: dict[str, Fraction | int]) -> dict[str, int]:
+    """A rank's category -> bytes, in whole bytes, the categories with none left out."""
     return {c: report(v) for c, v in d.items() if v}
+
+
+def _case(counts, strategy, nodes, fc_workers, batches, ps_shards, options, step, ps_servers) -> TrafficCase:
+    return TrafficCase(counts, layout(strategy, nodes, fc_workers, ps_servers), list(batches), ps_shards,
+                       options or StanzaOptions(), step)
 
 
 def rank_bytes(counts: ModelCounts, strategy: str, nodes: int, fc_workers: int | None,
                batches: list[int], ps_shards: int | None, ranks=None, options: StanzaOptions | None = None,
                step: int | None = None, ps_servers: int = 0) -> list[dict]:
     """Per-rank figures for given per-data-worker batches (the engine splits evenly: see
-    expected_bytes); `ranks` limits the rows computed (default: all N). Stanza `options`: a
-    hybrid FC worker joins the CONV allreduce (its own activations never cross a link), the
-    boundary travels in its wire dtype, the CONV allreduce in its compressed size at `step`."""
-    opt = options or StanzaOptions()
-    N, P, A = nodes, counts.params, counts.boundary_values
-    k = fc_workers
-    topo = layout(strategy, N, k, ps_servers)
-    nc = topo.data_workers  # the ranks that run the CONV body on data
-    if strategy == "ps":
-        sizes = [DTYPE_BYTES * s for s in ps_shard_sizes(P, ps_shards)]
-    conv_members = nc + (k if strategy == "stanza" and opt.fc_batch else 0)
-    conv_ar = ring_share(conv_grad_bytes(counts, opt.grad_compression, step), conv_members) if strategy == "stanza" \
-        else 0
-    fc_ar = ring_share(DTYPE_BYTES * counts.fc_params, k or 1)
-    w = WIRE_BYTES[opt.boundary_dtype]
-    # batch-norm statistics over the global batch: among the data workers (stanza: CONV side only)
-    bn = bn_stats_share(counts.bn_conv_channels + (0 if strategy == "stanza" else counts.bn_fc_channels), nc)
-
-    def row(r: int) -> dict:
-        if strategy == "local":
-            return {"rank": r, "role": "local", "sent": {}, "recv": {}}
-        if strategy == "ddp":
-            g = ring_share(DTYPE_BYTES * P, N)
-            return {"rank": r, "role": "worker", "sent": _clean({"grads": g, "bn_stats": bn}),
-                    "recv": _clean({"grads": g, "bn_stats": bn})}
-        if strategy == "ps" and ps_servers:
-            nw = nc  # data workers; server s is rank nw + s
-            if r < nw:  # pushes every shard's slice, pulls every shard back
-                bn_w = bn_stats_share(counts.bn_conv_channels + counts.bn_fc_channels, nw)  # among the workers
-                return {"rank": r, "role": "worker", "sent": _clean({"grads": DTYPE_BYTES * P, "bn_stats": bn_w}),
-                        "recv": _clean({"params": DTYPE_BYTES * P, "bn_stats": bn_w})}
-            served = nw * sizes[r - nw]
-            return {"rank": r, "role": "ps_server", "sent": _clean({"params": served}),
-                    "recv": _clean({"grads": served})}
-        if strategy == "ps":
-            own = sizes[r] if r < ps_shards else 0
-            others = DTYPE_BYTES * P - own  # pushed to / pulled from the other ranks' shards
-            served = (N - 1) * own  # what this rank's shard takes in (grads) and gives out (params)
-            return {"rank": r, "role": "worker", "sent": _clean({"grads": others, "params": served, "bn_stats": bn}),
-                    "recv": _clean({"grads": served, "params": others, "bn_stats": bn})}
-        if r < nc:
-            b = batches[r]
-            return {"rank": r, "role": "conv_worker",
-                    "sent": _clean({"activations": w * b * A, "labels": LABEL_BYTES * b,
-                                    "conv_grads": conv_ar, "bn_stats": bn}),
-                    "recv": _clean({"activation_grads": w * b * A, "conv_grads": conv_ar, "bn_stats": bn})}
-        served = sum(batches[i] for i in topo.served_by(r))  # its CONV workers' samples
-        hybrid = conv_ar if opt.fc_batch else 0
-        return {"rank": r, "role": "fc_worker",
-                "sent": _clean({"activation_grads": w * served * A, "conv_grads": hybrid, "fc_grads": fc_ar}),
-                "recv": _clean({"activations": w * served * A, "labels": LABEL_BYTES * served,
-                                "conv_grads": hybrid, "fc_grads": fc_ar})}
-
-    return [row(r) for r in (range(N) if ranks is None else ranks)]
+    expected_bytes); `ranks` limits the rows computed (default: all N). Each strategy's formulas
+    are its model module's `rank_rows` (the registry names the module)."""
+    case = _case(counts, strategy, nodes, fc_workers, batches, ps_shards, options, step, ps_servers)
+    return registry.get(strategy).model_module().rank_rows(case, range(nodes) if ranks is None else ranks)
 
 
 def summary_bytes(counts: ModelCounts, strategy: str, nodes: int, fc_workers: int | None,
                   batches: list[int], ps_shards: int | None, options: StanzaOptions | None = None,
                   ps_servers: int = 0) -> dict[str, int]:
     """`totals(rank_bytes(...))` in O(1) rows: the cluster's bytes per step and the busiest
-    node's sent/received bytes (what sweeps over 1,000 nodes need, without 1,000 rows)."""
-    N, P, A = nodes, counts.params, counts.boundary_values
-    if strategy == "local" or N == 1:
+    node's sent/received bytes (what sweeps over 1,000 nodes need, without 1,000 rows): the
+    strategy's model module's `summary`."""
+    if nodes == 1:
         return {"bytes_per_step": 0, "max_node_sent": 0, "max_node_recv": 0}
-    bn_all = counts.bn_conv_channels + counts.bn_fc_channels
-    if strategy == "ddp":
-        g = report(ring_share(DTYPE_BYTES * P, N)) + report(bn_stats_share(bn_all, N))
-        return {"bytes_per_step": N * g, "max_node_sent": g, "max_node_recv": g}
-    if strategy == "ps" and ps_servers:
-        # a worker moves 4P each way plus the batch-norm statistics among the workers (servers
-        # run no forward pass); server 0 holds the largest shard and serves every worker
-        nw = N - ps_servers
-        bn_w = report(bn_stats_share(bn_all, nw))
-        server = nw * DTYPE_BYTES * ps_shard_sizes(P, ps_servers)[0]
-        busiest = max(DTYPE_BYTES * P + bn_w, server)
-        return {"bytes_per_step": 2 * nw * DTYPE_BYTES * P + nw * bn_w, "max_node_sent": busiest,
-                "max_node_recv": busiest}
-    if strategy == "ps":
-        # rank r < S moves 4P - own + (N-1) own each way; rank 0 holds the largest shard
-        bn = report(bn_stats_share(bn_all, N))
-        busiest = DTYPE_BYTES * P + (N - 2) * DTYPE_BYTES * ps_shard_sizes(P, ps_shards)[0] + bn
-        return {"bytes_per_step": 2 * (N - 1) * DTYPE_BYTES * P + N * bn, "max_node_sent": busiest,
-                "max_node_recv": busiest}
-    opt = options or StanzaOptions()
-    k = fc_workers
-    topo = layout("stanza", N, k)
-    nc = topo.data_workers
-    G = sum(batches)  # samples crossing the boundary (a hybrid FC worker's own never do)
-    members = nc + (k if opt.fc_batch else 0)
-    conv_ar = report(ring_share(conv_grad_bytes(counts, opt.grad_compression), members))
-    fc_ar = report(ring_share(DTYPE_BYTES * counts.fc_params, k))
-    fc_conv = conv_ar if opt.fc_batch else 0
-    bn = report(bn_stats_share(counts.bn_conv_channels, nc))  # CONV workers' batch-norm statistics
-    # rank 0 and the first FC worker carry the most (the first b % nc workers take one more sample)
-    b0, s0 = batches[0], sum(batches[i] for i in topo.served_by(topo.fc_ranks[0]))
-    act = WIRE_BYTES[opt.boundary_dtype] * A
-    return {"bytes_per_step": 2 * act * G + LABEL_BYTES * G + members * conv_ar + k * fc_ar + nc * bn,
-            "max_node_sent": max(act * b0 + LABEL_BYTES * b0 + conv_ar + bn, act * s0 + fc_ar + fc_conv),
-            "max_node_recv": max(act * b0 + conv_ar + bn, act * s0 + LABEL_BYTES * s0 + fc_ar + fc_conv)}
+    case = _case(counts, strategy, nodes, fc_workers, batches, ps_shards, options, None, ps_servers)
+    return registry.get(strategy).model_module().summary(case)
 
 
 def stanza_options(strategy: str, nodes: int, fc_workers: int | None, global_batch: int, fc_conv_share: float,
@@ -302,9 +240,10 @@ def stanza_options(strategy: str, nodes: int, fc_workers: int | None, global_bat
     from ..errors import ConfigError
     from ..topology import hybrid_batches
 
+    registry.check_options(strategy, registry.set_options(
+        {"fc_conv_share": fc_conv_share, "micro_batches": micro_batches, "boundary_dtype": boundary_dtype,
+         "grad_compression": grad_compression}, dataclasses.asdict(StanzaOptions()) | {"fc_conv_share": 0.0}))
     if strategy != "stanza":
-        if (fc_conv_share, micro_batches, boundary_dtype, grad_compression) != (0.0, 1, "fp32", "none"):
-            raise ValueError(f"share, micro-batches and compression apply to stanza only, not {strategy}")
         n = data_workers(strategy, nodes, fc_workers, ps_servers)
         return StanzaOptions(), split_batch(global_batch, n)
     nc = data_workers(strategy, nodes, fc_workers)

@@ -1,12 +1,31 @@
 """Colours, number formats and layout defaults shared by every figure builder."""
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import plotly.graph_objects as go
+
+from .. import registry
 
 # One colour per thing, the same in every figure of the project.
 PART_COLORS = {"conv": "#1f77b4", "fc": "#d62728"}  # CONV body blue, FC head red
 PART_LABELS = {"conv": "CONV", "fc": "FC"}
-STRATEGY_COLORS = {"local": "#7f7f7f", "ddp": "#2ca02c", "ps": "#ff7f0e", "stanza": "#9467bd"}
+
+
+class _StrategyColors(Mapping):
+    """Each strategy's colour, read from its registry record (a plug-in strategy's too)."""
+
+    def __getitem__(self, name: str) -> str:
+        return registry.colors()[name]
+
+    def __iter__(self):
+        return iter(registry.colors())
+
+    def __len__(self) -> int:
+        return len(registry.colors())
+
+
+STRATEGY_COLORS = _StrategyColors()
 # Models in a figure that draws several (one colour per model in every panel); none of these is
 # a strategy's colour or the paper's purple.
 MODEL_COLORS = ("#1f77b4", "#8c564b", "#e377c2", "#17becf", "#bcbd22", "#d62728")

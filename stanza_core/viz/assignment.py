@@ -15,6 +15,7 @@ from collections.abc import Sequence
 
 import plotly.graph_objects as go
 
+from .. import registry
 from ..perf import Assignment, Prediction
 from ..topology import Topology
 from plotly.subplots import make_subplots
@@ -308,7 +309,7 @@ def assignment_paper_scale(results: dict[str, Any]) -> go.Figure:
                             legendgroup=g, showlegend=(col == 1), line=dict(color=STRATEGY_COLORS["stanza"],
                                                                             dash=dashes[gi % len(dashes)]),
                             hovertemplate=f"{g} Gb/s, k=%{{x}}: %{{y:.0f}} samples/s<extra></extra>", row=1, col=col)
-            for s in ("ddp", "ps"):
+            for s in [name for name in registry.compared() if name != "stanza" and name in d]:  # the baselines
                 fig.add_scatter(x=[ks[0], ks[-1]], y=[d[s]] * 2, mode="lines", name=f"{s}, {g} Gb/s",
                                 legendgroup=g, showlegend=(col == 1),
                                 line=dict(color=STRATEGY_COLORS[s], dash=dashes[gi % len(dashes)], width=1),

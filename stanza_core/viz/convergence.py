@@ -13,10 +13,22 @@ from typing import Any
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from .. import registry
 from ._style import STRATEGY_COLORS, finish
 
-DASH = {"local": "solid", "ps": "dash", "ddp": "dot", "stanza": "dashdot"}
-WIDTH = {"local": 7, "ps": 4, "ddp": 3, "stanza": 2}
+# Exact strategies draw the same curve: each is drawn narrower than the one before it, in the
+# registry's order (the oracle widest, at the bottom), with its own dash, so every one shows.
+DASHES = ("solid", "dash", "dot", "dashdot", "longdash", "longdashdot")
+WIDTHS = (7, 4, 3, 2)
+
+
+def _style(name: str) -> tuple[str, int]:
+    """(dash, width) of a strategy's line; a stanza variant's: solid, the narrowest."""
+    names = registry.names()
+    if name not in names:
+        return "solid", WIDTHS[-1]
+    i = names.index(name)
+    return DASHES[i % len(DASHES)], WIDTHS[min(i, len(WIDTHS) - 1)]
 
 
 def _name(name: str, run: Mapping[str, Any]) -> str:
@@ -31,7 +43,8 @@ VARIANT_COLORS = {"stanza_hybrid_m2": "#17becf", "stanza_bf16": "#bcbd22", "stan
 
 def _line(name: str) -> dict[str, Any]:
     color = STRATEGY_COLORS.get(name) or VARIANT_COLORS.get(name, "#999999")
-    return dict(color=color, dash=DASH.get(name, "solid"), width=WIDTH.get(name, 2))
+    dash, width = _style(name)
+    return dict(color=color, dash=dash, width=width)
 
 
 def loss_curves(results: Mapping[str, Any]) -> go.Figure:
@@ -68,13 +81,13 @@ def accuracy_curves(results: Mapping[str, Any]) -> go.Figure:
         for col, x in ((1, [e["step"] for e in ev]), (2, [e["wall_s"] for e in ev])):
             fig.add_scatter(x=x, y=[e["accuracy_all"] for e in ev], mode="lines+markers",
                             name=f"{_name(name, r)}, all {results['dataset_size']} digits", legendgroup=name,
-                            showlegend=col == 1, line=_line(name), marker=dict(size=6 + WIDTH.get(name, 2)),
+                            showlegend=col == 1, line=_line(name), marker=dict(size=6 + _style(name)[1]),
                             row=1, col=col, hovertemplate=f"{name}, all digits<br>%{{x}}<br>%{{y:.1%}}<extra></extra>")
             if results["heldout_size"]:
                 fig.add_scatter(x=x, y=[e["accuracy_heldout"] for e in ev], mode="markers",
                                 name=f"{_name(name, r)}, {results['heldout_size']} held-out digits",
                                 legendgroup=name, showlegend=col == 1, row=1, col=col,
-                                marker=dict(symbol="circle-open", size=8 + WIDTH.get(name, 2), line_width=2,
+                                marker=dict(symbol="circle-open", size=8 + _style(name)[1], line_width=2,
                                             color=_line(name)["color"]),
                                 hovertemplate=f"{name}, held out<br>%{{x}}<br>%{{y:.1%}}<extra></extra>")
     for col in (1, 2):

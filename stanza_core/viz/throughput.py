@@ -7,6 +7,7 @@ from typing import Any
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from .. import registry
 from ..labels import run_label
 from ._style import STRATEGY_COLORS, finish, mark_modelled_only, note_figure
 
@@ -84,7 +85,7 @@ def modelled_throughput(results: dict[str, Any]) -> go.Figure:
                         vertical_spacing=0.12, horizontal_spacing=0.08)
     for i, model in enumerate(models, start=1):
         for j, g in enumerate(gbps, start=1):
-            for s in ("ps", "ddp", "stanza"):
+            for s in [name for name in registry.compared() if any(r["strategy"] == name for r in rows)]:
                 sel = [r for r in rows if r["model"] == model and r["bandwidth_gbps"] == g and r["strategy"] == s]
                 fig.add_scatter(x=[r["nodes"] for r in sel], y=[r["throughput"] for r in sel], mode="lines+markers",
                                 name=s + (" (best k)" if s == "stanza" else ""), legendgroup=s,

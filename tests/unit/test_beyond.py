@@ -46,7 +46,7 @@ def test_layout_in_rank_order_and_chunks():
 
 
 def test_config_rejects_options_outside_stanza_and_bad_values():
-    with pytest.raises(ConfigError, match="applies to stanza only"):
+    with pytest.raises(ConfigError, match="applies to --strategy stanza only"):
         TrainConfig(strategy="ddp", micro_batches=2)
     with pytest.raises(ConfigError, match="boundary-dtype"):
         TrainConfig(boundary_dtype="int8")

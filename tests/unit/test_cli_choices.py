@@ -6,12 +6,12 @@ import sys
 
 import pytest
 
-from stanza_core import config, topology, train
+from stanza_core import config, registry, train
 from stanza_core.perf.__main__ import build_parser as perf_parser
 from stanza_core.perf.__main__ import main as perf_main
 
 ENUMS = {  # flag: (its choices, the words of TrainConfig's own check)
-    "--strategy": (topology.STRATEGIES, "unknown strategy"),
+    "--strategy": (registry.names(), "unknown strategy"),
     "--device": (config.DEVICES, "unknown device"),
     "--backend": (config.BACKENDS, "unknown backend"),
     "--compute": (config.COMPUTE, "unknown --compute"),

@@ -20,7 +20,7 @@ from stanza_core import train
 from stanza_core.config import TrainConfig
 
 E, W, OK = "error", "warning", "ok"
-ONLY_STANZA = "applies to stanza only"
+ONLY_STANZA = "applies to --strategy stanza only"
 ONLY_PS = "applies to --strategy ps only"
 REPLAY = ["--compute", "replay", "--replay-device", "v100"]
 
@@ -38,9 +38,9 @@ CASES = [  # (flags, strategy, world size, outcome, fragment)
     (["--fc-workers", "2"], "stanza", 4, OK, None),
     (["--fc-workers", "3"], "stanza", 4, E, "leaves an FC worker with no CONV worker"),
     (["--fc-workers", "1"], "stanza", 1, E, "stanza needs at least 2 ranks"),
-    (["--ps-shards", "2"], "ddp", 4, E, "--ps-shards applies to --strategy ps only, not ddp"),
-    (["--ps-shards", "2"], "stanza", 4, E, "--ps-shards applies to --strategy ps only, not stanza"),
-    (["--ps-shards", "1"], "local", 1, E, "--ps-shards applies to --strategy ps only, not local"),
+    (["--ps-shards", "2"], "ddp", 4, E, "--ps-shards 2 applies to --strategy ps only, not ddp"),
+    (["--ps-shards", "2"], "stanza", 4, E, "--ps-shards 2 applies to --strategy ps only, not stanza"),
+    (["--ps-shards", "1"], "local", 1, E, "--ps-shards 1 applies to --strategy ps only, not local"),
     (["--ps-shards", "2"], "ps", 4, OK, None),
     (["--ps-shards", "5"], "ps", 4, E, "exceeds the 4 ranks"),
     (["--ps-servers", "1"], "ddp", 4, E, ONLY_PS),

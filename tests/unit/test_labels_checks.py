@@ -63,8 +63,8 @@ def test_run_config_builds_the_cli_and_refuses_bad_combinations():
     a = r.train_args("m.json")
     assert a[a.index("--compute") + 1] == "replay" and a[a.index("--dilation") + 1] == "20.0"
     assert RunConfig(**base, strategy="ps", ps_servers=1).cluster_nodes == 4
-    for change, msg in [({"strategy": "ddp", "fc_workers": 1}, "fc_workers 1 given for ddp"),
-                        ({"strategy": "ddp", "ps_overlap": True}, "ps_servers / ps_overlap given for ddp"),
+    for change, msg in [({"strategy": "ddp", "fc_workers": 1}, "fc_workers 1 applies to stanza only, not ddp"),
+                        ({"strategy": "ddp", "ps_overlap": True}, "ps_overlap applies to ps only, not ddp"),
                         ({"strategy": "ddp", "compute": "replay"}, "compute 'replay' needs a replay_device"),
                         ({"strategy": "ddp", "compute": "fake"}, "compute must be one of real, replay")]:
         with pytest.raises(ValueError, match="^" + msg):

@@ -69,7 +69,7 @@ CASES = [
     (2, ["--strategy", "ddp", "--model", "/nonexistent/m.model.pkl"], "no such file"),
     (2, ["--strategy", "ps", "--ps-servers", "2"], "--ps-servers 2 leaves no data worker among 2 ranks"),
     (4, ["--strategy", "ps", "--ps-servers", "-1"], "--ps-servers must be >= 0"),
-    (4, ["--strategy", "ddp", "--ps-servers", "1"], "--ps-servers applies to --strategy ps only"),
+    (4, ["--strategy", "ddp", "--ps-servers", "1"], "--ps-servers 1 applies to --strategy ps only"),
     (4, ["--strategy", "stanza", "--ps-overlap"], "--ps-overlap applies to --strategy ps only"),
 ]
 

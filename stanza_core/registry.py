@@ -1,0 +1,189 @@
+"""The strategies, one record each: the only place their names, options and facts are listed.
+
+A record (`StrategySpec`) says what a strategy is to every part of the workbench:
+
+  name, summary     the `--strategy` value and one line on what its step does
+  roles             the topology roles its ranks take (topology.py's role names)
+  options           the configuration options that belong to it alone (TrainConfig field
+                    names); any other strategy given one of them is refused, in one line
+  color             its colour in every figure
+  engine            "module:Class" of its training engine (a strategies.base.Strategy)
+  model             "module" of its performance model: the functions `rank_rows`, `summary`,
+                    `step_time` and `candidates` (perf/strategies/__init__.py says what each does)
+  compared          False for the single-process oracle (what the others are compared with)
+  baseline          one of the strategies stanza is compared against (the paper's ps and ddp)
+  bucketed          whether it exchanges gradient buckets (--bucket-mb): True, False, or the name
+                    of the option that turns them on
+  simplicity        the optimiser's tie-break: on equal throughput the lower wins
+
+The engine class and the model module are imported when first asked for, so this module stays
+at the bottom of the import graph: the CLI, the config checks, the performance model, the
+optimiser, the figures and the widgets read it, and it reads none of them.
+
+Adding a strategy: write its engine module and its model module, and `register` a record (here
+for a built-in one; from any module for a plug-in: the modules named in STANZA_PLUGINS,
+comma-separated, are imported when the registry is first read, in every process, torchrun's
+ranks included). docs/architecture.md, "Adding a strategy", walks through one.
+"""
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import os
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from typing import Any
+
+from .errors import ConfigError
+
+PLUGINS_ENV = "STANZA_PLUGINS"
+
+
+@dataclasses.dataclass(frozen=True)
+class StrategySpec:
+    name: str
+    summary: str
+    roles: tuple[str, ...]
+    color: str
+    engine: str
+    model: str
+    options: tuple[str, ...] = ()
+    compared: bool = True
+    simplicity: int = 0
+    baseline: bool = False
+    bucketed: bool | str = False
+
+    def engine_class(self) -> type:
+        module, cls = self.engine.split(":")
+        return getattr(importlib.import_module(module), cls)
+
+    def model_module(self):
+        return importlib.import_module(self.model)
+
+
+_REGISTRY: dict[str, StrategySpec] = {}
+_plugins_loaded = False
+
+
+def register(spec: StrategySpec) -> StrategySpec:
+    """Add a strategy; a second record under a taken name is refused."""
+    if not isinstance(spec, StrategySpec):
+        raise TypeError(f"register takes a StrategySpec, got {type(spec).__name__}")
+    if spec.name in _REGISTRY:
+        raise ValueError(f"a strategy named {spec.name!r} is registered already")
+    taken = {o: s.name for s in _REGISTRY.values() for o in s.options}
+    clash = [o for o in spec.options if o in taken]
+    if clash:
+        raise ValueError(f"option {clash[0]!r} of {spec.name} belongs to {taken[clash[0]]} already")
+    _REGISTRY[spec.name] = spec
+    return spec
+
+
+def unregister(name: str) -> None:
+    """Remove a strategy (a plug-in that a test or a notebook registered)."""
+    _REGISTRY.pop(name, None)
+
+
+@contextmanager
+def registered(spec: StrategySpec) -> Iterator[StrategySpec]:
+    """`spec` registered for the duration of a with-block (tests, notebooks that try one out)."""
+    register(spec)
+    try:
+        yield spec
+    finally:
+        _REGISTRY.pop(spec.name, None)
+
+
+def _load_plugins() -> None:
+    global _plugins_loaded
+    if _plugins_loaded:
+        return
+    _plugins_loaded = True
+    for module in filter(None, (m.strip() for m in os.environ.get(PLUGINS_ENV, "").split(","))):
+        try:
+            importlib.import_module(module)
+        except ImportError as e:
+            raise ConfigError(f"{PLUGINS_ENV} names {module!r}, which does not import: {e}") from None
+
+
+def specs() -> tuple[StrategySpec, ...]:
+    _load_plugins()
+    return tuple(_REGISTRY.values())
+
+
+def names() -> tuple[str, ...]:
+    """Every strategy the engine runs, in registration order."""
+    return tuple(s.name for s in specs())
+
+
+def compared() -> tuple[str, ...]:
+    """The strategies an experiment measures and compares (all but the single-process oracle)."""
+    return tuple(s.name for s in specs() if s.compared)
+
+
+def baselines() -> tuple[str, ...]:
+    """The strategies stanza's speedups are measured against (speedup_vs_<name> in the results)."""
+    return tuple(s.name for s in specs() if s.baseline)
+
+
+def get(name: str) -> StrategySpec:
+    """The record of `name`; a one-line ConfigError for a name nobody registered."""
+    spec = {s.name: s for s in specs()}.get(name)
+    if spec is None:
+        raise ConfigError(f"unknown strategy {name!r}; expected one of {', '.join(names())}")
+    return spec
+
+
+def colors() -> dict[str, str]:
+    return {s.name: s.color for s in specs()}
+
+
+def option_owner(option: str) -> str | None:
+    """The strategy an option belongs to alone, or None for an option every strategy takes."""
+    return next((s.name for s in specs() if option in s.options), None)
+
+
+def check_options(strategy: str, given: Mapping[str, Any], *, spell=str) -> None:
+    """The one statement of "this option belongs to that strategy only": `given` maps the
+    options that were set (those left at their defaults are not in it) to their values; the
+    first that belongs to another strategy gets a one-line ConfigError. `spell` words a name:
+    the CLI's "--ps-shards 2 applies to --strategy ps only, not ddp" (spell: the flag of a
+    field), the Python API's "ps_shards 2 applies to ps only, not ddp" (spell: str)."""
+    get(strategy)
+    for option, value in given.items():
+        owner = option_owner(option)
+        if owner is not None and owner != strategy:
+            shown = "" if isinstance(value, bool) else f" {value}"
+            which = owner if spell is str else f"{spell('strategy')} {owner}"
+            raise ConfigError(f"{spell(option)}{shown} applies to {which} only, not {strategy}")
+
+
+def set_options(values: Mapping[str, Any], defaults: Mapping[str, Any]) -> dict[str, Any]:
+    """The entries of `values` that differ from `defaults` (what check_options takes)."""
+    return {k: v for k, v in values.items() if v != defaults.get(k)}
+
+
+# The built-in strategies, in the order lists and figures show them (the oracle, the two
+# baselines, stanza). Their roles are topology.py's role names (spelled here so that this
+# module imports nothing of the engine).
+register(StrategySpec(
+    name="local", summary="one process, the whole global batch: the oracle every strategy must equal",
+    roles=("local",), color="#7f7f7f", engine="stanza_core.strategies.local:Local",
+    model="stanza_core.perf.strategies.local", compared=False, simplicity=0))
+register(StrategySpec(
+    name="ps", summary="every worker trains the whole model; gradients pushed to sharded parameter servers, "
+                       "parameters pulled back",
+    roles=("worker", "ps_server"), color="#ff7f0e", engine="stanza_core.strategies.ps:ParameterServer",
+    model="stanza_core.perf.strategies.ps", options=("ps_shards", "ps_servers", "ps_overlap"), simplicity=1,
+    baseline=True, bucketed="ps_overlap"))
+register(StrategySpec(
+    name="ddp", summary="every rank trains the whole model; bucketed gradient allreduce overlaps the backward",
+    roles=("worker",), color="#2ca02c", engine="stanza_core.strategies.ddp:DDP",
+    model="stanza_core.perf.strategies.ddp", simplicity=0, baseline=True, bucketed=True))
+register(StrategySpec(
+    name="stanza", summary="CONV workers train the CONV body, FC workers the FC head; activations and their "
+                           "gradients cross the boundary, FC parameters never move",
+    roles=("conv_worker", "fc_worker"), color="#9467bd", engine="stanza_core.strategies.stanza:Stanza",
+    model="stanza_core.perf.strategies.stanza",
+    options=("fc_workers", "fc_conv_share", "micro_batches", "boundary_dtype", "grad_compression"), simplicity=2,
+    bucketed=True))
