@@ -23,10 +23,11 @@ import json
 import os
 import sys
 
+from stanza_core import atomic
 from stanza_core.experiments import dilation
 from stanza_core.experiments.plan import Link, plan_run, shared_replay_link
 from stanza_core.experiments.replay_bench import run_plans
-from stanza_core.experiments.spec import RunConfig
+from stanza_core.experiments.runconfig import RunConfig
 from stanza_core.perf import Cluster, DeviceProfile, best_assignment, named_profile, predict
 from stanza_core.perf.optimize import MICRO_BATCHES
 from stanza_core.topology import global_batch_for
@@ -97,8 +98,7 @@ def main(argv=None) -> int:
 
     def write(rows: list[dict]) -> None:
         os.makedirs(os.path.dirname(os.path.abspath(a.out)), exist_ok=True)
-        with open(a.out, "w") as fh:
-            json.dump({"args": vars(a), "engine_s": engines, "runs": rows}, fh, indent=1)
+        atomic.write_text(a.out, json.dumps({"args": vars(a), "engine_s": engines, "runs": rows}, indent=1))
 
     print(format_table(run_plans(plans, write=write, name_key="run")))
     return 0

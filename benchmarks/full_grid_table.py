@@ -22,8 +22,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from stanza_core import atomic  # noqa: E402
 from stanza_core.experiments.replay_bench import expected_bytes_per_step  # noqa: E402
-from stanza_core.experiments.spec import RunConfig  # noqa: E402
+from stanza_core.experiments.runconfig import RunConfig  # noqa: E402
 from stanza_core.experiments.store import MEASUREMENT_VERSION  # noqa: E402
 
 
@@ -92,7 +93,7 @@ def main(argv=None) -> int:
           + (f": {', '.join(off)}" if off else ""))
     print(f"  measuring time {sum(r['seconds'] for r in rs) / 60:.0f} min in all")
     if args.json:
-        args.json.write_text(json.dumps(rs, indent=1) + "\n")
+        atomic.write_text(args.json, json.dumps(rs, indent=1) + "\n")
     return 0
 
 

@@ -37,11 +37,12 @@ import os
 import statistics
 import sys
 
+from stanza_core import atomic
 from stanza_core.experiments import dilation
 from stanza_core.experiments.plan import replayed_plan
 from stanza_core.experiments.validation import engine_apart
 from stanza_core.experiments.replay_bench import run_plans
-from stanza_core.experiments.spec import RunConfig
+from stanza_core.experiments.runconfig import RunConfig
 from stanza_core.netem import MAX_AGGREGATE_MBIT
 from stanza_core.topology import global_batch_for
 
@@ -113,9 +114,9 @@ def main(argv=None) -> int:
 
     def write(rows: list[dict]) -> None:
         os.makedirs(os.path.dirname(os.path.abspath(a.out)), exist_ok=True)
-        with open(a.out, "w") as fh:
-            json.dump({"args": vars(a), "paper": PAPER, "engine_s": engines,
-                       "max_aggregate_mbit": MAX_AGGREGATE_MBIT, "runs": results + rows}, fh, indent=1)
+        atomic.write_text(a.out, json.dumps({"args": vars(a), "paper": PAPER, "engine_s": engines,
+                                             "max_aggregate_mbit": MAX_AGGREGATE_MBIT, "runs": results + rows},
+                                            indent=1))
 
     rows = run_plans(plans, write=write, name_key="config")
     print(format_table(results + rows))

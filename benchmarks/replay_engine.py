@@ -66,7 +66,7 @@ class MachineMemory:
 def run_config(name: str, a) -> dict:
     import stanza_core
     from stanza_core.experiments import dilation
-    from stanza_core.experiments.spec import RunConfig
+    from stanza_core.experiments.runconfig import RunConfig
     from stanza_core.launch import run_job
 
     opts = CONFIGS[name]
@@ -130,11 +130,12 @@ def main(argv=None) -> int:
               f"sum {row['peak_rss_sum_gib']:.2f} GiB over {row['processes']} processes; machine memory taken "
               f"{row['machine_memory_taken_gib']:.2f} GiB", flush=True)
     if a.out:
-        with open(a.out, "w") as fh:
-            json.dump({"args": vars(a), "rows": rows,
-                       "median_engine_s": statistics.median(r["engine_s"] for r in rows if "engine_s" in r)
-                       if any("engine_s" in r for r in rows) else None},
-                      fh, indent=1)
+        from stanza_core import atomic
+
+        atomic.write_text(a.out, json.dumps({"args": vars(a), "rows": rows,
+                                             "median_engine_s": statistics.median(r["engine_s"] for r in rows
+                                                                                  if "engine_s" in r)
+                                             if any("engine_s" in r for r in rows) else None}, indent=1))
     return 0
 
 

@@ -16,7 +16,7 @@ import sys
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # spec -> plan -> dilation: RunConfigs are only read and replaced here
-    from .spec import RunConfig
+    from .runconfig import RunConfig
 
 ENGINE_STEPS = 4  # steps of the D = 1 run that measures a configuration's engine seconds (1 warmup)
 

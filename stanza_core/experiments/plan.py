@@ -41,7 +41,7 @@ RUN_TIMEOUT_FLOOR_S = 1800.0  # the shortest wall-clock limit of one run
 RUN_TIMEOUT_FACTOR = 3.0  # a run's limit: this many times what its steps should take
 
 if TYPE_CHECKING:  # spec imports this module: the plan only reads and replaces RunConfigs
-    from .spec import RunConfig
+    from .runconfig import RunConfig
 
 
 @dataclasses.dataclass(frozen=True)

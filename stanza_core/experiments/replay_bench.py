@@ -18,7 +18,7 @@ from typing import Any
 from .dilation import model_prediction
 from .plan import RunPlan
 from .run import run_config
-from .spec import RunConfig
+from .runconfig import RunConfig
 
 
 def expected_bytes_per_step(cfg: RunConfig) -> int:

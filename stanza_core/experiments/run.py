@@ -29,7 +29,8 @@ from ..topology import Topology
 from .cache import Cache
 from .measurement import Measurement, summarize
 from .plan import RunPlan, replayed_plan
-from .spec import MeasureSpec, RunConfig
+from .spec import MeasureSpec
+from .runconfig import RunConfig
 from .store import STORE_DIR, Point, Store, points
 
 
@@ -210,12 +211,7 @@ def execute(plans: list[RunPlan], repeats: int, cache: Cache, run, *, key_extra:
         bar = tqdm(total=len(todo), desc=desc, unit="run")
     rows = []
     for p, rep in todo:
-        key = p.cache_key(repeat=rep, **key_extra)
-        got = cache.get("run", key)
-        if got is None:
-            got = run(p.config)
-            cache.put("run", key, got)
-        rows.append({**got, **p.row(), "repeat": rep})
+        rows.append(run_or_cached(p, rep, cache, lambda p=p: run(p.config), **key_extra))
         if bar:
             d = f", D={p.dilation:g}" if p.config.compute == "replay" else ""
             bar.set_postfix_str(f"{p.label} @ {p.link.wire_mbit:.1f} Mbit/s{d}")
@@ -232,12 +228,18 @@ def replayed_point(point: Point, cache: Cache, engine_s: float | None = None) ->
     makes of it."""
     p = replayed_plan(point.config, point.target_gbps, cache, engine=point.engine, min_dilation=point.min_dilation,
                       engine_s=engine_s if point.engine else None)
-    key = p.cache_key(repeat=point.repeat)
+    return p, run_or_cached(p, point.repeat, cache, lambda: run_config(p.config, timeout_s=p.timeout_s()))
+
+
+def run_or_cached(p: RunPlan, repeat: int, cache: Cache, run, **key_extra: Any) -> dict[str, Any]:
+    """The row of one run of plan `p`: from the runs cache (keyed by the plan, the repeat and
+    `key_extra`), or `run()` and cached; the row carries its plan's values (RunPlan.row)."""
+    key = p.cache_key(repeat=repeat, **key_extra)
     got = cache.get("run", key)
     if got is None:
-        got = run_config(p.config, timeout_s=p.timeout_s())
+        got = run()
         cache.put("run", key, got)
-    return p, {**got, **p.row(), "repeat": point.repeat}
+    return {**got, **p.row(), "repeat": repeat}
 
 
 def _replay_calibration(spec: MeasureSpec, runs: list[dict[str, Any]]) -> dict[str, Any]:

@@ -1,137 +1,19 @@
-"""What a measurement is: one configuration (`RunConfig`) and a grid of them (`MeasureSpec`),
-both validated on creation (one-line ValueError), both plain data (`to_dict`) so that they key
-the cache and go into every results JSON.
-
-Glossary: a *configuration* is a strategy with its layout (k FC workers, each FC worker's share
-of the batch on the CONV body, M micro-batches; S dedicated PS nodes, overlapped push) on N
-nodes; a *run* is one configuration trained for a few steps on the emulated cluster at one link
-rate.
+"""What a measurement is: a grid of configurations (`MeasureSpec`: every configuration at every
+bandwidth, `repeats` times), validated on creation (one-line ValueError), plain data (`to_dict`)
+so that it keys the cache and goes into every results JSON. One configuration is
+runconfig.RunConfig; `MeasureSpec.plans` resolves each into a plan.RunPlan.
 """
 from __future__ import annotations
 
 import dataclasses
 from typing import Any
 
-from ..config import check_stanza_options, check_strategy_options
-from ..labels import config_label
-from ..launch import cli_args
 from ..netem.facts import max_link_mbit
 from ..perf import check_device
-from ..topology import Topology, global_batch_for, make_topology
+from ..topology import global_batch_for
 from .. import checks
 from . import plan
-
-COMPUTE_MODES = ("real", "replay")
-
-
-@dataclasses.dataclass(kw_only=True, frozen=True)
-class RunConfig:
-    """One configuration at one emulated link rate: everything a run depends on."""
-
-    model: str  # zoo name (stanza_core.MODEL_NAMES)
-    image_size: int  # square input side in pixels
-    num_classes: int  # outputs of the last FC layer
-    nodes: int  # N: data and FC workers (ps: every worker also serves a shard unless ps_servers)
-    strategy: str  # ps, ddp or stanza
-    fc_workers: int = 0  # k (stanza), else 0
-    global_batch: int  # G, split over the data workers
-    steps: int  # steps, warmup included
-    warmup: int = 1  # steps left out of the throughput
-    link_mbit: float  # shaped rate of every link, each direction (wire Mbit/s; a RunPlan sets it from its link)
-    delay_ms: float = 0.0  # one-way delay on every upload link
-    mtu: int = 9000  # link MTU (jumbo frames: ~1 Gbit/s per link on 2 cores)
-    boundary: str | None = None  # stanza's split point (None: automatic)
-    ps_servers: int = 0  # ps: dedicated server nodes beside the N workers (0: colocated shards)
-    ps_overlap: bool = False  # ps: push each gradient bucket as the backward produces it
-    compute: str = "real"  # real arithmetic, or replayed per-layer waits (replay_device, dilation)
-    replay_device: str | None = None  # device profile the replayed compute follows
-    dilation: float = 1.0  # D: replayed compute waits D x the device's time
-    fc_conv_share: float = 0.0  # stanza: share of the global batch each FC worker also trains the CONV body on
-    micro_batches: int = 1  # stanza: M chunks per CONV worker, exchanged as a pipeline (1: whole batch)
-
-    # the fields a run's cache key leaves out at their defaults (keys made before they existed still match)
-    _KEY_DEFAULTS = {"fc_conv_share": 0.0, "micro_batches": 1}
-
-    def __post_init__(self):
-        checks.model_fits(self.model, self.image_size)
-        for name in ("num_classes", "global_batch", "steps"):
-            checks.positive_int(name, getattr(self, name))
-        checks.positive_int("nodes", self.nodes, 2)
-        checks.strategies([self.strategy])
-        check_stanza_options(self.strategy, fc_conv_share=self.fc_conv_share, micro_batches=self.micro_batches)
-        check_strategy_options(self.strategy, {"fc_workers": self.fc_workers, "ps_servers": self.ps_servers,
-                                               "ps_overlap": self.ps_overlap}, spell=str,
-                               defaults={f.name: f.default for f in dataclasses.fields(self)})
-        if self.strategy == "stanza":
-            checks.fc_workers(self.fc_workers, self.nodes)
-        object.__setattr__(self, "fc_conv_share", float(self.fc_conv_share))
-        if not self.fc_conv_share:  # a hybrid share moves samples onto the FC workers: make_topology checks it
-            checks.batch_divides(self.global_batch, self.strategy, self.nodes, self.fc_workers)
-        if self.strategy == "stanza":  # the engine's own layout check: the share's batches, M per worker batch
-            make_topology("stanza", self.nodes, self.global_batch, self.fc_workers,
-                          fc_conv_share=self.fc_conv_share, micro_batches=self.micro_batches)
-        if not checks._is_int(self.warmup) or not 0 <= self.warmup < self.steps:
-            raise ValueError(f"warmup must be in 0..steps-1 = {self.steps - 1}, got {self.warmup!r}")
-        checks.positive_floats("link_mbit", [self.link_mbit])
-        if not checks._is_int(self.mtu) or not 576 <= self.mtu <= 65535:
-            raise ValueError(f"mtu must be an integer in 576..65535, got {self.mtu!r}")
-        if not isinstance(self.delay_ms, (int, float)) or self.delay_ms < 0:
-            raise ValueError(f"delay_ms must be >= 0, got {self.delay_ms!r}")
-        checks.positive_int("ps_servers", self.ps_servers, 0)
-        if self.compute not in COMPUTE_MODES:
-            raise ValueError(f"compute must be one of {', '.join(COMPUTE_MODES)}, got {self.compute!r}")
-        if self.compute == "replay" and not self.replay_device:
-            raise ValueError("compute 'replay' needs a replay_device (a device profile name or a JSON path)")
-        checks.positive_floats("dilation", [self.dilation])
-
-    @property
-    def label(self) -> str:
-        return config_label(self.strategy, self.fc_workers, ps_servers=self.ps_servers, ps_overlap=self.ps_overlap,
-                            **self.stanza_options)
-
-    @property
-    def stanza_options(self) -> dict[str, Any]:
-        """Stanza's options beyond the paper as perf.predict / perf.expected_bytes take them."""
-        return {"fc_conv_share": self.fc_conv_share, "micro_batches": self.micro_batches}
-
-    @property
-    def cluster_nodes(self) -> int:
-        """Nodes of the emulated cluster: the N workers plus any dedicated PS servers."""
-        return self.nodes + self.ps_servers
-
-    def topology(self) -> Topology:
-        """The rank layout the engine builds for this run (topology.make_topology): the one
-        source of its batches per role (experiments.plan, dilation)."""
-        return make_topology(self.strategy, self.cluster_nodes, self.global_batch, self.fc_workers or 1,
-                             fc_conv_share=self.fc_conv_share, micro_batches=self.micro_batches,
-                             ps_servers=self.ps_servers)
-
-    def train_flags(self) -> dict[str, Any]:
-        """The training CLI's flags for this run as keywords (launch.cli_args, launch.run_job);
-        options at their defaults are None, so an engine without an option still runs every
-        configuration that does not use it. No --metrics: the caller says where."""
-        replay = self.compute != "real"
-        return dict(strategy=self.strategy, model=self.model, image_size=self.image_size,
-                    num_classes=self.num_classes, global_batch=self.global_batch, steps=self.steps,
-                    warmup=self.warmup, fc_workers=self.fc_workers or None, boundary=self.boundary,
-                    ps_servers=self.ps_servers or None, ps_overlap=self.ps_overlap,
-                    fc_conv_share=self.fc_conv_share or None,
-                    micro_batches=self.micro_batches if self.micro_batches > 1 else None,
-                    compute=self.compute if replay else None, replay_device=self.replay_device if replay else None,
-                    dilation=self.dilation if replay else None, device="cpu", quiet=True, overwrite=True,
-                    timeout_s=600)
-
-    def train_args(self, metrics: str) -> list[str]:
-        """The training CLI's arguments for this run (train_flags, writing its metrics to `metrics`)."""
-        return cli_args(**self.train_flags(), metrics=metrics)
-
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
-
-    def cache_key(self) -> dict[str, Any]:
-        """to_dict without the options at the defaults they had before they existed."""
-        return {k: v for k, v in self.to_dict().items() if self._KEY_DEFAULTS.get(k, object()) != v}
-
+from .runconfig import COMPUTE_MODES, RunConfig
 
 @dataclasses.dataclass(kw_only=True)
 class MeasureSpec:

@@ -36,7 +36,8 @@ from .. import atomic
 from ..labels import config_key
 
 if TYPE_CHECKING:
-    from .spec import MeasureSpec, RunConfig
+    from .runconfig import RunConfig
+    from .spec import MeasureSpec
 
 # Bump by hand, here and only here, when the measuring code changes in a way that changes what a
 # replayed run measures (the engine's messages or waits, the emulator's shaping, the dilation
