@@ -35,6 +35,7 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import float_order_drift as drift  # noqa: E402 (a sibling script: its training loop and pool check)
 
+from stanza_core import atomic  # noqa: E402
 from stanza_core import registry  # noqa: E402
 from stanza_core.data import batch_indices, open_dataset  # noqa: E402
 from stanza_core.experiments import convergence  # noqa: E402
@@ -97,8 +98,7 @@ def main(argv=None) -> int:
            "window_steps": window, "exact_spreads": spreads, "safety": convergence.SAFETY,
            "bound": convergence.exact_bound(spreads), "float_order": ref, "strategies": strategies}
     os.makedirs(os.path.dirname(os.path.abspath(a.out)), exist_ok=True)
-    with open(a.out, "w") as fh:
-        json.dump(out, fh, indent=1)
+    atomic.write_text(a.out, json.dumps(out, indent=1))
     print(f"first flipped max-pool window at step {flip}: window = steps 0..{window - 1}")
     for k, v in spreads.items():
         print(f"exact {k:30s} max |loss diff| in the window {v:.1e}")

@@ -36,6 +36,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 import torch  # noqa: E402
+from stanza_core import atomic  # noqa: E402
 from stanza_core.opcount import OpCounter, engine_stepper  # noqa: E402
 
 
@@ -152,7 +153,7 @@ def main(argv=None) -> int:
         for r in masks:
             print(f"{r['batch']:6d} {r['engine_us']:10.0f} {r['plain_us']:10.0f} {r['engine_ops']:11d} {r['plain_ops']:10d}")
     if args.out:
-        Path(args.out).write_text(json.dumps({"args": vars(args), "torch": torch.__version__,
+        atomic.write_text(Path(args.out), json.dumps({"args": vars(args), "torch": torch.__version__,
                                               "cpu_count": os.cpu_count(), "rows": rows, "masks": masks}, indent=1))
     return 0
 

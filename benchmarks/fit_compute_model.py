@@ -49,6 +49,7 @@ from pathlib import Path
 import numpy as np
 from scipy.optimize import least_squares
 
+from stanza_core import atomic
 from stanza_core.anatomy import DTYPE_BYTES
 from stanza_core.perf import DeviceProfile, named_profile
 from stanza_core.perf import compute as C
@@ -553,7 +554,7 @@ def write_docs(text: str):
     doc = DOCS.read_text()
     if BEGIN not in doc:
         raise SystemExit(f"{DOCS} has no {BEGIN} ... {END} block")
-    DOCS.write_text(re.sub(f"{re.escape(BEGIN)}.*?{re.escape(END)}", lambda _: f"{BEGIN}\n{text}{END}", doc, flags=re.S))
+    atomic.write_text(DOCS, re.sub(f"{re.escape(BEGIN)}.*?{re.escape(END)}", lambda _: f"{BEGIN}\n{text}{END}", doc, flags=re.S))
 
 
 def drift(res: dict) -> list[str]:
@@ -580,7 +581,7 @@ def main(argv=None) -> int:
     else:
         print("fitted:", ", ".join(f"{k} {v:.4g}" for k, v in res["fitted"].items()))
     if args.write:
-        JSON_OUT.write_text(json.dumps(res, indent=1) + "\n")
+        atomic.write_text(JSON_OUT, json.dumps(res, indent=1) + "\n")
         write_docs(tables(res))
         print(f"wrote {JSON_OUT.relative_to(ROOT)} and the tables in {DOCS.relative_to(ROOT)}")
     if args.check:

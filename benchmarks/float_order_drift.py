@@ -22,6 +22,7 @@ import sys
 import torch
 import torch.nn.functional as F
 
+from stanza_core import atomic
 from stanza_core.data import batch_indices, open_dataset
 from stanza_core.models import get_model, sample_keys
 
@@ -118,8 +119,7 @@ def main(argv=None) -> int:
     print(f"fp32 unchunked against fp64 unchunked: max |loss diff| {r['max_loss_diff']:.1e}, "
           f"params parted after step {r['first_step_params_parted']}")
     os.makedirs(os.path.dirname(os.path.abspath(a.out)), exist_ok=True)
-    with open(a.out, "w") as fh:
-        json.dump(out, fh, indent=1)
+    atomic.write_text(a.out, json.dumps(out, indent=1))
     return 0
 
 

@@ -23,6 +23,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests" / "dist"))
 
+from stanza_core import atomic  # noqa: E402
 from stanza_core.opcount import engine_vs_plain, one_rank_group  # noqa: E402
 
 LOCAL_CASES = [("alexnet", 64, 4), ("vgg16", 32, 4), ("resnet50", 32, 2), ("vgg11_bn", 32, 4)]
@@ -56,7 +57,7 @@ def main(argv=None) -> int:
                   f"(+{r['network']} network) | {r['bare']} (bare pieces) | {r['ratio']:.3f} | "
                   f"{len(r['host_reads'])} |", flush=True)
     if args.out:
-        Path(args.out).write_text(json.dumps({"rows": rows}, indent=1))
+        atomic.write_text(Path(args.out), json.dumps({"rows": rows}, indent=1))
     return 0
 
 

@@ -102,8 +102,9 @@ def rank_program(reps: int, nbytes: int, batch: int, reply_s: float, modes: list
                              "latency_s": [everyone[last][i] - everyone[i][0] for i in range(last)]})
             dist.barrier()
     if rank == 0:
-        with open(out, "w") as fh:
-            json.dump(rows, fh)
+        from stanza_core import atomic
+
+        atomic.write_text(out, json.dumps(rows))
     dist.destroy_process_group()
 
 
@@ -150,9 +151,11 @@ def main(argv=None) -> int:
         table.append({"mode": mode, "messages": len(v), "median_ms": statistics.median(v), "min_ms": min(v), "max_ms": max(v)})
         print(f"| {mode} | {len(v)} | {statistics.median(v):.1f} | {min(v):.1f} | {max(v):.1f} |")
     if a.out:
-        with open(a.out, "w") as fh:
-            json.dump({"args": {k: v for k, v in vars(a).items() if k != "rank_program"},
-                       "measured_at": time.strftime("%Y-%m-%d %H:%M:%S %z"), "table": table, "rows": rows}, fh, indent=1)
+        from stanza_core import atomic
+
+        atomic.write_text(a.out, json.dumps({"args": {k: v for k, v in vars(a).items() if k != "rank_program"},
+                                             "measured_at": time.strftime("%Y-%m-%d %H:%M:%S %z"), "table": table,
+                                             "rows": rows}, indent=1))
     return 0
 
 

@@ -13,6 +13,7 @@ import argparse
 import json
 import sys
 
+from stanza_core import atomic
 from stanza_core.perf import Cluster, best_assignment, named_profile, predict
 
 PAPER = {  # from the paper's abstract (PAPER.md)
@@ -66,8 +67,7 @@ def main(argv=None) -> int:
     for gbps, claim in PAPER.items():
         print(f"paper at {gbps:g} Gb/s: {claim}")
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump(res, f, indent=1)
+        atomic.write_text(args.json, json.dumps(res, indent=1))
     return 0
 
 

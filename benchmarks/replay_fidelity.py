@@ -90,6 +90,8 @@ import tempfile
 import threading
 import time
 
+from stanza_core import atomic
+from stanza_core.config import DEFAULT_BUCKET_MB
 from stanza_core.experiments import compute_rounds as timing
 from stanza_core.labels import config_label
 from stanza_core.launch import cli_args, run_job
@@ -98,7 +100,6 @@ from stanza_core.models import get_model
 # name -> (strategy, k, overlapped push)
 CONFIGS = {"ps": ("ps", 0, False), "ps_ov": ("ps", 0, True), "ddp": ("ddp", 0, False),
            "stanza1": ("stanza", 1, False), "stanza2": ("stanza", 2, False)}
-DEFAULT_BUCKET_MB = 25.0  # the engine's default (config.TrainConfig.bucket_mb)
 
 
 def bucket_counts(model: str, image_size: int, num_classes: int, bucket_mb: float) -> dict[str, int]:
@@ -341,8 +342,7 @@ def main(argv=None) -> int:
                 s, k, overlap = CONFIGS[name]
                 dev, rounds = profile_here(pool, s, k, a.nodes, a.global_batch, params, scale, lone)
                 dev_path = os.path.join(tmp, f"dev-{name}-{rep}.json")
-                with open(dev_path, "w") as fh:
-                    json.dump(dev.to_dict(), fh)
+                atomic.write_text(dev_path, json.dumps(dev.to_dict()))
                 plan = ["real", "replay"]
                 if a.jitter and rep == 0:
                     plan.insert(0, "calibration")  # an extra real run: repeat 0's replay takes its factors
@@ -359,8 +359,7 @@ def main(argv=None) -> int:
                         extra["replay_wait"] = a.wait
                     if compute == "replay" and a.jitter:
                         extra["replay_jitter"] = os.path.join(tmp, f"jitter-{name}-{rep}.json")
-                        with open(extra["replay_jitter"], "w") as fh:
-                            json.dump(jitter[src["run"]], fh)
+                        atomic.write_text(extra["replay_jitter"], json.dumps(jitter[src["run"]]))
                     args = cli_args(strategy=s, model=a.model, image_size=a.image_size, num_classes=a.num_classes,
                                     global_batch=a.global_batch, steps=a.steps, warmup=a.warmup,
                                     fc_workers=k or None, ps_overlap=overlap, device="cpu", quiet=True,
@@ -405,8 +404,7 @@ def main(argv=None) -> int:
         print_phases(runs)
     if a.out:
         os.makedirs(os.path.dirname(os.path.abspath(a.out)), exist_ok=True)
-        with open(a.out, "w") as fh:
-            json.dump({"args": vars(a), "bucket_counts": counts, "runs": runs, "table": rows}, fh, indent=1)
+        atomic.write_text(a.out, json.dumps({"args": vars(a), "bucket_counts": counts, "runs": runs, "table": rows}, indent=1))
     return 0
 
 

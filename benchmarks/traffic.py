@@ -18,6 +18,7 @@ import os
 import sys
 import tempfile
 
+from stanza_core import atomic
 from stanza_core import procgroup
 from stanza_core.topology import global_batch_for
 
@@ -72,8 +73,7 @@ def main(argv=None):
                           f"busiest node {s['max_node_bytes'] / 1e6:9.1f} MB  step {s['step_time_median_s']:.2f} s",
                           flush=True)
     os.makedirs(os.path.dirname(args.out), exist_ok=True)
-    with open(args.out, "w") as fh:
-        json.dump({"per_worker": args.per_worker, "rows": rows}, fh, indent=1)
+    atomic.write_text(args.out, json.dumps({"per_worker": args.per_worker, "rows": rows}, indent=1))
     print()
     print("| model | N | strategy | MB/step (cluster, sent) | busiest node MB (sent+recv) | CONV worker MB | FC worker MB | step s (median) | PS/this bytes | PS/this time |")
     print("|---|---|---|---|---|---|---|---|---|---|")

@@ -68,6 +68,7 @@ def main(argv=None) -> int:
     ap.add_argument("--cache-dir", default=None, help="reuse/keep measured runs here (keyed by every parameter)")
     ap.add_argument("--json", default=None, help="write the rows and summaries here")
     args = ap.parse_args(argv)
+    from stanza_core import atomic
     from stanza_core.experiments import validation
 
     try:
@@ -89,8 +90,7 @@ def main(argv=None) -> int:
         print(f"measured part skipped: {res['unavailable']}")
     print(report(res))
     if args.json:
-        with open(args.json, "w") as fh:
-            json.dump({**res, "inputs": args.results}, fh, indent=1)
+        atomic.write_text(args.json, json.dumps({**res, "inputs": args.results}, indent=1))
     return 0
 
 

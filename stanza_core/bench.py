@@ -46,7 +46,7 @@ from .checks import int_list, positive_floats
 from .experiments.measurement import Measurement, summarize  # noqa: F401 (re-exported)
 from .experiments.run import measure, netem_unavailable, target_step_s  # noqa: F401 (re-exported)
 from .experiments.spec import MeasureSpec
-from . import registry
+from . import atomic, registry
 from .labels import run_label
 
 
@@ -142,8 +142,7 @@ def main(argv=None) -> int:
     print(format_table(result))
     if args.out:
         os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-        with open(args.out, "w") as fh:
-            json.dump(result.to_dict(), fh, indent=1)
+        atomic.write_text(args.out, json.dumps(result.to_dict(), indent=1))
     return 0
 
 

@@ -19,6 +19,7 @@ COMPILE_MODES = ("default", "reduce-overhead", "max-autotune")
 
 
 BN_STATS = ("global", "local")
+DEFAULT_BUCKET_MB = 25.0  # --bucket-mb: gradient bucket cap, MiB (torch DDP's default); the model's too
 MAX_SEED = 2**23  # seeds are mixed with step and position into 64-bit generator keys
 MAX_TIMEOUT_S = 7 * 86400.0
 MAX_BUCKET_MB = 1e5
@@ -54,7 +55,7 @@ class TrainConfig:
     checkpoint_every: int = 0  # checkpoint every K steps (0: only at the end, if a dir is given)
     resume: bool = False  # continue from the checkpoints in checkpoint_dir
     timeout_s: float = 120.0  # collective / point-to-point timeout: a dead peer fails this fast
-    bucket_mb: float = 25.0  # gradient bucket size for overlapped allreduce (stanza, ddp)
+    bucket_mb: float = DEFAULT_BUCKET_MB  # gradient bucket size for overlapped allreduce (stanza, ddp)
     overwrite: bool = False  # allow --save/--metrics to replace existing files
     quiet: bool = False  # no progress bar
     exact: bool = False  # GPU numerics equal to CPU within fp32 tolerance: TF32 off, deterministic cuDNN

@@ -20,6 +20,8 @@ from typing import Any
 import plotly.graph_objects as go
 import plotly.io as pio
 
+from . import atomic
+
 if "ipykernel" in sys.modules:
     # In a kernel, figures carry plotly's own mimetype (JupyterLab draws it) and an HTML version
     # with plotly.js inlined once, so executed notebooks and their nbconvert HTML show them offline.
@@ -53,7 +55,7 @@ def write_results(results: Mapping[str, Any], out_dir: str | os.PathLike) -> Pat
     path = Path(out_dir) / RESULTS_FILE
     path.parent.mkdir(parents=True, exist_ok=True)
     _check_finite(results, "results")
-    path.write_text(json.dumps(results, indent=1, allow_nan=False) + "\n")
+    atomic.write_text(path, json.dumps(results, indent=1, allow_nan=False) + "\n")
     print(f"results: {path}")
     return path
 
@@ -105,7 +107,7 @@ def save_figures(figs: Mapping[str, go.Figure], out_dir: str | os.PathLike, png:
     manifest = out / FIGURES_FILE  # several save_figures calls in one notebook add up
     keys = json.loads(manifest.read_text())["figures"] if manifest.is_file() else []
     keys += [k for k in figs if k not in keys]
-    manifest.write_text(json.dumps({"figures": keys}) + "\n")
+    atomic.write_text(manifest, json.dumps({"figures": keys}) + "\n")
     if png:
         reason = png_unavailable_reason()
         if reason is None:

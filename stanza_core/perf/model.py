@@ -34,13 +34,13 @@ from typing import Any
 
 from .. import checks, registry
 from ..anatomy import DTYPE_BYTES, Profile
+from ..config import DEFAULT_BUCKET_MB  # noqa: F401 (the engine's --bucket-mb; perf's callers import it here)
 from .cluster import Cluster
 from .devices import DeviceProfile
 from .resolve import device_profile
 from .traffic import (ModelCounts, StanzaOptions, check_config, data_workers, rank_bytes, stanza_options,
                       summary_bytes)
 
-DEFAULT_BUCKET_MB = 25.0  # the engine's --bucket-mb (and torch DDP's default cap), MiB
 DEFAULT_BATCH_PER_WORKER = 32
 
 @dataclasses.dataclass
