@@ -26,6 +26,7 @@ from .spec import MeasureSpec
 PIPEDREAM_VGG16 = "PipeDream's planner: VGG-16 on 16 GPUs -> 15 CONV replicas + 1 FC node (k = 1)"
 
 
+@replayed.in_grid("04_node_assignment")
 @dataclasses.dataclass(kw_only=True)
 class AssignmentParams(ReplayParams):
     """Notebook 04's parameters (its `parameters` cell), checked on creation; the replay_* ones

@@ -87,6 +87,31 @@ def link_floors(specs: list[MeasureSpec]) -> list[float]:
     return sorted({p.key()["dilation_floor"] for spec in specs for p in points(spec)})
 
 
+GRID: dict[str, type] = {}  # notebook stem -> the parameters class of the experiment behind it
+
+
+def in_grid(notebook: str):
+    """Class decorator of an experiment's parameters class whose notebook (`notebook`: its file
+    stem) replays runs of the full grid: its `grid_specs()` says which (reproduce/grid.py fills
+    them). Fields named in the class's PATHS are paths relative to the notebook's folder."""
+    def register(cls: type) -> type:
+        GRID[notebook] = cls
+        return cls
+    return register
+
+
+def grid_experiments() -> dict[str, type]:
+    """Every experiment whose notebook replays runs of the grid, by notebook stem: each module of
+    this package is imported, and each registers its own (`in_grid`)."""
+    import importlib
+    import pkgutil
+
+    package = __name__.rsplit(".", 1)[0]
+    for m in pkgutil.iter_modules(importlib.import_module(package).__path__):
+        importlib.import_module(f"{package}.{m.name}")
+    return dict(GRID)
+
+
 @dataclasses.dataclass(kw_only=True)
 class ReplayParams:
     """The paper-regime parameters notebooks 03, 04, 05 and 07 share (their `parameters` cells
@@ -104,6 +129,11 @@ class ReplayParams:
     replay_engine: bool = True  # raise D per configuration for the engine's own seconds (measured, cached)
     measure_runs: bool = True  # False: skip the measured cells (as without root or tc)
     replay: ReplaySet = dataclasses.field(init=False)  # the paper-regime runs
+    PATHS = ()  # fields that hold paths relative to the notebook's folder (papermill's cwd)
+
+    def grid_specs(self) -> list[MeasureSpec]:
+        """The replayed MeasureSpecs this experiment runs (the full grid's points among them)."""
+        return self.replay.specs
 
     def replay_set(self, strategies: list[str], fc_workers: list[int], nodes: list[int] | None = None,
                    target_gbps: list[float] | None = None, ps_servers: list[int] = (0,),

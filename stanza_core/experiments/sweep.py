@@ -26,6 +26,7 @@ SWEEP_GBPS = (1.0, 2.5, 5.0, 10.0, 25.0, 40.0, 100.0, 200.0, 400.0)
 SWEEP_NODES = tuple(2 ** i for i in range(1, 11))
 
 
+@replayed.in_grid("05_bandwidth_sweep")
 @dataclasses.dataclass(kw_only=True)
 class SweepParams(ReplayParams):
     """Notebook 05's parameters (its `parameters` cell), checked on creation; the replay_* ones
@@ -79,6 +80,9 @@ class SweepParams(ReplayParams):
               if self.paper_replay_fc_workers else [self.fc_workers])
         self.paper = self.replay_set(self.strategies, ks, nodes=[self.paper_nodes] if paper_gbps else [],
                                      target_gbps=paper_gbps or self.replay_gbps)  # no nodes: no runs
+
+    def grid_specs(self) -> list[MeasureSpec]:
+        return self.replayed_specs
 
     @property
     def replayed_specs(self) -> list[MeasureSpec]:

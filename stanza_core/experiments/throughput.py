@@ -27,6 +27,7 @@ PAPER = {"speedup_vs_ps_10gbps": [1.34, 13.9], "alexnet_speedup_vs_ps_100gbps": 
                    "1.55x AlexNet, 1.72x VGG-16 at 100 Gb/s (simulation)"}
 
 
+@replayed.in_grid("03_throughput")
 @dataclasses.dataclass(kw_only=True)
 class ThroughputParams(ReplayParams):
     """Notebook 03's parameters (its `parameters` cell), checked on creation; the replay_* ones
@@ -83,6 +84,9 @@ class ThroughputParams(ReplayParams):
         if self.paper_ps_overlap and "ps" in self.strategies:
             self.paper.append(self.replay_set(["ps"], ks, nodes=self.paper_nodes, target_gbps=self.paper_gbps,
                                               ps_overlap=[True]))
+
+    def grid_specs(self) -> list[MeasureSpec]:
+        return self.replayed_specs
 
     @property
     def replayed_specs(self) -> list[MeasureSpec]:

@@ -31,7 +31,8 @@ from typing import Any
 from ..labels import config_key, config_label, run_key
 from ..perf import Cluster, best_assignment, check_device, device_profile, named_profile
 from .. import checks, registry
-from .replayed import PAPER_CLASSES, PAPER_IMAGE, caption as replay_caption
+from .replayed import PAPER_CLASSES, PAPER_IMAGE, in_grid
+from .replayed import caption as replay_caption
 from .measurement import Measurement
 from .run import measure_or_skip, modelled_only
 from .spec import MeasureSpec
@@ -39,6 +40,7 @@ from .spec import MeasureSpec
 ROLES = ("stanza", "stanza_k1", *registry.baselines(), "ps_dedicated")  # the configurations compared
 
 
+@in_grid("09_today_gpus")
 @dataclasses.dataclass(kw_only=True)
 class TodayParams:
     """Notebook 09's parameters (its `parameters` cell), checked on creation."""
@@ -60,6 +62,10 @@ class TodayParams:
     measure_runs: bool = True  # False: the replayed cells are not run (modelled figures only)
     image_size: int = PAPER_IMAGE
     num_classes: int = PAPER_CLASSES
+
+    def grid_specs(self) -> list[MeasureSpec]:
+        """The replayed MeasureSpecs of this experiment (the full grid's points among them)."""
+        return [spec for *_, spec in replay_specs(self, model_grid(self))] if self.replay_models else []
 
     def __post_init__(self):
         self.models = checks.model_names(self.models, self.image_size, name="models")

@@ -22,7 +22,7 @@ from ..perf import DEFAULT_LATENCY_S, Cluster, named_profile, predict
 from .. import checks
 from .compute_rounds import device_for, mean_rounds, rounds_needed, timing_rounds
 from .plan import shaped_link
-from .replayed import ReplayParams, run_replayed
+from .replayed import ReplayParams, in_grid, run_replayed
 from .measurement import Measurement
 from .run import measure_or_skip, modelled_only
 
@@ -216,6 +216,7 @@ def term_fit(rows: list[dict[str, Any]]) -> dict[str, Any]:
 # Notebook 07: predicted against measured, over several benches
 
 
+@in_grid("07_model_validation")
 @dataclasses.dataclass(kw_only=True)
 class ValidationParams(ReplayParams):
     """Notebook 07's parameters (its `parameters` cell), checked on creation: one MeasureSpec per
@@ -237,6 +238,7 @@ class ValidationParams(ReplayParams):
     bench_json: list[str] = dataclasses.field(default_factory=list)  # bench results files validated as well
     batch_per_worker: int = 32  # samples per data worker of the replayed runs
     specs: list = dataclasses.field(init=False)  # MeasureSpec per cluster size
+    PATHS = ("bench_json",)
 
     def __post_init__(self):
         from .spec import MeasureSpec

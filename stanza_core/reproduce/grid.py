@@ -30,7 +30,6 @@ from __future__ import annotations
 import ast
 import dataclasses
 import fnmatch
-import importlib
 import math
 import os
 import time
@@ -44,22 +43,6 @@ from .spec import REPO_ROOT, Spec, SpecError
 
 MAX_FAILS_IN_A_ROW = 2  # fill: failed points in a row that stop it
 
-# notebook stem -> (experiments module, parameters dataclass, its replayed MeasureSpecs)
-_NOTEBOOKS: dict[str, tuple[str, str, Callable[[Any], list]]] = {
-    "03_throughput": ("throughput", "ThroughputParams", lambda p: p.replayed_specs),
-    "04_node_assignment": ("assignment", "AssignmentParams", lambda p: p.replay.specs),
-    "05_bandwidth_sweep": ("sweep", "SweepParams", lambda p: p.replayed_specs),
-    "07_model_validation": ("validation", "ValidationParams", lambda p: p.replay.specs),
-    "09_today_gpus": ("today_gpus", "TodayParams", lambda p: _today_specs(p)),
-}
-
-
-def _today_specs(p) -> list:
-    from ..experiments import today_gpus
-
-    return [s for *_, s in today_gpus.replay_specs(p, today_gpus.model_grid(p))] if p.replay_models else []
-
-
 def notebook_parameters(spec: Spec, mode: str) -> dict[str, Any]:
     """The parameters a notebook runs with in `mode`: its `parameters` cell's defaults, then the
     YAML's parameter set (as papermill injects it)."""
@@ -71,21 +54,22 @@ def notebook_parameters(spec: Spec, mode: str) -> dict[str, Any]:
 
 def replayed_specs(spec: Spec, mode: str = "full") -> list:
     """The replayed MeasureSpecs an experiment's notebook runs in `mode` ([] for a notebook that
-    replays nothing)."""
+    replays nothing): its parameters class, registered by the experiment itself
+    (experiments.replayed.in_grid), built from the notebook's parameters as papermill passes
+    them, paths among them taken from the notebook's folder."""
+    from ..experiments.replayed import grid_experiments
     from ..nbtools import experiment_params
 
-    known = _NOTEBOOKS.get(spec.notebook.stem)
-    if known is None:
+    params_cls = grid_experiments().get(spec.notebook.stem)
+    if params_cls is None:
         return []
-    module, cls, specs_of = known
-    params_cls = getattr(importlib.import_module(f"stanza_core.experiments.{module}"), cls)
-    here = os.getcwd()
-    os.chdir(spec.notebook.parent)  # relative paths in parameters are the notebook's (papermill's cwd)
-    try:
-        p = experiment_params(params_cls, notebook_parameters(spec, mode))
-    finally:
-        os.chdir(here)
-    return [s for s in specs_of(p) if s.replayed] if getattr(p, "measure_runs", True) else []
+    params = notebook_parameters(spec, mode)
+    for name in getattr(params_cls, "PATHS", ()):  # relative paths are the notebook's (papermill's cwd)
+        value = params.get(name)
+        params[name] = ([str(spec.notebook.parent / v) for v in value] if isinstance(value, list)
+                        else str(spec.notebook.parent / value) if value else value)
+    p = experiment_params(params_cls, params)
+    return [s for s in p.grid_specs() if s.replayed] if getattr(p, "measure_runs", True) else []
 
 
 @dataclasses.dataclass
