@@ -1,0 +1,226 @@
+# ---
+# jupyter:
+#   jupytext:
+#     formats: ipynb,py:percent
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#   kernelspec:
+#     display_name: Python 3 (ipykernel)
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown] nbgrader={"grade": false, "grade_id": "intro", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# # Lab 11 · Deadlocks, fixed with isend and irecv (goes with tutorials T3 and T7)
+#
+# Under gloo a blocking `dist.send` returns only once the receiver has posted the matching
+# receive (T3, T7). Programs that look symmetric and harmless therefore hang: every rank sends,
+# and nobody receives. Here you get three such programs, see them hang, and fix them with the
+# non-blocking `dist.isend` / `dist.irecv`: each returns a handle at once, the transfer proceeds
+# in the background, and `handle.wait()` blocks until it is done (the tensor you sent must not
+# change, and the one you receive into must not be read, before that).
+#
+# Your functions run for real: on 2 to 4 processes on this machine, joined by gloo over
+# 127.0.0.1. The test cells start them with `gradekit.run_lab`; every run has a time budget of a
+# few seconds, and a run that does not finish in time is ended with a message naming the
+# operation each rank is blocked in. The graded tests run more ranks and more data than you see,
+# and check every value and every byte moved.
+#
+# Fill in every region marked `YOUR CODE HERE` (delete the `raise NotImplementedError()`), then
+# run the test cells below it. Do not change the test cells.
+
+# %% nbgrader={"grade": false, "grade_id": "setup", "locked": true, "schema_version": 3, "solution": false, "task": false}
+import torch
+import torch.distributed as dist
+
+from tutorials import gradekit
+
+# %% [markdown] nbgrader={"grade": false, "grade_id": "ex1_text", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# ## Exercise 1 (3 points): a ring shift
+#
+# Every rank r holds a tensor `x` and must pass it to its right neighbour, rank (r + 1) mod N,
+# while receiving its left neighbour's, rank (r - 1) mod N. The obvious program hangs on any
+# number of ranks (try it: `gradekit.run_ranks` a copy of it on 2 ranks with `budget_s=3`):
+#
+# ```python
+# def ring_shift_blocking(x, rank, world_size):
+#     got = torch.empty_like(x)
+#     dist.send(x, (rank + 1) % world_size)     # every rank waits here for a receive...
+#     dist.recv(got, (rank - 1) % world_size)   # ...that no rank reaches
+#     return got
+# ```
+#
+# Write `ring_shift(x, rank, world_size)` with `dist.isend` / `dist.irecv`: it returns the left
+# neighbour's tensor and moves exactly one tensor each way per rank.
+
+# %% nbgrader={"grade": false, "grade_id": "ring_shift", "locked": false, "schema_version": 3, "solution": true, "task": false}
+def ring_shift(x, rank, world_size):
+    ### BEGIN SOLUTION
+    got = torch.empty_like(x)
+    handles = [dist.isend(x, (rank + 1) % world_size), dist.irecv(got, (rank - 1) % world_size)]
+    for h in handles:
+        h.wait()
+    return got
+    ### END SOLUTION
+
+
+# %% nbgrader={"grade": true, "grade_id": "test_ring_shift", "locked": true, "points": 3, "schema_version": 3, "solution": false, "task": false}
+ranks = gradekit.run_lab("lab11", "try_ring", ring_shift=ring_shift)
+for r in ranks:
+    print(f"rank {r.rank} received {r.value.tolist()}")
+assert ranks[0].value[0] == 100 and ranks[1].value[0] == 0  # the try case: rank r's tensor starts at 100 r
+### BEGIN HIDDEN TESTS
+verdict = gradekit.grade("lab11", "ring_shift", ring_shift=ring_shift)
+assert len(verdict) == 3
+for check, outcome in verdict.items():
+    assert outcome == "ok", f"{check}: {outcome}"
+### END HIDDEN TESTS
+
+# %% [markdown] nbgrader={"grade": false, "grade_id": "ex2_text", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# ## Exercise 2 (3 points): everyone to everyone
+#
+# Every rank holds a list `chunks` of `world_size` tensors: `chunks[p]` is meant for rank p
+# (`chunks[rank]` stays where it is). This pattern, every rank sending a different piece to
+# every other rank, is a sharded parameter server's push, and a mixture-of-experts layer's
+# dispatch. The obvious program hangs as soon as there are two ranks:
+#
+# ```python
+# def exchange_all_blocking(chunks, rank, world_size):
+#     got = [torch.empty_like(c) for c in chunks]
+#     got[rank] = chunks[rank]
+#     for p in range(world_size):
+#         if p != rank:
+#             dist.send(chunks[p], p)
+#     for p in range(world_size):
+#         if p != rank:
+#             dist.recv(got[p], p)
+#     return got
+# ```
+#
+# Write `exchange_all(chunks, rank, world_size)` that finishes: it returns a list whose entry p
+# is the chunk rank p held for this rank (entry `rank`: its own chunk), and sends and receives
+# each chunk exactly once.
+
+# %% nbgrader={"grade": false, "grade_id": "exchange_all", "locked": false, "schema_version": 3, "solution": true, "task": false}
+def exchange_all(chunks, rank, world_size):
+    ### BEGIN SOLUTION
+    got = [torch.empty_like(c) for c in chunks]
+    got[rank] = chunks[rank]
+    peers = [p for p in range(world_size) if p != rank]
+    handles = [dist.irecv(got[p], p) for p in peers] + [dist.isend(chunks[p], p) for p in peers]
+    for h in handles:
+        h.wait()
+    return got
+    ### END SOLUTION
+
+
+# %% nbgrader={"grade": true, "grade_id": "test_exchange_all", "locked": true, "points": 3, "schema_version": 3, "solution": false, "task": false}
+ranks = gradekit.run_lab("lab11", "try_all", exchange_all=exchange_all)
+for r in ranks:
+    print(f"rank {r.rank} holds", [int(t[0]) for t in r.value])
+assert [[int(t[0]) for t in r.value] for r in ranks] == [[0, 100, 200], [10, 110, 210], [20, 120, 220]]
+### BEGIN HIDDEN TESTS
+verdict = gradekit.grade("lab11", "exchange_all", exchange_all=exchange_all)
+assert len(verdict) == 2
+for check, outcome in verdict.items():
+    assert outcome == "ok", f"{check}: {outcome}"
+### END HIDDEN TESTS
+
+# %% [markdown] nbgrader={"grade": false, "grade_id": "ex3_text", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# ## Exercise 3 (4 points): a pipeline that hangs on its second round
+#
+# Rank 0 holds M micro-batches (a list of tensors). Each goes through stages 1 .. N-1, one stage
+# per rank (stage s computes `work(h, s)` and passes the result on), and the last stage sends the
+# result back to rank 0, which returns the M outputs in micro-batch order. The other ranks get a
+# list of M zero tensors of the same shape (buffers to receive into) and return nothing.
+#
+# ```python
+# def run_pipeline_blocking(rank, world_size, micro_batches, work):
+#     last = world_size - 1
+#     if rank == 0:
+#         for x in micro_batches:
+#             dist.send(x, 1)
+#         outputs = [torch.empty_like(x) for x in micro_batches]
+#         for out in outputs:
+#             dist.recv(out, last)
+#         return outputs
+#     for h in micro_batches:
+#         dist.recv(h, rank - 1)
+#         dist.send(work(h, rank), rank + 1 if rank < last else 0)
+# ```
+#
+# The first micro-batch goes through. Then, on 2 ranks, rank 0 sends micro-batch 1 while rank 1
+# sends output 0 back: both wait for a receive. On 3 ranks it passes with 2 micro-batches and
+# hangs with 3. Write `run_pipeline(rank, world_size, micro_batches, work)`, the same
+# computation, that finishes for any number of ranks and micro-batches, moves each micro-batch
+# and each output exactly once, and keeps the pipeline a pipeline: rank 0 must put micro-batch 1
+# on the wire before output 0 has come back (the tests read the times of rank 0's operations:
+# sending micro-batch m and waiting for output m before sending m + 1 never hangs, but it runs
+# one micro-batch at a time, and no stage ever works while another does).
+
+# %% nbgrader={"grade": false, "grade_id": "run_pipeline", "locked": false, "schema_version": 3, "solution": true, "task": false}
+def run_pipeline(rank, world_size, micro_batches, work):
+    ### BEGIN SOLUTION
+    last = world_size - 1
+    if rank == 0:  # post every receive first, then every send: nothing rank 0 does can block the others
+        outputs = [torch.empty_like(x) for x in micro_batches]
+        handles = [dist.irecv(out, last) for out in outputs] + [dist.isend(x, 1) for x in micro_batches]
+        for h in handles:
+            h.wait()
+        return outputs
+    for h in micro_batches:
+        dist.recv(h, rank - 1)
+        dist.send(work(h, rank), rank + 1 if rank < last else 0)
+    ### END SOLUTION
+
+
+# %% nbgrader={"grade": true, "grade_id": "test_run_pipeline", "locked": true, "points": 4, "schema_version": 3, "solution": false, "task": false}
+ranks = gradekit.run_lab("lab11", "try_pipeline", run_pipeline=run_pipeline)
+print("rank 0's outputs:", [out.tolist() for out in ranks[0].value])
+print("rank 0's operations:", [f"{c['op']}({c['peer']})" for c in ranks[0].calls])
+assert [out[0].item() for out in ranks[0].value] == [1.0, 21.0, 41.0]  # 2 x micro-batch + 1 (stage 1)
+### BEGIN HIDDEN TESTS
+verdict = gradekit.grade("lab11", "run_pipeline", run_pipeline=run_pipeline)
+assert len(verdict) == 4
+for check, outcome in verdict.items():
+    assert outcome == "ok", f"{check}: {outcome}"
+### END HIDDEN TESTS
+
+# %% [markdown] nbgrader={"grade": false, "grade_id": "why_text", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# ## Question (2 points, graded by hand)
+#
+# Answer in the cell below, in a few sentences each.
+#
+# (a) With 3 ranks, the blocking pipeline finishes with 2 micro-batches and hangs with 3. Give
+# the cycle of waits it hangs in (which rank waits, in which operation, for which rank), and
+# say in general which M hang on N ranks.
+#
+# (b) A classmate "fixes" `ring_shift` by calling `dist.isend` and `dist.irecv` and returning
+# `got` without calling `wait()`. It passed on their laptop once. What can go wrong, and why
+# can a test that passes once not show the program is right?
+
+# %% [markdown] nbgrader={"grade": true, "grade_id": "why", "locked": false, "points": 2, "schema_version": 3, "solution": true, "task": false}
+# ### BEGIN SOLUTION
+# **Model answer.** (a) Rank 0 sends micro-batches 0 and 1 (rank 1 receives each and passes it to rank 2), then
+# blocks in send(micro-batch 2, to rank 1). Rank 1 is blocked in send(micro-batch 1's result,
+# to rank 2). Rank 2 has finished micro-batch 0 and is blocked in send(output 0, to rank 0),
+# which rank 0 will receive only after its sends: 0 waits for 1, 1 for 2, 2 for 0. The stages
+# can hold N - 1 micro-batches between them; the M-th send of rank 0 needs a stage to move on,
+# which needs rank 0 to receive: it hangs whenever M >= N (on 2 ranks, from M = 2).
+#
+# (b) isend/irecv only start the transfers. Without wait, `got` can be read before the data has
+# arrived (zeros or half a tensor), the sent tensor can be freed or overwritten while in flight,
+# and the rank can return and exit with transfers pending, so a peer hangs or fails. Whether it
+# works depends on timing: a race. One passing run shows that one interleaving worked, not that
+# every interleaving does; the tests run several sizes, but only reasoning about the waits
+# proves the program right.
+#
+# **Rubric.** (a) 1 point: the cycle: rank 0 blocked in send(micro-batch 2) to rank 1, rank 1 in
+# send(its micro-batch 1 result) to rank 2, rank 2 in send(output 0) to rank 0; with M >= N the
+# pipeline holds more micro-batches than it has stages, so the last stage sends its first output
+# back while rank 0 is still sending (N = 2: M >= 2). (b) 1 point: without wait the receive may
+# not have completed when `got` is read (wrong or partial values) and the send buffer may be
+# freed or changed, or the process may exit with the transfer pending (the peer then hangs or
+# fails); it is a race: timing decides, so one lucky run proves nothing.
+# ### END SOLUTION
