@@ -24,7 +24,7 @@ import os
 import sys
 
 from stanza_core import atomic
-from stanza_core.experiments import dilation
+from stanza_core.experiments import plan as planner
 from stanza_core.experiments.plan import Link, plan_run, shared_replay_link
 from stanza_core.experiments.replay_bench import run_plans
 from stanza_core.experiments.runconfig import RunConfig
@@ -79,7 +79,7 @@ def main(argv=None) -> int:
     ap.add_argument("--modelled", action="store_true", help="no runs: the model's figures only (no root needed)")
     a = ap.parse_args(argv)
     try:
-        dilation.check_engine_s_arg(a.engine_s)
+        planner.check_engine_s_arg(a.engine_s)
     except ValueError as e:
         ap.error(str(e))
     if a.modelled:
@@ -88,12 +88,12 @@ def main(argv=None) -> int:
     engines, wanted, plans = {}, a.runs.split(","), []
     for model, profile, dev, n, gbps, runs in cells(a):
         cfgs = {name: run_config_of(a, model, n, runs[name]) for name in wanted}  # every run's configuration checked first
-        engine_s = {name: dilation.engine_seconds_arg(a.engine_s, engines, f"{model} N={n} {cfgs[name].label}",
-                                                      cfgs[name], dilation.model_step_s(cfgs[name], 1000.0))
+        engine_s = {name: planner.engine_seconds_arg(a.engine_s, engines, f"{model} N={n} {cfgs[name].label}",
+                                                      cfgs[name], planner.model_step_s(cfgs[name], 1000.0))
                     for name in wanted}
         link = cell_link(a, cfgs, gbps, engine_s)  # one D for the cell: its runs side by side
         plans += [(name, plan_run(cfgs[name], link, target_gbps=gbps,
-                                  target_step_s=dilation.model_step_s(cfgs[name], gbps), engine_s=engine_s[name]))
+                                  target_step_s=planner.model_step_s(cfgs[name], gbps), engine_s=engine_s[name]))
                   for name in wanted]
 
     def write(rows: list[dict]) -> None:
@@ -116,7 +116,7 @@ def cell_link(a, cfgs: dict, gbps: float, engine_s: dict) -> Link:
     """The cell's one D and link rates: the largest D any run named in `engine_s` needs (its engine
     seconds within 5 % of D x the model's step at the target), at least the links' own rule."""
     n = next(iter(cfgs.values())).cluster_nodes
-    needs = [(dilation.model_step_s(cfgs[name], gbps), e) for name, e in engine_s.items()]
+    needs = [(planner.model_step_s(cfgs[name], gbps), e) for name, e in engine_s.items()]
     return shared_replay_link(gbps, n, needs, mtu=a.mtu)
 
 

@@ -38,7 +38,7 @@ import statistics
 import sys
 
 from stanza_core import atomic
-from stanza_core.experiments import dilation
+from stanza_core.experiments import plan as planner
 from stanza_core.experiments.plan import replayed_plan
 from stanza_core.experiments.validation import engine_apart
 from stanza_core.experiments.replay_bench import run_plans
@@ -86,7 +86,7 @@ def main(argv=None) -> int:
     if unknown:
         ap.error(f"unknown configuration(s) {', '.join(unknown)}; expected some of {', '.join(CONFIGS)}")
     try:
-        dilation.check_engine_s_arg(a.engine_s)
+        planner.check_engine_s_arg(a.engine_s)
     except ValueError as e:
         ap.error(str(e))
 
@@ -108,8 +108,8 @@ def main(argv=None) -> int:
                                     global_batch=global_batch_for(s, n, k, a.batch_per_worker), steps=a.steps,
                                     warmup=a.warmup, link_mbit=1000.0, mtu=a.mtu, ps_servers=servers,
                                     ps_overlap=overlap, compute="replay", replay_device=a.device)
-                    e = dilation.engine_seconds_arg(a.engine_s, engines, f"{model} N={n} {name}", cfg,
-                                                    dilation.model_step_s(cfg, 1000.0))
+                    e = planner.engine_seconds_arg(a.engine_s, engines, f"{model} N={n} {name}", cfg,
+                                                    planner.model_step_s(cfg, 1000.0))
                     plans.append((name, replayed_plan(cfg, gbps, None, engine_s=e, min_dilation=a.min_dilation)))
 
     def write(rows: list[dict]) -> None:

@@ -5,7 +5,7 @@
 
 Per configuration, one replayed run (`--compute replay --replay-device v100 --dilation 1`) on
 `--nodes` local processes over loopback (gloo, unshaped): the engine seconds exactly as
-`experiments.dilation.engine_seconds` measures them (median step of `--steps` steps, 1 warm-up,
+`experiments.plan.engine_seconds` measures them (median step of `--steps` steps, 1 warm-up,
 less the model's step on a 1000 Gb/s network), and every rank's peak RSS from the metrics
 (`peak_rss_mib`: the whole run, setup included). Configurations: ddp, ps (colocated shards),
 ps-dedicated (one dedicated server: N + 1 processes), stanza1, stanza2 (k FC workers). Beside
@@ -65,7 +65,7 @@ class MachineMemory:
 
 def run_config(name: str, a) -> dict:
     import stanza_core
-    from stanza_core.experiments import dilation
+    from stanza_core.experiments import plan as planner
     from stanza_core.experiments.runconfig import RunConfig
     from stanza_core.launch import run_job
 
@@ -86,7 +86,7 @@ def run_config(name: str, a) -> dict:
            "peak_rss_mib": rss, "steps_peak_rss_mib": [r.get("steps_peak_rss_mib") for r in m["ranks"]], "peak_rss_sum_gib": sum(rss) / 1024, "peak_rss_max_mib": max(rss),
            "machine_memory_taken_gib": machine.taken_gib, "bytes_per_step": m["bytes_per_step"]}
     if not a.memory_only:
-        model_s = dilation.model_step_s(cfg, 1000.0)
+        model_s = planner.model_step_s(cfg, 1000.0)
         out.update(step_times_s=[s["time_s"] for s in m["steps"]], median_step_s=m["step_time_median_s"],
                    model_step_s=model_s, engine_s=max(0.0, m["step_time_median_s"] - model_s))
     return out

@@ -23,8 +23,8 @@ PACKAGE = Path(__file__).resolve().parents[1]
 # What a measured run depends on: everything but the figures, the report and the notebook glue
 # (the experiments' own measuring modules are added back by name below).
 _NOT_MEASURING = ("viz", "reproduce", "nbtools.py", "widgets.py", "labels.py", "experiments/")
-_MEASURING = ("experiments/spec.py", "experiments/cache.py", "experiments/run.py", "experiments/compute_rounds.py",
-              "experiments/dilation.py", "experiments/plan.py")
+_MEASURING = ("experiments/spec.py", "experiments/runconfig.py", "experiments/cache.py", "experiments/run.py",
+              "experiments/compute_rounds.py", "experiments/plan.py")
 
 
 def code_fingerprint() -> str:
@@ -70,6 +70,16 @@ class Cache:
         entry = {"key": key, "code": self.fingerprint, "measured_at": time.strftime("%Y-%m-%d %H:%M:%S"),
                  "value": value}
         atomic.write_text(self._path(kind, key), json.dumps(entry))
+
+    def run_or_cached(self, p, repeat: int, run, **key_extra: Any) -> dict[str, Any]:
+        """The row of one run of plan `p` (a RunPlan): from this cache (keyed by the plan, the
+        repeat and `key_extra`), or `run()` and kept; the row carries its plan's values (p.row())."""
+        key = p.cache_key(repeat=repeat, **key_extra)
+        got = self.get("run", key)
+        if got is None:
+            got = run()
+            self.put("run", key, got)
+        return {**got, **p.row(), "repeat": repeat}
 
     def report(self) -> dict[str, Any]:
         when = sorted(r["measured_at"] for r in self.reused)

@@ -25,11 +25,19 @@ performance model is given the payload rate (x D for replayed runs: `Link.model_
 Dilation rule (`replay_link`): D = max(min_dilation, perf.replay_dilation(target, N, engine_s,
 target_step_s, ps_servers)) with the emulator's facts (netem.facts: the fastest link, the
 aggregate this machine holds); `replayed_plan` measures a configuration's engine seconds once (a replay run at
-D = 1 on loopback, experiments.dilation.engine_seconds) and keeps them in the runs cache.
+D = 1 on loopback, `engine_seconds`) and keeps them in the runs cache.
+
+What D is chosen from, here too: `engine_seconds(cfg, compute_only_s)` (the engine's own CPU
+seconds per step that replay keeps: cfg's replay run at D = 1 on loopback, its median step less
+the model's step), `engine_seconds_arg` (a benchmark's --engine-s: a number, or measured once per
+key), `model_prediction` / `model_step_s` (perf.predict of a replayed configuration on its
+device-table profile).
 """
 from __future__ import annotations
 
 import dataclasses
+import math
+import sys
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
@@ -40,8 +48,67 @@ SETUP_S_PER_NODE = 10.0  # seconds per emulated node to start a run (namespaces,
 RUN_TIMEOUT_FLOOR_S = 1800.0  # the shortest wall-clock limit of one run
 RUN_TIMEOUT_FACTOR = 3.0  # a run's limit: this many times what its steps should take
 
-if TYPE_CHECKING:  # spec imports this module: the plan only reads and replaces RunConfigs
+if TYPE_CHECKING:  # the plan only reads and replaces RunConfigs
     from .runconfig import RunConfig
+
+
+ENGINE_STEPS = 4  # steps of the D = 1 run that measures a configuration's engine seconds (1 warmup)
+
+
+def engine_seconds(cfg: RunConfig, compute_only_s: float, *, steps: int = ENGINE_STEPS, timeout_s: float = 900) -> float:
+    """The engine's own seconds per step of `cfg` (gloo's copies and reductions, Python: what
+    replay keeps): its replay run at D = 1 on loopback (cfg.cluster_nodes local processes,
+    unshaped), median step less `compute_only_s` (the model's step on a 1000 Gb/s network)."""
+    from ..launch import run_job
+
+    if cfg.compute != "replay":
+        raise ValueError(f"engine_seconds measures replayed runs, got compute {cfg.compute!r}")
+    flags = dataclasses.replace(cfg, steps=steps, warmup=1, dilation=1.0).train_flags()
+    flags.pop("timeout_s")  # the CLI's collective timeout stays at its default; run_job's is the job's
+    m = run_job(cfg.cluster_nodes, timeout_s=timeout_s, **flags)
+    return max(0.0, m["step_time_median_s"] - compute_only_s)
+
+
+def check_engine_s_arg(value: str) -> str:
+    """A benchmark's --engine-s: 'auto' or a finite number >= 0 (one-line ValueError otherwise)."""
+    if value == "auto":
+        return value
+    try:
+        x = float(value)
+    except ValueError:
+        x = math.nan
+    if not (math.isfinite(x) and x >= 0):
+        raise ValueError(f"--engine-s must be 'auto' or a number of seconds >= 0, got {value!r}")
+    return value
+
+
+def engine_seconds_arg(value: str, known: dict[str, float], key: str, cfg: RunConfig, compute_only_s: float) -> float:
+    """A benchmark's --engine-s for one run: the number given, or ('auto') engine_seconds(cfg,
+    compute_only_s), measured once per `key` and kept in `known` (which the benchmark writes out)."""
+    if check_engine_s_arg(value) != "auto":
+        return float(value)
+    if key not in known:
+        known[key] = engine_seconds(cfg, compute_only_s)
+        print(f"{key}: engine {known[key] * 1e3:.0f} ms per step (loopback, D = 1)", file=sys.stderr, flush=True)
+    return known[key]
+
+
+def model_prediction(cfg: RunConfig, gbps: float):
+    """perf.predict of replayed configuration `cfg` on its replay device's profile (perf.device_profile),
+    every node (dedicated PS servers included) linked at `gbps` of payload."""
+    from ..perf import Cluster, device_profile, named_profile, predict
+
+    profile = named_profile(cfg.model, cfg.image_size, cfg.num_classes)
+    batch = cfg.topology().worker_batch(cfg.global_batch)  # per data worker
+    dev = device_profile(cfg.replay_device, profile, batch).profile  # as replay.prepare resolves it
+    return predict(profile, Cluster(cfg.cluster_nodes, gbps, device=dev), cfg.strategy, cfg.fc_workers or None,
+                   cfg.global_batch, with_ranks=False, ps_servers=cfg.ps_servers, ps_overlap=cfg.ps_overlap,
+                   **cfg.stanza_options)
+
+
+def model_step_s(cfg: RunConfig, gbps: float) -> float:
+    """model_prediction's step time."""
+    return model_prediction(cfg, gbps).iteration_s
 
 
 @dataclasses.dataclass(frozen=True)
@@ -187,22 +254,21 @@ def replayed_plan(cfg: RunConfig, target_gbps: float, cache: Any, *, engine: boo
     measured once per configuration by dilation.engine_seconds and kept in `cache`, an
     experiments.cache.Cache, kind "engine"; or `engine_s` when given); engine=False: the links
     alone decide D."""
-    from . import dilation
 
     if cfg.compute != "replay":
         raise ValueError(f"replayed_plan needs a replayed configuration, got compute {cfg.compute!r}")
     base = dataclasses.replace(cfg, link_mbit=1000.0, dilation=1.0)
     secs = engine_s
     if engine and secs is None:
-        key = {**base.cache_key(), "engine_steps": dilation.ENGINE_STEPS}
+        key = {**base.cache_key(), "engine_steps": ENGINE_STEPS}
         secs = cache.get("engine", key)
         if secs is None:
-            secs = dilation.engine_seconds(base, dilation.model_step_s(base, 1000.0))
+            secs = engine_seconds(base, model_step_s(base, 1000.0))
             cache.put("engine", key, secs)
             print(f"{base.model} N={base.nodes} {base.label}: engine {secs * 1e3:.0f} ms per step (loopback, D = 1)",
                   flush=True)
         secs = float(secs)
-    step = dilation.model_step_s(base, target_gbps)
+    step = model_step_s(base, target_gbps)
     link = replay_link(target_gbps, base.cluster_nodes, target_step_s=step, engine_s=secs or 0.0, mtu=base.mtu,
                        min_dilation=min_dilation, ps_servers=base.ps_servers)
     return plan_run(cfg, link, target_gbps=target_gbps, target_step_s=step, engine_s=secs)

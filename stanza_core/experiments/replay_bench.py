@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from .dilation import model_prediction
+from .plan import model_prediction
 from .plan import RunPlan
 from .run import run_config
 from .runconfig import RunConfig

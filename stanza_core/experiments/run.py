@@ -211,7 +211,7 @@ def execute(plans: list[RunPlan], repeats: int, cache: Cache, run, *, key_extra:
         bar = tqdm(total=len(todo), desc=desc, unit="run")
     rows = []
     for p, rep in todo:
-        rows.append(run_or_cached(p, rep, cache, lambda p=p: run(p.config), **key_extra))
+        rows.append(cache.run_or_cached(p, rep, lambda p=p: run(p.config), **key_extra))
         if bar:
             d = f", D={p.dilation:g}" if p.config.compute == "replay" else ""
             bar.set_postfix_str(f"{p.label} @ {p.link.wire_mbit:.1f} Mbit/s{d}")
@@ -228,18 +228,8 @@ def replayed_point(point: Point, cache: Cache, engine_s: float | None = None) ->
     makes of it."""
     p = replayed_plan(point.config, point.target_gbps, cache, engine=point.engine, min_dilation=point.min_dilation,
                       engine_s=engine_s if point.engine else None)
-    return p, run_or_cached(p, point.repeat, cache, lambda: run_config(p.config, timeout_s=p.timeout_s()))
+    return p, cache.run_or_cached(p, point.repeat, lambda: run_config(p.config, timeout_s=p.timeout_s()))
 
-
-def run_or_cached(p: RunPlan, repeat: int, cache: Cache, run, **key_extra: Any) -> dict[str, Any]:
-    """The row of one run of plan `p`: from the runs cache (keyed by the plan, the repeat and
-    `key_extra`), or `run()` and cached; the row carries its plan's values (RunPlan.row)."""
-    key = p.cache_key(repeat=repeat, **key_extra)
-    got = cache.get("run", key)
-    if got is None:
-        got = run()
-        cache.put("run", key, got)
-    return {**got, **p.row(), "repeat": repeat}
 
 
 def _replay_calibration(spec: MeasureSpec, runs: list[dict[str, Any]]) -> dict[str, Any]:

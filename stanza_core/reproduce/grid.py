@@ -93,7 +93,7 @@ def grid(specs: list[Spec], mode: str = "full") -> list[GridPoint]:
 def estimate_s(point: Point, engine_s: float | None = None, *, engine_run: bool = True) -> float:
     """Seconds to measure `point` (the module docstring): set-up, `steps` dilated steps, and the
     engine-seconds run when `engine_run` (D from the links, or with `engine_s` when known)."""
-    from ..experiments import dilation
+    from ..experiments import plan
     from ..experiments.plan import replayed_plan
 
     cfg = point.config
@@ -101,7 +101,7 @@ def estimate_s(point: Point, engine_s: float | None = None, *, engine_run: bool 
                       min_dilation=point.min_dilation, engine_s=engine_s if point.engine else None)
     run = p.expected_s()
     if engine_run and point.engine:
-        run += SETUP_S_PER_NODE * cfg.cluster_nodes + dilation.ENGINE_STEPS * (dilation.model_step_s(cfg, 1000.0) + (engine_s or 0.0))
+        run += SETUP_S_PER_NODE * cfg.cluster_nodes + plan.ENGINE_STEPS * (plan.model_step_s(cfg, 1000.0) + (engine_s or 0.0))
     return run
 
 

@@ -12,7 +12,7 @@ import pytest
 pytest.importorskip("plotly", reason="figures and notebook helpers need plotly (some GPU VM images lack it)")
 
 from stanza_core import viz
-from stanza_core.experiments import dilation, plan, replay_bench, replayed, validation
+from stanza_core.experiments import plan, replay_bench, replayed, validation
 from stanza_core.experiments.cache import Cache
 from stanza_core.experiments.measurement import Measurement, summarize
 from stanza_core.experiments.spec import MeasureSpec
@@ -169,10 +169,10 @@ def test_each_configuration_runs_at_its_own_dilation_with_engine_seconds_measure
     def engine_seconds(cfg, compute_only_s):  # the D = 1 loopback run (tests/dist measures one for real)
         measured.append(cfg)
         assert (cfg.dilation, cfg.compute, cfg.link_mbit) == (1.0, "replay", 1000.0)
-        assert compute_only_s == dilation.model_step_s(cfg, 1000.0)
+        assert compute_only_s == plan.model_step_s(cfg, 1000.0)
         return {"ps": 0.8, "ddp": 0.5, "stanza": 0.17}[cfg.strategy]
 
-    monkeypatch.setattr(dilation, "engine_seconds", engine_seconds)
+    monkeypatch.setattr(plan, "engine_seconds", engine_seconds)
     s = replayed.ReplaySet(models=["alexnet"], nodes=[4], strategies=["ps", "ddp", "stanza"], fc_workers=[1, 2],
                            target_gbps=[10.0])
     (spec,) = s.specs
@@ -215,10 +215,10 @@ def test_each_configuration_runs_at_its_own_dilation_with_engine_seconds_measure
 @pytest.mark.parametrize("value", ["x", "-1", "nan", "inf", ""])
 def test_engine_seconds_argument_is_checked_in_one_line(value):
     with pytest.raises(ValueError, match="^--engine-s must be 'auto' or a number of seconds >= 0"):
-        dilation.check_engine_s_arg(value)
+        plan.check_engine_s_arg(value)
     cfg = RunConfig(model="tiny_cnn", image_size=16, num_classes=10, nodes=2, strategy="ddp", global_batch=4,
                     steps=2, link_mbit=100.0, compute="replay", replay_device="v100")
-    assert dilation.engine_seconds_arg("0.25", {}, "k", cfg, 0.1) == 0.25  # a number as given: nothing runs
+    assert plan.engine_seconds_arg("0.25", {}, "k", cfg, 0.1) == 0.25  # a number as given: nothing runs
 
 
 def _beyond_args(**kw):
