@@ -184,8 +184,9 @@ written = nbt.save_figures({"timeline": fig, "timeline_one_bucket": fig_one, "mo
 # %% [markdown]
 # ## Exercises
 #
-# Graded lab: `labs/source/lab4/lab4.ipynb` (nbgrader; `make course` builds the student
-# release without solutions and grades submissions, see `docs/course.md`).
+# Graded lab: `reproductions/out/course/release/lab4/lab4.ipynb`, the student release that
+# `make course` builds at the repository root (the exercises without their solutions; nbgrader
+# grades what you hand in, see `docs/course.md`).
 #
 # 1. `hidden_fraction(bars)`: the share of a CONV worker's allreduce time that lies inside its
 #    backward. What is it with one bucket? (Try it on this notebook's `results.json`.)
