@@ -89,7 +89,7 @@ def main(argv=None) -> int:
     for model, profile, dev, n, gbps, runs in cells(a):
         cfgs = {name: run_config_of(a, model, n, runs[name]) for name in wanted}  # every run's configuration checked first
         engine_s = {name: planner.engine_seconds_arg(a.engine_s, engines, f"{model} N={n} {cfgs[name].label}",
-                                                      cfgs[name], planner.model_step_s(cfgs[name], 1000.0))
+                                                      cfgs[name], planner.model_step_s(cfgs[name], planner.COMPUTE_ONLY_GBPS))
                     for name in wanted}
         link = cell_link(a, cfgs, gbps, engine_s)  # one D for the cell: its runs side by side
         plans += [(name, plan_run(cfgs[name], link, target_gbps=gbps,
@@ -108,7 +108,7 @@ def run_config_of(a, model: str, n: int, kw: dict) -> RunConfig:
     """The RunConfig of one candidate (predict() keywords `kw`) of a cell; its plan sets D and the links."""
     return RunConfig(model=model, image_size=224, num_classes=1000, nodes=n, strategy=kw["strategy"],
                      fc_workers=kw["fc_workers"] or 0, global_batch=kw["global_batch"], steps=a.steps,
-                     warmup=a.warmup, link_mbit=1000.0, mtu=a.mtu, compute="replay", replay_device=a.device,
+                     warmup=a.warmup, link_mbit=planner.UNSET_LINK_MBIT, mtu=a.mtu, compute="replay", replay_device=a.device,
                      **{k: kw[k] for k in OPTION_KEYS if k in kw})
 
 

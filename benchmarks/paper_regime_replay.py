@@ -106,10 +106,10 @@ def main(argv=None) -> int:
                     s, k, servers, overlap = CONFIGS[name]
                     cfg = RunConfig(model=model, image_size=224, num_classes=1000, nodes=n, strategy=s, fc_workers=k,
                                     global_batch=global_batch_for(s, n, k, a.batch_per_worker), steps=a.steps,
-                                    warmup=a.warmup, link_mbit=1000.0, mtu=a.mtu, ps_servers=servers,
+                                    warmup=a.warmup, link_mbit=planner.UNSET_LINK_MBIT, mtu=a.mtu, ps_servers=servers,
                                     ps_overlap=overlap, compute="replay", replay_device=a.device)
                     e = planner.engine_seconds_arg(a.engine_s, engines, f"{model} N={n} {name}", cfg,
-                                                    planner.model_step_s(cfg, 1000.0))
+                                                    planner.model_step_s(cfg, planner.COMPUTE_ONLY_GBPS))
                     plans.append((name, replayed_plan(cfg, gbps, None, engine_s=e, min_dilation=a.min_dilation)))
 
     def write(rows: list[dict]) -> None:

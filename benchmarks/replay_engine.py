@@ -73,7 +73,7 @@ def run_config(name: str, a) -> dict:
     workers = a.nodes - opts.get("fc_workers", 0)
     cfg = RunConfig(model=a.model, image_size=a.image_size, num_classes=a.num_classes, nodes=a.nodes,
                     global_batch=a.per_worker * workers, steps=1 if a.memory_only else a.steps,
-                    warmup=0 if a.memory_only else 1, link_mbit=1000.0, compute="replay", replay_device=a.replay_device, dilation=1.0, **opts)
+                    warmup=0 if a.memory_only else 1, link_mbit=planner.UNSET_LINK_MBIT, compute="replay", replay_device=a.replay_device, dilation=1.0, **opts)
     flags = cfg.train_flags()
     flags.pop("timeout_s")
     t0 = time.perf_counter()
@@ -86,7 +86,7 @@ def run_config(name: str, a) -> dict:
            "peak_rss_mib": rss, "steps_peak_rss_mib": [r.get("steps_peak_rss_mib") for r in m["ranks"]], "peak_rss_sum_gib": sum(rss) / 1024, "peak_rss_max_mib": max(rss),
            "machine_memory_taken_gib": machine.taken_gib, "bytes_per_step": m["bytes_per_step"]}
     if not a.memory_only:
-        model_s = planner.model_step_s(cfg, 1000.0)
+        model_s = planner.model_step_s(cfg, planner.COMPUTE_ONLY_GBPS)
         out.update(step_times_s=[s["time_s"] for s in m["steps"]], median_step_s=m["step_time_median_s"],
                    model_step_s=model_s, engine_s=max(0.0, m["step_time_median_s"] - model_s))
     return out

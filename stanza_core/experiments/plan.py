@@ -48,10 +48,13 @@ SETUP_S_PER_NODE = 10.0  # seconds per emulated node to start a run (namespaces,
 RUN_TIMEOUT_FLOOR_S = 1800.0  # the shortest wall-clock limit of one run
 RUN_TIMEOUT_FACTOR = 3.0  # a run's limit: this many times what its steps should take
 
+from .runconfig import UNSET_LINK_MBIT
+
 if TYPE_CHECKING:  # the plan only reads and replaces RunConfigs
     from .runconfig import RunConfig
 
 
+COMPUTE_ONLY_GBPS = 1000.0  # a network this fast leaves a modelled step its compute alone
 ENGINE_STEPS = 4  # steps of the D = 1 run that measures a configuration's engine seconds (1 warmup)
 
 
@@ -257,13 +260,13 @@ def replayed_plan(cfg: RunConfig, target_gbps: float, cache: Any, *, engine: boo
 
     if cfg.compute != "replay":
         raise ValueError(f"replayed_plan needs a replayed configuration, got compute {cfg.compute!r}")
-    base = dataclasses.replace(cfg, link_mbit=1000.0, dilation=1.0)
+    base = dataclasses.replace(cfg, link_mbit=UNSET_LINK_MBIT, dilation=1.0)
     secs = engine_s
     if engine and secs is None:
         key = {**base.cache_key(), "engine_steps": ENGINE_STEPS}
         secs = cache.get("engine", key)
         if secs is None:
-            secs = engine_seconds(base, model_step_s(base, 1000.0))
+            secs = engine_seconds(base, model_step_s(base, COMPUTE_ONLY_GBPS))
             cache.put("engine", key, secs)
             print(f"{base.model} N={base.nodes} {base.label}: engine {secs * 1e3:.0f} ms per step (loopback, D = 1)",
                   flush=True)

@@ -20,6 +20,7 @@ from ..launch import cli_args
 from ..topology import Topology, make_topology
 
 COMPUTE_MODES = ("real", "replay")
+UNSET_LINK_MBIT = 1000.0  # link_mbit of a RunConfig whose plan has not set its link yet (or that runs unshaped)
 
 
 @dataclasses.dataclass(kw_only=True, frozen=True)

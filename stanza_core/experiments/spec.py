@@ -13,7 +13,7 @@ from ..perf import check_device
 from ..topology import global_batch_for
 from .. import checks
 from . import plan
-from .runconfig import COMPUTE_MODES, RunConfig
+from .runconfig import COMPUTE_MODES, UNSET_LINK_MBIT, RunConfig
 
 @dataclasses.dataclass(kw_only=True)
 class MeasureSpec:
@@ -121,7 +121,7 @@ class MeasureSpec:
                 return plan.measured_plan(cfg, point, t_target, t_here)
             return plan.shaped_plan(cfg, point)
 
-        cfgs = [self.run_config(s, k, 1000.0, srv, ov) for s, k, srv, ov in self.variants()]
+        cfgs = [self.run_config(s, k, UNSET_LINK_MBIT, srv, ov) for s, k, srv, ov in self.variants()]
         return [at(cfg, point) for point in (self.target_gbps or self.link_mbit) for cfg in cfgs]
 
     def run_config(self, strategy: str, fc_workers: int, link_mbit: float, ps_servers: int = 0,

@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 
 from .. import atomic
 from ..labels import config_key
+from .runconfig import UNSET_LINK_MBIT
 
 if TYPE_CHECKING:
     from .runconfig import RunConfig
@@ -96,7 +97,7 @@ def points(spec: MeasureSpec) -> list[Point]:
     if not spec.replayed:
         raise ValueError("the store holds replayed configurations only (real compute maps its link "
                          "rates from this machine's own timing rounds)")
-    cfgs = [dataclasses.replace(spec.run_config(s, k, 1000.0, srv, ov), dilation=1.0) for s, k, srv, ov in spec.variants()]
+    cfgs = [dataclasses.replace(spec.run_config(s, k, UNSET_LINK_MBIT, srv, ov), dilation=1.0) for s, k, srv, ov in spec.variants()]
     return [Point(cfg, float(g), float(spec.dilation), bool(spec.engine), rep)
             for rep in range(spec.repeats) for g in spec.target_gbps for cfg in cfgs]
 

@@ -101,7 +101,7 @@ def estimate_s(point: Point, engine_s: float | None = None, *, engine_run: bool 
                       min_dilation=point.min_dilation, engine_s=engine_s if point.engine else None)
     run = p.expected_s()
     if engine_run and point.engine:
-        run += SETUP_S_PER_NODE * cfg.cluster_nodes + plan.ENGINE_STEPS * (plan.model_step_s(cfg, 1000.0) + (engine_s or 0.0))
+        run += SETUP_S_PER_NODE * cfg.cluster_nodes + plan.ENGINE_STEPS * (plan.model_step_s(cfg, plan.COMPUTE_ONLY_GBPS) + (engine_s or 0.0))
     return run
 
 
