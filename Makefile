@@ -39,11 +39,13 @@ test-fast: install
 gpu-check: install
 	$(BIN)/python scripts/gpu_check.py --out gpu-check-out
 
-# The graded labs (nbgrader): the student release into reproductions/out/course/release, then
-# autograding. SUBMISSIONS=path grades <path>/<student>/<lab>/<lab>.ipynb; without it, a
-# self-check (reference solutions full marks, unmodified release zero). docs/course.md.
+# The graded labs (nbgrader). Plain `make course`: a self-check in reproductions/out/course
+# (reference solutions full marks, unmodified release zero); SUBMISSIONS=path grades
+# <path>/<student>/<lab>/<lab>.ipynb once. A term keeps its folder and gradebook:
+# COURSE_CMD=release|collect|autograde|feedback|export|bundle COURSE=dir [LABS=lab1,lab2]
+# [SUBMISSIONS=inbox] [TO=students.zip]. docs/course.md.
 course: install
-	$(BIN)/python -m tutorials.course $(if $(SUBMISSIONS),--submissions "$(SUBMISSIONS)",)
+	$(BIN)/python -m tutorials.course $(or $(COURSE_CMD),self-check) $(if $(COURSE),--course "$(COURSE)",) $(if $(LABS),--labs "$(LABS)",) $(if $(SUBMISSIONS),--submissions "$(SUBMISSIONS)",) $(if $(TO),--to "$(TO)",)
 
 clean:
 	rm -rf reproductions/out .pytest_cache

@@ -1,45 +1,159 @@
-"""The course's graded labs with nbgrader: build the student release, autograde submissions.
+"""The course's graded labs with nbgrader: a self-check of the grader, and the commands of a term.
 
-    python -m tutorials.course [--out DIR] [--submissions DIR] [--labs lab1,lab3]
+    python -m tutorials.course [self-check] [--out DIR] [--submissions DIR] [--labs lab1,lab3]
+    python -m tutorials.course release   --course DIR [--labs ...] [--force]
+    python -m tutorials.course collect   --course DIR --submissions DIR [--labs ...]
+    python -m tutorials.course autograde --course DIR [--labs ...] [--students a,b] [--force]
+    python -m tutorials.course feedback  --course DIR [--labs ...] [--students a,b]
+    python -m tutorials.course export    --course DIR
+    python -m tutorials.course bundle    --course DIR --to students.zip
 
 The instructor's notebooks are `tutorials/labs/source/<lab>/<lab>.ipynb` (nbgrader's layout):
 solution regions between `### BEGIN SOLUTION` / `### END SOLUTION`, hidden tests between
-`### BEGIN HIDDEN TESTS` / `### END HIDDEN TESTS`, graded test cells with their points in the
-cell metadata. The command
+`### BEGIN HIDDEN TESTS` / `### END HIDDEN TESTS`, graded cells with their points in the cell
+metadata. A graded markdown cell with a solution region is a "why" answer graded by hand
+(nbgrader's formgrader); its solution region holds the model answer and the rubric.
 
-1. copies them into a fresh nbgrader course folder `<out>` (default reproductions/out/course)
-   and runs `generate_assignment` on each: `<out>/release/<lab>/<lab>.ipynb` is what students
-   get (no solution, no hidden test);
-2. autogrades a folder of submissions laid out as nbgrader's `submitted/`:
-   `<submissions>/<student>/<lab>/<lab>.ipynb`. Without --submissions it grades a self-check:
-   student `reference` (the instructor's notebooks) must get full marks and student `release`
-   (the unmodified release) zero on every graded cell; the exit status says whether they did;
-3. writes `<out>/grades.json` ({student: {lab: {cell: [score, max]}}}) and nbgrader's own
-   `<out>/grades.csv`, and prints one line per student and lab.
+Hidden tests are written against references the student cannot reach (`freeze`):
+- `__frozen__(expr)` is evaluated when the release is generated, in this process, with the
+  lab's locked setup cells and the test cell's own imports and helper functions, and replaced
+  by its value as a literal (in the course folder's copy): the grade compares the
+  student's answer with that literal, so patching the library the expression called changes
+  nothing;
+- `__graded__(fn, forbid, *args)` calls the student's `fn` and fails the test if it calls,
+  directly or through an alias, any function of `forbid` (the references the value came from).
+The instructor's notebooks therefore run only through this command, which freezes them.
+
+Self-check (the default; `make course`): a fresh folder `--out` (default reproductions/out/course,
+replaced each run; its release/ is what students open): the release is generated, then student
+`reference` (the instructor's notebooks) must get full marks on every autograded cell with its
+"why" cells waiting for a hand grade, and student `release` (the unmodified release) zero on
+every cell. With --submissions, that folder of `<student>/<lab>/<lab>.ipynb` is graded instead
+(one-shot; use the term commands to keep grades).
+
+A term keeps one course folder (`--course`, outside reproductions/out, which `make clean`
+deletes) with nbgrader's gradebook: `release` generates labs not yet released (`--force`
+regenerates); `collect` copies `<submissions>/<student>/<lab>/<lab>.ipynb` into `submitted/`;
+`autograde` grades what was collected and not yet graded; `feedback` writes
+`feedback/<student>/<lab>/<lab>.html`; `export` writes `grades.csv` (nbgrader's, with hand
+grades) and `grades.json`; `bundle` writes what students get (the release and a README), after
+checking it holds no solution region and no hidden test. Nothing is deleted or overwritten in
+place: what a command replaces (a submission, a regenerated lab, the gradebook before each
+change, a previous export) is moved or copied under `<course>/backup/<UTC time>/` first.
 
 Exit status: 0 done (and, for the self-check, as expected), 1 a self-check or grading failure,
-2 bad input. The folder `<out>` is replaced on each run.
+2 bad input.
 """
 from __future__ import annotations
 
 import argparse
+import ast
+import filecmp
 import json
 import os
+import pprint
 import shutil
 import sys
+import time
 import warnings
+import zipfile
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 SOURCE = HERE / "labs" / "source"
 REPO_ROOT = HERE.parent
 DEFAULT_OUT = REPO_ROOT / "reproductions" / "out" / "course"
+CLEANED = REPO_ROOT / "reproductions" / "out"  # `make clean` deletes it
 CELL_TIMEOUT_S = 300
-MARKER = ".stanza-course"  # marks a folder this command made (and may replace)
+MARKER = ".stanza-course"  # marks a self-check folder this command made (and may replace)
+TERM_MARKER = ".stanza-course-term"  # marks a term's course folder (never replaced)
+LEAKS = ("BEGIN SOLUTION", "END SOLUTION", "HIDDEN TESTS", "__frozen__", "__graded__")
+
+# Inserted at the start of every hidden-test region that uses it (never shown to students).
+GUARD = '''\
+def __graded__(fn, forbid, *args, **kwargs):  # fn(*args) must not call any of `forbid`
+    import sys as _sys
+
+    def code(f):  # through caches and other wrappers, bound methods, and classes to their __init__
+        while hasattr(f, "__wrapped__"):
+            f = f.__wrapped__
+        f = getattr(f, "__func__", f)
+        return (f.__init__ if isinstance(f, type) else f).__code__
+
+    codes = {code(f) for f in forbid}
+    hits = []
+
+    def hook(frame, event, arg):
+        if event == "call" and frame.f_code in codes:
+            hits.append(frame.f_code.co_name)
+
+    before = _sys.getprofile()
+    _sys.setprofile(hook)
+    try:
+        out = fn(*args, **kwargs)
+    finally:
+        kept = _sys.getprofile() is hook
+        _sys.setprofile(before)
+    assert kept, "the answer changed the interpreter's profiler"
+    assert not hits, f"the answer calls {hits[0]}, a reference it is graded against: write it yourself"
+    return out
+
+'''
 
 
 def lab_names(source: Path = SOURCE) -> list[str]:
-    return sorted(p.name for p in source.iterdir() if (p / f"{p.name}.ipynb").is_file())
+    return sorted((p.name for p in source.iterdir() if (p / f"{p.name}.ipynb").is_file()),
+                  key=lambda n: (len(n), n))
+
+
+def manual_cells(lab: str, source: Path = SOURCE) -> set[str]:
+    """The grade_ids of a lab's cells graded by hand (graded cells that are also answers)."""
+    import nbformat
+    nb = nbformat.read(source / lab / f"{lab}.ipynb", as_version=4)
+    meta = [c.metadata.get("nbgrader", {}) for c in nb.cells]
+    return {m["grade_id"] for m in meta if m.get("grade") and m.get("solution")}
+
+
+def freeze(nb) -> int:
+    """Replace every `__frozen__(expr)` of `nb`'s graded cells by expr's value, evaluated with the
+    notebook's locked setup cells and the graded cell's own imports and functions; insert GUARD
+    where `__graded__` is used. Returns how many values were frozen."""
+    ns: dict = {}
+    if not any("__frozen__(" in c.source or "__graded__(" in c.source for c in nb.cells):
+        return 0
+    for c in nb.cells:
+        meta = c.metadata.get("nbgrader", {})
+        if c.cell_type == "code" and not meta.get("grade") and not meta.get("solution"):
+            exec(compile(c.source, f"<{meta.get('grade_id')}>", "exec"), ns)
+    done = 0
+    for c in nb.cells:
+        if not (c.cell_type == "code" and c.metadata.get("nbgrader", {}).get("grade")):
+            continue
+        tree = ast.parse(c.source)
+        for node in tree.body:  # the cell's own imports and helper functions may serve its values
+            if isinstance(node, (ast.Import, ast.ImportFrom, ast.FunctionDef)):
+                exec(compile(ast.Module([node], []), "<helper>", "exec"), ns)
+        calls = [n for n in ast.walk(tree) if isinstance(n, ast.Call)
+                 and isinstance(n.func, ast.Name) and n.func.id == "__frozen__"]
+        lines = c.source.splitlines(keepends=True)
+        offset = [0]
+        for ln in lines:
+            offset.append(offset[-1] + len(ln))
+        text = c.source
+        for n in sorted(calls, key=lambda n: (n.lineno, n.col_offset), reverse=True):
+            (arg,) = n.args
+            value = eval(compile(ast.Expression(arg), "<frozen>", "eval"), ns)
+            literal = pprint.pformat(value, width=110, sort_dicts=False)
+            if ast.literal_eval(literal) != value:
+                raise ValueError(f"__frozen__ at line {n.lineno}: {type(value).__name__} is not a literal")
+            start = offset[n.lineno - 1] + len(lines[n.lineno - 1].encode()[:n.col_offset].decode())
+            end = offset[n.end_lineno - 1] + len(lines[n.end_lineno - 1].encode()[:n.end_col_offset].decode())
+            text = text[:start] + literal + text[end:]
+            done += 1
+        if "__graded__(" in text:
+            text = text.replace("### BEGIN HIDDEN TESTS\n", "### BEGIN HIDDEN TESTS\n" + GUARD, 1)
+        c.source = text
+    return done
 
 
 def _api(out: Path):
@@ -63,15 +177,26 @@ def _check(result: dict, what: str) -> None:
         raise RuntimeError(f"nbgrader {what} failed: " + " | ".join(tail))
 
 
+def _copy_frozen(lab: str, out: Path, source: Path) -> None:
+    import nbformat
+    shutil.copytree(source / lab, out / "source" / lab, ignore=shutil.ignore_patterns("*.py", "__pycache__"))
+    path = out / "source" / lab / f"{lab}.ipynb"
+    nb = nbformat.read(path, as_version=4)
+    freeze(nb)
+    nbformat.write(nb, path)
+
+
 def build_release(out: Path, labs: list[str] | None = None, source: Path = SOURCE):
-    """Fresh course folder at `out` with the source notebooks; generate every lab's release."""
+    """Fresh self-check folder at `out` with the frozen source notebooks; generate every release."""
+    if (out / TERM_MARKER).exists():
+        raise RuntimeError(f"{out} is a term's course folder: the self-check never replaces it")
     if out.exists():
         shutil.rmtree(out)
     out.mkdir(parents=True)
     (out / MARKER).write_text("This nbgrader course folder is rewritten by `python -m tutorials.course`.\n")
     labs = labs or lab_names(source)
     for lab in labs:
-        shutil.copytree(source / lab, out / "source" / lab, ignore=shutil.ignore_patterns("*.py", "__pycache__"))
+        _copy_frozen(lab, out, source)
     api = _api(out)
     for lab in labs:
         _check(api.generate_assignment(lab, force=True, create=True), f"generate_assignment {lab}")
@@ -88,10 +213,17 @@ def self_check_submissions(out: Path, labs: list[str]) -> Path:
     return subs
 
 
-def autograde(api, out: Path, submissions: Path, labs: list[str]) -> dict:
-    """Autograde every <student>/<lab>/ of `submissions`; {student: {lab: {cell: [score, max]}}}."""
+def _grades_of(api, lab: str, student: str) -> dict:
+    """{cell: [score, max, needs a hand grade]} of one graded submission."""
     from nbgrader.api import Gradebook
+    with Gradebook(api.coursedir.db_url) as gb:
+        nb = gb.find_submission_notebook(lab, lab, student)
+        return {g.name: [g.score, g.max_score, bool(g.needs_manual_grade)] for g in nb.grades}
 
+
+def autograde(api, out: Path, submissions: Path, labs: list[str]) -> dict:
+    """Autograde every <student>/<lab>/ of `submissions` (copied into `out`, replacing earlier
+    copies: the self-check's way); {student: {lab: {cell: [score, max, needs a hand grade]}}}."""
     grades: dict = {}
     for student_dir in sorted(p for p in submissions.iterdir() if p.is_dir()):
         student = student_dir.name
@@ -103,76 +235,338 @@ def autograde(api, out: Path, submissions: Path, labs: list[str]) -> dict:
                 shutil.rmtree(dest)
             shutil.copytree(student_dir / lab, dest)
             _check(api.autograde(lab, student, force=True, create=True), f"autograde {lab} of {student}")
-            with Gradebook(api.coursedir.db_url) as gb:
-                nb = gb.find_submission_notebook(lab, lab, student)
-                grades.setdefault(student, {})[lab] = {g.name: [g.score, g.max_score] for g in nb.grades}
+            grades.setdefault(student, {})[lab] = _grades_of(api, lab, student)
     return grades
 
 
-def export_csv(out: Path) -> None:
-    from nbgrader.plugins.export import CsvExportPlugin
+def export_csv(out: Path, to: Path | None = None) -> Path:
     from nbgrader.api import Gradebook
+    from nbgrader.plugins.export import CsvExportPlugin
 
+    to = to or out / "grades.csv"
     with Gradebook(f"sqlite:///{out / 'gradebook.db'}") as gb:
-        CsvExportPlugin(to=str(out / "grades.csv")).export(gb)
+        CsvExportPlugin(to=str(to)).export(gb)
+    return to
 
 
-def self_check_problems(grades: dict) -> list[str]:
-    """What is wrong with a self-check's grades: not full marks for reference, not zero for release."""
+def self_check_problems(grades: dict, manual: dict[str, set[str]] | None = None) -> list[str]:
+    """What is wrong with a self-check's grades: reference not full marks on an autograded cell (or
+    a hand-graded cell not waiting for its grade), release not zero on every cell."""
+    manual = manual or {}
     problems = []
     for lab, cells in grades.get("reference", {}).items():
-        problems += [f"reference {lab} {c}: {s} of {m}" for c, (s, m) in cells.items() if s != m]
+        for c, (s, m, pending) in cells.items():
+            if c in manual.get(lab, ()):
+                if not pending:
+                    problems.append(f"reference {lab} {c}: not waiting for a hand grade")
+            elif s != m:
+                problems.append(f"reference {lab} {c}: {s} of {m}")
     for lab, cells in grades.get("release", {}).items():
-        problems += [f"release {lab} {c}: {s} of {m} (expected 0)" for c, (s, m) in cells.items() if s != 0]
+        problems += [f"release {lab} {c}: {s} of {m} (expected 0)" for c, (s, m, _) in cells.items() if s != 0]
     return problems
 
 
-def main(argv: list[str] | None = None) -> int:
+# ---- a term -------------------------------------------------------------------------------
+
+def _stamp() -> str:
+    now = time.time()
+    return time.strftime("%Y%m%dT%H%M%S", time.gmtime(now)) + f".{int(now % 1 * 1e6):06d}Z"
+
+
+def _keep(course: Path, path: Path, stamp: str, move: bool = True) -> Path | None:
+    """Move (or copy) `path` under <course>/backup/<stamp>/, at its path relative to the course."""
+    if not path.exists():
+        return None
+    dest = course / "backup" / stamp / path.relative_to(course)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    if move:
+        shutil.move(str(path), dest)
+    elif path.is_dir():
+        shutil.copytree(path, dest)
+    else:
+        shutil.copy2(path, dest)
+    return dest
+
+
+def open_course(course: Path, create: bool = False) -> Path:
+    course = course.resolve()
+    if course == CLEANED or CLEANED in course.parents:
+        raise ValueError(f"--course {course}: inside {CLEANED}, which `make clean` deletes; choose another folder")
+    if (course / MARKER).exists():
+        raise ValueError(f"--course {course}: a self-check folder (replaced on every self-check)")
+    if not (course / TERM_MARKER).exists():
+        if not create:
+            raise ValueError(f"--course {course}: not a course folder (run `release` first)")
+        if course.exists() and any(course.iterdir()):
+            raise ValueError(f"--course {course}: not empty and not a course folder made by this command")
+        course.mkdir(parents=True, exist_ok=True)
+        (course / TERM_MARKER).write_text("A term's nbgrader course folder (python -m tutorials.course).\n")
+    return course
+
+
+def release(course: Path, labs: list[str], force: bool = False, source: Path = SOURCE) -> list[str]:
+    """Generate each lab's release in a term's folder; a released lab is regenerated only with
+    `force`, its previous source and release kept under backup/. Returns the labs generated."""
+    stamp, made = _stamp(), []
+    api = _api(course)
+    for lab in labs:
+        if (course / "release" / lab).exists() or (course / "source" / lab).exists():
+            if not force:
+                print(f"{lab}: already released; --force regenerates it (the old one is kept)")
+                continue
+            _keep(course, course / "gradebook.db", stamp, move=False)
+            for part in ("source", "release"):
+                if kept := _keep(course, course / part / lab, stamp):
+                    print(f"{lab}: previous {part} kept in {kept}")
+        _copy_frozen(lab, course, source)
+        _check(api.generate_assignment(lab, force=True, create=True), f"generate_assignment {lab}")
+        print(f"{lab}: released in {course / 'release' / lab}")
+        made.append(lab)
+    return made
+
+
+def _submission_files(submissions: Path, labs: list[str]):
+    """(student, lab, notebook) for <student>/<lab>/<lab>.ipynb or <student>/<lab>.ipynb."""
+    for student_dir in sorted(p for p in submissions.iterdir() if p.is_dir()):
+        for lab in labs:
+            for nb in (student_dir / lab / f"{lab}.ipynb", student_dir / f"{lab}.ipynb"):
+                if nb.is_file():
+                    yield student_dir.name, lab, nb
+                    break
+
+
+def collect(course: Path, submissions: Path, labs: list[str]) -> list[tuple[str, str]]:
+    """Copy submissions into submitted/; a changed resubmission replaces the old one, which is
+    kept under backup/. Returns the (student, lab) pairs that are new or changed."""
+    stamp, changed = _stamp(), []
+    for student, lab, nb in _submission_files(submissions, labs):
+        if not (course / "release" / lab).is_dir():
+            print(f"{student} {lab}: skipped, {lab} is not released in this course")
+            continue
+        dest = course / "submitted" / student / lab / f"{lab}.ipynb"
+        if dest.exists() and filecmp.cmp(nb, dest, shallow=False):
+            print(f"{student} {lab}: unchanged")
+            continue
+        if kept := _keep(course, dest.parent, stamp):
+            print(f"{student} {lab}: resubmitted; the previous submission is kept in {kept}")
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(nb, dest)  # its time is the collection's: newer than any earlier grading
+        (dest.parent / "timestamp.txt").write_text(time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()))
+        changed.append((student, lab))
+    return changed
+
+
+def _pairs(course: Path, part: str, labs: list[str], students: list[str] | None):
+    root = course / part
+    if not root.is_dir():
+        return []
+    return [(s.name, lab) for s in sorted(root.iterdir()) if s.is_dir() and (students is None or s.name in students)
+            for lab in labs if (s / lab / f"{lab}.ipynb").is_file()]
+
+
+def term_autograde(course: Path, labs: list[str], students: list[str] | None = None, force: bool = False) -> dict:
+    """Autograde each collected submission that is newer than its graded copy (all with `force`).
+    The gradebook is copied under backup/ first; hand grades already given stay in it."""
+    stamp, api, grades = _stamp(), _api(course), {}
+    todo = []
+    for student, lab in _pairs(course, "submitted", labs, students):
+        done = course / "autograded" / student / lab / f"{lab}.ipynb"
+        sub = course / "submitted" / student / lab / f"{lab}.ipynb"
+        if done.exists() and done.stat().st_mtime >= sub.stat().st_mtime and not force:
+            print(f"{student} {lab}: already graded (--force grades it again)")
+            continue
+        todo.append((student, lab))
+    if todo:
+        _keep(course, course / "gradebook.db", stamp, move=False)
+    for student, lab in todo:
+        _keep(course, course / "autograded" / student / lab, stamp, move=False)
+        _check(api.autograde(lab, student, force=True, create=True), f"autograde {lab} of {student}")
+        grades.setdefault(student, {})[lab] = cells = _grades_of(api, lab, student)
+        _print_line(student, lab, cells)
+    return grades
+
+
+def feedback(course: Path, labs: list[str], students: list[str] | None = None) -> list[Path]:
+    """nbgrader's generate_feedback for every graded submission; a previous one is kept first."""
+    stamp, api, made = _stamp(), _api(course), []
+    for student, lab in _pairs(course, "autograded", labs, students):
+        _keep(course, course / "feedback" / student / lab, stamp)
+        _check(api.generate_feedback(lab, student, force=True), f"generate_feedback {lab} of {student}")
+        made.append(course / "feedback" / student / lab / f"{lab}.html")
+        print(f"{student} {lab}: {made[-1]}")
+    return made
+
+
+def export(course: Path) -> tuple[Path, Path]:
+    """grades.csv (nbgrader's, hand grades included) and grades.json; a previous export that
+    differs is kept under backup/."""
+    from nbgrader.api import Gradebook
+    stamp = _stamp()
+    new_csv = export_csv(course, course / "grades.csv.new")
+    grades: dict = {}
+    with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gb:
+        for a in gb.assignments:
+            for sub in a.submissions:
+                nb = sub.notebooks[0]
+                grades.setdefault(sub.student.id, {})[a.name] = {
+                    g.name: [g.score, g.max_score, bool(g.needs_manual_grade)] for g in nb.grades}
+    new_json = course / "grades.json.new"
+    new_json.write_text(json.dumps(grades, indent=1, sort_keys=True) + "\n")
+    for new in (new_csv, new_json):
+        final = new.with_suffix("")
+        if final.exists() and not filecmp.cmp(new, final, shallow=False):
+            print(f"previous {final.name} kept in {_keep(course, final, stamp)}")
+        new.replace(final)
+    return course / "grades.csv", course / "grades.json"
+
+
+STUDENT_README = """\
+# Stanza course: the labs
+
+One folder per lab, each with its notebook. Open a notebook in Jupyter, fill in every cell
+marked `YOUR CODE HERE` (delete the `raise NotImplementedError()`) or `YOUR ANSWER HERE`, and
+run the test cell below each answer: it is a first check; more tests run when the lab is graded,
+and the "why" answers are graded by hand. Do not change the test cells.
+
+The notebooks import `stanza_core`: install the course's repository (`make install`, or
+`pip install -e .` in it) and start Jupyter from its environment. The tutorials T1-T8 that the
+labs go with are in the repository's `tutorials/` folder.
+
+Hand in each notebook as `<your id>/<lab>/<lab>.ipynb`.
+
+Labs: {labs}
+"""
+
+
+def bundle(course: Path, to: Path) -> Path:
+    """What students get: the release of every released lab and a README, as a zip or a folder.
+    Never overwrites `to`; refuses if any file holds a solution region or a hidden test."""
+    rel = course / "release"
+    labs = [lab for lab in lab_names(rel)] if rel.is_dir() else []
+    if not labs:
+        raise ValueError(f"{course}: no lab released yet (run `release` first)")
+    if to.exists():
+        raise ValueError(f"--to {to}: exists; choose a new name")
+    files = {f"stanza-labs/{p.relative_to(rel)}": p.read_bytes() for lab in labs
+             for p in sorted((rel / lab).rglob("*")) if p.is_file() and "__pycache__" not in p.parts}
+    files["stanza-labs/README.md"] = STUDENT_README.format(labs=", ".join(labs)).encode()
+    for name, data in files.items():
+        if leak := [w for w in LEAKS if w.encode() in data]:
+            raise RuntimeError(f"{name} holds {leak[0]!r}: not bundled")
+    if to.suffix == ".zip":
+        with zipfile.ZipFile(to, "x", zipfile.ZIP_DEFLATED) as z:
+            for name, data in files.items():
+                z.writestr(name, data)
+    else:
+        for name, data in files.items():
+            (to / name).parent.mkdir(parents=True, exist_ok=True)
+            (to / name).write_bytes(data)
+    return to
+
+
+# ---- the command ---------------------------------------------------------------------------
+
+COMMANDS = ("self-check", "release", "collect", "autograde", "feedback", "export", "bundle")
+
+
+def _print_line(student: str, lab: str, cells: dict) -> None:
+    got, of = sum(s for s, _, _ in cells.values()), sum(m for _, m, _ in cells.values())
+    hand = sum(m for _, m, pending in cells.values() if pending)
+    print(f"{student:<12} {lab:<8} {got:g} / {of:g}" + (f"  ({hand:g} to grade by hand)" if hand else ""))
+
+
+def _parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="python -m tutorials.course", description=__doc__.splitlines()[0])
-    ap.add_argument("--out", type=Path, default=DEFAULT_OUT, help="nbgrader course folder (replaced)")
-    ap.add_argument("--submissions", type=Path, default=None,
-                    help="folder of <student>/<lab>/<lab>.ipynb to grade (default: the self-check)")
-    ap.add_argument("--labs", default=None, help="comma-separated lab names (default: all)")
-    args = ap.parse_args(argv)
+    sub = ap.add_subparsers(dest="command")
+    for name in COMMANDS:
+        p = sub.add_parser(name)
+        p.add_argument("--labs", default=None, help="comma-separated lab names (default: all)")
+        if name == "self-check":
+            p.add_argument("--out", type=Path, default=DEFAULT_OUT, help="self-check folder (replaced)")
+            p.add_argument("--submissions", type=Path, default=None,
+                           help="folder of <student>/<lab>/<lab>.ipynb to grade once (default: the self-check)")
+            continue
+        p.add_argument("--course", type=Path, required=True, help="the term's course folder (kept)")
+        if name == "collect":
+            p.add_argument("--submissions", type=Path, required=True, help="folder of <student>/<lab>/<lab>.ipynb")
+        if name in ("autograde", "feedback"):
+            p.add_argument("--students", default=None, help="comma-separated student ids (default: all)")
+        if name in ("release", "autograde"):
+            p.add_argument("--force", action="store_true", help="regenerate / grade again (old copies kept)")
+        if name == "bundle":
+            p.add_argument("--to", type=Path, required=True, help="a new .zip file or folder")
+    return ap
+
+
+def _self_check(args, labs: list[str]) -> int:
+    out = args.out.resolve()
+    if out.exists() and any(out.iterdir()) and not (out / MARKER).exists():
+        print(f"error: --out {out}: not empty and not a self-check folder made by this command", file=sys.stderr)
+        return 2
+    if args.submissions is not None and not args.submissions.is_dir():
+        print(f"error: --submissions {args.submissions}: not a folder", file=sys.stderr)
+        return 2
+    submissions = args.submissions.resolve() if args.submissions else None
+    api = build_release(out, labs)
+    print(f"release: {out / 'release'} ({', '.join(labs)})", flush=True)
+    subs = submissions or self_check_submissions(out, labs)
+    grades = autograde(api, out, subs, labs)
+    export_csv(out)
+    (out / "grades.json").write_text(json.dumps(grades, indent=1) + "\n")
+    for student, per_lab in grades.items():
+        for lab, cells in per_lab.items():
+            _print_line(student, lab, cells)
+    print(f"grades: {out / 'grades.json'}, {out / 'grades.csv'}")
+    if submissions is None:
+        if problems := self_check_problems(grades, {lab: manual_cells(lab) for lab in labs}):
+            print("self-check failed: " + "; ".join(problems), file=sys.stderr)
+            return 1
+        print("self-check: reference solutions full marks on every autograded cell (the 'why' cells wait "
+              "for a hand grade), unmodified release zero on every graded cell")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] not in COMMANDS + ("-h", "--help"):
+        argv.insert(0, "self-check")
+    args = _parser().parse_args(argv)
     known = lab_names()
     labs = [n.strip() for n in args.labs.split(",")] if args.labs else known
     if unknown := [n for n in labs if n not in known]:
         print(f"error: --labs: unknown labs {unknown}; known: {known}", file=sys.stderr)
         return 2
-    if args.submissions is not None and not args.submissions.is_dir():
-        print(f"error: --submissions {args.submissions}: not a folder", file=sys.stderr)
-        return 2
     # nbgrader 0.9's gradebook trips SQLAlchemy 2's autoflush warnings on every submission: noise
     warnings.filterwarnings("ignore", message=".*not in session.*")
-    out = args.out.resolve()
-    if out.exists() and out != DEFAULT_OUT.resolve() and any(out.iterdir()) and not (out / MARKER).exists():
-        print(f"error: --out {out}: not empty and not a course folder made by this command", file=sys.stderr)
-        return 2
-    submissions = args.submissions.resolve() if args.submissions else None
     # the kernels import this checkout's stanza_core (first on their path)
     # nbgrader runs the `alembic` command of its own environment: this interpreter's bin first
     os.environ["PATH"] = os.pathsep.join((str(Path(sys.executable).parent), os.environ.get("PATH", "")))
     os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO_ROOT), os.environ.get("PYTHONPATH", "")) if p)
+    students = [s.strip() for s in args.students.split(",")] if getattr(args, "students", None) else None
     try:
-        api = build_release(out, labs)
-        print(f"release: {out / 'release'} ({', '.join(labs)})", flush=True)
-        subs = submissions or self_check_submissions(out, labs)
-        grades = autograde(api, out, subs, labs)
-        export_csv(out)
+        if args.command == "self-check":
+            return _self_check(args, labs)
+        course = open_course(args.course, create=args.command == "release")
+        if args.command == "release":
+            release(course, labs, args.force)
+        elif args.command == "collect":
+            if not args.submissions.is_dir():
+                raise ValueError(f"--submissions {args.submissions}: not a folder")
+            print(f"collected {len(collect(course, args.submissions.resolve(), labs))} new or changed submissions")
+        elif args.command == "autograde":
+            term_autograde(course, labs, students, args.force)
+        elif args.command == "feedback":
+            feedback(course, labs, students)
+        elif args.command == "export":
+            print("grades: " + ", ".join(str(p) for p in export(course)))
+        elif args.command == "bundle":
+            print(f"student bundle: {bundle(course, args.to.resolve())}")
+    except ValueError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     except RuntimeError as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
-    (out / "grades.json").write_text(json.dumps(grades, indent=1) + "\n")
-    for student, per_lab in grades.items():
-        for lab, cells in per_lab.items():
-            got, of = sum(s for s, _ in cells.values()), sum(m for _, m in cells.values())
-            print(f"{student:<12} {lab:<18} {got:g} / {of:g}")
-    print(f"grades: {out / 'grades.json'}, {out / 'grades.csv'}")
-    if submissions is None:
-        if problems := self_check_problems(grades):
-            print("self-check failed: " + "; ".join(problems), file=sys.stderr)
-            return 1
-        print("self-check: reference solutions full marks, unmodified release zero on every graded cell")
     return 0
 
 

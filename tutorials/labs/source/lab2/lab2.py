@@ -15,9 +15,11 @@
 # # Lab 2 · The bytes of one Stanza step (goes with tutorial T2)
 #
 # Fill in every cell marked `YOUR CODE HERE` (delete the `raise NotImplementedError()`), then
-# run the test cell below it. The graded tests check your function at several inputs against
-# the performance model (`stanza_core.perf`), the topology (`stanza_core.topology`) and autograd;
-# more tests run when the lab is graded. Do not change the test cells.
+# run the test cell below it. The tests you see are a first check; more run when the lab is
+# graded, at inputs you do not see, against values taken from the engine and the performance
+# model when the lab was released. Write each answer yourself: an answer that calls the library
+# function that computes the same quantity gets no points. Answer the "why" question in your own
+# words: it is graded by hand. Do not change the test cells.
 
 # %% nbgrader={"grade": false, "grade_id": "setup", "locked": true, "schema_version": 3, "solution": false, "task": false}
 from fractions import Fraction
@@ -35,8 +37,8 @@ from stanza_core.topology import make_topology
 # Stanza step with N nodes, k FC workers and a global batch of G samples, from the formulas alone
 # (fp32 values, int64 labels; a ring allreduce among n ranks makes each member send
 # 2 (n - 1) / n of the buffer). The engine rounds each rank's ring share to whole bytes; round
-# each member's share the same way. Compare with `perf.totals(perf.expected_bytes(...))` for
-# T2's run and for N = 4, k = 2, G = 8.
+# each member's share the same way. Check it against the bytes per step that tutorial T2 printed
+# for its run (the engine's counters).
 
 # %% nbgrader={"grade": false, "grade_id": "stanza_bytes_per_step", "locked": false, "schema_version": 3, "solution": true, "task": false}
 def stanza_bytes_per_step(Pc: int, Pf: int, A: int, N: int, k: int, G: int) -> int:
@@ -52,13 +54,14 @@ def stanza_bytes_per_step(Pc: int, Pf: int, A: int, N: int, k: int, G: int) -> i
 # %% nbgrader={"grade": true, "grade_id": "test_stanza_bytes_per_step", "locked": true, "points": 3, "schema_version": 3, "solution": false, "task": false}
 assert stanza_bytes_per_step(100, 50, 8, 3, 1, 6) > stanza_bytes_per_step(100, 50, 8, 3, 1, 2)
 ### BEGIN HIDDEN TESTS
-prof = profile_model(get_model("tiny_cnn", 10), (3, 16, 16), batch_size=2)
-for N, k, G in ((3, 1, 6), (4, 2, 8), (5, 2, 6), (7, 3, 8), (9, 4, 10)):
-    want = perf.totals(perf.expected_bytes(prof, "stanza", N, k, G))["bytes_per_step"]
-    assert stanza_bytes_per_step(prof.conv.params, prof.fc.params, prof.boundary_values, N, k, G) == want, (N, k, G)
-    counts = perf.ModelCounts(1_000_003, 77_777, 37)
-    want = perf.totals(perf.expected_bytes(counts, "stanza", N, k, G))["bytes_per_step"]
-    assert stanza_bytes_per_step(1_000_003, 77_777, 37, N, k, G) == want, (N, k, G)
+forbid = [perf.expected_bytes, perf.totals, perf.traffic.rank_bytes, perf.traffic.summary_bytes]
+cases = __frozen__([(c.conv_params, c.fc_params, c.boundary_values, N, k, G,
+                     perf.totals(perf.expected_bytes(c, "stanza", N, k, G))["bytes_per_step"])
+                    for c in (perf.ModelCounts.of(profile_model(get_model("tiny_cnn", 10), (3, 16, 16), batch_size=2)),
+                              perf.ModelCounts(1_000_003, 77_777, 37))
+                    for N, k, G in ((3, 1, 6), (4, 2, 8), (5, 2, 6), (7, 3, 8), (9, 4, 10))])
+for *args, want in cases:
+    assert __graded__(stanza_bytes_per_step, forbid, *args) == want, args
 ### END HIDDEN TESTS
 
 # %% [markdown] nbgrader={"grade": false, "grade_id": "ex2_text", "locked": true, "schema_version": 3, "solution": false, "task": false}
@@ -81,10 +84,13 @@ def samples_per_fc_worker(N: int, k: int, G: int) -> dict[int, int]:
 # %% nbgrader={"grade": true, "grade_id": "test_samples_per_fc_worker", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
 assert sum(samples_per_fc_worker(4, 2, 8).values()) == 8
 ### BEGIN HIDDEN TESTS
-for N, k, G in ((4, 2, 8), (5, 2, 6), (7, 3, 8), (8, 3, 20), (3, 1, 6)):
-    rows = perf.expected_bytes(perf.ModelCounts(10, 10, 1), "stanza", N, k, G)  # A = 1: bytes / 4 = samples
-    assert samples_per_fc_worker(N, k, G) == {r["rank"]: r["recv"]["activations"] // 4
-                                              for r in rows if r["role"] == "fc_worker"}, (N, k, G)
+forbid = [perf.expected_bytes, perf.traffic.rank_bytes]
+cases = __frozen__([((N, k, G), {r["rank"]: r["recv"]["activations"] // 4  # A = 1: bytes / 4 = samples
+                                 for r in perf.expected_bytes(perf.ModelCounts(10, 10, 1), "stanza", N, k, G)
+                                 if r["role"] == "fc_worker"})
+                    for N, k, G in ((4, 2, 8), (5, 2, 6), (7, 3, 8), (8, 3, 20), (3, 1, 6), (10, 4, 24))])
+for args, want in cases:
+    assert dict(__graded__(samples_per_fc_worker, forbid, *args)) == want, args
 ### END HIDDEN TESTS
 
 # %% [markdown] nbgrader={"grade": false, "grade_id": "ex3_text", "locked": true, "schema_version": 3, "solution": false, "task": false}
@@ -105,12 +111,37 @@ def loss_scale_error(G: int, nc: int) -> float:
 # %% nbgrader={"grade": true, "grade_id": "test_loss_scale_error", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
 assert loss_scale_error(6, 2) > 1
 ### BEGIN HIDDEN TESTS
-torch.manual_seed(0)
-model = get_model("tiny_cnn", 10).eval()
-for G, nc in ((6, 2), (12, 3), (8, 4), (5, 1)):
+def _ratio(G, nc):  # the summed gradient's loss with per-slice means over the right one
+    torch.manual_seed(0)
+    model = get_model("tiny_cnn", 10).eval()
     x, y = torch.randn(G, 3, 16, 16), torch.randint(10, (G,))
     with torch.no_grad():
         right = sum(F.cross_entropy(model(x[i::nc]), y[i::nc], reduction="sum") / G for i in range(nc))
         wrong = sum(F.cross_entropy(model(x[i::nc]), y[i::nc]) for i in range(nc))
-    assert abs(loss_scale_error(G, nc) - float(wrong / right)) < 1e-4 * nc, (G, nc)
+    return float(wrong / right)
+
+
+cases = __frozen__([((G, nc), _ratio(G, nc)) for G, nc in ((6, 2), (12, 3), (8, 4), (5, 1), (30, 5))])
+for (G, nc), want in cases:
+    assert abs(loss_scale_error(G, nc) - want) < 1e-4 * nc, (G, nc)
 ### END HIDDEN TESTS
+# %% [markdown] nbgrader={"grade": true, "grade_id": "why_global_batch", "locked": false, "points": 2, "schema_version": 3, "solution": true, "task": false}
+# ### Why (2 points, graded by hand)
+#
+# Each FC worker sees only the samples of the CONV workers it serves, yet divides its loss by the
+# global batch G. Why is that the right divisor, and what would go wrong on a cluster whose CONV
+# workers hold different numbers of samples if each used the mean over its own slice?
+#
+# ### BEGIN SOLUTION
+# **Model answer.** The gradients are summed across workers (the allreduce adds them), so the
+# sum equals the gradient of one loss over the whole batch only if every sample enters with the
+# same weight 1 / G. With a per-slice mean each sample gets 1 / b: the sum is nc times too large
+# with equal slices, and with unequal slices samples of small slices weigh more than others, so
+# the step is not the single-node step on the same batch (the training changes, not only its
+# scale).
+#
+# **Rubric.** 1 point: the allreduce sums, so each sample must carry the weight 1 / G. 1 point:
+# unequal slices give samples unequal weights (a bias), not only a constant factor. No point for
+# "because the tutorial does it".
+# ### END SOLUTION
+

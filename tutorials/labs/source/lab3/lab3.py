@@ -15,9 +15,11 @@
 # # Lab 3 · The step in plain `torch.distributed` (goes with tutorial T3)
 #
 # Fill in every cell marked `YOUR CODE HERE` (delete the `raise NotImplementedError()`), then
-# run the test cell below it. The answers come from reading `tutorials/t3_stanza_step.py`; the
-# graded tests check them at several inputs against the topology (`stanza_core.topology`) and
-# the performance model (`perf.expected_bytes`). Do not change the test cells.
+# run the test cell below it. The answers come from reading `tutorials/t3_stanza_step.py`. The
+# tests you see are a first check; more run when the lab is graded, at inputs you do not see,
+# against values taken from the engine when the lab was released. Write each answer yourself: an
+# answer that calls the library function that computes the same quantity gets no points. Answer
+# the "why" question in your own words: it is graded by hand. Do not change the test cells.
 
 # %% nbgrader={"grade": false, "grade_id": "setup", "locked": true, "schema_version": 3, "solution": false, "task": false}
 from stanza_core import perf
@@ -49,11 +51,12 @@ m = messages_per_step(3, 1)
 assert sorted(m) == [0, 1, 2]
 assert sum(s for s, _ in m.values()) == sum(r for _, r in m.values())
 ### BEGIN HIDDEN TESTS
-for N, k in ((3, 1), (4, 2), (5, 2), (7, 3), (8, 1), (9, 4)):
-    topo = make_topology("stanza", N, 6 * (N - k), k)
-    want = {i: (2, 1) for i in topo.conv_ranks}
-    want.update({j: (len(topo.served_by(j)), 2 * len(topo.served_by(j))) for j in topo.fc_ranks})
-    assert {r: tuple(v) for r, v in messages_per_step(N, k).items()} == want, (N, k)
+cases = __frozen__([((N, k), {**{i: (2, 1) for i in t.conv_ranks},
+                              **{j: (len(t.served_by(j)), 2 * len(t.served_by(j))) for j in t.fc_ranks}})
+                    for N, k in ((3, 1), (4, 2), (5, 2), (7, 3), (8, 1), (9, 4), (11, 3))
+                    for t in (make_topology("stanza", N, 6 * (N - k), k),)])
+for args, want in cases:
+    assert {r: tuple(v) for r, v in messages_per_step(*args).items()} == want, args
 ### END HIDDEN TESTS
 
 # %% [markdown] nbgrader={"grade": false, "grade_id": "ex2_text", "locked": true, "schema_version": 3, "solution": false, "task": false}
@@ -73,9 +76,12 @@ def label_bytes_per_step(G: int) -> int:
 # %% nbgrader={"grade": true, "grade_id": "test_label_bytes_per_step", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
 assert label_bytes_per_step(6) > 0
 ### BEGIN HIDDEN TESTS
-for N, k, G in ((3, 1, 6), (4, 2, 8), (5, 1, 12), (7, 3, 40)):
-    rows = perf.expected_bytes(perf.ModelCounts(10, 10, 256), "stanza", N, k, G)
-    assert label_bytes_per_step(G) == sum(r["sent"].get("labels", 0) for r in rows), (N, k, G)
+forbid = [perf.expected_bytes, perf.traffic.rank_bytes, perf.totals]
+cases = __frozen__([(G, sum(r["sent"].get("labels", 0) for r in perf.expected_bytes(
+                     perf.ModelCounts(10, 10, 256), "stanza", N, k, G)))
+                    for N, k, G in ((3, 1, 6), (4, 2, 8), (5, 1, 12), (7, 3, 40), (9, 2, 7))])
+for G, want in cases:
+    assert __graded__(label_bytes_per_step, forbid, G) == want, G
 ### END HIDDEN TESTS
 
 # %% [markdown] nbgrader={"grade": false, "grade_id": "ex3_text", "locked": true, "schema_version": 3, "solution": false, "task": false}
@@ -96,9 +102,31 @@ def label_share_of_boundary(A: int) -> float:
 # %% nbgrader={"grade": true, "grade_id": "test_label_share_of_boundary", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
 assert 0 < label_share_of_boundary(256) < 1
 ### BEGIN HIDDEN TESTS
-for A, (N, k, G) in ((256, (3, 1, 6)), (25_088, (5, 2, 9)), (1, (4, 1, 3)), (2_048, (9, 3, 12))):
-    rows = perf.expected_bytes(perf.ModelCounts(10, 10, A), "stanza", N, k, G)
-    boundary = sum(r["sent"].get(c, 0) for r in rows for c in ("activations", "activation_grads", "labels"))
-    labels = sum(r["sent"].get("labels", 0) for r in rows)
-    assert abs(label_share_of_boundary(A) - labels / boundary) < 1e-12, A
+forbid = [perf.expected_bytes, perf.traffic.rank_bytes, perf.totals]
+cases = __frozen__([(A, sum(r["sent"].get("labels", 0) for r in rows)
+                     / sum(r["sent"].get(c, 0) for r in rows for c in ("activations", "activation_grads", "labels")))
+                    for A, (N, k, G) in ((256, (3, 1, 6)), (25_088, (5, 2, 9)), (1, (4, 1, 3)), (2_048, (9, 3, 12)))
+                    for rows in (perf.expected_bytes(perf.ModelCounts(10, 10, A), "stanza", N, k, G),)])
+for A, want in cases:
+    assert abs(__graded__(label_share_of_boundary, forbid, A) - want) < 1e-12, A
 ### END HIDDEN TESTS
+# %% [markdown] nbgrader={"grade": true, "grade_id": "why_send_order", "locked": false, "points": 2, "schema_version": 3, "solution": true, "task": false}
+# ### Why (2 points, graded by hand)
+#
+# In `t3_stanza_step.py` every CONV worker sends its activations and its labels, then waits for
+# the activation gradient, while its FC worker receives from the CONV workers it serves one after
+# the other. Why does a CONV worker that the FC worker serves last wait longer than the first,
+# and why can the order of the FC worker's receives not be changed on one rank alone?
+#
+# ### BEGIN SOLUTION
+# **Model answer.** gloo's send completes only when the peer posts the matching receive, and the
+# FC worker handles one CONV worker at a time (receive, forward, backward, send the gradient
+# back) before it receives from the next: the last one served waits for all the earlier chunks'
+# FC compute. The order is a protocol between two ranks: if the FC worker receives from rank 1
+# while rank 1 first waits for its gradient, or the CONV side is changed without the FC side,
+# the matching pairs no longer meet and the step deadlocks (lab 7).
+#
+# **Rubric.** 1 point: blocking send/receive pairs and the FC worker serving in turn explain the
+# wait. 1 point: a change of order must be made on both ends of each pair, or the ranks deadlock.
+# ### END SOLUTION
+

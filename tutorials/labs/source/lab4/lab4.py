@@ -18,8 +18,11 @@
 # run the test cell below it. A *bar* is one dict of `stanza_core.viz.timeline_intervals(rank,
 # step)`: `{"what": "backward" | "allreduce" | "FC forward + backward" | ..., "start": s,
 # "end": s, "peer": rank or None, ...}` (times in seconds). Tutorial T4's `results.json` holds
-# real ones under `intervals`. The graded tests use hand-made bars and the engine's own
-# bucketing (`stanza_core.strategies.stanza.GradBuckets`). Do not change the test cells.
+# real ones under `intervals`. The tests you see are a first check; more run when the lab is
+# graded, at inputs you do not see, against values taken from the engine when the lab was
+# released. Write each answer yourself: an answer that calls the engine's code that computes the
+# same quantity gets no points. Answer the "why" question in your own words: it is graded by hand.
+# Do not change the test cells.
 
 # %% nbgrader={"grade": false, "grade_id": "setup", "locked": true, "schema_version": 3, "solution": false, "task": false}
 import torch
@@ -107,10 +110,10 @@ assert pipeline_order(fake_run([2, 0, 1], step=3), 0) == []
 # ## Exercise 3 (3 points)
 #
 # Write `bucket_count(model, bucket_mb, image_size=32, num_classes=10)`: how many buckets the
-# engine makes for a zoo model's CONV body at `--bucket-mb bucket_mb`, with the rule of
-# `stanza_core.strategies.stanza.GradBuckets` (parameters in reverse order; a new bucket starts
-# before one would exceed the cap of `bucket_mb * 2**20` bytes). How many for `cifar_alexnet`
-# at 0.5?
+# engine makes for a zoo model's CONV body at `--bucket-mb bucket_mb`. The engine's rule (T4):
+# parameters in reverse order, as the backward produces their gradients; a new bucket starts
+# before one would exceed the cap of `int(bucket_mb * 2**20)` bytes; a parameter larger than the
+# cap gets a bucket of its own. How many for `cifar_alexnet` at 0.5?
 
 # %% nbgrader={"grade": false, "grade_id": "bucket_count", "locked": false, "schema_version": 3, "solution": true, "task": false}
 def bucket_count(model: str, bucket_mb: float, image_size: int = 32, num_classes: int = 10) -> int:
@@ -130,11 +133,36 @@ def bucket_count(model: str, bucket_mb: float, image_size: int = 32, num_classes
 # %% nbgrader={"grade": true, "grade_id": "test_bucket_count", "locked": true, "points": 3, "schema_version": 3, "solution": false, "task": false}
 assert bucket_count("cifar_alexnet", 25.0) == 1
 ### BEGIN HIDDEN TESTS
+from stanza_core.strategies import ps as _ps
 from stanza_core.strategies.stanza import GradBuckets
 
-for name, size, mb in (("cifar_alexnet", 32, 0.05), ("cifar_alexnet", 32, 0.5), ("cifar_alexnet", 32, 0.3),
-                       ("tiny_cnn", 16, 0.001), ("tiny_cnn", 16, 0.01)):
-    conv = split_model(get_model(name, 10), input_shape=(3, size, size)).conv
-    engine = GradBuckets(list(conv.parameters()), None, "conv", "conv_grads", mb, torch.device("cpu"))
-    assert bucket_count(name, mb, image_size=size) == len(engine.buckets), (name, mb)
+forbid = [GradBuckets, _ps.bucket_ranges]
+cases = __frozen__([((name, mb, size), len(GradBuckets(list(split_model(get_model(name, 10), input_shape=(3, size, size))
+                                                          .conv.parameters()), None, "conv", "conv_grads", mb,
+                                                     torch.device("cpu")).buckets))
+    for name, size, mb in (("cifar_alexnet", 32, 0.05), ("cifar_alexnet", 32, 0.5), ("cifar_alexnet", 32, 0.3),
+                           ("cifar_alexnet", 32, 1.1), ("tiny_cnn", 16, 0.001), ("tiny_cnn", 16, 0.01))])
+for (name, mb, size), want in cases:
+    assert __graded__(bucket_count, forbid, name, mb, image_size=size) == want, (name, mb)
 ### END HIDDEN TESTS
+# %% [markdown] nbgrader={"grade": true, "grade_id": "why_bucket_size", "locked": false, "points": 2, "schema_version": 3, "solution": true, "task": false}
+# ### Why (2 points, graded by hand)
+#
+# Smaller buckets let the allreduce start earlier in the backward. Why, then, does the engine
+# not use the smallest buckets possible, one per parameter? Name two costs that grow with the
+# number of buckets, and say where on T4's timeline you would see them.
+#
+# ### BEGIN SOLUTION
+# **Model answer.** Each allreduce pays a fixed cost besides its bytes: the ring's 2 (n - 1)
+# latency terms per collective, and on the host a launch and the copies into and out of the
+# bucket's flat buffer (two operator calls per bucket). With many small buckets these fixed costs
+# add up and the link carries short messages at less than its bandwidth; the last bucket (the
+# first layers' gradients) still leaves after the backward ends. On the timeline: many thin
+# allreduce bars with gaps between them, and an allreduce tail after the backward bar that does
+# not shrink.
+#
+# **Rubric.** 1 point: a per-collective fixed cost (latency per ring step, launch, copies) that
+# many buckets multiply. 1 point: a reading of the timeline (gaps between bars, or the tail
+# after the backward that stays). Half a point off if only "overhead" is named without what it is.
+# ### END SOLUTION
+

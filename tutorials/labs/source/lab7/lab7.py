@@ -15,8 +15,9 @@
 # # Lab 7 · Deadlocks and stragglers (goes with tutorial T7)
 #
 # Fill in every cell marked `YOUR CODE HERE` (delete the `raise NotImplementedError()`), then
-# run the test cell below it. The graded tests check your functions at inputs you do not see.
-# Do not change the test cells.
+# run the test cell below it. The tests you see are a first check; more run when the lab is
+# graded, at inputs you do not see. Answer the "why" question in your own words: it is graded by
+# hand. Do not change the test cells.
 
 # %% nbgrader={"grade": false, "grade_id": "setup", "locked": true, "schema_version": 3, "solution": false, "task": false}
 import itertools
@@ -67,6 +68,18 @@ fc_wrong = [[("recv", 2), ("send", 2)], [("send", 2), ("recv", 2)], [("recv", 0)
 assert deadlocks(fc_wrong) is True
 assert deadlocks([[("recv", 1)], []]) is True  # waits for a send that never comes
 assert deadlocks([[], []]) is False
+# stuck only after earlier rounds complete: every rank's first operation has its match
+assert deadlocks([[("send", 1), ("send", 1)], [("recv", 0), ("send", 0)]]) is True
+assert deadlocks([[("send", 1), ("recv", 1), ("send", 1)], [("recv", 0), ("send", 0), ("recv", 0)]]) is False
+assert deadlocks([[("send", 1), ("recv", 1), ("recv", 1)], [("recv", 0), ("send", 0), ("recv", 0)]]) is True
+assert deadlocks([[("send", 1), ("send", 2)], [("recv", 0), ("recv", 2)], [("recv", 1), ("send", 1)]]) is True
+assert deadlocks([[("send", 1), ("send", 2)], [("recv", 0), ("send", 2)], [("recv", 1), ("recv", 0)]]) is False
+steps = 3  # T3's step repeated: fine every round; the FC worker's order swapped in the last round only
+fc_ok = [[("send", 2), ("recv", 2)] * steps, [("send", 2), ("recv", 2)] * steps,
+         [("recv", 0), ("send", 0), ("recv", 1), ("send", 1)] * steps]
+assert deadlocks(fc_ok) is False
+fc_late = [fc_ok[0], fc_ok[1], fc_ok[2][:-4] + [("recv", 1), ("send", 0), ("recv", 0), ("send", 1)]]
+assert deadlocks(fc_late) is True
 ### END HIDDEN TESTS
 
 # %% [markdown] nbgrader={"grade": false, "grade_id": "ex2_text", "locked": true, "schema_version": 3, "solution": false, "task": false}
@@ -120,3 +133,23 @@ for n, c, d in itertools.product((2, 4, 16), (0.1, 1.0), (0.0, 1.0, 100.0)):
     want = (n - 1) * d / (n * (c + d))
     assert abs(straggler_loss([c] * (n - 1) + [c + d]) - want) < 1e-12, (n, c, d)
 ### END HIDDEN TESTS
+# %% [markdown] nbgrader={"grade": true, "grade_id": "why_deadlock_fix", "locked": false, "points": 2, "schema_version": 3, "solution": true, "task": false}
+# ### Why (2 points, graded by hand)
+#
+# T7's swapped exchange deadlocks: both ranks send first. Give two ways to fix it, one that
+# changes the order of the operations and one that keeps it, and say for each why the ranks can
+# no longer both wait. Why does a check of each rank's first operation not find every deadlock?
+#
+# ### BEGIN SOLUTION
+# **Model answer.** (1) Order: one rank sends then receives, the other receives then sends
+# (even/odd ranks in a ring), so each blocking send meets a posted receive. (2) Non-blocking:
+# `dist.isend` / `dist.irecv` post both operations and `wait()` on them; neither call blocks, so
+# both receives are posted and both sends can complete. A first-operation check misses deadlocks
+# that appear only after earlier pairs completed: `[[send 1, send 1], [recv 0, send 0]]` matches
+# its first pair, then both ranks send; a detector must replay the program round by round.
+#
+# **Rubric.** 1 point: two correct fixes (ordering; isend/irecv or a batched exchange), each with
+# why neither rank blocks. 1 point: deadlocks that arise after some rounds, with an example or the
+# need to simulate to the end.
+# ### END SOLUTION
+
