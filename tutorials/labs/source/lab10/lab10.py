@@ -73,6 +73,7 @@ def allreduce_gradients(model):
 
 
 # %% nbgrader={"grade": true, "grade_id": "test_allreduce_gradients", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
+# your allreduce_gradients(model) after the backward on 2 ranks
 ranks = gradekit.run_lab("lab10", "try_plain", allreduce_gradients=allreduce_gradients)
 assert all(torch.equal(ranks[0].value["params"][n], ranks[1].value["params"][n]) for n in ranks[0].value["params"])
 assert len([c for c in ranks[0].calls if c["op"] == "all_reduce"]) == 8
@@ -126,6 +127,7 @@ def attach_overlapped_allreduce(model, timeline):
 
 
 # %% nbgrader={"grade": true, "grade_id": "test_attach_overlapped_allreduce", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
+# your attach_overlapped_allreduce(model, timeline) before the forward, on 2 ranks
 ranks = gradekit.run_lab("lab10", "try_overlap", attach_overlapped_allreduce=attach_overlapped_allreduce)
 t0, t1 = ranks[0].value["backward"]
 print("rank 0: backward", f"{1e3 * (t1 - t0):.2f} ms;",
@@ -204,6 +206,7 @@ def attach_bucketed_allreduce(model, bucket_cap_bytes, timeline):
 
 
 # %% nbgrader={"grade": true, "grade_id": "test_attach_bucketed_allreduce", "locked": true, "points": 3, "schema_version": 3, "solution": false, "task": false}
+# your attach_bucketed_allreduce(model, 8192, timeline) before the forward, on 2 ranks
 ranks = gradekit.run_lab("lab10", "try_buckets", attach_bucketed_allreduce=attach_bucketed_allreduce)
 for r in ranks:
     t0, t1 = r.value["backward"]

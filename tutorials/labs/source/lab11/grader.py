@@ -23,17 +23,17 @@ from tutorials import gradekit
 
 NUMEL = 6
 CASES = {  # a correct exchange takes milliseconds: the budget is for a loaded laptop
-    "try_ring": dict(exercise="ring", world_size=2, seed=0, budget_s=8.0),
-    "try_all": dict(exercise="all", world_size=3, seed=0, budget_s=8.0),
-    "try_pipeline": dict(exercise="pipeline", world_size=2, micro_batches=3, seed=0, budget_s=8.0),
-    "ring2": dict(exercise="ring", world_size=2, seed=41, budget_s=8.0),
-    "ring3": dict(exercise="ring", world_size=3, seed=42, budget_s=8.0),
-    "ring4": dict(exercise="ring", world_size=4, seed=43, budget_s=8.0),
-    "all2": dict(exercise="all", world_size=2, seed=44, budget_s=8.0),
-    "all4": dict(exercise="all", world_size=4, seed=45, budget_s=8.0),
-    "pipe2": dict(exercise="pipeline", world_size=2, micro_batches=4, seed=46, budget_s=8.0),
-    "pipe3": dict(exercise="pipeline", world_size=3, micro_batches=5, seed=47, budget_s=8.0),
-    "pipe4": dict(exercise="pipeline", world_size=4, micro_batches=6, seed=48, budget_s=8.0),
+    "try_ring": dict(exercise="ring", world_size=2, seed=0, budget_s=5.0),
+    "try_all": dict(exercise="all", world_size=3, seed=0, budget_s=5.0),
+    "try_pipeline": dict(exercise="pipeline", world_size=2, micro_batches=3, seed=0, budget_s=5.0),
+    "ring2": dict(exercise="ring", world_size=2, seed=41, budget_s=5.0),
+    "ring3": dict(exercise="ring", world_size=3, seed=42, budget_s=5.0),
+    "ring4": dict(exercise="ring", world_size=4, seed=43, budget_s=5.0),
+    "all2": dict(exercise="all", world_size=2, seed=44, budget_s=5.0),
+    "all4": dict(exercise="all", world_size=4, seed=45, budget_s=5.0),
+    "pipe2": dict(exercise="pipeline", world_size=2, micro_batches=4, seed=46, budget_s=5.0),
+    "pipe3": dict(exercise="pipeline", world_size=3, micro_batches=5, seed=47, budget_s=5.0),
+    "pipe4": dict(exercise="pipeline", world_size=4, micro_batches=6, seed=48, budget_s=5.0),
 }
 PARTS = {
     "ring_shift": {"2 ranks": "ring2", "3 ranks": "ring3", "4 ranks": "ring4"},

@@ -66,6 +66,7 @@ def ring_shift(x, rank, world_size):
 
 
 # %% nbgrader={"grade": true, "grade_id": "test_ring_shift", "locked": true, "points": 3, "schema_version": 3, "solution": false, "task": false}
+# your ring_shift(x, rank, world_size) on 2 ranks
 ranks = gradekit.run_lab("lab11", "try_ring", ring_shift=ring_shift)
 for r in ranks:
     print(f"rank {r.rank} received {r.value.tolist()}")
@@ -116,6 +117,7 @@ def exchange_all(chunks, rank, world_size):
 
 
 # %% nbgrader={"grade": true, "grade_id": "test_exchange_all", "locked": true, "points": 3, "schema_version": 3, "solution": false, "task": false}
+# your exchange_all(chunks, rank, world_size) on 3 ranks
 ranks = gradekit.run_lab("lab11", "try_all", exchange_all=exchange_all)
 for r in ranks:
     print(f"rank {r.rank} holds", [int(t[0]) for t in r.value])
@@ -176,6 +178,7 @@ def run_pipeline(rank, world_size, micro_batches, work):
 
 
 # %% nbgrader={"grade": true, "grade_id": "test_run_pipeline", "locked": true, "points": 4, "schema_version": 3, "solution": false, "task": false}
+# your run_pipeline(rank, world_size, micro_batches, work) on 2 ranks, 3 micro-batches
 ranks = gradekit.run_lab("lab11", "try_pipeline", run_pipeline=run_pipeline)
 print("rank 0's outputs:", [out.tolist() for out in ranks[0].value])
 print("rank 0's operations:", [f"{c['op']}({c['peer']})" for c in ranks[0].calls])

@@ -81,6 +81,7 @@ def conv_worker(conv, x, y, plan):
 
 
 # %% nbgrader={"grade": true, "grade_id": "test_conv_worker", "locked": true, "points": 3, "schema_version": 3, "solution": false, "task": false}
+# your conv_worker(conv, x, y, plan) on the CONV worker, a correct FC worker: 2 ranks
 conv_rank, fc_rank = gradekit.run_lab("lab9", "try_conv", conv_worker=conv_worker)
 print(f"CONV worker sent {conv_rank.bytes('send', 'isend')} bytes, FC worker sent {fc_rank.bytes('send', 'isend')}")
 assert conv_rank.bytes("send", "isend") == fc_rank.bytes("recv", "irecv") > 0  # what one sends the other receives
@@ -115,6 +116,7 @@ def fc_worker(fc, plan):
 
 
 # %% nbgrader={"grade": true, "grade_id": "test_fc_worker", "locked": true, "points": 3, "schema_version": 3, "solution": false, "task": false}
+# your fc_worker(fc, plan) on the FC worker, a correct CONV worker: 2 ranks
 conv_rank, fc_rank = gradekit.run_lab("lab9", "try_fc", fc_worker=fc_worker)
 print(f"FC worker sent {fc_rank.bytes('send', 'isend')} bytes, received {fc_rank.bytes('recv', 'irecv')}")
 assert fc_rank.bytes("send", "isend") == conv_rank.bytes("recv", "irecv") > 0
@@ -143,6 +145,7 @@ def allreduce_conv_grads(conv, plan):
 
 
 # %% nbgrader={"grade": true, "grade_id": "test_allreduce_conv_grads", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
+# your allreduce_conv_grads(conv, plan) on 2 CONV workers, the rest correct: 3 ranks
 ranks = gradekit.run_lab("lab9", "try_allreduce", allreduce_conv_grads=allreduce_conv_grads)
 assert all(torch.equal(ranks[0].value[n], ranks[1].value[n]) for n in ranks[0].value)  # the CONV workers agree
 ### BEGIN HIDDEN TESTS
