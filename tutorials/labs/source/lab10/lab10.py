@@ -30,12 +30,16 @@
 # run the test cell below it. Do not change the test cells.
 
 # %% nbgrader={"grade": false, "grade_id": "setup", "locked": true, "schema_version": 3, "solution": false, "task": false}
+import sys
 import time
+from pathlib import Path
 
 import torch
 import torch.distributed as dist
 
-from tutorials import gradekit
+import stanza_core  # the course's repository, installed with `pip install -e .`: its tutorials/ runs your ranks
+sys.path.append(str(Path(stanza_core.__file__).resolve().parents[1]))
+from tutorials import gradekit  # noqa: E402
 
 # %% [markdown] nbgrader={"grade": false, "grade_id": "ex1_text", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # ## The step

@@ -31,10 +31,15 @@
 # run the test cells below it. Do not change the test cells.
 
 # %% nbgrader={"grade": false, "grade_id": "setup", "locked": true, "schema_version": 3, "solution": false, "task": false}
+import sys
+from pathlib import Path
+
 import torch
 import torch.distributed as dist
 
-from tutorials import gradekit
+import stanza_core  # the course's repository, installed with `pip install -e .`: its tutorials/ runs your ranks
+sys.path.append(str(Path(stanza_core.__file__).resolve().parents[1]))
+from tutorials import gradekit  # noqa: E402
 
 # %% [markdown] nbgrader={"grade": false, "grade_id": "ex1_text", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # ## Exercise 1 (3 points): a ring shift

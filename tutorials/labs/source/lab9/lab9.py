@@ -30,11 +30,16 @@
 # `gradekit.run_ranks(f, world_size, ...)` runs any `f(rank, world_size, ...)` the same way.
 
 # %% nbgrader={"grade": false, "grade_id": "setup", "locked": true, "schema_version": 3, "solution": false, "task": false}
+import sys
+from pathlib import Path
+
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
-from tutorials import gradekit
+import stanza_core  # the course's repository, installed with `pip install -e .`: its tutorials/ runs your ranks
+sys.path.append(str(Path(stanza_core.__file__).resolve().parents[1]))
+from tutorials import gradekit  # noqa: E402
 
 # %% [markdown] nbgrader={"grade": false, "grade_id": "ex1_text", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # ## The step
