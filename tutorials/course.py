@@ -32,7 +32,8 @@ every cell. With --submissions, that folder of `<student>/<lab>/<lab>.ipynb` is 
 (one-shot; use the term commands to keep grades).
 
 A term keeps one course folder (`--course`, outside reproductions/out, which `make clean`
-deletes) with nbgrader's gradebook: `release` generates labs not yet released (`--force`
+deletes) with nbgrader's gradebook and an nbgrader_config.py, so that nbgrader's formgrader
+started in it grades the "why" cells by hand: `release` generates labs not yet released (`--force`
 regenerates); `collect` copies `<submissions>/<student>/<lab>/<lab>.ipynb` into `submitted/`;
 `autograde` grades what was collected and not yet graded; `feedback` writes
 `feedback/<student>/<lab>/<lab>.html`; `export` writes `grades.csv` (nbgrader's, with hand
@@ -301,6 +302,9 @@ def open_course(course: Path, create: bool = False) -> Path:
             raise ValueError(f"--course {course}: not empty and not a course folder made by this command")
         course.mkdir(parents=True, exist_ok=True)
         (course / TERM_MARKER).write_text("A term's nbgrader course folder (python -m tutorials.course).\n")
+        # for nbgrader's own tools started in this folder (the formgrader, where "why" cells are graded)
+        (course / "nbgrader_config.py").write_text(
+            f'c = get_config()  # noqa: F821\nc.CourseDirectory.course_id = "stanza"\nc.CourseDirectory.root = {str(course)!r}\n')
     return course
 
 

@@ -20,6 +20,10 @@ def _term(tmp_path, labs=("lab7",)):
 def test_a_term_folder_is_made_once_and_only_where_it_is_kept(tmp_path):
     term = course.open_course(tmp_path / "term", create=True)
     assert (term / course.TERM_MARKER).is_file() and course.open_course(term) == term
+    from traitlets.config import Config
+    config = Config()  # what nbgrader's formgrader, started in the folder, reads
+    exec((term / "nbgrader_config.py").read_text(), {"get_config": lambda: config})
+    assert config.CourseDirectory.course_id == "stanza" and config.CourseDirectory.root == str(term)
     with pytest.raises(ValueError, match="not a course folder"):
         course.open_course(tmp_path / "elsewhere")
     (tmp_path / "mine").mkdir()

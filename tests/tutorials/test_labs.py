@@ -439,6 +439,7 @@ def test_the_student_bundle_holds_no_solution(graded, tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.timeout(SLOW_TIMEOUT_S)
+@pytest.mark.filterwarnings("ignore:.*not in session")  # nbgrader 0.9's gradebook under SQLAlchemy 2
 def test_a_term_keeps_its_gradebook_hand_grades_and_every_submission(graded, tmp_path):
     """release, collect, autograde, feedback, export on lab 7 (the quickest to grade), in a term
     folder made from the module's release: nothing a user saved is lost or overwritten."""
