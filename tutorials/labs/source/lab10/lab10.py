@@ -230,7 +230,7 @@ for check, outcome in verdict.items():
 #
 # Answer in the cell below, in a few sentences each.
 #
-# (a) Your parameters match the one-process step to about 1e-6, not bit for bit. Give two
+# (a) Your parameters differ from the one-process step by about 1e-8, not zero. Give two
 # distinct reasons the floating-point sums differ from the one-process backward's.
 #
 # (b) On this model the overlap check passes for a correct solution whatever the machine's speed,

@@ -25,7 +25,7 @@ from torch import nn
 from tutorials import gradekit
 
 LR = 0.1
-TOL = 1e-5  # fp32: the distributed sums run in another order than the single process's
+TOL = 1e-6  # fp32: the distributed sums run in another order (measured: up to 1.5e-8 after the step)
 IMAGE = (3, 8, 8)
 # A case runs a full step: the functions named in `mine` are the student's, the others this
 # module's own (so that each exercise is graded on its own function). budget_s: seconds for the
