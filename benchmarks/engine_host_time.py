@@ -27,9 +27,9 @@ import torch  # noqa: E402
 
 from stanza_core import train  # noqa: E402
 from stanza_core.comm import Comm  # noqa: E402
-from stanza_core.config import TrainConfig  # noqa: E402
+from stanza_core.engine.config import TrainConfig  # noqa: E402
 from stanza_core import registry  # noqa: E402
-from stanza_core.strategies.base import Batch, positions_of  # noqa: E402
+from stanza_core.engine.batch import Batch, positions_of  # noqa: E402
 
 for name, size, b in [("alexnet", 64, 32), ("resnet50", 32, 32), ("vgg16", 32, 32)]:
     cfg = TrainConfig(strategy="local", model=name, image_size=size, global_batch=b, num_classes=10, device="cpu",

@@ -44,7 +44,7 @@ def engine_step_fn(model_name: str, image_size: int, batch: int, num_classes: in
     """A zero-argument callable running one engine local step (step counter advancing)."""
     from stanza_core import train
     from stanza_core.comm import Comm
-    from stanza_core.config import TrainConfig
+    from stanza_core.engine.config import TrainConfig
     from stanza_core import registry
 
     cfg = TrainConfig(strategy="local", model=model_name, image_size=image_size, global_batch=batch,

@@ -91,7 +91,7 @@ import threading
 import time
 
 from stanza_core import atomic
-from stanza_core.config import DEFAULT_BUCKET_MB
+from stanza_core.perf.model import DEFAULT_BUCKET_MB
 from stanza_core.experiments import compute_rounds as timing
 from stanza_core.labels import config_label
 from stanza_core.launch import cli_args, run_job
@@ -191,7 +191,7 @@ JITTER_OF = {"forward": ("fwd",), "backward": ("bwd",), "FC forward + backward":
 
 
 def jitter_factors(metrics: dict, warmup: int, source: str) -> dict:
-    """--replay-jitter's file (stanza_core/replay.py) from a real run's timeline: per timed step and
+    """--replay-jitter's file (stanza_core/engine/replay.py) from a real run's timeline: per timed step and
     rank, each phase's seconds (compute_seconds) over that phase's mean over the timed steps of the
     ranks of the same role; a phase a rank never ran keeps 1. ddp: backward = forward."""
     steps = [s["step"] for s in metrics["steps"][warmup:]]

@@ -22,7 +22,7 @@
 # worker, as real multi-node jobs on the emulated cluster (one network namespace per node, every
 # link shaped by tc) whose **communication is measured for real** while their **compute is
 # replayed** from the V100 profile, D times slower, with links at target / D
-# (`stanza_core.replay`, `experiments/replayed.py`); (b) *the fidelity anchor*: one small
+# (`stanza_core.engine.replay`, `experiments/replayed.py`); (b) *the fidelity anchor*: one small
 # configuration (`cifar_alexnet`) with real compute on the same emulated cluster; (c)
 # *modelled*: the performance model (`stanza_core.perf`) across cluster sizes and bandwidths.
 # Figures: replayed samples/s, the anchor's measured samples/s, the model's samples/s against N,

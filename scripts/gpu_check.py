@@ -54,7 +54,7 @@ sys.path.insert(0, str(ROOT))
 
 import torch  # noqa: E402
 
-from stanza_core.config import TrainConfig  # noqa: E402
+from stanza_core.engine.config import TrainConfig  # noqa: E402
 
 from stanza_core import procgroup  # noqa: E402
 

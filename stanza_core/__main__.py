@@ -13,8 +13,8 @@ COMMANDS = (  # (console script, the same with python -m, what it does)
 
 def train() -> None:
     """`stanza-train`: as `python -m stanza_core.train`, leaving the process as a rank must."""
-    from .exit_policy import leave
-    from .train import main
+    from .engine.exit_policy import leave
+    from .engine.train import main
 
     leave(main())
 

@@ -22,7 +22,8 @@ import subprocess
 import sys
 import tempfile
 
-from . import procgroup, rank_errors
+from . import procgroup
+from .engine import rank_errors
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import torch
 
 from . import checks
-from .config import DEVICES
+from .engine.config import DEVICES
 from .errors import ConfigError
 
 

@@ -84,7 +84,7 @@ def engine_stepper(engine, prep, comm):
     `comm.counting()`, the step counter advancing) on this rank's slice of global batch 0 (None
     on a rank that loads no data), and that batch."""
     from .data import batch_indices
-    from .strategies.base import Batch, positions_of
+    from .engine.batch import Batch, positions_of
 
     engine.model.train()
     mine = engine.data_slice()
@@ -129,9 +129,9 @@ def engine_vs_plain(model_name: str, strategy: str, *, image_size: int, batch: i
     """Operator calls of one engine step of `strategy` (local, or ddp at world size 1) and of its
     plain counterpart, after `warmup` steps of each; their ratio, the engine's extra calls by
     name, and the host reads of the engine's step. Call ddp inside `one_rank_group()`."""
-    from . import train
+    from .engine import train
     from .comm import Comm
-    from .config import TrainConfig
+    from .engine.config import TrainConfig
     from . import registry
 
     cfg = TrainConfig(strategy=strategy, model=model_name, image_size=image_size, global_batch=batch,
@@ -246,7 +246,7 @@ def role_counts(argv: list[str], warmup: int = 1) -> dict:
     """In a rank of a torchrun job given the training flags `argv` (ps or stanza): operator calls
     of one engine step of this rank, split into the network's own calls (c10d.*) and the rest,
     against the bare pieces of its role; and the step's host reads."""
-    from . import train
+    from .engine import train
     from .comm import Comm
     from . import registry
 

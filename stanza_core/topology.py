@@ -269,3 +269,11 @@ def make_topology(strategy: str, world_size: int, global_batch: int, fc_workers:
             raise ConfigError(f"--micro-batches {micro_batches} exceeds the {smallest} samples of the smallest "
                               f"worker batch; expected 1..{smallest}")
     return topo
+
+
+def unused_part(topo, rank: int) -> str | None:
+    """The part of the split a stanza rank never computes: "fc" on a CONV worker, "conv" on an FC
+    worker that is not hybrid (a hybrid one trains both), else None."""
+    if topo.role(rank) == CONV_WORKER:
+        return "fc"
+    return None if topo.fc_batch else "conv"

@@ -30,7 +30,7 @@ import torch
 from tqdm import tqdm
 
 from .. import checks, registry
-from ..config import step_save_path
+from ..engine.config import step_save_path
 from ..data import batch_indices, open_dataset
 from ..labels import config_label
 from ..launch import run_job

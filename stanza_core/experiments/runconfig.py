@@ -14,7 +14,7 @@ import dataclasses
 from typing import Any
 
 from .. import checks
-from ..config import check_stanza_options, check_strategy_options
+from ..engine.config import check_stanza_options, check_strategy_options
 from ..labels import config_label
 from ..launch import cli_args
 from ..topology import Topology, make_topology

@@ -75,7 +75,7 @@ def emulated_bandwidth(target_gbps: float, t_compute_target: float | None = None
     A step computes in t_compute_target on the target accelerator and in t_compute_here on
     this machine; shaping links to `target_gbps * t_compute_target / t_compute_here` makes
     every transfer take the same fraction of a step here as at target_gbps there.
-    Replayed compute (stanza_core/replay.py) waits exactly D x the target's times, so with
+    Replayed compute (stanza_core/engine/replay.py) waits exactly D x the target's times, so with
     `dilation=D` the same rule reads `target_gbps / D` (t_compute_here = D t_compute_target)."""
     _positive_finite("target_gbps", target_gbps)
     if dilation is not None:

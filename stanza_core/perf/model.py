@@ -34,13 +34,13 @@ from typing import Any
 
 from .. import checks, registry
 from ..anatomy import DTYPE_BYTES, Profile
-from ..config import DEFAULT_BUCKET_MB  # noqa: F401 (the engine's --bucket-mb; perf's callers import it here)
 from .cluster import Cluster
 from .devices import DeviceProfile
 from .resolve import device_profile
 from .traffic import (ModelCounts, StanzaOptions, check_config, data_workers, rank_bytes, stanza_options,
                       summary_bytes)
 
+DEFAULT_BUCKET_MB = 25.0  # gradient bucket cap, MiB: the engine's --bucket-mb default (torch DDP's too)
 DEFAULT_BATCH_PER_WORKER = 32
 
 @dataclasses.dataclass
@@ -94,7 +94,7 @@ def layer_shares(profile: Profile, part: str) -> list[tuple[str | None, int, flo
 
     A layer's share is its forward FLOPs over the part's (an even split when no FLOPs are
     known); without layer rows the whole part is one unit (name None). The replay engine
-    (stanza_core/replay.py) waits these same shares, so model and replay agree on compute."""
+    (stanza_core/engine/replay.py) waits these same shares, so model and replay agree on compute."""
     rows = [r for r in profile.layers if r.part == part and (r.params or r.flops)]
     totals = getattr(profile, part)
     if not rows:

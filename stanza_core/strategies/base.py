@@ -18,50 +18,20 @@ positions)`, on both sides of a split, so a sample's mask never depends on who c
 """
 from __future__ import annotations
 
-import dataclasses
-
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
 from ..comm import Comm
-from ..config import TrainConfig
+from ..engine.batch import Batch, positions_of  # noqa: F401 (a strategy's step input)
+from ..engine.config import TrainConfig
 from ..models import sample_keys
 from ..split import SplitModel
 from ..topology import FC_WORKER, LOCAL, PS_SERVER, Topology
 
 
-
-@dataclasses.dataclass
-class Batch:
-    """The samples a rank trains on in one step."""
-
-    x: torch.Tensor  # samples (b, C, H, W), on the rank's device
-    y: torch.Tensor  # labels (b,), int64
-    positions: range  # where each sample sits in the global batch (a run of positions)
-
-    def __len__(self) -> int:
-        return int(self.y.shape[0])
-
-    def chunks(self, n: int) -> list["Batch"]:
-        """`n` consecutive, near-equal pieces (the first len % n one sample larger)."""
-        sizes = [len(self) // n + (1 if i < len(self) % n else 0) for i in range(n)]
-        out, start = [], 0
-        for size in sizes:
-            sl = slice(start, start + size)
-            out.append(Batch(self.x[sl], self.y[sl], self.positions[sl]))
-            start += size
-        return out
-
-
 def make_sgd(params, cfg: TrainConfig) -> torch.optim.SGD:
     return torch.optim.SGD(params, lr=cfg.lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay)
-
-
-def positions_of(s: slice) -> range:
-    """The positions of a slice of the global batch (a range: dropout keys read it on the host,
-    with no operator call inside the step)."""
-    return range(s.start, s.stop)
 
 
 def loss_sum(logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:

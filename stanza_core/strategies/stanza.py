@@ -21,14 +21,6 @@ from .base import Strategy, make_sgd, positions_of
 from .stanza_pipeline import Pipeline, hooked_buckets, uses_pipeline
 
 
-def unused_part(topo, rank: int) -> str | None:
-    """The part of the split a stanza rank never computes: "fc" on a CONV worker, "conv" on an FC
-    worker that is not hybrid (a hybrid one trains both), else None."""
-    if topo.role(rank) == CONV_WORKER:
-        return "fc"
-    return None if topo.fc_batch else "conv"
-
-
 class GradBuckets:
     """Allreduce of a module's gradients in ~bucket_mb buckets, each launched as soon as the
     backward pass has produced all of its gradients (reverse parameter order).
@@ -145,7 +137,7 @@ class Stanza(Strategy):
                                        self.device)
         self.pipeline = Pipeline(self) if uses_pipeline(cfg) else None
         self._buffers: dict[tuple, torch.Tensor] = {}
-        from ..replay import replayer_of  # late: replay imports the config only
+        from ..engine.replay import replayer_of  # late: replay imports the config only
 
         if replayer_of(self.model) is not None:  # replayed: gradients live in their buckets
             for buckets in (self.buckets, self.hybrid_buckets):

@@ -17,7 +17,9 @@ import sys
 
 import torch.distributed as dist
 
-from stanza_core import exit_policy, train
+from stanza_core import train
+
+from stanza_core.engine import exit_policy
 
 
 def _free_port() -> int:

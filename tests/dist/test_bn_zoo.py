@@ -24,7 +24,7 @@ import pytest
 import torch
 
 from stanza_core.anatomy import profile_model
-from stanza_core.config import TrainConfig
+from stanza_core.engine.config import TrainConfig
 from stanza_core.models import MIN_IMAGE_SIZE, get_model
 from stanza_core.perf import expected_bytes
 

@@ -1,4 +1,4 @@
-"""`--compile` (stanza_core/compiled.py): the compiled step is the eager step, within fp32 rounding.
+"""`--compile` (stanza_core/engine/compiled.py): the compiled step is the eager step, within fp32 rounding.
 
 tiny_cnn (dropout on), global batch 16, 4 steps of momentum SGD. A compiled stanza run (3 ranks:
 the CONV body and the FC head compiled apart, activations crossing between them; the whole-model

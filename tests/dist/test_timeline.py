@@ -11,7 +11,7 @@ from collections import Counter, defaultdict
 
 import pytest
 
-from stanza_core.config import TrainConfig
+from stanza_core.engine.config import TrainConfig
 
 from dist_launch import train
 

@@ -3,7 +3,7 @@ formulas and the step-time model (perf), and the optimiser's wider search."""
 import pytest
 
 from stanza_core.anatomy import PartTotals, Profile
-from stanza_core.config import ConfigError, TrainConfig
+from stanza_core.engine.config import ConfigError, TrainConfig
 from stanza_core.perf import Cluster, DeviceProfile, best_assignment, expected_bytes, predict
 from stanza_core.perf.optimize import COMPRESSIONS, MICRO_BATCHES, share_grid
 from stanza_core.perf.traffic import ModelCounts, conv_grad_bytes, powersgd_numel

@@ -6,7 +6,9 @@ import sys
 
 import pytest
 
-from stanza_core import config, registry, train
+from stanza_core import registry, train
+
+from stanza_core.engine import config
 from stanza_core.perf.__main__ import build_parser as perf_parser
 from stanza_core.perf.__main__ import main as perf_main
 

@@ -2,7 +2,7 @@
 equality with eager steps, in tests/dist/test_compile.py)."""
 import torch
 
-from stanza_core.compiled import compile_pieces
+from stanza_core.engine.compiled import compile_pieces
 from stanza_core.models import SampleDropout, get_model
 from stanza_core.split import split_model
 

@@ -14,7 +14,7 @@ import torch
 import torch.distributed as dist
 
 from stanza_core import train
-from stanza_core.config import TrainConfig
+from stanza_core.engine.config import TrainConfig
 from stanza_core.netem.launch import gpu_plan
 
 # torch.cuda calls that act on (or ask about) a real GPU; the fake records them instead
@@ -75,7 +75,7 @@ def test_train_rank_device_cpu_never_asks_cuda(cuda):
 
 
 def test_cpu_configs_keep_gloo_and_refuse_nccl(cuda):
-    from stanza_core.config import ConfigError
+    from stanza_core.engine.config import ConfigError
 
     assert TrainConfig(device="cpu").backend == "auto"
     with pytest.raises(ConfigError, match="--backend nccl needs CUDA"):

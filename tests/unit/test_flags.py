@@ -17,7 +17,7 @@ import pytest
 import torch.distributed as dist
 
 from stanza_core import train
-from stanza_core.config import TrainConfig
+from stanza_core.engine.config import TrainConfig
 
 E, W, OK = "error", "warning", "ok"
 ONLY_STANZA = "applies to --strategy stanza only"

@@ -8,10 +8,12 @@ import pytest
 import torch
 import torch.nn as nn
 
-from stanza_core import exit_policy, train
+from stanza_core import train
+
+from stanza_core.engine import exit_policy
 from stanza_core.comm import join_timeout_s, nccl_watchdog_timeout_s
 from stanza_core.comm.failures import HOST_RANKS_ENV
-from stanza_core.config import ConfigError, TrainConfig
+from stanza_core.engine.config import ConfigError, TrainConfig
 from stanza_core.netem.host import NetemError
 from stanza_core.netem.launch import gpu_env, gpu_plan, node_env
 from stanza_core.numerics import numerics_record, set_numerics

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 from stanza_core.launch import job_failure
-from stanza_core.rank_errors import read
+from stanza_core.engine.rank_errors import read
 
 STDERR = "[rank1]: RuntimeError: boom\nerror: rank 0: communication failed: Connection closed by peer (step 2)\n"
 

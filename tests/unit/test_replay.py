@@ -1,4 +1,4 @@
-"""Replayed compute (stanza_core/replay.py): true shapes, gradients delivered through autograd,
+"""Replayed compute (stanza_core/engine/replay.py): true shapes, gradients delivered through autograd,
 waits equal to the performance model's compute, and one-line errors for bad input."""
 import json
 
@@ -7,8 +7,10 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
-from stanza_core import replay, train
-from stanza_core.config import ConfigError
+from stanza_core import train
+
+from stanza_core.engine import replay
+from stanza_core.engine.config import ConfigError
 from stanza_core.models import get_model, sample_keys
 from stanza_core.perf import DeviceProfile, named_profile
 

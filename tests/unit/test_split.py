@@ -203,7 +203,7 @@ def test_models_without_a_valid_split(model, reason):
 def test_release_frees_one_part_and_leaves_the_other_untouched():
     """A stanza rank keeps only the part it trains: the other part's tensors become meta (no
     storage), the kept part is the very same tensors with the same values."""
-    from stanza_core.strategies.stanza import unused_part
+    from stanza_core.topology import unused_part
     from stanza_core.topology import make_topology
 
     model = get_model("alexnet", 10)

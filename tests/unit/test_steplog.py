@@ -1,4 +1,4 @@
-"""StepLog (stanza_core.steplog): step times and loss shares recorded without a host sync in the
+"""StepLog (stanza_core.engine.steplog): step times and loss shares recorded without a host sync in the
 step, read every --log-every steps. The CUDA-event path runs here with a stand-in event class
 whose timestamps are the host's clock, so the bookkeeping is checked on a CPU machine."""
 import time
@@ -6,7 +6,7 @@ import time
 import pytest
 import torch
 
-from stanza_core.steplog import StepLog
+from stanza_core.engine.steplog import StepLog
 
 
 class FakeEvent:

@@ -3,7 +3,7 @@ import re
 
 import pytest
 
-from stanza_core.config import ConfigError
+from stanza_core.engine.config import ConfigError
 from stanza_core.topology import CONV_WORKER, FC_WORKER, LOCAL, WORKER, make_topology
 
 

@@ -218,7 +218,7 @@ def test_existing_step_model_is_not_overwritten(as_rank0_of, capsys, tmp_path):
 
 
 def test_save_steps_and_their_paths():
-    from stanza_core.config import TrainConfig, step_save_path
+    from stanza_core.engine.config import TrainConfig, step_save_path
 
     assert TrainConfig(strategy="local", steps=7, save="/tmp/m.pt", save_every=3).save_steps() == [3, 6]
     assert TrainConfig(strategy="local", steps=6, save="/tmp/m.pt", save_every=3).save_steps() == [3]
@@ -235,7 +235,7 @@ def test_missing_checkpoint_is_one_line(as_rank0_of, capsys, tmp_path):
 
 def test_resume_with_other_bn_stats_is_one_line(as_rank0_of, capsys, tmp_path):
     """A checkpoint trained with global batch-norm statistics does not continue per worker."""
-    from stanza_core import checkpoint
+    from stanza_core.engine import checkpoint
 
     as_rank0_of(2)
     args = ["--strategy", "ddp", "--model", "resnet18", "--image-size", "32", "--checkpoint-dir", str(tmp_path), *CPU]

@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 import math
 
-from .comm import PeerError
+from ..comm import PeerError
 
 
 class NonFiniteLoss(RuntimeError):

@@ -7,8 +7,8 @@ import os
 
 import torch
 
-from . import atomic
-from .errors import ConfigError
+from .. import atomic
+from ..errors import ConfigError
 
 # Fields that must match for a resumed run to continue the same training (bn_stats: batch-norm
 # statistics over the global batch or per worker train differently).

@@ -67,7 +67,7 @@ def load_device(spec: str, profile, batch: float | None = None):
     row, a measured device (h200-measured, ...), or a PATH.json holding a DeviceProfile, a
     per-layer record or a timed Profile. `batch`: samples per data worker. Bad input:
     ConfigError, one line."""
-    from .perf import device_profile
+    from ..perf import device_profile
 
     try:
         return device_profile(spec, profile, batch, what="--replay-device")
@@ -111,8 +111,8 @@ def prepare(cfg: TrainConfig, model: nn.Module, batch: int, rank: int = 0, world
     error here is one line). `batch`: samples per data worker (the profile's split point)."""
     if cfg.compute != "replay":
         return None
-    from .anatomy import profile_model
-    from .split import SplitError
+    from ..anatomy import profile_model
+    from ..split import SplitError
 
     try:  # FLOPs per layer (the shares) and the CONV|FC parts, as perf.predict sees them
         profile = profile_model(model, (3, cfg.image_size, cfg.image_size), batch, name=cfg.model,
@@ -245,7 +245,7 @@ class Replayer:
     def __init__(self, model: nn.Module, profile, dev, dilation: float, *, measured=None, source: str = "given"):
         """`dev`: the DeviceProfile (parts, optimizer); `measured`: a perf.MeasuredLayers whose
         per-layer times each layer waits instead of its share of the part (see the docstring)."""
-        from .perf.model import layer_shares
+        from ..perf.model import layer_shares
 
         self.profile, self.dev, self.dilation = profile, dev, float(dilation)
         self.measured, self.source = measured, source

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import torch
 
-from .models import SampleDropout
+from ..models import SampleDropout
 
 
 def compile_pieces(model: torch.nn.Module, split, mode: str) -> int:

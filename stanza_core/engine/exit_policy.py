@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 import sys
 
-from .comm import group_is_up
+from ..comm import group_is_up
 
 
 def error_line(e: Exception, rank: int, local_rank: int) -> str | None:

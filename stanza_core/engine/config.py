@@ -5,9 +5,10 @@ import dataclasses
 import os
 from typing import Any
 
-from . import checks
-from .errors import ConfigError  # noqa: F401 (the engine's modules import it from here)
-from . import registry
+from .. import checks
+from ..errors import ConfigError  # noqa: F401 (the engine's modules import it from here)
+from .. import registry
+from ..perf.model import DEFAULT_BUCKET_MB  # --bucket-mb's default, the model's too
 
 DEVICES = ("auto", "cpu", "cuda")
 BACKENDS = ("auto", "gloo", "nccl")
@@ -19,7 +20,6 @@ COMPILE_MODES = ("default", "reduce-overhead", "max-autotune")
 
 
 BN_STATS = ("global", "local")
-DEFAULT_BUCKET_MB = 25.0  # --bucket-mb: gradient bucket cap, MiB (torch DDP's default); the model's too
 MAX_SEED = 2**23  # seeds are mixed with step and position into 64-bit generator keys
 MAX_TIMEOUT_S = 7 * 86400.0
 MAX_BUCKET_MB = 1e5
@@ -65,7 +65,7 @@ class TrainConfig:
     boundary_dtype: str = "fp32"  # stanza: dtype of activations and their gradients on the wire (fp32|bf16|fp16)
     grad_compression: str = "none"  # stanza: CONV gradient allreduce via DDP comm hook (none|fp16|bf16|powersgd)
     timeline: bool = False  # record per-rank event timestamps (sends, receives, allreduces, compute) in the metrics JSON
-    compute: str = "real"  # real | replay (layer arithmetic replaced by waits: stanza_core/replay.py)
+    compute: str = "real"  # real | replay (layer arithmetic replaced by waits: stanza_core/engine/replay.py)
     replay_device: str | None = None  # replay: a device (v100, h200-measured, ...: perf device names) or PATH.json
     dilation: float = 1.0  # replay: D, each replayed compute time is D x the device's
     replay_wait: str = "sleep"  # replay: sleep (release the CPU, as accelerator compute) | spin (hold it) | cpu (hold it for CPU time)

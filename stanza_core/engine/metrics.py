@@ -16,8 +16,8 @@ import statistics
 
 import torch
 
-from .comm import backend_name, report
-from .numerics import numerics_record
+from ..comm import backend_name, report
+from ..numerics import numerics_record
 
 
 class PeakRss:
