@@ -48,13 +48,16 @@ Exit status: 0 done (and, for the self-check, as expected), 1 a self-check or gr
 from __future__ import annotations
 
 import argparse
+import atexit
 import ast
 import filecmp
+import functools
 import json
 import os
 import pprint
 import shutil
 import sys
+import tempfile
 import time
 import warnings
 import zipfile
@@ -169,7 +172,19 @@ def _api(out: Path):
     c.CourseDirectory.db_url = f"sqlite:///{out / 'gradebook.db'}"
     c.Execute.timeout = CELL_TIMEOUT_S
     c.NbGraderAPI.log_level = "WARN"
+    # The kernels nbgrader starts talk over Unix sockets, not TCP on localhost (the kernel warns
+    # of unencrypted TCP once per notebook otherwise). The socket path must be absolute and
+    # short (108 bytes): a folder of this process's, removed at exit.
+    c.AsyncKernelManager.transport = "ipc"
+    c.AsyncKernelManager.ip = os.path.join(_socket_dir(), "kernel")
     return NbGraderAPI(coursedir=CourseDirectory(config=c), config=c)
+
+
+@functools.cache
+def _socket_dir() -> str:
+    path = tempfile.mkdtemp(prefix="stanza-course-")
+    atexit.register(shutil.rmtree, path, ignore_errors=True)
+    return path
 
 
 def _check(result: dict, what: str) -> None:

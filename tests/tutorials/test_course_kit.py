@@ -2,6 +2,7 @@
 term's folder is never a self-check's, `collect` keeps every earlier submission, `bundle` refuses
 anything that holds a solution region or a hidden test and never overwrites, and the command
 line answers bad input with exit status 2."""
+import os
 import zipfile
 
 import pytest
@@ -89,3 +90,11 @@ def test_the_command_line_rejects_bad_input(tmp_path, capsys):
     assert course.main(["collect", "--course", str(term), "--submissions", str(tmp_path / "no-inbox")]) == 2
     with pytest.raises(SystemExit):
         course.main(["bundle", "--course", str(term)])  # --to is required
+
+
+def test_grading_kernels_talk_over_unix_sockets(tmp_path):
+    """nbgrader's kernels use ipc transport at a short absolute socket path (over TCP each kernel
+    warns of unencrypted traffic, once per graded notebook: 2 warnings for one lab's self-check)."""
+    pytest.importorskip("nbgrader")
+    km = course._api(tmp_path).config.AsyncKernelManager
+    assert km.transport == "ipc" and os.path.isabs(km.ip) and len(km.ip) + len("-65535") < 100
