@@ -334,7 +334,9 @@ written = nbt.save_figures({"float_order": fig_drift, "bytes_per_sample": fig_ba
 # 1. `merge_bn_stats(parts)`: the global batch mean and variance from each worker's count, sum
 #    and sum of squares, as `--bn-stats global` obtains them.
 # 2. `bn_stats_bytes(channels, n)`: the bytes one CONV worker sends per step for them.
-# 3. `first_parted_step(a, b, tol)`: the first step at which two runs' parameters part; apply
-#    it to this notebook's `results.json`.
+# 3. `first_parted_step(rel_diff, tol=1e-6)`: the index (from 0) of the first entry of
+#    `rel_diff`, two runs' relative parameter difference after each step, that exceeds `tol`, or
+#    `None`; apply it to this notebook's `results.json` (`drift.fp32.cmp.param_rel_diff`): it gives
+#    `drift.fp32.cmp.first_step_params_parted` (the figure draws index t at step t + 1).
 # 4. (Not graded.) Rerun section 2 with `drift_chunk=8`: does it part at the same step? Why is
 #    the step at which two fp32 runs part luck, and a one-step comparison not?

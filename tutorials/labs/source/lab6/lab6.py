@@ -107,9 +107,9 @@ for args, want in cases:
 #
 # Write `first_parted_step(rel_diff, tol=1e-6)`: `rel_diff` is the list of relative parameter
 # differences of two runs, one entry per step, in order (T6's `results.json` holds it as
-# `drift.fp32.param_rel_diff`). Return the index t of the first entry that exceeds `tol`, or
+# `drift.fp32.cmp.param_rel_diff`). Return the index t of the first entry that exceeds `tol`, or
 # `None` if the runs never part. The index counts from 0, as T6's
-# `drift.fp32.first_step_params_parted` does (T6's figure numbers the steps from 1, so it draws
+# `drift.fp32.cmp.first_step_params_parted` does (T6's figure numbers the steps from 1, so it draws
 # index t at step t + 1); T6 takes `tol = 1e-6` as "parted". Apply it to T6's `results.json`:
 # at which index do its fp32 runs part? Does a 2-step comparison of two strategies see it?
 
