@@ -12,10 +12,10 @@ import json
 import pytest
 import torch
 import torch.nn.functional as F
-from torch.utils._python_dispatch import TorchDispatchMode
 
 from stanza_core import get_model, perf, split_model
 from stanza_core.experiments.traffic import ratio_curve
+from stanza_core.opcount import OpCounter
 from stanza_core.perf.records import RECORDS_DIR
 from stanza_core.reproduce import REPO_ROOT
 
@@ -198,21 +198,11 @@ def test_i_t8_alexnet_is_launch_bound_at_16_and_on_the_edge_at_32():
     assert m16 == pytest.approx(3.1e-3, abs=0.05e-3) and (m16 - t0) / c == pytest.approx(41, abs=0.5)
 
 
-class _CountOps(TorchDispatchMode):
-    def __init__(self):
-        super().__init__()
-        self.n = 0
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        self.n += 1
-        return func(*args, **(kwargs or {}))
-
-
 def _count(fn):
-    counter = _CountOps()
-    with counter:
+    """aten calls dispatched while fn() runs (the engine's own counter, stanza_core.opcount)."""
+    with OpCounter() as counter:
         fn()
-    return counter.n
+    return counter.total
 
 
 def test_i_t8_alexnet_dispatches_about_110_calls_and_sgd_foreach_a_handful():
