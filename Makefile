@@ -16,7 +16,7 @@ install: $(STAMP)
 
 $(STAMP): pyproject.toml constraints.txt
 	@test -x $(BIN)/python || $(PY) -m venv $(VENV)
-	$(BIN)/python -m pip install -q --no-compile --disable-pip-version-check -c constraints.txt -e '.[dev]' 2> >(grep -v "is ignored: it is neither a file nor a directory" >&2)
+	$(BIN)/python -m pip install -q --disable-pip-version-check -c constraints.txt -e '.[dev]' 2> >(grep -v "is ignored: it is neither a file nor a directory" >&2)
 	@# Headless Chromium for PNG figures and the browser test (best effort: skipped without root/apt).
 	@bash scripts/install_chromium.sh || echo "chromium: not installed; PNG export and browser tests will be skipped"
 	@touch $(STAMP)
