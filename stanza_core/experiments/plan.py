@@ -41,7 +41,6 @@ import sys
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
-from ..labels import config_key
 from ..topology import Topology
 
 SETUP_S_PER_NODE = 10.0  # seconds per emulated node to start a run (namespaces, a Python + torch per rank): rough
@@ -104,9 +103,8 @@ def model_prediction(cfg: RunConfig, gbps: float):
     profile = named_profile(cfg.model, cfg.image_size, cfg.num_classes)
     batch = cfg.topology().worker_batch(cfg.global_batch)  # per data worker
     dev = device_profile(cfg.replay_device, profile, batch).profile  # as replay.prepare resolves it
-    return predict(profile, Cluster(cfg.cluster_nodes, gbps, device=dev), cfg.strategy, cfg.fc_workers or None,
-                   cfg.global_batch, with_ranks=False, ps_servers=cfg.ps_servers, ps_overlap=cfg.ps_overlap,
-                   **cfg.stanza_options)
+    return predict(profile, Cluster(cfg.cluster_nodes, gbps, device=dev), cfg.variant, global_batch=cfg.global_batch,
+                   with_ranks=False)
 
 
 def model_step_s(cfg: RunConfig, gbps: float) -> float:
@@ -236,8 +234,7 @@ def plan_run(cfg: RunConfig, link: Link, *, target_gbps: float | None = None, ta
     topo = cfg.topology()
     return RunPlan(config=cfg, topology=topo, link=link, target_gbps=target_gbps, target_step_s=target_step_s,
                    engine_s=engine_s, batch_per_worker=topo.worker_batch(cfg.global_batch), fc_batch=topo.fc_batch,
-                   label=cfg.label, key=config_key(cfg.strategy, cfg.fc_workers, ps_servers=cfg.ps_servers,
-                                                   ps_overlap=cfg.ps_overlap, **cfg.stanza_options))
+                   label=cfg.label, key=cfg.key)
 
 
 def shaped_plan(cfg: RunConfig, wire_mbit: float) -> RunPlan:

@@ -26,9 +26,8 @@ def expected_bytes_per_step(cfg: RunConfig) -> int:
     from ..perf import expected_bytes, named_profile
 
     profile = named_profile(cfg.model, cfg.image_size, cfg.num_classes)
-    return sum(sum(r["sent"].values()) for r in expected_bytes(
-        profile, cfg.strategy, cfg.cluster_nodes, cfg.fc_workers or None, cfg.global_batch,
-        ps_servers=cfg.ps_servers, **cfg.stanza_options))
+    return sum(sum(r["sent"].values()) for r in expected_bytes(profile, cfg.variant, cfg.cluster_nodes,
+                                                                global_batch=cfg.global_batch))
 
 
 def plan_row(plan: RunPlan, m: dict[str, Any], wall_s: float) -> dict[str, Any]:

@@ -1,7 +1,9 @@
 """One configuration at one emulated link rate (`RunConfig`): everything a run depends on,
 validated on creation (one-line ValueError), plain data (`to_dict`, `cache_key`) so that it keys
-the cache and goes into every results JSON. A grid of them is spec.MeasureSpec; the resolved
-plan of one (links, D, target step) is plan.RunPlan.
+the cache and goes into every results JSON. Its layout is one variant.Variant (`RunConfig.of(variant,
+...)`, `.variant`), kept as flat fields so that every key made before the Variant existed still
+matches. A grid of them is spec.MeasureSpec; the resolved plan of one (links, D, target step) is
+plan.RunPlan: only the plan sets link_mbit and dilation (the actual D).
 
 Glossary: a *configuration* is a strategy with its layout (k FC workers, each FC worker's share
 of the batch on the CONV body, M micro-batches; S dedicated PS nodes, overlapped push) on N
@@ -14,10 +16,9 @@ import dataclasses
 from typing import Any
 
 from .. import checks
-from ..engine.config import check_stanza_options, check_strategy_options
-from ..labels import config_label
 from ..launch import cli_args
-from ..topology import Topology, make_topology
+from ..topology import Topology
+from .variant import FIELDS as VARIANT_FIELDS, Variant
 
 COMPUTE_MODES = ("real", "replay")
 UNSET_LINK_MBIT = 1000.0  # link_mbit of a RunConfig whose plan has not set its link yet (or that runs unshaped)
@@ -56,19 +57,15 @@ class RunConfig:
         for name in ("num_classes", "global_batch", "steps"):
             checks.positive_int(name, getattr(self, name))
         checks.positive_int("nodes", self.nodes, 2)
-        checks.strategies([self.strategy])
-        check_stanza_options(self.strategy, fc_conv_share=self.fc_conv_share, micro_batches=self.micro_batches)
-        check_strategy_options(self.strategy, {"fc_workers": self.fc_workers, "ps_servers": self.ps_servers,
-                                               "ps_overlap": self.ps_overlap}, spell=str,
-                               defaults={f.name: f.default for f in dataclasses.fields(self)})
-        if self.strategy == "stanza":
+        if self.strategy == "stanza":  # k on N nodes (the Variant checks what needs no N)
             checks.fc_workers(self.fc_workers, self.nodes)
-        object.__setattr__(self, "fc_conv_share", float(self.fc_conv_share))
+        variant = Variant(**{name: getattr(self, name) for name in VARIANT_FIELDS})  # the layout's own checks
+        object.__setattr__(self, "fc_conv_share", variant.fc_conv_share)
+        object.__setattr__(self, "_variant", variant)
         if not self.fc_conv_share:  # a hybrid share moves samples onto the FC workers: make_topology checks it
             checks.batch_divides(self.global_batch, self.strategy, self.nodes, self.fc_workers)
         if self.strategy == "stanza":  # the engine's own layout check: the share's batches, M per worker batch
-            make_topology("stanza", self.nodes, self.global_batch, self.fc_workers,
-                          fc_conv_share=self.fc_conv_share, micro_batches=self.micro_batches)
+            variant.topology(self.nodes, self.global_batch)
         if not checks._is_int(self.warmup) or not 0 <= self.warmup < self.steps:
             raise ValueError(f"warmup must be in 0..steps-1 = {self.steps - 1}, got {self.warmup!r}")
         checks.positive_floats("link_mbit", [self.link_mbit])
@@ -83,15 +80,31 @@ class RunConfig:
             raise ValueError("compute 'replay' needs a replay_device (a device profile name or a JSON path)")
         checks.positive_floats("dilation", [self.dilation])
 
+    @classmethod
+    def of(cls, variant: Variant, **rest: Any) -> "RunConfig":
+        """The RunConfig of `variant` with everything else (model, nodes, batch, steps, ...) in `rest`."""
+        if not isinstance(variant, Variant):
+            raise ValueError(f"RunConfig.of needs a Variant, got {type(variant).__name__}")
+        return cls(**variant.fields(), **rest)
+
+    @property
+    def variant(self) -> Variant:
+        """This run's layout (strategy, k, S, overlap, share, M) as one value."""
+        return self._variant
+
     @property
     def label(self) -> str:
-        return config_label(self.strategy, self.fc_workers, ps_servers=self.ps_servers, ps_overlap=self.ps_overlap,
-                            **self.stanza_options)
+        return self.variant.label
+
+    @property
+    def key(self) -> str:
+        """labels.config_key of the configuration ("stanza_k1")."""
+        return self.variant.key
 
     @property
     def stanza_options(self) -> dict[str, Any]:
         """Stanza's options beyond the paper as perf.predict / perf.expected_bytes take them."""
-        return {"fc_conv_share": self.fc_conv_share, "micro_batches": self.micro_batches}
+        return self.variant.stanza_options
 
     @property
     def cluster_nodes(self) -> int:
@@ -101,9 +114,7 @@ class RunConfig:
     def topology(self) -> Topology:
         """The rank layout the engine builds for this run (topology.make_topology): the one
         source of its batches per role (experiments.plan, dilation)."""
-        return make_topology(self.strategy, self.cluster_nodes, self.global_batch, self.fc_workers or 1,
-                             fc_conv_share=self.fc_conv_share, micro_batches=self.micro_batches,
-                             ps_servers=self.ps_servers)
+        return self.variant.topology(self.cluster_nodes, self.global_batch)
 
     def train_flags(self) -> dict[str, Any]:
         """The training CLI's flags for this run as keywords (launch.cli_args, launch.run_job);

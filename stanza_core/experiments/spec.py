@@ -1,7 +1,8 @@
 """What a measurement is: a grid of configurations (`MeasureSpec`: every configuration at every
 bandwidth, `repeats` times), validated on creation (one-line ValueError), plain data (`to_dict`)
 so that it keys the cache and goes into every results JSON. One configuration is
-runconfig.RunConfig; `MeasureSpec.plans` resolves each into a plan.RunPlan.
+runconfig.RunConfig, its layout a variant.Variant (`MeasureSpec.variants`);
+`MeasureSpec.plans` resolves each into a plan.RunPlan.
 """
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from ..topology import global_batch_for
 from .. import checks
 from . import plan
 from .runconfig import COMPUTE_MODES, UNSET_LINK_MBIT, RunConfig
+from .variant import Variant
 
 @dataclasses.dataclass(kw_only=True)
 class MeasureSpec:
@@ -104,9 +106,9 @@ class MeasureSpec:
     def configs(self) -> list[tuple[str, int]]:
         return [(s, k) for s in self.strategies for k in (self.fc_workers if s == "stanza" else [0])]
 
-    def variants(self) -> list[tuple[str, int, int, bool]]:
-        """(strategy, k, S, overlap) of every configuration: ps once per deployment asked for."""
-        return [(s, k, srv, ov) for s, k in self.configs()
+    def variants(self) -> list[Variant]:
+        """The Variant of every configuration: ps once per deployment (S, overlap) asked for."""
+        return [Variant(strategy=s, fc_workers=k, ps_servers=srv, ps_overlap=ov) for s, k in self.configs()
                 for srv, ov in ([(a, b) for a in self.ps_servers for b in self.ps_overlap] if s == "ps" else [(0, False)])]
 
     def plans(self, cache: Any = None, *, t_here: float | None = None, t_target: float | None = None) -> list[plan.RunPlan]:
@@ -121,20 +123,20 @@ class MeasureSpec:
                 return plan.measured_plan(cfg, point, t_target, t_here)
             return plan.shaped_plan(cfg, point)
 
-        cfgs = [self.run_config(s, k, UNSET_LINK_MBIT, srv, ov) for s, k, srv, ov in self.variants()]
+        cfgs = [self.run_config(v) for v in self.variants()]
         return [at(cfg, point) for point in (self.target_gbps or self.link_mbit) for cfg in cfgs]
 
-    def run_config(self, strategy: str, fc_workers: int, link_mbit: float, ps_servers: int = 0,
-                   ps_overlap: bool = False) -> RunConfig:
-        """The RunConfig of one configuration of this grid at one link rate (a plan sets the rate)."""
-        return RunConfig(model=self.model, image_size=self.image_size, num_classes=self.num_classes,
-                         nodes=self.nodes, strategy=strategy, fc_workers=fc_workers,
-                         global_batch=self.global_batch_of(strategy, fc_workers),
-                         steps=self.steps, warmup=self.warmup, link_mbit=round(link_mbit, 6),
-                         delay_ms=self.delay_ms, mtu=self.mtu, boundary=self.boundary if strategy == "stanza" else None,
-                         ps_servers=ps_servers, ps_overlap=ps_overlap,
-                         compute=self.compute, replay_device=self.replay_device if self.compute == "replay" else None,
-                         dilation=self.dilation if self.compute == "replay" else 1.0)
+    def run_config(self, variant: Variant, link_mbit: float = UNSET_LINK_MBIT) -> RunConfig:
+        """The RunConfig of one configuration of this grid (its Variant); its link rate and D are
+        placeholders until a plan sets them (plan.plan_run)."""
+        s = variant.strategy
+        return RunConfig.of(variant, model=self.model, image_size=self.image_size, num_classes=self.num_classes,
+                            nodes=self.nodes, global_batch=self.global_batch_of(s, variant.fc_workers),
+                            steps=self.steps, warmup=self.warmup, link_mbit=round(link_mbit, 6),
+                            delay_ms=self.delay_ms, mtu=self.mtu, boundary=self.boundary if s == "stanza" else None,
+                            compute=self.compute,
+                            replay_device=self.replay_device if self.compute == "replay" else None,
+                            dilation=self.dilation if self.compute == "replay" else 1.0)
 
     def global_batch_of(self, strategy: str, fc_workers: int) -> int:
         """G of one configuration: the spec's, or batch_per_worker x its data workers (topology)."""

@@ -33,8 +33,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .. import atomic
-from ..labels import config_key
-from .runconfig import UNSET_LINK_MBIT
 
 if TYPE_CHECKING:
     from .runconfig import RunConfig
@@ -78,11 +76,9 @@ class Point:
         (a digest of the whole key)."""
         c = self.config
         digest = hashlib.sha256(json.dumps(self.key(), sort_keys=True).encode()).hexdigest()[:10]
-        ck = config_key(c.strategy, c.fc_workers, ps_servers=c.ps_servers, ps_overlap=c.ps_overlap,
-                        **c.stanza_options)
         rep = f"-r{self.repeat}" if self.repeat else ""
         device = "".join(ch if ch.isalnum() or ch in "._-" else "_" for ch in str(c.replay_device))
-        return f"{c.model}-n{c.nodes}-{ck}-{self.target_gbps:g}g-{device}{rep}-{digest}.json"
+        return f"{c.model}-n{c.nodes}-{c.key}-{self.target_gbps:g}g-{device}{rep}-{digest}.json"
 
     @property
     def label(self) -> str:
@@ -97,7 +93,7 @@ def points(spec: MeasureSpec) -> list[Point]:
     if not spec.replayed:
         raise ValueError("the store holds replayed configurations only (real compute maps its link "
                          "rates from this machine's own timing rounds)")
-    cfgs = [dataclasses.replace(spec.run_config(s, k, UNSET_LINK_MBIT, srv, ov), dilation=1.0) for s, k, srv, ov in spec.variants()]
+    cfgs = [dataclasses.replace(spec.run_config(v), dilation=1.0) for v in spec.variants()]
     return [Point(cfg, float(g), float(spec.dilation), bool(spec.engine), rep)
             for rep in range(spec.repeats) for g in spec.target_gbps for cfg in cfgs]
 

@@ -175,7 +175,10 @@ class StepCase:
     options: StanzaOptions
 
 
-def predict(profile: Profile, cluster: Cluster, strategy: str, fc_workers: int | None = None,
+_LAYOUT_DEFAULTS = {"fc_conv_share": 0.0, "micro_batches": 1, "ps_servers": 0, "ps_overlap": False}
+
+
+def predict(profile: Profile, cluster: Cluster, strategy: "str | Variant", fc_workers: int | None = None,
             global_batch: int | None = None, *, batch_per_worker: int | None = None,
             ps_shards: int | None = None, bucket_mb: float = DEFAULT_BUCKET_MB,
             with_ranks: bool = True, fc_conv_share: float = 0.0, micro_batches: int = 1,
@@ -190,7 +193,16 @@ def predict(profile: Profile, cluster: Cluster, strategy: str, fc_workers: int |
     ps push (--bucket-mb). ps only: ps_servers (S of the cluster's nodes are dedicated parameter
     servers; world size = data workers + S, as the engine's), ps_overlap (the overlapped push).
     Stanza only: fc_conv_share (each FC worker also runs the CONV body on this share of the global
-    batch, the engine's --fc-conv-share), micro_batches, boundary_dtype, grad_compression."""
+    batch, the engine's --fc-conv-share), micro_batches, boundary_dtype, grad_compression.
+    `strategy` may be an experiments.Variant instead of a name: it then gives fc_workers,
+    ps_servers, ps_overlap, fc_conv_share and micro_batches (leave those at their defaults)."""
+    from ..experiments.variant import model_call
+
+    strategy, fc_workers, o = model_call(strategy, fc_workers, dict(
+        fc_conv_share=fc_conv_share, micro_batches=micro_batches, ps_servers=ps_servers, ps_overlap=ps_overlap),
+        _LAYOUT_DEFAULTS)
+    fc_conv_share, micro_batches, ps_servers, ps_overlap = (o["fc_conv_share"], o["micro_batches"],
+                                                            o["ps_servers"], o["ps_overlap"])
     if not isinstance(cluster, Cluster):
         raise ValueError(f"cluster must be a Cluster, got {type(cluster).__name__}")
     fc_workers, ps_shards = check_config(strategy, cluster.nodes, fc_workers, ps_shards, ps_servers)

@@ -258,7 +258,7 @@ def stanza_options(strategy: str, nodes: int, fc_workers: int | None, global_bat
     return opt, batches
 
 
-def expected_bytes(profile_or_counts, strategy: str, nodes: int, fc_workers: int | None = None,
+def expected_bytes(profile_or_counts, strategy: "str | Variant", nodes: int, fc_workers: int | None = None,
                    global_batch: int = 32, ps_shards: int | None = None, *, fc_conv_share: float = 0.0,
                    micro_batches: int = 1, boundary_dtype: str = "fp32", grad_compression: str = "none",
                    step: int | None = None, ps_servers: int = 0, bn_stats: str = "global") -> list[dict]:
@@ -269,7 +269,15 @@ def expected_bytes(profile_or_counts, strategy: str, nodes: int, fc_workers: int
     leave, over the N - k CONV workers). ps_shards defaults to N (colocated) or to ps_servers
     (dedicated). The overlapped push (ps_overlap) moves the same bytes in more messages, so
     it does not appear here. `step` matters for PowerSGD only (vanilla before its start step;
-    None: the steady state). bn_stats as the engine's --bn-stats ("local": no batch-norm traffic)."""
+    None: the steady state). bn_stats as the engine's --bn-stats ("local": no batch-norm traffic).
+    `strategy` may be an experiments.Variant instead of a name: it then gives fc_workers,
+    ps_servers, fc_conv_share and micro_batches (leave those at their defaults)."""
+    from ..experiments.variant import model_call
+
+    strategy, fc_workers, o = model_call(strategy, fc_workers, dict(
+        fc_conv_share=fc_conv_share, micro_batches=micro_batches, ps_servers=ps_servers),
+        {"fc_conv_share": 0.0, "micro_batches": 1, "ps_servers": 0})
+    fc_conv_share, micro_batches, ps_servers = o["fc_conv_share"], o["micro_batches"], o["ps_servers"]
     counts = ModelCounts.of(profile_or_counts)
     if bn_stats == "local":
         counts = counts.local_bn()

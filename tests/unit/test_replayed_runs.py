@@ -17,6 +17,7 @@ from stanza_core.experiments.cache import Cache
 from stanza_core.experiments.measurement import Measurement, summarize
 from stanza_core.experiments.spec import MeasureSpec
 from stanza_core.experiments.runconfig import RunConfig
+from stanza_core.experiments.variant import Variant
 from stanza_core.experiments.store import points
 from stanza_core.netem.facts import MAX_AGGREGATE_MBIT, max_link_mbit, payload_gbps, payload_per_wire_byte
 from stanza_core.perf import Cluster, DeviceProfile, emulated_bandwidth, named_profile, predict, replay_dilation
@@ -55,7 +56,7 @@ def test_dilation_rule_and_specs():
     assert (spec.model, spec.image_size, spec.num_classes, spec.compute) == ("alexnet", 224, 1000, "replay")
     # 32 samples per data worker: ddp splits 128 over 4 workers, stanza k=1 96 over 3 CONV workers.
     assert spec.global_batch_of("ddp", 0) == 128 and spec.global_batch_of("stanza", 1) == 96
-    assert spec.run_config("stanza", 1, 500.0).global_batch == 96
+    assert spec.run_config(Variant(strategy="stanza", fc_workers=1), 500.0).global_batch == 96
     assert "D = 40, 80, 400, 800, per configuration" in replayed.caption(s)  # the links' floors before any run
     assert "measured: communication, for real" in replayed.caption(s)
 

@@ -1,0 +1,106 @@
+"""One configuration's layout, as one value (`Variant`): what distinguishes a configuration
+whatever the model, cluster size, batch or link it runs on.
+
+    Variant(strategy="stanza", fc_workers=1)              .label "stanza k=1"   .key "stanza_k1"
+    Variant(strategy="ps", ps_servers=1, ps_overlap=True)  .label "ps S=1 overlap"
+    v.topology(nodes, global_batch)                        the engine's rank layout (topology.make_topology)
+
+It is validated once, on creation (one-line ValueError, the registry's rule of which option
+belongs to which strategy), and passed whole: MeasureSpec.variants() -> RunConfig.of(variant, ...)
+-> perf.predict(profile, cluster, variant, ...) / perf.expected_bytes(profile, variant, nodes, ...).
+Only a run plan (experiments.plan) sets a run's link and D; the Variant holds neither.
+
+Glossary (labels.py): k = FC workers (stanza), S = dedicated parameter-server nodes (ps; 0 = one
+shard colocated with every worker), overlap = each gradient bucket pushed as the backward produces
+it, share = each FC worker's share of the global batch on the CONV body, M = micro-batches.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from .. import checks
+from ..labels import config_key, config_label
+
+FIELDS = ("strategy", "fc_workers", "ps_servers", "ps_overlap", "fc_conv_share", "micro_batches")
+
+
+@dataclasses.dataclass(kw_only=True, frozen=True)
+class Variant:
+    """A strategy with its layout: everything but the model, N, G and the link that tells one
+    configuration from another (its label and key say exactly this)."""
+
+    strategy: str  # ps, ddp or stanza (the registry's compared strategies)
+    fc_workers: int = 0  # k (stanza, >= 1), else 0
+    ps_servers: int = 0  # ps: dedicated server nodes beside the workers (0: colocated shards)
+    ps_overlap: bool = False  # ps: push each gradient bucket as the backward produces it
+    fc_conv_share: float = 0.0  # stanza: share of the global batch each FC worker also trains the CONV body on
+    micro_batches: int = 1  # stanza: M chunks per CONV worker, exchanged as a pipeline (1: whole batch)
+
+    def __post_init__(self):
+        from ..engine.config import check_stanza_options, check_strategy_options
+
+        checks.strategies([self.strategy])
+        check_stanza_options(self.strategy, fc_conv_share=self.fc_conv_share, micro_batches=self.micro_batches)
+        check_strategy_options(self.strategy, {"fc_workers": self.fc_workers, "ps_servers": self.ps_servers,
+                                               "ps_overlap": self.ps_overlap}, spell=str,
+                               defaults={f.name: f.default for f in dataclasses.fields(self)})
+        if self.strategy == "stanza":
+            checks.positive_int("fc_workers", self.fc_workers)
+        checks.positive_int("ps_servers", self.ps_servers, 0)
+        if not isinstance(self.ps_overlap, bool):
+            raise ValueError(f"ps_overlap must be true or false, got {self.ps_overlap!r}")
+        object.__setattr__(self, "fc_conv_share", float(self.fc_conv_share))
+
+    @property
+    def label(self) -> str:
+        """labels.config_label: "ddp", "ps S=1 overlap", "stanza k=1 share=0.25 M=2"."""
+        return config_label(self.strategy, self.fc_workers, ps_servers=self.ps_servers, ps_overlap=self.ps_overlap,
+                            **self.stanza_options)
+
+    @property
+    def key(self) -> str:
+        """labels.config_key: "ddp", "ps_S1_overlap", "stanza_k1_share0.25_M2" (a JSON key)."""
+        return config_key(self.strategy, self.fc_workers, ps_servers=self.ps_servers, ps_overlap=self.ps_overlap,
+                          **self.stanza_options)
+
+    @property
+    def stanza_options(self) -> dict[str, Any]:
+        """Stanza's options beyond the paper (fc_conv_share, micro_batches)."""
+        return {"fc_conv_share": self.fc_conv_share, "micro_batches": self.micro_batches}
+
+    def fields(self) -> dict[str, Any]:
+        """The fields as keywords (RunConfig takes them flat, so its cache key is what it always was)."""
+        return {name: getattr(self, name) for name in FIELDS}
+
+    def model_options(self) -> dict[str, Any]:
+        """The keywords perf.predict and perf.expected_bytes take for this layout (their `strategy`
+        argument aside): fc_workers None unless stanza, ps_servers, ps_overlap, stanza's options."""
+        return {"fc_workers": self.fc_workers or None, "ps_servers": self.ps_servers,
+                "ps_overlap": self.ps_overlap, **self.stanza_options}
+
+    def topology(self, nodes: int, global_batch: int):
+        """The engine's rank layout on `nodes` nodes in all (dedicated PS servers included, as
+        perf.Cluster counts them) with `global_batch` samples per step (topology.make_topology)."""
+        from ..topology import make_topology
+
+        return make_topology(self.strategy, nodes, global_batch, self.fc_workers or 1,
+                             fc_conv_share=self.fc_conv_share, micro_batches=self.micro_batches,
+                             ps_servers=self.ps_servers)
+
+
+def model_call(strategy, fc_workers, given: dict[str, Any], defaults: dict[str, Any]):
+    """perf.predict / perf.expected_bytes: (strategy name, fc_workers, options) from their
+    `strategy` argument, a name or a Variant. With a Variant, fc_workers and the layout options
+    must be left at their defaults (one-line ValueError otherwise): the Variant says them."""
+    if isinstance(strategy, str):
+        return strategy, fc_workers, given
+    if not isinstance(strategy, Variant):
+        raise ValueError(f"strategy must be a name or an experiments Variant, got {type(strategy).__name__}")
+    opts = strategy.model_options()
+    clash = [k for k in ("fc_workers", *given) if k in opts and
+             (fc_workers if k == "fc_workers" else given[k]) != (None if k == "fc_workers" else defaults[k])]
+    if clash:
+        raise ValueError(f"{clash[0]} given beside a Variant ({strategy.label}): the Variant sets it")
+    k = opts.pop("fc_workers")
+    return strategy.strategy, k, {**given, **{o: v for o, v in opts.items() if o in given}}

@@ -1,0 +1,102 @@
+"""experiments.variant.Variant: one configuration's layout as one value, passed whole to RunConfig,
+perf.predict and perf.expected_bytes; the cache keys of RunConfigs built from it are the keys
+every cached run and stored grid result was written under (literal dicts, captured before the
+Variant existed)."""
+import pytest
+
+from stanza_core.experiments.runconfig import RunConfig
+from stanza_core.experiments.spec import MeasureSpec
+from stanza_core.experiments.variant import Variant
+from stanza_core.perf import Cluster, expected_bytes, named_profile, predict
+
+_COMMON = {"model": "alexnet", "image_size": 224, "num_classes": 1000, "nodes": 4, "fc_workers": 0,
+           "global_batch": 96, "steps": 3, "warmup": 1, "link_mbit": 250.0, "delay_ms": 0.0, "mtu": 9000,
+           "boundary": None, "ps_servers": 0, "ps_overlap": False, "compute": "real", "replay_device": None,
+           "dilation": 1.0}
+_REST = {"model": "alexnet", "image_size": 224, "num_classes": 1000, "nodes": 4, "global_batch": 96, "steps": 3,
+         "link_mbit": 250.0}
+
+# (variant, RunConfig's other fields, the cache key RunConfig(...) gave before the Variant existed)
+KEYS = [
+    (Variant(strategy="ddp"), {}, {**_COMMON, "strategy": "ddp"}),
+    (Variant(strategy="ps"), {}, {**_COMMON, "strategy": "ps"}),
+    (Variant(strategy="ps", ps_servers=1, ps_overlap=True), {},
+     {**_COMMON, "strategy": "ps", "ps_servers": 1, "ps_overlap": True}),
+    (Variant(strategy="stanza", fc_workers=1), {}, {**_COMMON, "strategy": "stanza", "fc_workers": 1}),
+    (Variant(strategy="stanza", fc_workers=2), {"boundary": "classifier"},
+     {**_COMMON, "strategy": "stanza", "fc_workers": 2, "boundary": "classifier"}),
+    (Variant(strategy="stanza", fc_workers=1, fc_conv_share=0.25, micro_batches=2), {},
+     {**_COMMON, "strategy": "stanza", "fc_workers": 1, "fc_conv_share": 0.25, "micro_batches": 2}),
+    (Variant(strategy="ddp"), {"compute": "replay", "replay_device": "v100", "dilation": 40.0},
+     {**_COMMON, "strategy": "ddp", "compute": "replay", "replay_device": "v100", "dilation": 40.0}),
+]
+
+
+@pytest.mark.parametrize("variant, rest, key", KEYS, ids=[f"{v.key}-{i}" for i, (v, _, _) in enumerate(KEYS)])
+def test_run_config_of_a_variant_keys_as_before(variant, rest, key):
+    cfg = RunConfig.of(variant, **_REST, **rest)
+    assert cfg.cache_key() == key
+    assert cfg.variant == variant and cfg.label == variant.label and cfg.key == variant.key
+    flat = RunConfig(**_REST, **rest, **variant.fields())
+    assert flat == cfg and flat.cache_key() == key
+
+
+def test_a_grid_spec_keys_its_configurations_as_before():
+    spec = MeasureSpec(model="alexnet", image_size=224, num_classes=1000, nodes=4, strategies=["ps", "ddp", "stanza"],
+                       fc_workers=[1, 2], batch_per_worker=32, steps=3, target_gbps=[10.0], compute="replay",
+                       replay_device="v100", ps_servers=[0, 1], ps_overlap=[False, True])
+    base = {**_COMMON, "link_mbit": 1000.0, "compute": "replay", "replay_device": "v100"}
+    want = [{**base, "strategy": "ps", "global_batch": 128, "ps_servers": s, "ps_overlap": o}
+            for s in (0, 1) for o in (False, True)]
+    want += [{**base, "strategy": "ddp", "global_batch": 128},
+             {**base, "strategy": "stanza", "fc_workers": 1, "global_batch": 96},
+             {**base, "strategy": "stanza", "fc_workers": 2, "global_batch": 64}]
+    assert [spec.run_config(v).cache_key() for v in spec.variants()] == want
+    assert [v.label for v in spec.variants()] == ["ps", "ps overlap", "ps S=1", "ps S=1 overlap", "ddp",
+                                                  "stanza k=1", "stanza k=2"]
+
+
+def test_a_variant_is_checked_once_in_one_line():
+    for bad, match in [({"strategy": "nope"}, "unknown strategy"),
+                       ({"strategy": "ddp", "fc_workers": 2}, "fc_workers 2 applies to stanza only, not ddp"),
+                       ({"strategy": "ddp", "ps_servers": 1}, "ps_servers 1 applies to ps only"),
+                       ({"strategy": "stanza"}, "fc_workers"),
+                       ({"strategy": "ps", "ps_overlap": 1}, "ps_overlap"),
+                       ({"strategy": "ps", "micro_batches": 2}, "micro"),
+                       ({"strategy": "stanza", "fc_workers": 1, "fc_conv_share": 2}, "fc-conv-share")]:
+        with pytest.raises(ValueError, match=match) as e:
+            Variant(**bad)
+        assert "\n" not in str(e.value)
+    with pytest.raises(ValueError, match="Variant"):
+        RunConfig.of(("ddp", 0), **_REST)
+
+
+def test_label_key_and_topology():
+    v = Variant(strategy="stanza", fc_workers=1, fc_conv_share=0.25, micro_batches=2)
+    assert (v.label, v.key) == ("stanza k=1 share=0.25 M=2", "stanza_k1_share0.25_M2")
+    ps = Variant(strategy="ps", ps_servers=1, ps_overlap=True)
+    assert (ps.label, ps.key) == ("ps S=1 overlap", "ps_S1_overlap")
+    assert ps.topology(5, 128).data_workers == 4  # one of the 5 nodes is a dedicated server
+    assert Variant(strategy="stanza", fc_workers=1).topology(4, 96).data_workers == 3
+    cfg = RunConfig.of(ps, **_REST)
+    assert cfg.topology() == ps.topology(cfg.cluster_nodes, cfg.global_batch)
+
+
+@pytest.mark.parametrize("variant", [Variant(strategy="ddp"), Variant(strategy="ps", ps_servers=1, ps_overlap=True),
+                                     Variant(strategy="stanza", fc_workers=1, fc_conv_share=0.25, micro_batches=2)])
+def test_predict_and_expected_bytes_take_a_variant_or_keywords(variant):
+    profile = named_profile("tiny_cnn", 32, 10)
+    kw = variant.model_options()
+    k = kw.pop("fc_workers")
+    nodes = 5
+    cluster = Cluster(nodes, 10.0, device="v100")
+    p = predict(profile, cluster, variant, global_batch=80, with_ranks=False)
+    q = predict(profile, cluster, variant.strategy, k, 80, with_ranks=False, **kw)
+    assert p == q and p.label == variant.label
+    kw.pop("ps_overlap")
+    assert expected_bytes(profile, variant, nodes, global_batch=80) == \
+        expected_bytes(profile, variant.strategy, nodes, k, 80, **kw)
+    with pytest.raises(ValueError, match="given beside a Variant"):
+        predict(profile, cluster, Variant(strategy="stanza", fc_workers=1), 2, 80)
+    with pytest.raises(ValueError, match="given beside a Variant"):
+        expected_bytes(profile, Variant(strategy="stanza", fc_workers=1), nodes, global_batch=80, micro_batches=2)
