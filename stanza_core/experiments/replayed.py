@@ -7,7 +7,7 @@ time on the replay device (a perf device-table row), so AlexNet and VGG-16 at 22
 so every transfer takes the fraction of a step it takes on the target cluster.
 
 Dilation rule, per configuration (experiments.plan.replayed_plan, the rule of the replay
-benchmarks): D = max(dilation, perf.replay_dilation(target, N, engine_s, target_step_s, S)), the
+benchmarks): D = max(min_dilation, perf.replay_dilation(target, N, engine_s, target_step_s, S)), the
 smallest D at which this machine keeps up with the emulated cluster: one link within netem's
 fastest link, the links that receive at once within the aggregate this machine sustains
 (netem.facts.MAX_AGGREGATE_MBIT: all N links, or 2 S links' worth with S dedicated PS servers),
@@ -44,7 +44,7 @@ class ReplaySet:
     fc_workers: list[int]  # stanza's k (those that fit N run at each N)
     target_gbps: list[float]  # target bandwidths
     replay_device: str = "v100"  # the device the compute follows (perf device table)
-    dilation: float = 1.0  # the smallest D (see the module docstring)
+    min_dilation: float = 1.0  # the smallest D (see the module docstring)
     mtu: int = 9000  # link MTU of the replayed runs (jumbo frames, as the bench)
     batch_per_worker: int = 32  # samples per data worker (the paper's per-GPU batch)
     steps: int = 3  # steps per run, warmup included
@@ -55,14 +55,14 @@ class ReplaySet:
     engine: bool = True  # raise each configuration's D for the engine's own seconds (module docstring)
     ps_servers: list[int] = dataclasses.field(default_factory=lambda: [0])  # ps deployments: dedicated servers (0: colocated)
     ps_overlap: list[bool] = dataclasses.field(default_factory=lambda: [False])  # ps: without / with the overlapped push
-    specs: list[MeasureSpec] = dataclasses.field(init=False)  # per model x N x target, D at least `dilation`
+    specs: list[MeasureSpec] = dataclasses.field(init=False)  # per model x N x target, D at least `min_dilation`
 
     def __post_init__(self):
         self.models = checks.model_names(self.models, self.image_size, name="replay_models") if self.models else []
         sizes = checks.int_list("replay_nodes", self.nodes, 2) if self.nodes else []
         ks = checks.int_list("replay_fc_workers", self.fc_workers)
         gbps = checks.positive_floats("replay_gbps", self.target_gbps)
-        checks.positive_floats("dilation", [self.dilation])
+        checks.positive_floats("min_dilation", [self.min_dilation])
         if not isinstance(self.engine, bool):
             raise ValueError(f"replay_engine must be true or false, got {self.engine!r}")
         self.specs = []
@@ -74,7 +74,7 @@ class ReplaySet:
                         model=m, image_size=self.image_size, num_classes=self.num_classes, nodes=n,
                         strategies=self.strategies, fc_workers=fit or [1], batch_per_worker=self.batch_per_worker,
                         steps=self.steps, warmup=self.warmup, repeats=self.repeats, target_gbps=[g],
-                        compute="replay", replay_device=self.replay_device, dilation=self.dilation, mtu=self.mtu,
+                        compute="replay", replay_device=self.replay_device, min_dilation=self.min_dilation, mtu=self.mtu,
                         engine=self.engine, ps_servers=self.ps_servers, ps_overlap=self.ps_overlap))
 
     def link_floors(self) -> list[float]:
@@ -85,6 +85,14 @@ class ReplaySet:
 def link_floors(specs: list[MeasureSpec]) -> list[float]:
     """The D the links alone set for every configuration of `specs` (its plan's floor, store.Point.key)."""
     return sorted({p.key()["dilation_floor"] for spec in specs for p in points(spec)})
+
+
+def renamed_dilation(old: float | None) -> None:
+    """A notebook parameter set under its old name `dilation` (the smallest D, now `min_dilation`:
+    a run's actual D is its plan's, RunConfig.dilation): a one-line error naming the new one."""
+    if old is not None:
+        raise ValueError(f"the parameter dilation is now min_dilation (the smallest D; each run's own D comes "
+                         f"from its plan): set min_dilation: {old!r}")
 
 
 GRID: dict[str, type] = {}  # notebook stem -> the parameters class of the experiment behind it
@@ -122,7 +130,8 @@ class ReplayParams:
     replay_nodes: list[int] = dataclasses.field(default_factory=list)  # their emulated cluster sizes
     replay_gbps: list[float] = dataclasses.field(default_factory=lambda: [10.0])  # their targets
     replay_device: str = "v100"  # device profile the replayed compute follows
-    dilation: float = 1.0  # smallest D (the module docstring: perf.replay_dilation decides)
+    min_dilation: float = 1.0  # smallest D (the module docstring: perf.replay_dilation decides)
+    dilation: float | None = None  # the old name of min_dilation: set, it is a one-line error naming the new one
     replay_steps: int = 2  # steps per replayed run, warmup included
     replay_image_size: int = PAPER_IMAGE  # the paper's ImageNet input (tests use a smaller one)
     replay_num_classes: int = PAPER_CLASSES
@@ -140,10 +149,11 @@ class ReplayParams:
                    ps_overlap: list[bool] = (False,)) -> ReplaySet:
         """The replayed runs of these parameters (nodes and targets: replay_nodes, replay_gbps
         unless given; ps colocated without the overlapped push unless ps_servers, ps_overlap)."""
+        renamed_dilation(self.dilation)
         return ReplaySet(models=self.replay_models, nodes=self.replay_nodes if nodes is None else nodes,
                          strategies=strategies, fc_workers=fc_workers,
                          target_gbps=self.replay_gbps if target_gbps is None else target_gbps,
-                         replay_device=self.replay_device, dilation=self.dilation,
+                         replay_device=self.replay_device, min_dilation=self.min_dilation,
                          batch_per_worker=self.batch_per_worker, steps=self.replay_steps, warmup=self.warmup,
                          image_size=self.replay_image_size, num_classes=self.replay_num_classes,
                          engine=self.replay_engine, ps_servers=list(ps_servers), ps_overlap=list(ps_overlap))

@@ -43,9 +43,9 @@ class MeasureSpec:
     max_link_mbit: float | None = None
     timing_reps: int = 5  # repetitions per timing round
     boundary: str | None = None  # stanza's split point (None: automatic)
-    compute: str = "real"  # real arithmetic, or "replay": per-layer waits of dilation x replay_device's times
+    compute: str = "real"  # real arithmetic, or "replay": per-layer waits of D x replay_device's times (D: the plan's)
     replay_device: str | None = None  # replay: the device profile the compute follows (perf device table)
-    dilation: float = 1.0  # replay: the smallest D (each configuration's own from experiments.plan.replay_link)
+    min_dilation: float = 1.0  # replay: the smallest D (each configuration's own D from experiments.plan.replay_link)
     engine: bool = False  # replay: raise each configuration's D for its engine seconds (measured once, cached)
     ps_servers: list[int] = dataclasses.field(default_factory=lambda: [0])  # ps deployments: S extra server nodes (0: colocated)
     ps_overlap: list[bool] = dataclasses.field(default_factory=lambda: [False])  # ps: without / with the overlapped push
@@ -63,7 +63,7 @@ class MeasureSpec:
             raise ValueError(f"compute must be one of {', '.join(COMPUTE_MODES)}, got {self.compute!r}")
         if self.compute == "replay":
             check_device(self.replay_device, "replay_device")
-            checks.positive_floats("dilation", [self.dilation])
+            checks.positive_floats("min_dilation", [self.min_dilation])
             if self.target_gbps is None:
                 raise ValueError("replayed compute needs target_gbps (a target maps to the link rate target / D)")
         if (self.global_batch == 0) == (self.batch_per_worker == 0):
@@ -118,7 +118,7 @@ class MeasureSpec:
         worker's step here and on the target device (`t_here`, `t_target`), or at each link_mbit."""
         def at(cfg: RunConfig, point: float):
             if self.replayed:
-                return plan.replayed_plan(cfg, point, cache, engine=self.engine, min_dilation=self.dilation)
+                return plan.replayed_plan(cfg, point, cache, engine=self.engine, min_dilation=self.min_dilation)
             if self.target_gbps is not None:
                 return plan.measured_plan(cfg, point, t_target, t_here)
             return plan.shaped_plan(cfg, point)
@@ -135,8 +135,7 @@ class MeasureSpec:
                             steps=self.steps, warmup=self.warmup, link_mbit=round(link_mbit, 6),
                             delay_ms=self.delay_ms, mtu=self.mtu, boundary=self.boundary if s == "stanza" else None,
                             compute=self.compute,
-                            replay_device=self.replay_device if self.compute == "replay" else None,
-                            dilation=self.dilation if self.compute == "replay" else 1.0)
+                            replay_device=self.replay_device if self.compute == "replay" else None)
 
     def global_batch_of(self, strategy: str, fc_workers: int) -> int:
         """G of one configuration: the spec's, or batch_per_worker x its data workers (topology)."""

@@ -53,7 +53,7 @@ class Point:
 
     config: RunConfig  # at link_mbit 1000 and D = 1: what the plan starts from
     target_gbps: float
-    min_dilation: float  # the smallest D (the links' floor, MeasureSpec.dilation)
+    min_dilation: float  # the smallest D (MeasureSpec.min_dilation)
     engine: bool  # the engine's own seconds may raise D (MeasureSpec.engine)
     repeat: int = 0
 
@@ -94,7 +94,7 @@ def points(spec: MeasureSpec) -> list[Point]:
         raise ValueError("the store holds replayed configurations only (real compute maps its link "
                          "rates from this machine's own timing rounds)")
     cfgs = [dataclasses.replace(spec.run_config(v), dilation=1.0) for v in spec.variants()]
-    return [Point(cfg, float(g), float(spec.dilation), bool(spec.engine), rep)
+    return [Point(cfg, float(g), float(spec.min_dilation), bool(spec.engine), rep)
             for rep in range(spec.repeats) for g in spec.target_gbps for cfg in cfgs]
 
 

@@ -31,7 +31,7 @@ from typing import Any
 from ..labels import config_key, config_label, run_key
 from ..perf import Cluster, best_assignment, check_device, device_profile, named_profile
 from .. import checks, registry
-from .replayed import PAPER_CLASSES, PAPER_IMAGE, in_grid
+from .replayed import PAPER_CLASSES, PAPER_IMAGE, in_grid, renamed_dilation
 from .replayed import caption as replay_caption
 from .measurement import Measurement
 from .run import measure_or_skip, modelled_only
@@ -57,7 +57,8 @@ class TodayParams:
     replay_configs: list[str]  # configuration roles replayed (ROLES)
     replay_steps: int = 3  # steps per replayed run, warmup included
     warmup: int = 1  # steps left out of the throughput
-    dilation: float = 1.0  # the smallest D (experiments.plan decides each configuration's own)
+    min_dilation: float = 1.0  # the smallest D (experiments.plan decides each configuration's own)
+    dilation: float | None = None  # the old name of min_dilation: set, it is a one-line error naming the new one
     replay_engine: bool = True  # raise D for the engine's own seconds (measured once per configuration, cached)
     measure_runs: bool = True  # False: the replayed cells are not run (modelled figures only)
     image_size: int = PAPER_IMAGE
@@ -88,7 +89,8 @@ class TodayParams:
         checks.positive_int("replay_steps", self.replay_steps, 2)
         if not checks._is_int(self.warmup) or not 0 <= self.warmup < self.replay_steps:
             raise ValueError(f"warmup must be in 0..replay_steps-1 = {self.replay_steps - 1}, got {self.warmup!r}")
-        checks.positive_floats("dilation", [self.dilation])
+        renamed_dilation(self.dilation)
+        checks.positive_floats("min_dilation", [self.min_dilation])
         for m in self.models:  # the measured record must cover the model (one-line error before any work)
             device_profile(self.device, named_profile(m, self.image_size, self.num_classes), self.batch_per_worker,
                            what="device")
@@ -153,7 +155,7 @@ def replay_specs(p: TodayParams, modelled: dict[str, Any]) -> list[tuple[str, in
                 want = [roles[r] for r in p.replay_configs if r in roles]
                 common = dict(model=m, image_size=p.image_size, num_classes=p.num_classes, compute="replay",
                               replay_device=p.device, batch_per_worker=p.batch_per_worker, steps=p.replay_steps,
-                              warmup=p.warmup, target_gbps=[g], dilation=p.dilation, engine=p.replay_engine)
+                              warmup=p.warmup, target_gbps=[g], min_dilation=p.min_dilation, engine=p.replay_engine)
                 same = [r for r in want if not (r["strategy"] == "ps" and r["ps_servers"])]
                 ks = sorted({r["fc_workers"] for r in same if r["strategy"] == "stanza"})
                 if same:

@@ -73,7 +73,7 @@ def predict_runs(result: Measurement, *, latency_s: float = DEFAULT_LATENCY_S,
         # later rounds win in device_for: the runs' own rounds over the bench's
         used = rounds + mean_rounds(*own) if own else rounds
         if replayed:  # the replay device's own profile, every time D x: what the engine waits
-            dev = replay_profile(profile, cfg["replay_device"], first.get("dilation") or cfg["dilation"], extra)
+            dev = replay_profile(profile, cfg["replay_device"], first.get("dilation") or _spec_dilation(cfg), extra)
         else:
             dev = device_for(s, n, k, G, used, profile.params, extra)
         # dedicated parameter servers are nodes of the cluster beside the N workers
@@ -102,6 +102,12 @@ def predict_runs(result: Measurement, *, latency_s: float = DEFAULT_LATENCY_S,
             "rounds_source": "run" if own else "bench", "timing_rounds": used,
         })
     return rows
+
+
+def _spec_dilation(cfg: dict) -> float:
+    """D of a bench's runs that carry none of their own: its config's dilation (the engine's D, or an
+    older grid's single D) or else the smallest D its grid allowed (MeasureSpec.min_dilation)."""
+    return cfg.get("dilation") or cfg.get("min_dilation") or 1.0
 
 
 def replay_profile(profile, device: str, dilation: float, step_overhead_s: float = 0.0):
@@ -313,7 +319,7 @@ def validate(benches: list[Measurement], latency_s: float = DEFAULT_LATENCY_S) -
                           "timing_rounds_note": b.timing_rounds_note})
     cal = [{**r, "error": r["calibrated_error"]} for r in rows if r["calibrated_error"] is not None]
     unavailable = next((b.unavailable for b in benches if b.unavailable), None)
-    replay = sorted({(b.config["replay_device"], r.get("dilation") or b.config["dilation"]) for b in benches
+    replay = sorted({(b.config["replay_device"], r.get("dilation") or _spec_dilation(b.config)) for b in benches
                      if b.replayed for r in b.runs or [{}]})
     engine = any(r.get("engine_s") is not None for r in rows)
     caption = ("measured: communication, for real (shaped links); replayed runs: compute from "

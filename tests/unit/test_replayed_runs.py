@@ -41,11 +41,11 @@ def test_dilation_rule_and_specs():
     for spec in s.specs:
         g = spec.target_gbps[0]
         want = replay_dilation(g, spec.nodes, max_link_mbit=max_link_mbit(9000), max_aggregate_mbit=MAX_AGGREGATE_MBIT)
-        assert spec.dilation == 1.0  # the user's floor: each configuration's plan sets its own D
+        assert spec.min_dilation == 1.0  # the user's floor: each configuration's plan sets its own D
         assert {p.key()["dilation_floor"] for p in points(spec)} == {want} >= {spec.nodes * 1000 * g / MAX_AGGREGATE_MBIT}
     assert s.link_floors() == [40.0, 80.0, 400.0, 800.0]
     assert len(s.specs) == 8 and replayed.ReplaySet(models=["alexnet"], nodes=[4], strategies=["ddp"], fc_workers=[1],
-                                                    target_gbps=[10.0], dilation=1e4).link_floors() == [1e4]
+                                                    target_gbps=[10.0], min_dilation=1e4).link_floors() == [1e4]
     # one dedicated server (5 nodes): its link carries every byte, 2 links' worth at once -> D 20,
     # not the 50 of five busy links; the colocated ps and ddp beside it keep the 40 of four
     srv = replayed.ReplaySet(models=["alexnet"], nodes=[4], strategies=["ps", "ddp"], fc_workers=[1],
@@ -65,12 +65,12 @@ def test_dilation_rule_and_specs():
     ({"compute": "real", "batch_per_worker": 32, "global_batch": 0}, "batch_per_worker needs compute='replay'"),
     ({"batch_per_worker": 32, "global_batch": 64}, "give the batch as global_batch or as batch_per_worker"),
     ({"replay_device": "p100"}, "unknown replay_device 'p100'"),
-    ({"dilation": 0}, "dilation must be a non-empty list of positive numbers"),
+    ({"min_dilation": 0}, "min_dilation must be a non-empty list of positive numbers"),
     ({"max_link_mbit": 900.0}, "max_link_mbit applies to real compute only"),
 ])
 def test_replayed_spec_checks_in_one_line(change, message):
     ok = dict(model="alexnet", image_size=224, num_classes=1000, nodes=4, strategies=["ddp"], fc_workers=[1],
-              batch_per_worker=32, steps=3, target_gbps=[10.0], compute="replay", replay_device="v100", dilation=20.0)
+              batch_per_worker=32, steps=3, target_gbps=[10.0], compute="replay", replay_device="v100", min_dilation=20.0)
     MeasureSpec(**ok)
     with pytest.raises(ValueError) as e:
         MeasureSpec(**{**ok, **change})

@@ -77,7 +77,7 @@ def test_the_key_is_stable_for_the_same_configuration_and_differs_for_another():
     assert key["target_gbps"] == 10.0 and key["dilation_floor"] == 40.0 and key["engine"] is True
     # the floor of D stated as the user's 1 (notebook 09) or as the links' 40 (ReplaySet): one key
     spec = _spec()
-    spec.dilation = 1.0
+    spec.min_dilation = 1.0
     assert [p.name for p in points(spec)] == [p.name for p in a]
     # a different target, step count, device or engine term is another configuration
     others = [points(_spec(target_gbps=[100.0]))[0],
