@@ -391,16 +391,30 @@ def get_model(name: str, num_classes: int = 1000) -> nn.Module:
     return use_sample_dropout(model)
 
 
-def check_model(model: nn.Module, input_shape, num_classes: int, name: str = "model") -> None:
+def check_model(model: nn.Module, input_shape, num_classes: int, name: str = "model") -> tuple[str, int] | None:
     """One training-mode forward of 2 samples: the model must run on `input_shape` (C, H, W) and
     return logits of shape (2, num_classes). ValueError with one line otherwise. Leaves no trace:
-    the RNG state, buffers (batch-norm running statistics) and gradients are as they were."""
+    the RNG state, buffers (batch-norm running statistics) and gradients are as they were.
+
+    Returns the batch-norm layer that sees the fewest values per channel per sample (its name and
+    that count: its input's spatial size), or None for a model without batch norm: a training
+    batch of b samples gives that layer b x count values per channel, and batch norm needs more
+    than one (engine.config.check_model_layout)."""
     param = next(model.parameters(), None)
     if param is None:
         raise ValueError(f"{name} has no parameters to train")
     buffers = {k: v.detach().clone() for k, v in model.named_buffers()}
     was_training = model.training
     shape = "(2, " + ", ".join(str(v) for v in input_shape) + ")"
+    per_sample: dict[str, int] = {}
+
+    def seen(layer: str):
+        def hook(_module, args):  # returns None: the input passes unchanged
+            x = args[0]
+            per_sample.setdefault(layer, x.numel() // max(1, x.shape[0] * x.shape[1]))
+        return hook
+    hooks = [m.register_forward_pre_hook(seen(n)) for n, m in model.named_modules()
+             if isinstance(m, nn.modules.batchnorm._BatchNorm)]
     try:
         with torch.random.fork_rng(devices=[param.device] if param.device.type == "cuda" else []), torch.no_grad():
             model.train()
@@ -409,6 +423,8 @@ def check_model(model: nn.Module, input_shape, num_classes: int, name: str = "mo
         raise ValueError(f"{name} fails on an input of shape {shape} in training mode "
                          f"({type(e).__name__}: {_one_line(e)}); check --image-size") from None
     finally:
+        for h in hooks:
+            h.remove()
         model.train(was_training)
         with torch.no_grad():
             for k, v in model.named_buffers():
@@ -419,3 +435,4 @@ def check_model(model: nn.Module, input_shape, num_classes: int, name: str = "mo
     if tuple(out.shape) != (2, num_classes):
         raise ValueError(f"{name} maps {shape} to logits of shape {tuple(out.shape)}, expected (2, {num_classes}) "
                          f"(--num-classes {num_classes})")
+    return min(per_sample.items(), key=lambda kv: kv[1]) if per_sample else None

@@ -8,6 +8,7 @@ from typing import Any
 from .. import checks
 from ..errors import ConfigError  # noqa: F401 (the engine's modules import it from here)
 from .. import registry
+from ..models import MIN_IMAGE_SIZE
 from ..perf.model import DEFAULT_BUCKET_MB  # --bucket-mb's default, the model's too
 
 DEVICES = ("auto", "cpu", "cuda")
@@ -140,6 +141,9 @@ class TrainConfig:
                                       "(replayed compute does not train the parameters)")
         elif self.replay_device or self.dilation != 1.0 or self.replay_jitter or self.replay_wait != "sleep":
             raise ConfigError("--replay-device, --dilation, --replay-wait and --replay-jitter need --compute replay")
+        if self.image_size < MIN_IMAGE_SIZE.get(self.model, 1):
+            raise ConfigError(f"--image-size {self.image_size} is too small for {self.model}; "
+                              f"expected >= {MIN_IMAGE_SIZE[self.model]}")
 
     def _check_paths(self):
         """Every output path can be written, checked now: a run never trains and then fails to save."""
@@ -160,6 +164,50 @@ class TrainConfig:
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
+
+
+def check_on_device(cfg: TrainConfig, device) -> None:
+    """The rules that need this rank's device (`--device auto` resolved): one-line ConfigError."""
+    if cfg.compile and cfg.compile_mode == "reduce-overhead" and device.type != "cuda":
+        raise ConfigError("--compile-mode reduce-overhead records CUDA graphs: no CUDA GPU here; use "
+                          "--compile-mode default", scope="host")
+    if cfg.backend == "nccl" and device.type != "cuda":
+        raise ConfigError("--backend nccl: no CUDA GPU here; use --backend gloo or auto", scope="host")
+
+
+def check_model_layout(cfg: TrainConfig, topo, model, split, bn_fewest: tuple[str, int] | None) -> bool:
+    """The layout rules that need the built model (its batch-norm layers, its split), checked
+    before any process group forms: one-line ConfigError. `bn_fewest`: the batch-norm layer with
+    the fewest values per channel per sample (models.check_model), which a training batch must
+    give more than one value per channel. Returns whether batch-norm
+    statistics are taken over the global batch (a process group "bn" of the data workers)."""
+    from ..batchnorm import bn_layers
+
+    import torch
+
+    if cfg.micro_batches > 1 and any(isinstance(m, torch.nn.modules.batchnorm._BatchNorm) for m in model.modules()):
+        raise ConfigError(f"--micro-batches {cfg.micro_batches}: {cfg.model} has BatchNorm, whose batch statistics "
+                          "would change per micro-batch; expected --micro-batches 1 for it")
+    bn_sync = cfg.bn_stats == "global" and topo.data_workers > 1 and bool(bn_layers(model))
+    if bn_sync and split is not None and bn_layers(split.fc):
+        raise ConfigError(f"{cfg.model}: batch norm on the FC side ({bn_layers(split.fc)[0][0]}) cannot use global "
+                          "batch statistics under stanza (an FC worker sees one CONV worker's samples at a time); "
+                          "pass --bn-stats local or a --boundary after it")
+    if bn_sync and cfg.fc_conv_share:
+        raise ConfigError(f"--fc-conv-share {cfg.fc_conv_share}: {cfg.model} has batch norm, and global batch statistics "
+                          "need equal CONV batches on every data worker; pass --bn-stats local or --fc-conv-share 0")
+    if bn_fewest is not None and cfg.compute == "real":  # replayed compute runs no batch norm
+        layer, per_sample = bn_fewest
+        samples = cfg.global_batch if bn_sync or topo.data_workers == 1 else min(
+            topo.batch_slice(r, cfg.global_batch).stop - topo.batch_slice(r, cfg.global_batch).start
+            for r in topo.conv_ranks)
+        if samples * per_sample <= 1:
+            where = "per step" if bn_sync or topo.data_workers == 1 else "on a data worker"
+            raise ConfigError(f"--global-batch {cfg.global_batch}: {cfg.model}'s batch norm layer {layer} sees "
+                              f"{samples * per_sample} value per channel ({samples} sample {where}, {per_sample} "
+                              f"value each at --image-size {cfg.image_size}), and batch norm needs more than one "
+                              "in training; expected a larger --global-batch or --image-size")
+    return bn_sync
 
 
 def check_layout(cfg: TrainConfig, topo) -> list[str]:

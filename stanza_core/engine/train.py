@@ -19,14 +19,14 @@ import torch
 
 from .. import atomic, registry
 from . import checkpoint, replay
-from ..batchnorm import bn_layers, use_global_batch_stats
+from ..batchnorm import use_global_batch_stats
 from ..comm import Comm, PeerError
 from .compiled import compile_pieces
-from .config import ConfigError, TrainConfig, check_layout, step_save_path
+from .config import ConfigError, TrainConfig, check_layout, check_model_layout, check_on_device, step_save_path
 from ..data import batch_indices, open_dataset
 from .exit_policy import error_line, exit_now, leave
 from .metrics import PeakRss, build_metrics, rank_record
-from ..models import MIN_IMAGE_SIZE, check_model, get_model
+from ..models import check_model, get_model
 from ..numerics import set_numerics
 from .rank_errors import record
 from ..split import SplitError, SplitModel, split_model
@@ -144,38 +144,21 @@ def prepare(cfg: TrainConfig) -> Prepared:
                          cfg.fc_conv_share, cfg.micro_batches, ps_servers=cfg.ps_servers)
     set_numerics(cfg.exact)  # before any CUDA work: cuBLAS reads its workspace setting at init
     device = rank_device(cfg, int(os.environ.get("LOCAL_RANK", 0)))
-    if cfg.compile and cfg.compile_mode == "reduce-overhead" and device.type != "cuda":
-        raise ConfigError("--compile-mode reduce-overhead records CUDA graphs: no CUDA GPU here; use "
-                          "--compile-mode default", scope="host")
-    if cfg.backend == "nccl" and device.type != "cuda":
-        raise ConfigError("--backend nccl: no CUDA GPU here; use --backend gloo or auto", scope="host")
-    if cfg.image_size < MIN_IMAGE_SIZE.get(cfg.model, 1):
-        raise ConfigError(f"--image-size {cfg.image_size} is too small for {cfg.model}; "
-                          f"expected >= {MIN_IMAGE_SIZE[cfg.model]}")
+    check_on_device(cfg, device)
     dataset = open_dataset(cfg.dataset, cfg.image_size, cfg.num_classes, cfg.seed)
     torch.manual_seed(cfg.seed)  # the same initial parameters on every rank and strategy
     try:
         model = _build_model(cfg)
-        check_model(model, (3, cfg.image_size, cfg.image_size), cfg.num_classes, cfg.model)
+        bn_fewest = check_model(model, (3, cfg.image_size, cfg.image_size), cfg.num_classes, cfg.model)
         if cfg.compute == "replay":  # checked on the meta device: now storage nothing has written
             model = model.to_empty(device=device)
     except ValueError as e:
         raise ConfigError(str(e)) from None
-    if cfg.micro_batches > 1 and any(isinstance(m, torch.nn.modules.batchnorm._BatchNorm) for m in model.modules()):
-        raise ConfigError(f"--micro-batches {cfg.micro_batches}: {cfg.model} has BatchNorm, whose batch statistics "
-                          "would change per micro-batch; expected --micro-batches 1 for it")
     split = None
     if cfg.strategy == "stanza":  # split once, here: a model with no valid cut fails before the group forms
         split = split_model(model, cfg.boundary, input_shape=(3, cfg.image_size, cfg.image_size),
                             batch_size=topo.worker_batch(cfg.global_batch))
-    bn_sync = cfg.bn_stats == "global" and topo.data_workers > 1 and bool(bn_layers(model))
-    if bn_sync and split is not None and bn_layers(split.fc):
-        raise ConfigError(f"{cfg.model}: batch norm on the FC side ({bn_layers(split.fc)[0][0]}) cannot use global "
-                          "batch statistics under stanza (an FC worker sees one CONV worker's samples at a time); "
-                          "pass --bn-stats local or a --boundary after it")
-    if bn_sync and cfg.fc_conv_share:
-        raise ConfigError(f"--fc-conv-share {cfg.fc_conv_share}: {cfg.model} has batch norm, and global batch statistics "
-                          "need equal CONV batches on every data worker; pass --bn-stats local or --fc-conv-share 0")
+    bn_sync = check_model_layout(cfg, topo, model, split, bn_fewest)
     resumed = None
     if cfg.resume:
         resumed = checkpoint.load(cfg.checkpoint_dir, rank, world, dataclasses.asdict(cfg))

@@ -56,6 +56,10 @@ CASES = [
     (2, ["--strategy", "ddp", "--fc-workers", "-1"], "--fc-workers must be >= 0"),
     (2, ["--strategy", "ddp", "--bn-stats", "sync"], "unknown --bn-stats 'sync'"),
     (2, ["--strategy", "ddp", "--image-size", "4", "--model", "cifar_alexnet"], "fails on an input of shape (2, 3, 4, 4)"),
+    # batch norm needs more than one value per channel: resnet18's last stage is 1x1 at 32 px
+    (1, ["--strategy", "local", "--model", "resnet18", "--global-batch", "1"], "layer4.0.bn1 sees 1 value per channel"),
+    (2, ["--strategy", "ddp", "--model", "resnet18", "--global-batch", "2", "--bn-stats", "local"],
+     "sees 1 value per channel (1 sample on a data worker"),
     # a user's model: import failures, factories that raise or return no model, wrong outputs, no split
     (2, ["--strategy", "ddp", "--model", "no_such_pkg.nets:build"], "cannot import 'no_such_pkg.nets'"),
     (2, ["--strategy", "ddp", "--model", "torch.nn:NoSuchNet"], "has no attribute 'NoSuchNet'"),
