@@ -185,6 +185,9 @@ def check_model_layout(cfg: TrainConfig, topo, model, split, bn_fewest: tuple[st
 
     import torch
 
+    if cfg.boundary is not None and split is None and cfg.boundary not in dict(model.named_modules()):
+        raise ConfigError(f"--boundary {cfg.boundary}: {cfg.model} has no module of that name (and with "
+                          f"{cfg.strategy} a boundary has no effect: only stanza splits the model)")
     if cfg.micro_batches > 1 and any(isinstance(m, torch.nn.modules.batchnorm._BatchNorm) for m in model.modules()):
         raise ConfigError(f"--micro-batches {cfg.micro_batches}: {cfg.model} has BatchNorm, whose batch statistics "
                           "would change per micro-batch; expected --micro-batches 1 for it")

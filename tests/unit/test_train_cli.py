@@ -56,6 +56,7 @@ CASES = [
     (2, ["--strategy", "ddp", "--fc-workers", "-1"], "--fc-workers must be >= 0"),
     (2, ["--strategy", "ddp", "--bn-stats", "sync"], "unknown --bn-stats 'sync'"),
     (2, ["--strategy", "ddp", "--image-size", "4", "--model", "cifar_alexnet"], "fails on an input of shape (2, 3, 4, 4)"),
+    (1, ["--strategy", "local", "--boundary", "no_such_module"], "--boundary no_such_module: tiny_cnn has no module"),
     # batch norm needs more than one value per channel: resnet18's last stage is 1x1 at 32 px
     (1, ["--strategy", "local", "--model", "resnet18", "--global-batch", "1"], "layer4.0.bn1 sees 1 value per channel"),
     (2, ["--strategy", "ddp", "--model", "resnet18", "--global-batch", "2", "--bn-stats", "local"],
