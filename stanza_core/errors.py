@@ -1,6 +1,8 @@
 """The error of bad user input (the lowest module: everything that checks input raises it)."""
 from __future__ import annotations
 
+import argparse
+
 
 class ConfigError(ValueError):
     """Bad user input; the message is one line saying what was wrong and what was expected.
@@ -12,3 +14,11 @@ class ConfigError(ValueError):
     def __init__(self, message: str = "", *, scope: str = "job"):
         super().__init__(message)
         self.scope = scope
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """The command-line parser of every command: a bad argument is one line, `error: MESSAGE`,
+    and exit status 2, with no usage block (the same prefix as every other input error)."""
+
+    def error(self, message):
+        self.exit(2, f"error: {message}\n")

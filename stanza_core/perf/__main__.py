@@ -19,6 +19,7 @@ import sys
 from pathlib import Path
 
 from .. import DIST_NAME, __version__, checks
+from ..errors import OneLineParser
 from .cluster import DEFAULT_LATENCY_S, Cluster
 from .devices import DeviceProfile
 from .model import DEFAULT_BATCH_PER_WORKER, DEFAULT_BUCKET_MB
@@ -28,9 +29,7 @@ from .resolve import device_names, device_profile
 from .sweep import DEFAULT_BANDWIDTHS_GBPS, DEFAULT_SIZES, fmt_table, sweep
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message):  # one line, no usage block
-        self.exit(2, f"{self.prog}: error: {message}\n")
+_Parser = OneLineParser  # one line, `error: ...`, no usage block
 
 
 def _floats(text: str) -> list[float]:
@@ -180,7 +179,7 @@ def main(argv=None) -> int:
         a = best_assignment(profile, cluster, **batch, ps_servers=args.ps_servers,
                             ps_overlap={"both": None, "on": True, "off": False}[args.ps_overlap])
     except (ValueError, OSError) as e:
-        print(f"python -m stanza_core.perf: error: {e}", file=sys.stderr)
+        print(f"error: {e}", file=sys.stderr)
         return 2
     if args.json:
         print(json.dumps(a.to_dict(), indent=1))

@@ -42,6 +42,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from ..anatomy import _leaf_modules
+from ..errors import OneLineParser
 from ..models import get_model
 from ..split import split_model
 from .devices import DeviceProfile, measure_update_s_per_param
@@ -229,9 +230,7 @@ def _paired(clock, ev, start, end) -> float | None:
     return total
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message):
-        self.exit(2, f"{self.prog}: error: {message}\n")
+_Parser = OneLineParser  # one line, `error: ...`, no usage block
 
 
 def main(argv=None) -> int:
@@ -246,22 +245,21 @@ def main(argv=None) -> int:
     p.add_argument("--no-tf32", action="store_true", help="convolutions in full FP32 (as --exact training)")
     p.add_argument("--out", required=True, help="DeviceProfile JSON to write (and OUT.layers.json beside it)")
     args = p.parse_args(argv)
-    prog = "python -m stanza_core.perf calibrate"
     if args.device not in ("cuda", "cpu") and not args.device.startswith("cuda:"):
-        print(f"{prog}: error: --device must be cuda or cpu, got {args.device!r}", file=sys.stderr)
+        print(f"error: --device must be cuda or cpu, got {args.device!r}", file=sys.stderr)
         return 2
     if args.device.startswith("cuda") and not torch.cuda.is_available():
-        print(f"{prog}: error: no CUDA GPU visible (this measures a GPU); --device cpu runs the same code "
+        print("error: no CUDA GPU visible (this measures a GPU); --device cpu runs the same code "
               "path with wall-clock timers", file=sys.stderr)
         return 2
     if min(args.batch, args.reps, args.image_size) < 1 or args.warmup < 0:
-        print(f"{prog}: error: --batch, --reps, --image-size must be >= 1 and --warmup >= 0", file=sys.stderr)
+        print("error: --batch, --reps, --image-size must be >= 1 and --warmup >= 0", file=sys.stderr)
         return 2
     try:
         profile, record = calibrate(args.model, args.batch, args.image_size, args.num_classes, args.device,
                                     args.warmup, args.reps, not args.no_tf32)
     except ValueError as e:  # unknown model, image too small for it
-        print(f"{prog}: error: {str(e).splitlines()[0]}", file=sys.stderr)
+        print(f"error: {str(e).splitlines()[0]}", file=sys.stderr)
         return 2
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -1,7 +1,6 @@
 """Run the experiments' notebooks with papermill (the venv's kernel) and record their status."""
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import shutil
@@ -11,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import DIST_NAME, __version__
+from ..errors import OneLineParser
 from ..experiments.store import Store
 from .execute import VenvKernelManager, execute, export_html, one_line
 from .grid import budget_seconds, grid, run_grid, select
@@ -87,7 +87,7 @@ def prepare_out(out_root: Path) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m stanza_core.reproduce",
+    ap = OneLineParser(prog="python -m stanza_core.reproduce",
                                  description="Run every reproductions/*.yaml notebook and write <out>/index.html.")
     ap.add_argument("--full", action="store_true", help="the paper-scale parameters (default: quick)")
     ap.add_argument("--only", default=None, help="comma-separated experiment names (YAML stems)")
