@@ -26,7 +26,6 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -37,6 +36,8 @@ sys.path.insert(0, str(ROOT))
 
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
+
+from stanza_core import procgroup  # noqa: E402
 
 STEPS, WARMUP = 20, 6
 
@@ -150,7 +151,7 @@ def engine_cli(model_name, batch, image_size, num_classes, device):
                "--num-classes", str(num_classes), "--image-size", str(image_size), "--global-batch", str(batch),
                "--steps", str(STEPS + WARMUP), "--warmup", str(WARMUP), "--device", device.type, "--quiet",
                "--metrics", str(metrics)]
-        p = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+        p = procgroup.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout_s=300)  # ended whole on a timeout
         if p.returncode != 0:
             return {"error": (p.stderr.strip().splitlines() or ["?"])[-1][:200]}
         return {"step_s": json.loads(metrics.read_text())["step_time_median_s"]}
