@@ -23,7 +23,8 @@ measured on the machine, can only raise D; where the store already holds the con
 another target, its engine seconds are used), `steps` dilated steps D x the model's step on the
 target, plus SETUP_S_PER_NODE per emulated node, plus the engine-seconds run (ENGINE_STEPS steps
 at D = 1) once per configuration not yet stored at any target. Where points are stored, their
-measured seconds against their estimate give a ratio the listing also applies to the missing ones.
+measured seconds against their estimate give a ratio per model that the listing applies to that
+model's missing ones (the overall ratio to a model with none stored).
 """
 from __future__ import annotations
 
@@ -131,10 +132,15 @@ def listing(points_: list[GridPoint], store: Store) -> dict[str, Any]:
               if (e := entries.get(gp.point.name)) and e["plan"].get("engine_s") is not None}
     missing = [gp for gp in points_ if status[gp.point.name] != "stored"]
     est = _estimates(missing, engine, set(engine))
-    measured = [(entries[n]["measured"]["seconds"], estimate_s(gp.point, entries[n]["plan"].get("engine_s"),
-                                                               engine_run=False))
+    measured = [(gp.point.config.model, entries[n]["measured"]["seconds"],
+                 estimate_s(gp.point, entries[n]["plan"].get("engine_s"), engine_run=False))
                 for gp in points_ if (n := gp.point.name) in entries]
-    ratio = sum(m for m, _ in measured) / sum(e for _, e in measured) if measured else None
+    ratio = sum(m for _, m, _ in measured) / sum(e for _, _, e in measured) if measured else None
+    # per model: the estimate misses by a model's own factor (a VGG-16 run's host work is larger)
+    by_model = {model: sum(m for x, m, _ in measured if x == model) / sum(e for x, _, e in measured if x == model)
+                for model in {x for x, _, _ in measured}}
+    model_of = {gp.point.name: gp.point.config.model for gp in missing}
+    corrected = sum(e * by_model.get(model_of[n], ratio) for n, e in est.items()) if ratio else None
     per = {}
     for gp in points_:
         for x in gp.experiments:
@@ -144,7 +150,8 @@ def listing(points_: list[GridPoint], store: Store) -> dict[str, Any]:
     return {"points": len(points_), "stored": len(entries), "old_version": sum(s == "old" for s in status.values()),
             "missing": len(missing), "version": store.version, "store": str(store.root),
             "estimate_missing_s": sum(est.values()), "estimate_all_s": sum(_estimates(points_, {}, set()).values()),
-            "measured_over_estimate": ratio, "by_experiment": per, "order": list(est), "estimate_s": est,
+            "measured_over_estimate": ratio, "measured_over_estimate_by_model": by_model,
+            "corrected_missing_s": corrected, "by_experiment": per, "order": list(est), "estimate_s": est,
             "status": status, "engine_s": engine}
 
 
@@ -169,8 +176,10 @@ def print_listing(lst: dict[str, Any], points_: list[GridPoint], *, verbose: boo
     print(f"estimate (steps x D x the model's step, {SETUP_S_PER_NODE:g} s set-up per node, D from the links where "
           f"no engine seconds are stored; the engine term raises D for short steps): "
           f"{_h(lst['estimate_missing_s'])} to fill the missing ones, {_h(lst['estimate_all_s'])} for the whole grid"
-          + (f"; the stored runs took {ratio:.2f}x their estimate, so about {_h(ratio * lst['estimate_missing_s'])} "
-             f"to fill" if ratio else ""))
+          + (f"; the stored runs took {ratio:.2f}x their estimate ("
+             + ", ".join(f"{m} {r:.2f}x" for m, r in sorted(lst["measured_over_estimate_by_model"].items()))
+             + f"), so about {_h(lst['corrected_missing_s'])} to fill (each model's factor on its own runs)"
+             if ratio else ""))
 
 
 def fill(points_: list[GridPoint], store: Store,

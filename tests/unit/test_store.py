@@ -142,7 +142,34 @@ def test_the_listing_counts_stored_and_missing_and_estimates_the_fill(tmp_path):
     assert lst["by_experiment"]["throughput"] == {"points": 3, "stored": 2}
     assert lst["by_experiment"]["bandwidth_sweep"] == {"points": 4, "stored": 1}
     assert lst["estimate_missing_s"] < empty["estimate_missing_s"] and lst["measured_over_estimate"] > 0
+    # one model here: its own factor is the overall one, applied to each missing estimate
+    (model, factor), = lst["measured_over_estimate_by_model"].items()
+    assert model == gps[0].point.config.model and factor == pytest.approx(lst["measured_over_estimate"])
+    assert lst["corrected_missing_s"] == pytest.approx(factor * lst["estimate_missing_s"])
     grid.print_listing(lst, gps)  # prints; the counts above are what it says
+
+
+def test_the_fill_time_takes_each_models_own_factor(tmp_path):
+    """A model whose runs take twice their estimate doubles its missing points' time, not the others'."""
+    st = Store(tmp_path)
+    a = _grid(_spec())
+    b = _grid(_spec(models=["vgg16"]))
+    assert a[0].point.config.model != b[0].point.config.model
+    for gp, factor in ((a[0], 1.0), (b[0], 2.0)):
+        plan_row, cfg, row = _fake_run(gp.point)
+        est = grid.estimate_s(gp.point, plan_row.get("engine_s"), engine_run=False)
+        st.put(gp.point, plan=plan_row, config=cfg, run=row, seconds=factor * est)
+    lst = grid.listing(a + b, st)
+    by = lst["measured_over_estimate_by_model"]
+    # (the store keeps seconds rounded: 1e-3)
+    assert by[a[0].point.config.model] == pytest.approx(1.0, rel=1e-3)
+    assert by[b[0].point.config.model] == pytest.approx(2.0, rel=1e-3)
+    est = lst["estimate_s"]
+    want = sum(est[gp.point.name] * (2.0 if gp in b else 1.0) for gp in a + b if gp.point.name in est)
+    assert lst["corrected_missing_s"] == pytest.approx(want, rel=1e-3)
+    # not the overall factor applied to every point
+    assert lst["corrected_missing_s"] != pytest.approx(lst["measured_over_estimate"] * lst["estimate_missing_s"],
+                                                       rel=1e-2)
 
 
 def test_measure_reads_stored_configurations_and_measures_nothing(tmp_path, monkeypatch):
