@@ -8,8 +8,9 @@ replayed, every byte crossing emulated links for real (benchmarks/paper_regime_r
         --out benchmarks/results/beyond_replay.json
 
 Per (model, N, target) cell: one dilation D for all its runs, so they run side by side at the
-same D (experiments.plan.shared_replay_link: perf.replay_dilation, the largest D any run of
-the cell needs; with --engine-s, each run's engine seconds within 5 % of its dilated step, as in
+same D (experiments.plan.cell_plans: each run's target step from the planner, and
+perf.replay_dilation, the largest D any run of the cell needs; with --engine-s, each run's engine
+seconds (experiments.plan.engine_seconds_arg) within 5 % of its dilated step, as in
 benchmarks/paper_regime_replay.py), links carrying perf.emulated_bandwidth(target, dilation=D)
 of TCP payload (experiments.plan's link rule). Every plan runs through
 `experiments.replay_bench.run_plans`. Reported per run: the
@@ -25,9 +26,9 @@ import sys
 
 from stanza_core import atomic
 from stanza_core.experiments import plan as planner
-from stanza_core.experiments.plan import Link, plan_run, shared_replay_link
 from stanza_core.experiments.replay_bench import run_plans
 from stanza_core.experiments.runconfig import RunConfig
+from stanza_core.experiments.variant import Variant
 from stanza_core.perf import Cluster, DeviceProfile, best_assignment, named_profile, predict
 from stanza_core.perf.optimize import MICRO_BATCHES
 from stanza_core.topology import global_batch_for
@@ -89,12 +90,8 @@ def main(argv=None) -> int:
     for model, profile, dev, n, gbps, runs in cells(a):
         cfgs = {name: run_config_of(a, model, n, runs[name]) for name in wanted}  # every run's configuration checked first
         engine_s = {name: planner.engine_seconds_arg(a.engine_s, engines, f"{model} N={n} {cfgs[name].label}",
-                                                      cfgs[name], planner.model_step_s(cfgs[name], planner.COMPUTE_ONLY_GBPS))
-                    for name in wanted}
-        link = cell_link(a, cfgs, gbps, engine_s)  # one D for the cell: its runs side by side
-        plans += [(name, plan_run(cfgs[name], link, target_gbps=gbps,
-                                  target_step_s=planner.model_step_s(cfgs[name], gbps), engine_s=engine_s[name]))
-                  for name in wanted]
+                                                      cfgs[name]) for name in wanted}
+        plans += list(planner.cell_plans(cfgs, gbps, engine_s).items())  # one D for the cell: its runs side by side
 
     def write(rows: list[dict]) -> None:
         os.makedirs(os.path.dirname(os.path.abspath(a.out)), exist_ok=True)
@@ -106,18 +103,10 @@ def main(argv=None) -> int:
 
 def run_config_of(a, model: str, n: int, kw: dict) -> RunConfig:
     """The RunConfig of one candidate (predict() keywords `kw`) of a cell; its plan sets D and the links."""
-    return RunConfig(model=model, image_size=224, num_classes=1000, nodes=n, strategy=kw["strategy"],
-                     fc_workers=kw["fc_workers"] or 0, global_batch=kw["global_batch"], steps=a.steps,
-                     warmup=a.warmup, link_mbit=planner.UNSET_LINK_MBIT, mtu=a.mtu, compute="replay", replay_device=a.device,
-                     **{k: kw[k] for k in OPTION_KEYS if k in kw})
-
-
-def cell_link(a, cfgs: dict, gbps: float, engine_s: dict) -> Link:
-    """The cell's one D and link rates: the largest D any run named in `engine_s` needs (its engine
-    seconds within 5 % of D x the model's step at the target), at least the links' own rule."""
-    n = next(iter(cfgs.values())).cluster_nodes
-    needs = [(planner.model_step_s(cfgs[name], gbps), e) for name, e in engine_s.items()]
-    return shared_replay_link(gbps, n, needs, mtu=a.mtu)
+    v = Variant(strategy=kw["strategy"], fc_workers=kw["fc_workers"] or 0, **{k: kw[k] for k in OPTION_KEYS if k in kw})
+    return RunConfig.of(v, model=model, image_size=224, num_classes=1000, nodes=n, global_batch=kw["global_batch"],
+                        steps=a.steps, warmup=a.warmup, link_mbit=planner.UNSET_LINK_MBIT, mtu=a.mtu, compute="replay",
+                        replay_device=a.device)
 
 
 def modelled_table(a) -> str:

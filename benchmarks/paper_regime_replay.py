@@ -43,13 +43,11 @@ from stanza_core.experiments.plan import replayed_plan
 from stanza_core.experiments.validation import engine_apart
 from stanza_core.experiments.replay_bench import run_plans
 from stanza_core.experiments.runconfig import RunConfig
+from stanza_core.experiments.variant import bench_variants
 from stanza_core.netem import MAX_AGGREGATE_MBIT
 from stanza_core.topology import global_batch_for
 
-# name -> (strategy, k, dedicated servers, overlapped push)
-CONFIGS = {"ps": ("ps", 0, 0, False), "ps_s1": ("ps", 0, 1, False), "ps_ov": ("ps", 0, 0, True),
-           "ps_s1_ov": ("ps", 0, 1, True), "ddp": ("ddp", 0, 0, False),
-           "stanza1": ("stanza", 1, 0, False), "stanza2": ("stanza", 2, 0, False)}
+CONFIGS = bench_variants()  # name -> Variant: every named configuration of the benchmarks
 PAPER = "1.34x-13.9x over PS at 10 Gb/s; 1.55x AlexNet, 1.72x VGG-16 at 100 Gb/s (PAPER.md)"
 
 
@@ -81,11 +79,8 @@ def main(argv=None) -> int:
         return 0
     if not a.out:
         ap.error("--out is required (or --table)")
-    names = a.configs.split(",")
-    unknown = [c for c in names if c not in CONFIGS]
-    if unknown:
-        ap.error(f"unknown configuration(s) {', '.join(unknown)}; expected some of {', '.join(CONFIGS)}")
     try:
+        variants = bench_variants(a.configs)
         planner.check_engine_s_arg(a.engine_s)
     except ValueError as e:
         ap.error(str(e))
@@ -100,16 +95,14 @@ def main(argv=None) -> int:
     for model in a.models.split(","):
         for n in [int(v) for v in a.nodes.split(",")]:
             for gbps in [float(v) for v in a.target_gbps.split(",")]:
-                for name in names:
+                for name, v in variants.items():
                     if (model, n, gbps, name) in kept:
                         continue
-                    s, k, servers, overlap = CONFIGS[name]
-                    cfg = RunConfig(model=model, image_size=224, num_classes=1000, nodes=n, strategy=s, fc_workers=k,
-                                    global_batch=global_batch_for(s, n, k, a.batch_per_worker), steps=a.steps,
-                                    warmup=a.warmup, link_mbit=planner.UNSET_LINK_MBIT, mtu=a.mtu, ps_servers=servers,
-                                    ps_overlap=overlap, compute="replay", replay_device=a.device)
-                    e = planner.engine_seconds_arg(a.engine_s, engines, f"{model} N={n} {name}", cfg,
-                                                    planner.model_step_s(cfg, planner.COMPUTE_ONLY_GBPS))
+                    cfg = RunConfig.of(v, model=model, image_size=224, num_classes=1000, nodes=n,
+                                       global_batch=global_batch_for(v.strategy, n, v.fc_workers, a.batch_per_worker),
+                                       steps=a.steps, warmup=a.warmup, link_mbit=planner.UNSET_LINK_MBIT, mtu=a.mtu,
+                                       compute="replay", replay_device=a.device)
+                    e = planner.engine_seconds_arg(a.engine_s, engines, f"{model} N={n} {name}", cfg)
                     plans.append((name, replayed_plan(cfg, gbps, None, engine_s=e, min_dilation=a.min_dilation)))
 
     def write(rows: list[dict]) -> None:

@@ -7,8 +7,9 @@ Per configuration, one replayed run (`--compute replay --replay-device v100 --di
 `--nodes` local processes over loopback (gloo, unshaped): the engine seconds exactly as
 `experiments.plan.engine_seconds` measures them (median step of `--steps` steps, 1 warm-up,
 less the model's step on a 1000 Gb/s network), and every rank's peak RSS from the metrics
-(`peak_rss_mib`: the whole run, setup included). Configurations: ddp, ps (colocated shards),
-ps-dedicated (one dedicated server: N + 1 processes), stanza1, stanza2 (k FC workers). Beside
+(`peak_rss_mib`: the whole run, setup included). Configurations: the benchmarks' named ones
+(experiments.variant.bench_variants: ddp, ps with colocated shards, ps_s1 with one dedicated server,
+N + 1 processes, also called ps-dedicated here, ps_ov, ps_s1_ov, stanza1, stanza2). Beside
 the summed RSS (which counts shared library pages once per process), the machine memory the run
 took: MemAvailable before it less the lowest MemAvailable during it.
 `--memory-only` runs 1 step and reports the memory alone (for N = 16 on a small machine).
@@ -25,13 +26,10 @@ import sys
 import threading
 import time
 
-CONFIGS = {
-    "ddp": dict(strategy="ddp"),
-    "ps": dict(strategy="ps"),
-    "ps-dedicated": dict(strategy="ps", ps_servers=1),
-    "stanza1": dict(strategy="stanza", fc_workers=1),
-    "stanza2": dict(strategy="stanza", fc_workers=2),
-}
+from stanza_core.experiments.variant import BENCH_VARIANTS
+
+# name -> Variant: the benchmarks' named configurations, and this benchmark's older name of ps_s1
+CONFIGS = {**BENCH_VARIANTS, "ps-dedicated": BENCH_VARIANTS["ps_s1"]}
 
 
 def mem_available_kib() -> int:
@@ -68,12 +66,13 @@ def run_config(name: str, a) -> dict:
     from stanza_core.experiments import plan as planner
     from stanza_core.experiments.runconfig import RunConfig
     from stanza_core.launch import run_job
+    from stanza_core.topology import global_batch_for
 
-    opts = CONFIGS[name]
-    workers = a.nodes - opts.get("fc_workers", 0)
-    cfg = RunConfig(model=a.model, image_size=a.image_size, num_classes=a.num_classes, nodes=a.nodes,
-                    global_batch=a.per_worker * workers, steps=1 if a.memory_only else a.steps,
-                    warmup=0 if a.memory_only else 1, link_mbit=planner.UNSET_LINK_MBIT, compute="replay", replay_device=a.replay_device, dilation=1.0, **opts)
+    v = CONFIGS[name]
+    cfg = RunConfig.of(v, model=a.model, image_size=a.image_size, num_classes=a.num_classes, nodes=a.nodes,
+                       global_batch=global_batch_for(v.strategy, a.nodes, v.fc_workers, a.per_worker),
+                       steps=1 if a.memory_only else a.steps, warmup=0 if a.memory_only else 1,
+                       link_mbit=planner.UNSET_LINK_MBIT, compute="replay", replay_device=a.replay_device, dilation=1.0)
     flags = cfg.train_flags()
     flags.pop("timeout_s")
     t0 = time.perf_counter()

@@ -93,13 +93,14 @@ import time
 from stanza_core import atomic
 from stanza_core.perf.model import DEFAULT_BUCKET_MB
 from stanza_core.experiments import compute_rounds as timing
-from stanza_core.labels import config_label
-from stanza_core.launch import cli_args, run_job
+from stanza_core.experiments.runconfig import RunConfig
+from stanza_core.experiments.variant import bench_variants
+from stanza_core.launch import run_job
 from stanza_core.models import get_model
 
-# name -> (strategy, k, overlapped push)
-CONFIGS = {"ps": ("ps", 0, False), "ps_ov": ("ps", 0, True), "ddp": ("ddp", 0, False),
-           "stanza1": ("stanza", 1, False), "stanza2": ("stanza", 2, False)}
+# name -> Variant: the benchmarks' named configurations this one runs (no dedicated servers: the
+# timing rounds time N colocated processes)
+CONFIGS = bench_variants(among=["ps", "ps_ov", "ddp", "stanza1", "stanza2"])
 
 
 def bucket_counts(model: str, image_size: int, num_classes: int, bucket_mb: float) -> dict[str, int]:
@@ -117,8 +118,9 @@ def bucket_counts(model: str, image_size: int, num_classes: int, bucket_mb: floa
 
 def config_buckets(name: str, counts: dict[str, int]) -> int | None:
     """The buckets a configuration's gradients travel in (None: ps without overlap, one push)."""
-    s, _, overlap = CONFIGS[name]
-    return counts["conv_body"] if s == "stanza" else counts["model"] if (s == "ddp" or overlap) else None
+    v = CONFIGS[name]
+    return counts["conv_body"] if v.strategy == "stanza" else counts["model"] if (v.strategy == "ddp" or v.ps_overlap) \
+        else None
 
 
 def profile_here(pool, strategy: str, k: int, nodes: int, g: int, params: int, scale: float, lone: bool = False):
@@ -260,16 +262,23 @@ def check_held_out(replay: dict, real: dict) -> None:
 def fidelity_row(name: str, runs: list[dict], repeats: int) -> dict:
     """The table row of one configuration: medians over repeats of real and replayed runs, and each
     repeat's replay against the real run of the same repeat, every pair held out (check_held_out)."""
-    s, k, overlap = CONFIGS[name]
     mine = [r for r in runs if r["config"] == name]
     by = {(r["compute"], r["repeat"]): r for r in mine}
     for i in range(repeats):
         check_held_out(by["replay", i], by["real", i])
     med = {c: statistics.median(r["step_time_median_s"] for r in mine if r["compute"] == c) for c in ("real", "replay")}
     per_rep = [by["replay", i]["step_time_median_s"] / by["real", i]["step_time_median_s"] - 1 for i in range(repeats)]
-    return {"config": config_label(s, k, ps_overlap=overlap), "buckets": mine[0]["buckets"],
+    return {"config": CONFIGS[name].label, "buckets": mine[0]["buckets"],
             "real_s": med["real"], "replay_s": med["replay"], "error": med["replay"] / med["real"] - 1,
             "error_per_repeat": per_rep, "same_bytes": len({r["bytes_per_step"] for r in mine}) == 1}
+
+
+def fidelity_args(cfg: RunConfig, metrics: str, bucket_mb: float, timeline: bool, **extra) -> list[str]:
+    """The training CLI's arguments of one run: its RunConfig's (RunConfig.train_args) with this
+    benchmark's gradient bucket size (left out at the engine's default), --timeline and `extra`
+    (--replay-wait, --replay-jitter)."""
+    return cfg.train_args(metrics, bucket_mb=bucket_mb if bucket_mb != DEFAULT_BUCKET_MB else None,
+                          timeline=timeline, **extra)
 
 
 def main(argv=None) -> int:
@@ -314,10 +323,15 @@ def main(argv=None) -> int:
                  "the factors would count it twice; choose one")
     from stanza_core.netem import run_training
 
-    wanted = a.configs.split(",")
-    unknown = [c for c in wanted if c not in CONFIGS]
-    if unknown:
-        ap.error(f"unknown configuration(s) {', '.join(unknown)}; expected some of {', '.join(CONFIGS)}")
+    try:
+        wanted = list(bench_variants(a.configs, among=list(CONFIGS)))
+        # every run's configuration (real compute; its replay the same with a profile measured here, D = 1),
+        # checked before any timing process or network namespace exists
+        base = {c: RunConfig.of(CONFIGS[c], model=a.model, image_size=a.image_size, num_classes=a.num_classes,
+                                nodes=a.nodes, global_batch=a.global_batch, steps=a.steps, warmup=a.warmup,
+                                link_mbit=a.link_mbit, mtu=a.mtu) for c in wanted}
+    except ValueError as e:
+        ap.error(str(e))
     counts = bucket_counts(a.model, a.image_size, a.num_classes, a.bucket_mb)
     buckets = {c: config_buckets(c, counts) for c in wanted}
     few = [f"{c} ({b or 1})" for c, b in buckets.items() if (b or 1) < a.min_buckets]
@@ -339,8 +353,8 @@ def main(argv=None) -> int:
             print(f"rep {rep}: engine step {engine}, rounds step {rounds_step}, scale {scale:.3f}",
                   file=sys.stderr, flush=True)
             for name in wanted:
-                s, k, overlap = CONFIGS[name]
-                dev, rounds = profile_here(pool, s, k, a.nodes, a.global_batch, params, scale, lone)
+                v = CONFIGS[name]
+                dev, rounds = profile_here(pool, v.strategy, v.fc_workers, a.nodes, a.global_batch, params, scale, lone)
                 dev_path = os.path.join(tmp, f"dev-{name}-{rep}.json")
                 atomic.write_text(dev_path, json.dumps(dev.to_dict()))
                 plan = ["real", "replay"]
@@ -354,27 +368,25 @@ def main(argv=None) -> int:
                                {"run_id": run_id(name, "real", rep)})
                 for compute in plan:
                     metrics = os.path.join(a.keep_metrics or tmp, f"{run_id(name, compute, rep)}.json")
-                    extra = {"compute": "replay", "replay_device": dev_path, "dilation": 1} if compute == "replay" else {}
+                    cfg = dataclasses.replace(base[name], compute="replay", replay_device=dev_path, dilation=1.0) \
+                        if compute == "replay" else base[name]
+                    extra = {}  # the engine's options beyond a run's configuration
                     if compute == "replay" and a.wait != "sleep":
                         extra["replay_wait"] = a.wait
                     if compute == "replay" and a.jitter:
                         extra["replay_jitter"] = os.path.join(tmp, f"jitter-{name}-{rep}.json")
                         atomic.write_text(extra["replay_jitter"], json.dumps(jitter[src["run"]]))
-                    args = cli_args(strategy=s, model=a.model, image_size=a.image_size, num_classes=a.num_classes,
-                                    global_batch=a.global_batch, steps=a.steps, warmup=a.warmup,
-                                    fc_workers=k or None, ps_overlap=overlap, device="cpu", quiet=True,
-                                    metrics=metrics, bucket_mb=a.bucket_mb if a.bucket_mb != DEFAULT_BUCKET_MB else None,
-                                    overwrite=True, timeout_s=600, timeline=a.timeline, **extra)
-                    m = run_training(a.nodes, a.link_mbit, args, mtu=a.mtu, timeout_s=1200, quiet=True)
+                    args = fidelity_args(cfg, metrics, a.bucket_mb, a.timeline, **extra)
+                    m = run_training(cfg.cluster_nodes, cfg.link_mbit, args, mtu=cfg.mtu, timeout_s=1200, quiet=True)
                     if compute != "replay" and a.jitter:  # a later replay takes these (jitter_source)
                         jitter[run_id(name, compute, rep)] = jitter_factors(m, a.warmup,
                                                                             f"{name} {compute} run, repeat {rep}")
                     if compute == "calibration":
-                        print(f"{config_label(s, k, ps_overlap=overlap):12s} calibration real run for --jitter: median "
+                        print(f"{v.label:12s} calibration real run for --jitter: median "
                               f"step {m['step_time_median_s'] * 1e3:.1f} ms (not counted)", file=sys.stderr, flush=True)
                         continue
-                    runs.append({"run_id": run_id(name, compute, rep), "config": name, "strategy": s,
-                                 "fc_workers": k, "ps_overlap": overlap,
+                    runs.append({"run_id": run_id(name, compute, rep), "config": name, "strategy": v.strategy,
+                                 "fc_workers": v.fc_workers, "ps_overlap": v.ps_overlap,
                                  "buckets": buckets[name], "compute": compute, "repeat": rep,
                                  "step_time_median_s": m["step_time_median_s"],
                                  "step_times_s": [x["time_s"] for x in m["steps"]],
@@ -384,7 +396,7 @@ def main(argv=None) -> int:
                                  **({"fitted_inputs": fitted} if compute == "replay" else {}),
                                  **({"jitter": jitter[src["run"]]} if compute == "replay" and src else {}),
                                  **({"phases": phase_medians(m, a.warmup)} if a.timeline else {})})
-                    print(f"{config_label(s, k, ps_overlap=overlap):12s} {compute:6s} rep {rep}: median step "
+                    print(f"{v.label:12s} {compute:6s} rep {rep}: median step "
                           f"{m['step_time_median_s'] * 1e3:.1f} ms", file=sys.stderr, flush=True)
     rows = [fidelity_row(name, runs, a.repeats) for name in wanted]
     print(f"{a.model} {a.image_size}x{a.image_size}, N={a.nodes}, G={a.global_batch}, links {a.link_mbit:g} Mbit/s "
@@ -414,7 +426,7 @@ def print_phases(runs: list[dict]) -> None:
     print("|---|---|---|---|---|---|")
     for name in dict.fromkeys(r["config"] for r in runs):
         mine = [r for r in runs if r["config"] == name]
-        label = config_label(mine[0]["strategy"], mine[0]["fc_workers"], ps_overlap=mine[0]["ps_overlap"])
+        label = CONFIGS[name].label
         for role in dict.fromkeys(role for r in mine for role in r["phases"]):
             whats = list(dict.fromkeys(w for r in mine for w in r["phases"].get(role, {})))
             for what in whats:

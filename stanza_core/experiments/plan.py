@@ -2,6 +2,7 @@
 
     plan_run(cfg, link, target_gbps=...)           -> RunPlan   the one constructor
     replayed_plan(cfg, target_gbps, cache, ...)    -> RunPlan   replayed compute: D by perf's rule
+    cell_plans(cfgs, target_gbps, engine_s)        -> plans     replayed runs side by side at one D
     measured_plan(cfg, target_gbps, t_target, t_here) -> RunPlan  real compute: the link mapped
     shaped_plan(cfg, wire_mbit)                    -> RunPlan   a wire rate given directly
 
@@ -84,12 +85,16 @@ def check_engine_s_arg(value: str) -> str:
     return value
 
 
-def engine_seconds_arg(value: str, known: dict[str, float], key: str, cfg: RunConfig, compute_only_s: float) -> float:
+def engine_seconds_arg(value: str, known: dict[str, float], key: str, cfg: RunConfig,
+                       compute_only_s: float | None = None) -> float:
     """A benchmark's --engine-s for one run: the number given, or ('auto') engine_seconds(cfg,
-    compute_only_s), measured once per `key` and kept in `known` (which the benchmark writes out)."""
+    compute_only_s: by default the model's step on a COMPUTE_ONLY_GBPS network), measured once per
+    `key` and kept in `known` (which the benchmark writes out)."""
     if check_engine_s_arg(value) != "auto":
         return float(value)
     if key not in known:
+        if compute_only_s is None:
+            compute_only_s = model_step_s(cfg, COMPUTE_ONLY_GBPS)
         known[key] = engine_seconds(cfg, compute_only_s)
         print(f"{key}: engine {known[key] * 1e3:.0f} ms per step (loopback, D = 1)", file=sys.stderr, flush=True)
     return known[key]
@@ -272,3 +277,23 @@ def replayed_plan(cfg: RunConfig, target_gbps: float, cache: Any, *, engine: boo
     link = replay_link(target_gbps, base.cluster_nodes, target_step_s=step, engine_s=secs or 0.0, mtu=base.mtu,
                        min_dilation=min_dilation, ps_servers=base.ps_servers)
     return plan_run(cfg, link, target_gbps=target_gbps, target_step_s=step, engine_s=secs)
+
+
+def cell_plans(cfgs: dict[str, RunConfig], target_gbps: float, engine_s: dict[str, float], *,
+               min_dilation: float = 1) -> dict[str, RunPlan]:
+    """Replayed runs measured side by side at one D (a benchmark's cell: the same cluster, the same
+    target): each configuration's target step (model_step_s), one link whose D is the largest any of
+    them needs with its engine seconds `engine_s[name]` (shared_replay_link), each plan on it."""
+    if not cfgs:
+        return {}
+    nodes = {cfg.cluster_nodes for cfg in cfgs.values()}
+    mtus = {cfg.mtu for cfg in cfgs.values()}
+    if len(nodes) > 1 or len(mtus) > 1:
+        raise ValueError(f"a cell's runs share one cluster: got {sorted(nodes)} nodes, MTU {sorted(mtus)}")
+    if any(cfg.compute != "replay" for cfg in cfgs.values()):
+        raise ValueError("cell_plans needs replayed configurations")
+    steps = {name: model_step_s(cfg, target_gbps) for name, cfg in cfgs.items()}
+    link = shared_replay_link(target_gbps, nodes.pop(), [(steps[name], engine_s[name]) for name in cfgs],
+                              mtu=mtus.pop(), min_dilation=min_dilation)
+    return {name: plan_run(cfg, link, target_gbps=target_gbps, target_step_s=steps[name], engine_s=engine_s[name])
+            for name, cfg in cfgs.items()}

@@ -131,9 +131,11 @@ class RunConfig:
                     dilation=self.dilation if replay else None, device="cpu", quiet=True, overwrite=True,
                     timeout_s=600)
 
-    def train_args(self, metrics: str) -> list[str]:
-        """The training CLI's arguments for this run (train_flags, writing its metrics to `metrics`)."""
-        return cli_args(**self.train_flags(), metrics=metrics)
+    def train_args(self, metrics: str, **extra: Any) -> list[str]:
+        """The training CLI's arguments for this run (train_flags, writing its metrics to `metrics`);
+        `extra`: the CLI's options a run's configuration does not hold (a benchmark's --timeline,
+        --bucket-mb, --replay-wait, ...), as launch.cli_args keywords (None: left out)."""
+        return cli_args(**self.train_flags(), metrics=metrics, **extra)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

@@ -89,6 +89,29 @@ class Variant:
                              ps_servers=self.ps_servers)
 
 
+# The benchmarks' named configurations (benchmarks/paper_regime_replay.py, replay_fidelity.py,
+# replay_engine.py: each takes those it can run): one table, one shape.
+BENCH_VARIANTS: dict[str, Variant] = {
+    "ps": Variant(strategy="ps"), "ps_s1": Variant(strategy="ps", ps_servers=1),
+    "ps_ov": Variant(strategy="ps", ps_overlap=True), "ps_s1_ov": Variant(strategy="ps", ps_servers=1, ps_overlap=True),
+    "ddp": Variant(strategy="ddp"),
+    "stanza1": Variant(strategy="stanza", fc_workers=1), "stanza2": Variant(strategy="stanza", fc_workers=2)}
+
+
+def bench_variants(names: str | list[str] | None = None, *, among: list[str] | None = None) -> dict[str, Variant]:
+    """name -> Variant of the benchmarks' named configurations ("ps", "ps_s1", "ps_ov", "ps_s1_ov",
+    "ddp", "stanza1", "stanza2"): all of them (or those `among`), or those `names` lists (a list
+    or "a,b,c"), in its order; an unknown name is a one-line ValueError naming the known ones."""
+    table = BENCH_VARIANTS
+    known = list(table) if among is None else list(among)
+    if names is None:
+        return {n: table[n] for n in known}
+    wanted = [n for n in (names.split(",") if isinstance(names, str) else names) if n]
+    if bad := [n for n in wanted if n not in known]:
+        raise ValueError(f"unknown configuration(s) {', '.join(bad)}; expected some of {', '.join(known)}")
+    return {n: table[n] for n in wanted}
+
+
 def model_call(strategy, fc_workers, given: dict[str, Any], defaults: dict[str, Any]):
     """perf.predict / perf.expected_bytes: (strategy name, fc_workers, options) from their
     `strategy` argument, a name or a Variant. With a Variant, fc_workers and the layout options

@@ -113,3 +113,30 @@ def test_main_hands_each_replay_the_factors_of_an_earlier_real_run(bench, monkey
     runs = json.loads(out.read_text())["runs"]
     assert [bench.fitted_inputs(r)[-1]["run"] for r in runs if r["compute"] == "replay"] == [
         "stanza1-calibration-0", "stanza1-real-0", "stanza1-real-1"]
+
+
+@pytest.mark.parametrize("name", ["ps", "ps_ov", "ddp", "stanza1", "stanza2"])
+def test_a_run_goes_through_its_runconfig_with_the_arguments_it_was_built_with_by_hand(bench, name):
+    """fidelity_args (RunConfig.train_args and this benchmark's own flags) gives the training CLI
+    what the hand-built arguments gave (the engine reads --dilation 1 and 1.0 alike)."""
+    import dataclasses
+
+    from stanza_core.experiments.runconfig import RunConfig
+    from stanza_core.launch import cli_args
+
+    v = bench.CONFIGS[name]
+    real = RunConfig.of(v, model="cifar_alexnet", image_size=32, num_classes=10, nodes=4, global_batch=48, steps=6,
+                        warmup=1, link_mbit=200.0)
+    replay = dataclasses.replace(real, compute="replay", replay_device="dev.json", dilation=1.0)
+    for cfg, extra in ((real, {}), (replay, {"replay_wait": "spin", "replay_jitter": "j.json"})):
+        for bucket_mb in (bench.DEFAULT_BUCKET_MB, 0.5):
+            got = bench.fidelity_args(cfg, "m.json", bucket_mb, True, **extra)
+            flags = {"compute": "replay", "replay_device": "dev.json", "dilation": 1.0} if cfg is replay else {}
+            want = cli_args(strategy=v.strategy, model="cifar_alexnet", image_size=32, num_classes=10, global_batch=48,
+                            steps=6, warmup=1, fc_workers=v.fc_workers or None, ps_overlap=v.ps_overlap, device="cpu",
+                            quiet=True, metrics="m.json", bucket_mb=bucket_mb if bucket_mb != bench.DEFAULT_BUCKET_MB
+                            else None, overwrite=True, timeout_s=600, timeline=True, **flags, **extra)
+            pairs = lambda args: sorted(" ".join(args).replace(" --", "\n--").split("\n"))  # noqa: E731
+            assert pairs(got) == pairs(want)
+    assert bench.CONFIGS[name].label == {
+        "ps": "ps", "ps_ov": "ps overlap", "ddp": "ddp", "stanza1": "stanza k=1", "stanza2": "stanza k=2"}[name]

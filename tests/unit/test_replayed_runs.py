@@ -234,7 +234,9 @@ def test_beyond_cell_dilation_is_the_old_rule_and_engine_seconds_raise_it():
     for n, gbps in [(4, 10.0), (4, 100.0), (8, 10.0)]:
         runs = mod.candidates(profile, n, gbps, dev, 32)
         cfgs = {name: mod.run_config_of(bench, "tiny_cnn", n, kw) for name, kw in runs.items()}
-        link = mod.cell_link(bench, cfgs, gbps, {name: 0.0 for name in runs})
+        plans = plan.cell_plans(cfgs, gbps, {name: 0.0 for name in runs})
+        (link,) = {p.link for p in plans.values()}  # one D and one link rate for the cell
+        assert all(p.target_step_s == plan.model_step_s(cfgs[name], gbps) for name, p in plans.items())
         # the rule before --engine-s existed: replay_dilation at (target, N), links at target / D of payload
         old = replay_dilation(gbps, n, max_link_mbit=max_link_mbit(9000), max_aggregate_mbit=MAX_AGGREGATE_MBIT)
         assert link.dilation == old
@@ -243,7 +245,8 @@ def test_beyond_cell_dilation_is_the_old_rule_and_engine_seconds_raise_it():
     cfgs = {name: mod.run_config_of(bench, "tiny_cnn", 4, kw) for name, kw in runs.items()}
     step = predict(profile, Cluster(4, 10.0, device=dev), **runs["ddp"]).iteration_s
     engine = 0.05 * step * 500  # ddp's engine seconds need D = 500; every run of the cell shares it
-    link = mod.cell_link(bench, cfgs, 10.0, {"ddp": engine, "paper stanza": 0.0})
+    link = plan.cell_plans({k: cfgs[k] for k in ("ddp", "paper stanza")}, 10.0,
+                           {"ddp": engine, "paper stanza": 0.0})["paper stanza"].link
     assert link.dilation == 500 == replay_dilation(10.0, 4, max_link_mbit=1000, max_aggregate_mbit=MAX_AGGREGATE_MBIT,
                                                    engine_s=engine, target_step_s=step)
 
