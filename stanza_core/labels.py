@@ -47,7 +47,7 @@ def config_key(strategy: str, fc_workers: int | None = 0, *, ps_servers: int = 0
     return "_".join([strategy] + [f"{a}{b}" for a, b in parts])
 
 
-def _run_options(run: dict) -> dict:
+def run_options(run: dict) -> dict:
     """The layout options of a run or summary row; rows written before an option existed have it
     at its default."""
     return {"ps_servers": run.get("ps_servers") or 0, "ps_overlap": bool(run.get("ps_overlap")),
@@ -57,9 +57,9 @@ def _run_options(run: dict) -> dict:
 def run_label(run: dict) -> str:
     """config_label of a run or summary row (a dict with strategy, fc_workers and optionally
     ps_servers, ps_overlap, fc_conv_share, micro_batches)."""
-    return config_label(run["strategy"], run.get("fc_workers") or 0, **_run_options(run))
+    return config_label(run["strategy"], run.get("fc_workers") or 0, **run_options(run))
 
 
 def run_key(run: dict) -> str:
     """config_key of a run or summary row."""
-    return config_key(run["strategy"], run.get("fc_workers") or 0, **_run_options(run))
+    return config_key(run["strategy"], run.get("fc_workers") or 0, **run_options(run))

@@ -17,11 +17,11 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-from ..labels import run_label
 from ..perf import DEFAULT_LATENCY_S, Cluster, named_profile, predict
 from .. import checks
 from .compute_rounds import device_for, mean_rounds, rounds_needed, timing_rounds
 from .plan import shaped_link
+from .variant import Variant
 from .replayed import ReplayParams, in_grid, run_replayed
 from .measurement import Measurement
 from .run import measure_or_skip, modelled_only
@@ -60,15 +60,16 @@ def predict_runs(result: Measurement, *, latency_s: float = DEFAULT_LATENCY_S,
     mtu = cfg.get("mtu") or 1500  # bench results before the mtu option ran at 1500
     groups: dict[tuple, list[dict]] = {}
     for r in result.runs:  # layout options: rows written before an option existed have its default
-        opts = (r.get("ps_servers") or 0, bool(r.get("ps_overlap")), r.get("fc_conv_share") or 0.0,
-                r.get("micro_batches") or 1)
-        groups.setdefault((r["strategy"], r["fc_workers"], r["link_mbit"], opts), []).append(r)
+        groups.setdefault((Variant.of_row(r), r["link_mbit"]), []).append(r)
     rows = []
-    for (s, k, mbit, opts), runs in sorted(groups.items(), key=lambda g: (g[0][2], g[0][0], g[0][1], g[0][3])):
+    order = lambda g: (g[0][1], g[0][0].strategy, g[0][0].fc_workers, g[0][0].ps_servers, g[0][0].ps_overlap,  # noqa: E731
+                       g[0][0].fc_conv_share, g[0][0].micro_batches)
+    for (v, mbit), runs in sorted(groups.items(), key=order):
+        s, k = v.strategy, v.fc_workers
         first = runs[0]
         payload = first.get("payload_gbps") or shaped_link(mbit, mtu).payload_gbps
         extra = (overhead_s or {}).get(s, 0.0) + ((first.get("engine_s") or 0.0) if with_engine else 0.0)
-        layout = dict(zip(("ps_servers", "ps_overlap", "fc_conv_share", "micro_batches"), opts))
+        layout = {"ps_servers": v.ps_servers, "ps_overlap": v.ps_overlap, **v.stanza_options}
         own = [r["timing_rounds"] for r in runs if r.get("timing_rounds")]
         # later rounds win in device_for: the runs' own rounds over the bench's
         used = rounds + mean_rounds(*own) if own else rounds
@@ -78,14 +79,13 @@ def predict_runs(result: Measurement, *, latency_s: float = DEFAULT_LATENCY_S,
             dev = device_for(s, n, k, G, used, profile.params, extra)
         # dedicated parameter servers are nodes of the cluster beside the N workers
         cluster = Cluster(n + layout["ps_servers"], payload, latency_s + delay_s, dev)
-        p = predict(profile, cluster, s, k or None, global_batch=runs[0].get("global_batch") or G, with_ranks=False,
-                    **layout)
+        p = predict(profile, cluster, v, global_batch=runs[0].get("global_batch") or G, with_ranks=False)
         meas_tp = _median([r["throughput"] for r in runs])
         meas_step = _median([r["step_time_median_s"] for r in runs])
         comm = p.exposed_comm_s
         compute = p.iteration_s - comm
         rows.append({
-            "strategy": s, "fc_workers": k, **layout, "label": run_label({"strategy": s, "fc_workers": k, **layout}),
+            "strategy": s, "fc_workers": k, **layout, "label": v.label,
             "target_gbps": first.get("target_gbps"), "link_mbit": mbit, "payload_gbps": payload,
             "dilation": first.get("dilation") or cfg.get("dilation") or 1.0, "engine_s": first.get("engine_s"),
             "repeats": len(runs),

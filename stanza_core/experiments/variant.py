@@ -69,6 +69,15 @@ class Variant:
         """Stanza's options beyond the paper (fc_conv_share, micro_batches)."""
         return {"fc_conv_share": self.fc_conv_share, "micro_batches": self.micro_batches}
 
+    @classmethod
+    def of_row(cls, row: dict[str, Any]) -> "Variant":
+        """The Variant of a run or summary row (a dict with strategy, fc_workers and optionally
+        ps_servers, ps_overlap, fc_conv_share, micro_batches; rows written before an option existed
+        have it at its default: labels.run_options)."""
+        from ..labels import run_options
+
+        return cls(strategy=row["strategy"], fc_workers=row.get("fc_workers") or 0, **run_options(row))
+
     def fields(self) -> dict[str, Any]:
         """The fields as keywords (RunConfig takes them flat, so its cache key is what it always was)."""
         return {name: getattr(self, name) for name in FIELDS}
