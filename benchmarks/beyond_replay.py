@@ -28,7 +28,7 @@ from stanza_core import atomic
 from stanza_core.experiments import plan as planner
 from stanza_core.experiments.replay_bench import run_plans
 from stanza_core.experiments.runconfig import RunConfig
-from stanza_core.experiments.variant import Variant
+from stanza_core.variant import Variant
 from stanza_core.perf import Cluster, DeviceProfile, best_assignment, named_profile, predict
 from stanza_core.perf.optimize import MICRO_BATCHES
 from stanza_core.topology import global_batch_for

@@ -20,7 +20,7 @@ stored run, at least 1 (the grid's listing applies one such ratio to all; per po
 VGG-16 runs took 2-5x their estimate and AlexNet ones about 1x).
 
 How each runs: the stored plan exactly (same D, payload and wire rates, target step, engine
-seconds; experiments.plan.plan_run), with steps = the stored warm-up + --steps-timed, through
+seconds; experiments.plan.stored_plan), with steps = the stored warm-up + --steps-timed, through
 experiments.run.run_config, the primitive the grid's fill reaches through run.replayed_point (it
 makes and removes the emulated cluster). No runs cache: every run is measured afresh. Today's D
 rule (plan.replayed_plan with the stored engine seconds) is recorded beside it: a difference
@@ -192,15 +192,12 @@ def by_pattern(cands: list[Candidate], patterns: str) -> list[Candidate]:
 
 
 def stored_plan(c: Candidate, steps_timed: int):
-    """The stored plan with more timed steps (plan.plan_run on the stored Link) and today's D rule."""
-    from stanza_core.experiments.plan import Link, plan_run, replayed_plan
+    """The stored plan with more timed steps (plan.stored_plan) and today's D rule."""
+    from stanza_core.experiments.plan import replayed_plan, stored_plan as planned
 
     p, warmup = c.entry["plan"], c.entry["config"]["warmup"]
     pt = with_steps(c.point, warmup, steps_timed)
-    link = Link(dilation=float(p["dilation"]), payload_gbps=float(p["payload_gbps"]), wire_mbit=float(p["link_mbit"]),
-                mtu=pt.config.mtu)
-    plan = plan_run(pt.config, link, target_gbps=p["target_gbps"], target_step_s=p["target_step_s"],
-                    engine_s=p.get("engine_s"))
+    plan = planned(pt.config, p)
     today = replayed_plan(pt.config, pt.target_gbps, None, engine=pt.engine and p.get("engine_s") is not None,
                           min_dilation=pt.min_dilation, engine_s=p.get("engine_s") if pt.engine else None)
     return plan, {"dilation": today.dilation, "link_mbit": today.link.wire_mbit,

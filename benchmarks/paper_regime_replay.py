@@ -43,7 +43,7 @@ from stanza_core.experiments.plan import replayed_plan
 from stanza_core.experiments.validation import engine_apart
 from stanza_core.experiments.replay_bench import run_plans
 from stanza_core.experiments.runconfig import RunConfig
-from stanza_core.experiments.variant import bench_variants
+from stanza_core.variant import bench_variants
 from stanza_core.netem import MAX_AGGREGATE_MBIT
 from stanza_core.topology import global_batch_for
 

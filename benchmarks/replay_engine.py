@@ -8,7 +8,7 @@ Per configuration, one replayed run (`--compute replay --replay-device v100 --di
 `experiments.plan.engine_seconds` measures them (median step of `--steps` steps, 1 warm-up,
 less the model's step on a 1000 Gb/s network), and every rank's peak RSS from the metrics
 (`peak_rss_mib`: the whole run, setup included). Configurations: the benchmarks' named ones
-(experiments.variant.bench_variants: ddp, ps with colocated shards, ps_s1 with one dedicated server,
+(stanza_core.variant.bench_variants: ddp, ps with colocated shards, ps_s1 with one dedicated server,
 N + 1 processes, also called ps-dedicated here, ps_ov, ps_s1_ov, stanza1, stanza2). Beside
 the summed RSS (which counts shared library pages once per process), the machine memory the run
 took: MemAvailable before it less the lowest MemAvailable during it.
@@ -26,7 +26,7 @@ import sys
 import threading
 import time
 
-from stanza_core.experiments.variant import BENCH_VARIANTS
+from stanza_core.variant import BENCH_VARIANTS
 
 # name -> Variant: the benchmarks' named configurations, and this benchmark's older name of ps_s1
 CONFIGS = {**BENCH_VARIANTS, "ps-dedicated": BENCH_VARIANTS["ps_s1"]}

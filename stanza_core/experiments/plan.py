@@ -1,10 +1,13 @@
 """A run plan: one configuration resolved once, then passed (never worked out again downstream).
 
-    plan_run(cfg, link, target_gbps=...)           -> RunPlan   the one constructor
     replayed_plan(cfg, target_gbps, cache, ...)    -> RunPlan   replayed compute: D by perf's rule
     cell_plans(cfgs, target_gbps, engine_s)        -> plans     replayed runs side by side at one D
     measured_plan(cfg, target_gbps, t_target, t_here) -> RunPlan  real compute: the link mapped
     shaped_plan(cfg, wire_mbit)                    -> RunPlan   a wire rate given directly
+    stored_plan(cfg, row)                          -> RunPlan   a plan as the store recorded it, run again
+
+These are the only ways to a RunPlan (each ends in the private `_plan`): no caller hands a plan
+its own D, link, target step or engine seconds.
 
 A RunPlan carries, each computed here and only here:
     config          the RunConfig the engine runs (its link_mbit is the wire rate, its D the plan's)
@@ -179,7 +182,7 @@ def shared_replay_link(target_gbps: float, nodes: int, needs: Iterable[tuple[flo
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class RunPlan:
-    """One configuration resolved once (the module docstring); build it with plan_run."""
+    """One configuration resolved once (the module docstring); built only by the planner functions."""
 
     config: RunConfig  # what the engine runs: link_mbit = link.wire_mbit, dilation = link.dilation
     topology: Topology  # the rank layout of config
@@ -227,7 +230,7 @@ class RunPlan:
                 "fc_batch": self.fc_batch}
 
 
-def plan_run(cfg: RunConfig, link: Link, *, target_gbps: float | None = None, target_step_s: float | None = None,
+def _plan(cfg: RunConfig, link: Link, *, target_gbps: float | None = None, target_step_s: float | None = None,
              engine_s: float | None = None) -> RunPlan:
     """The plan of configuration `cfg` on `link`: cfg at the link's wire rate and D, its layout."""
     if link.mtu != cfg.mtu:
@@ -242,15 +245,25 @@ def plan_run(cfg: RunConfig, link: Link, *, target_gbps: float | None = None, ta
                    label=cfg.label, key=cfg.key)
 
 
+def stored_plan(cfg: RunConfig, row: dict) -> RunPlan:
+    """The plan a stored run recorded (its plan row, RunPlan.to_dict: D, payload and wire rates,
+    target, target step, engine seconds), for `cfg`: that configuration run again on exactly its
+    stored plan (with another step count, say), whatever today's rule would choose."""
+    link = Link(dilation=float(row["dilation"]), payload_gbps=float(row["payload_gbps"]),
+                wire_mbit=float(row["link_mbit"]), mtu=cfg.mtu)
+    return _plan(cfg, link, target_gbps=row.get("target_gbps"), target_step_s=row.get("target_step_s"),
+                 engine_s=row.get("engine_s"))
+
+
 def shaped_plan(cfg: RunConfig, wire_mbit: float) -> RunPlan:
     """A real-compute run at a wire rate given directly."""
-    return plan_run(cfg, shaped_link(wire_mbit, cfg.mtu))
+    return _plan(cfg, shaped_link(wire_mbit, cfg.mtu))
 
 
 def measured_plan(cfg: RunConfig, target_gbps: float, t_target: float, t_here: float) -> RunPlan:
     """A real-compute run standing for `target_gbps`: the link rule with one data worker's step on
     the target device (t_target) and here under the run's contention (t_here, a timing round)."""
-    return plan_run(cfg, link_at(target_gbps, cfg.mtu, t_target=t_target, t_here=t_here), target_gbps=target_gbps)
+    return _plan(cfg, link_at(target_gbps, cfg.mtu, t_target=t_target, t_here=t_here), target_gbps=target_gbps)
 
 
 def replayed_plan(cfg: RunConfig, target_gbps: float, cache: Any, *, engine: bool = True,
@@ -276,7 +289,7 @@ def replayed_plan(cfg: RunConfig, target_gbps: float, cache: Any, *, engine: boo
     step = model_step_s(base, target_gbps)
     link = replay_link(target_gbps, base.cluster_nodes, target_step_s=step, engine_s=secs or 0.0, mtu=base.mtu,
                        min_dilation=min_dilation, ps_servers=base.ps_servers)
-    return plan_run(cfg, link, target_gbps=target_gbps, target_step_s=step, engine_s=secs)
+    return _plan(cfg, link, target_gbps=target_gbps, target_step_s=step, engine_s=secs)
 
 
 def cell_plans(cfgs: dict[str, RunConfig], target_gbps: float, engine_s: dict[str, float], *,
@@ -295,5 +308,5 @@ def cell_plans(cfgs: dict[str, RunConfig], target_gbps: float, engine_s: dict[st
     steps = {name: model_step_s(cfg, target_gbps) for name, cfg in cfgs.items()}
     link = shared_replay_link(target_gbps, nodes.pop(), [(steps[name], engine_s[name]) for name in cfgs],
                               mtu=mtus.pop(), min_dilation=min_dilation)
-    return {name: plan_run(cfg, link, target_gbps=target_gbps, target_step_s=steps[name], engine_s=engine_s[name])
+    return {name: _plan(cfg, link, target_gbps=target_gbps, target_step_s=steps[name], engine_s=engine_s[name])
             for name, cfg in cfgs.items()}

@@ -18,7 +18,7 @@ from typing import Any
 from .. import checks
 from ..launch import cli_args
 from ..topology import Topology
-from .variant import FIELDS as VARIANT_FIELDS, Variant
+from ..variant import FIELDS as VARIANT_FIELDS, Variant
 
 COMPUTE_MODES = ("real", "replay")
 UNSET_LINK_MBIT = 1000.0  # link_mbit of a RunConfig whose plan has not set its link yet (or that runs unshaped)

@@ -15,7 +15,7 @@ from ..topology import global_batch_for
 from .. import checks
 from . import plan
 from .runconfig import COMPUTE_MODES, UNSET_LINK_MBIT, RunConfig
-from .variant import Variant
+from ..variant import Variant
 
 @dataclasses.dataclass(kw_only=True)
 class MeasureSpec:
@@ -128,7 +128,7 @@ class MeasureSpec:
 
     def run_config(self, variant: Variant, link_mbit: float = UNSET_LINK_MBIT) -> RunConfig:
         """The RunConfig of one configuration of this grid (its Variant); its link rate and D are
-        placeholders until a plan sets them (plan.plan_run)."""
+        placeholders until a plan sets them (the planner, experiments.plan)."""
         s = variant.strategy
         return RunConfig.of(variant, model=self.model, image_size=self.image_size, num_classes=self.num_classes,
                             nodes=self.nodes, global_batch=self.global_batch_of(s, variant.fc_workers),

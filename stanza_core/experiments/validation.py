@@ -21,7 +21,7 @@ from ..perf import DEFAULT_LATENCY_S, Cluster, named_profile, predict
 from .. import checks
 from .compute_rounds import device_for, mean_rounds, rounds_needed, timing_rounds
 from .plan import shaped_link
-from .variant import Variant
+from ..variant import Variant
 from .replayed import ReplayParams, in_grid, run_replayed
 from .measurement import Measurement
 from .run import measure_or_skip, modelled_only

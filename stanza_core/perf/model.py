@@ -194,9 +194,9 @@ def predict(profile: Profile, cluster: Cluster, strategy: "str | Variant", fc_wo
     servers; world size = data workers + S, as the engine's), ps_overlap (the overlapped push).
     Stanza only: fc_conv_share (each FC worker also runs the CONV body on this share of the global
     batch, the engine's --fc-conv-share), micro_batches, boundary_dtype, grad_compression.
-    `strategy` may be an experiments.Variant instead of a name: it then gives fc_workers,
+    `strategy` may be a stanza_core.variant.Variant instead of a name: it then gives fc_workers,
     ps_servers, ps_overlap, fc_conv_share and micro_batches (leave those at their defaults)."""
-    from ..experiments.variant import model_call
+    from ..variant import model_call
 
     strategy, fc_workers, o = model_call(strategy, fc_workers, dict(
         fc_conv_share=fc_conv_share, micro_batches=micro_batches, ps_servers=ps_servers, ps_overlap=ps_overlap),

@@ -270,9 +270,9 @@ def expected_bytes(profile_or_counts, strategy: "str | Variant", nodes: int, fc_
     (dedicated). The overlapped push (ps_overlap) moves the same bytes in more messages, so
     it does not appear here. `step` matters for PowerSGD only (vanilla before its start step;
     None: the steady state). bn_stats as the engine's --bn-stats ("local": no batch-norm traffic).
-    `strategy` may be an experiments.Variant instead of a name: it then gives fc_workers,
+    `strategy` may be a stanza_core.variant.Variant instead of a name: it then gives fc_workers,
     ps_servers, fc_conv_share and micro_batches (leave those at their defaults)."""
-    from ..experiments.variant import model_call
+    from ..variant import model_call
 
     strategy, fc_workers, o = model_call(strategy, fc_workers, dict(
         fc_conv_share=fc_conv_share, micro_batches=micro_batches, ps_servers=ps_servers),

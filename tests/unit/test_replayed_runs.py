@@ -17,7 +17,7 @@ from stanza_core.experiments.cache import Cache
 from stanza_core.experiments.measurement import Measurement, summarize
 from stanza_core.experiments.spec import MeasureSpec
 from stanza_core.experiments.runconfig import RunConfig
-from stanza_core.experiments.variant import Variant
+from stanza_core.variant import Variant
 from stanza_core.experiments.store import points
 from stanza_core.netem.facts import MAX_AGGREGATE_MBIT, max_link_mbit, payload_gbps, payload_per_wire_byte
 from stanza_core.perf import Cluster, DeviceProfile, emulated_bandwidth, named_profile, predict, replay_dilation

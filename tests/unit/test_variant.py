@@ -1,4 +1,4 @@
-"""experiments.variant.Variant: one configuration's layout as one value, passed whole to RunConfig,
+"""stanza_core.variant.Variant: one configuration's layout as one value, passed whole to RunConfig,
 perf.predict and perf.expected_bytes; the cache keys of RunConfigs built from it are the keys
 every cached run and stored grid result was written under (literal dicts, captured before the
 Variant existed)."""
@@ -6,7 +6,7 @@ import pytest
 
 from stanza_core.experiments.runconfig import RunConfig
 from stanza_core.experiments.spec import MeasureSpec
-from stanza_core.experiments.variant import Variant
+from stanza_core.variant import Variant
 from stanza_core.perf import Cluster, expected_bytes, named_profile, predict
 
 _COMMON = {"model": "alexnet", "image_size": 224, "num_classes": 1000, "nodes": 4, "fc_workers": 0,

@@ -19,8 +19,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from .. import checks
-from ..labels import config_key, config_label
+from . import checks
+from .labels import config_key, config_label
 
 FIELDS = ("strategy", "fc_workers", "ps_servers", "ps_overlap", "fc_conv_share", "micro_batches")
 
@@ -38,7 +38,7 @@ class Variant:
     micro_batches: int = 1  # stanza: M chunks per CONV worker, exchanged as a pipeline (1: whole batch)
 
     def __post_init__(self):
-        from ..engine.config import check_stanza_options, check_strategy_options
+        from .engine.config import check_stanza_options, check_strategy_options
 
         checks.strategies([self.strategy])
         check_stanza_options(self.strategy, fc_conv_share=self.fc_conv_share, micro_batches=self.micro_batches)
@@ -74,7 +74,7 @@ class Variant:
         """The Variant of a run or summary row (a dict with strategy, fc_workers and optionally
         ps_servers, ps_overlap, fc_conv_share, micro_batches; rows written before an option existed
         have it at its default: labels.run_options)."""
-        from ..labels import run_options
+        from .labels import run_options
 
         return cls(strategy=row["strategy"], fc_workers=row.get("fc_workers") or 0, **run_options(row))
 
@@ -91,7 +91,7 @@ class Variant:
     def topology(self, nodes: int, global_batch: int):
         """The engine's rank layout on `nodes` nodes in all (dedicated PS servers included, as
         perf.Cluster counts them) with `global_batch` samples per step (topology.make_topology)."""
-        from ..topology import make_topology
+        from .topology import make_topology
 
         return make_topology(self.strategy, nodes, global_batch, self.fc_workers or 1,
                              fc_conv_share=self.fc_conv_share, micro_batches=self.micro_batches,
@@ -128,7 +128,7 @@ def model_call(strategy, fc_workers, given: dict[str, Any], defaults: dict[str, 
     if isinstance(strategy, str):
         return strategy, fc_workers, given
     if not isinstance(strategy, Variant):
-        raise ValueError(f"strategy must be a name or an experiments Variant, got {type(strategy).__name__}")
+        raise ValueError(f"strategy must be a name or a stanza_core.variant.Variant, got {type(strategy).__name__}")
     opts = strategy.model_options()
     clash = [k for k in ("fc_workers", *given) if k in opts and
              (fc_workers if k == "fc_workers" else given[k]) != (None if k == "fc_workers" else defaults[k])]
