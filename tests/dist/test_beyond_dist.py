@@ -19,14 +19,15 @@ from dist_launch import assert_same_params, train
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
-G, STEPS = 24, 3
+G, STEPS = 24, 4
 COMMON = ["--model", "tiny_cnn", "--image-size", "32", "--global-batch", str(G), "--lr", "0.05"]
 
 
-@pytest.fixture(scope="module")
-def oracle(tmp_path_factory):
-    return train(tmp_path_factory.mktemp("oracle"), "local", 1, "--strategy", "local", *COMMON,
-                 "--steps", str(STEPS))
+@pytest.fixture
+def oracle(local_run):
+    """The local run on these options (conftest.local_run): 4 steps, the run test_gpu_path_dist.py
+    and test_toy_strategy.py compare with too, so one launch serves all three files."""
+    return local_run(*COMMON, "--steps", str(STEPS))
 
 
 CASES = [  # (N, extra args): a hybrid FC worker with M = 2; two FC workers, both hybrid, with M = 4

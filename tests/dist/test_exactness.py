@@ -87,17 +87,13 @@ CASES = [  # (model, image size, global batch, steps, strategy, N, extra args)
 ]
 
 
-@pytest.fixture(scope="module")
-def oracle(tmp_path_factory):
-    cache = {}
-
+@pytest.fixture
+def oracle(local_run):
+    """The local run of a case's model and batch (conftest.local_run: one per session, shared with
+    test_log_every_dist.py, whose 6-step tiny_cnn run has these arguments)."""
     def get(model, image_size, g, steps):
-        key = (model, image_size, g, steps)
-        if key not in cache:
-            tmp = tmp_path_factory.mktemp("oracle")
-            cache[key] = train(tmp, "local", 1, "--strategy", "local", "--model", model, "--image-size",
-                               str(image_size), "--global-batch", str(g), "--steps", str(steps), "--lr", "0.05")
-        return cache[key]
+        return local_run("--model", model, "--image-size", str(image_size), "--global-batch", str(g),
+                         "--steps", str(steps), "--lr", "0.05")
 
     return get
 

@@ -21,9 +21,9 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
 
 @pytest.mark.parametrize("strategy,n,extra", [("stanza", 5, ["--fc-workers", "2"]), ("ps", 3, [])])
-def test_staged_p2p_equals_local_and_counts_the_same_bytes(tmp_path, monkeypatch, strategy, n, extra):
+def test_staged_p2p_equals_local_and_counts_the_same_bytes(tmp_path, monkeypatch, local_run, strategy, n, extra):
     common = ["--model", "tiny_cnn", "--image-size", "32", "--global-batch", "24", "--steps", "4", "--lr", "0.05"]
-    _, ref, _ = train(tmp_path, "local", 1, "--strategy", "local", *common)
+    _, ref, _ = local_run(*common)  # one local run for both cases (and test_toy_strategy.py's)
     monkeypatch.setenv(STAGED_P2P_ENV, "1")
     metrics, state, _ = train(tmp_path, strategy, n, "--strategy", strategy, *common, *extra)
     assert_same_params(state, ref)

@@ -9,9 +9,9 @@ from dist_launch import assert_same_params, train
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
 
-def test_stanza_reading_every_4_steps_equals_local(tmp_path):
+def test_stanza_reading_every_4_steps_equals_local(tmp_path, local_run):
     common = ["--model", "tiny_cnn", "--image-size", "32", "--global-batch", "24", "--steps", "6", "--lr", "0.05"]
-    ref, ref_state, _ = train(tmp_path, "local", 1, "--strategy", "local", *common)
+    ref, ref_state, _ = local_run(*common)  # test_exactness.py's tiny_cnn oracle, when it ran first
     got, state, _ = train(tmp_path, "stanza", 3, "--strategy", "stanza", "--fc-workers", "1", "--log-every", "4",
                           *common)
     assert_same_params(state, ref_state)

@@ -18,7 +18,8 @@ from dist_launch import assert_same_params, train
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
-COMMON = ["--model", "tiny_cnn", "--image-size", "32", "--global-batch", "12", "--steps", "3", "--lr", "0.05"]
+G, STEPS = 24, 4  # the options of the local run other files compare with too (conftest.local_run): one launch
+COMMON = ["--model", "tiny_cnn", "--image-size", "32", "--global-batch", str(G), "--steps", str(STEPS), "--lr", "0.05"]
 
 CASES = [  # (world size, ps servers, overlap)
     (3, 1, False),
@@ -29,9 +30,9 @@ CASES = [  # (world size, ps servers, overlap)
 ]
 
 
-@pytest.fixture(scope="module")
-def oracle(tmp_path_factory):
-    return train(tmp_path_factory.mktemp("oracle"), "local", 1, "--strategy", "local", *COMMON)
+@pytest.fixture
+def oracle(local_run):
+    return local_run(*COMMON)
 
 
 @pytest.mark.parametrize("world,servers,overlap", CASES,
@@ -47,16 +48,16 @@ def test_ps_deployment_equals_local_and_counts_expected_bytes(tmp_path, oracle, 
         assert mine["loss"] == pytest.approx(ref["loss"], rel=1e-5)
     assert ref_metrics["steps"][0]["loss"] != ref_metrics["steps"][-1]["loss"]  # it did train
 
-    profile = named_profile("tiny_cnn", 32, 10, 12 // (world - servers))
+    profile = named_profile("tiny_cnn", 32, 10, G // (world - servers))
     assert profile.params == sum(p.numel() for p in get_model("tiny_cnn", 10).parameters())
-    want = expected_bytes(profile, "ps", world, global_batch=12, ps_servers=servers)
+    want = expected_bytes(profile, "ps", world, global_batch=G, ps_servers=servers)
     got = sorted(metrics["ranks"], key=lambda r: r["rank"])
     assert [(r["role"], r["sent"], r["recv"]) for r in got] == [(r["role"], r["sent"], r["recv"]) for r in want]
     assert metrics["bytes_per_step"] == sum(sum(r["sent"].values()) for r in want)
     if overlap:  # a bucket's pull is posted with its push: before the last bucket's push
         for r in got:
             if r["role"] == "worker":
-                for step in range(3):
+                for step in range(STEPS):
                     tl = [e for e in r["timeline"] if e["step"] == step]
                     pulls = [e["t"] for e in tl if e["event"] == "recv" and e["category"] == "params"]
                     pushes = [e["t"] for e in tl if e["event"] == "send" and e["category"] == "grads"]

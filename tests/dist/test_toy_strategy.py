@@ -80,10 +80,10 @@ def test_the_figures_colour_it(toy):
     assert colours[NAME] == toy.color and colours["ddp"] == registry.get("ddp").color
 
 
-def test_it_trains_as_local_and_moves_its_models_bytes(tmp_path, toy, monkeypatch):
+def test_it_trains_as_local_and_moves_its_models_bytes(tmp_path, toy, monkeypatch, local_run):
     monkeypatch.setattr(dist_launch, "rank_env", lambda: {**rank_env(), registry.PLUGINS_ENV: "toy_allreduce"})
     args = ["--model", "tiny_cnn", "--image-size", "32", "--global-batch", "24", "--steps", "4", "--lr", "0.05"]
-    _, ref_state, _ = dist_launch.train(tmp_path, "local", 1, "--strategy", "local", *args)
+    _, ref_state, _ = local_run(*args)  # the local oracle test_gpu_path_dist.py ran with these arguments, if it did
     metrics, state, _ = dist_launch.train(tmp_path, NAME, 3, "--strategy", NAME, *args)
     assert_same_params(state, ref_state)
     want = expected_bytes(named_profile("tiny_cnn", 32, 10), NAME, 3, global_batch=24)
