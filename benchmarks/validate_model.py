@@ -74,13 +74,13 @@ def main(argv=None) -> int:
     try:
         if not args.results and not args.measure:
             raise ValueError("give bench results files, or --measure")
-        p = validation.plan(model=args.model, image_size=args.image_size, num_classes=args.num_classes,
+        p = validation.ValidationParams(model=args.model, image_size=args.image_size, num_classes=args.num_classes,
                             nodes=[int(n) for n in args.nodes.split(",")] if args.measure else [],
                             strategies=args.strategies.split(","),
                             fc_workers=[int(k) for k in args.fc_workers.split(",")],
                             global_batch=args.global_batch, steps=args.steps, warmup=args.warmup,
                             target_gbps=[float(g) for g in args.target_gbps.split(",")], repeats=args.repeats,
-                            bench_json=args.results)
+                            bench_json=args.results, measure_runs=args.measure)
         benches = validation.run_measured(p, args.cache_dir) + validation.load_benches(p)
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
