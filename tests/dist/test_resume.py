@@ -1,4 +1,6 @@
 """A run stopped and resumed from its checkpoints ends bit for bit where an uninterrupted run does."""
+import shutil
+
 import pytest
 import torch
 
@@ -9,13 +11,29 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 COMMON = ["--model", "tiny_cnn", "--image-size", "32", "--global-batch", "12", "--lr", "0.05"]
 
 
+@pytest.fixture(scope="module")
+def stopped(tmp_path_factory):
+    """stopped(strategy, n, extra) -> the checkpoint folder of a run stopped after 3 of 6 steps
+    (checkpoints every 2 steps and at the stop), made once per strategy: the ddp one also serves
+    test_resume_with_other_layout_is_refused. Read-only: a test that resumes copies it."""
+    made = {}
+
+    def get(strategy, n, extra):
+        if strategy not in made:
+            tmp = tmp_path_factory.mktemp(f"stopped-{strategy}")
+            train(tmp, "first", n, "--strategy", strategy, *extra, *COMMON, "--steps", "3",
+                  "--checkpoint-dir", str(tmp / "ckpt"), "--checkpoint-every", "2")
+            made[strategy] = tmp / "ckpt"
+        return made[strategy]
+
+    return get
+
+
 @pytest.mark.parametrize("strategy,n,extra", [("stanza", 4, ["--fc-workers", "2"]), ("ps", 3, []), ("ddp", 2, [])])
-def test_stop_and_resume_equals_uninterrupted(tmp_path, strategy, n, extra):
+def test_stop_and_resume_equals_uninterrupted(tmp_path, stopped, strategy, n, extra):
     args = ["--strategy", strategy, *extra, *COMMON]
     _, whole, _ = train(tmp_path, "whole", n, *args, "--steps", "6")
-    ckpt = tmp_path / "ckpt"
-    first, _, _ = train(tmp_path, "first", n, *args, "--steps", "3", "--checkpoint-dir", str(ckpt),
-                        "--checkpoint-every", "2")
+    ckpt = shutil.copytree(stopped(strategy, n, extra), tmp_path / "ckpt")
     assert sorted(p.name for p in ckpt.iterdir()) == [f"rank{r:04d}-of-{n:04d}.pt" for r in range(n)]
     second, resumed, _ = train(tmp_path, "second", n, *args, "--steps", "6", "--checkpoint-dir", str(ckpt), "--resume")
     assert [s["step"] for s in second["steps"]] == [3, 4, 5]
@@ -24,9 +42,8 @@ def test_stop_and_resume_equals_uninterrupted(tmp_path, strategy, n, extra):
         assert torch.equal(whole[k], resumed[k]), k
 
 
-def test_resume_with_other_layout_is_refused(tmp_path):
-    ckpt = tmp_path / "ckpt"
-    train(tmp_path, "first", 2, "--strategy", "ddp", *COMMON, "--steps", "2", "--checkpoint-dir", str(ckpt))
+def test_resume_with_other_layout_is_refused(tmp_path, stopped):
+    ckpt = shutil.copytree(stopped("ddp", 2, []), tmp_path / "ckpt")  # made with lr 0.05
     _, _, proc = train(tmp_path, "again", 2, "--strategy", "ddp", *COMMON[:-2], "--lr", "0.1", "--steps", "4",
                        "--checkpoint-dir", str(ckpt), "--resume", check=False)
     assert proc.returncode != 0
