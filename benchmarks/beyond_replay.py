@@ -8,12 +8,12 @@ replayed, every byte crossing emulated links for real (benchmarks/paper_regime_r
         --out benchmarks/results/beyond_replay.json
 
 Per (model, N, target) cell: one dilation D for all its runs, so they run side by side at the
-same D (experiments.plan.cell_plans: each run's target step from the planner, and
+same D (runs.plan.cell_plans: each run's target step from the planner, and
 perf.replay_dilation, the largest D any run of the cell needs; with --engine-s, each run's engine
-seconds (experiments.plan.engine_seconds_arg) within 5 % of its dilated step, as in
+seconds (runs.plan.engine_seconds_arg) within 5 % of its dilated step, as in
 benchmarks/paper_regime_replay.py), links carrying perf.emulated_bandwidth(target, dilation=D)
-of TCP payload (experiments.plan's link rule). Every plan runs through
-`experiments.replay_bench.run_plans`. Reported per run: the
+of TCP payload (runs.plan's link rule). Every plan runs through
+`runs.replay_bench.run_plans`. Reported per run: the
 replayed step time / D, the performance model's prediction for the same cluster, and bytes
 counted vs the model. Results are written after every run. Needs root (--modelled: no runs).
 """
@@ -25,9 +25,9 @@ import os
 import sys
 
 from stanza_core import atomic
-from stanza_core.experiments import plan as planner
-from stanza_core.experiments.replay_bench import run_plans
-from stanza_core.experiments.runconfig import RunConfig
+from stanza_core.runs import plan as planner
+from stanza_core.runs.replay_bench import run_plans
+from stanza_core.runs.runconfig import RunConfig
 from stanza_core.variant import Variant
 from stanza_core.perf import Cluster, DeviceProfile, best_assignment, named_profile, predict
 from stanza_core.perf.optimize import MICRO_BATCHES

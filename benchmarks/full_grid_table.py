@@ -23,9 +23,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from stanza_core import atomic  # noqa: E402
-from stanza_core.experiments.replay_bench import expected_bytes_per_step  # noqa: E402
-from stanza_core.experiments.runconfig import RunConfig  # noqa: E402
-from stanza_core.experiments.store import MEASUREMENT_VERSION  # noqa: E402
+from stanza_core.runs.replay_bench import expected_bytes_per_step  # noqa: E402
+from stanza_core.runs.runconfig import RunConfig  # noqa: E402
+from stanza_core.runs.store import MEASUREMENT_VERSION  # noqa: E402
 
 
 def rows(folder: Path) -> list[dict]:

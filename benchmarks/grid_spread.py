@@ -7,7 +7,7 @@ stored grid runs time: 3 steps, 2 of them warm-up) can be from the next.
     python benchmarks/grid_spread.py --configs "alexnet N=4 stanza k=1 @ 10*" --steps-timed 2 --out /tmp/s.json
 
 Which configurations: the grid's points stored at the current measurement version
-(stanza_core/reproduce/grid.py, experiments/store.py), so every run here repeats a stored figure.
+(stanza_core/reproduce/grid.py, runs/store.py), so every run here repeats a stored figure.
 By default (`choose`) a varied set, cheapest first within the variety: every kind of configuration
 stored (ddp, ps, ps with dedicated servers, ps overlap, stanza k=1, stanza k>=2), both models and
 both replay devices first, then more bandwidths and cluster sizes, within --budget-min; at least
@@ -20,8 +20,8 @@ stored run, at least 1 (the grid's listing applies one such ratio to all; per po
 VGG-16 runs took 2-5x their estimate and AlexNet ones about 1x).
 
 How each runs: the stored plan exactly (same D, payload and wire rates, target step, engine
-seconds; experiments.plan.stored_plan), with steps = the stored warm-up + --steps-timed, through
-experiments.run.run_config, the primitive the grid's fill reaches through run.replayed_point (it
+seconds; runs.plan.stored_plan), with steps = the stored warm-up + --steps-timed, through
+runs.run.run_config, the primitive the grid's fill reaches through run.replayed_point (it
 makes and removes the emulated cluster). No runs cache: every run is measured afresh. Today's D
 rule (plan.replayed_plan with the stored engine seconds) is recorded beside it: a difference
 means the stored figure was planned by another rule.
@@ -50,8 +50,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from stanza_core import atomic  # noqa: E402
-from stanza_core.experiments.runconfig import RunConfig, UNSET_LINK_MBIT  # noqa: E402
-from stanza_core.experiments.store import MEASUREMENT_VERSION, STORE_DIR, Point, Store, host  # noqa: E402
+from stanza_core.runs.runconfig import RunConfig, UNSET_LINK_MBIT  # noqa: E402
+from stanza_core.runs.store import MEASUREMENT_VERSION, STORE_DIR, Point, Store, host  # noqa: E402
 
 OUT = ROOT / "benchmarks" / "results" / "grid_spread.json"
 THRESHOLD = 0.01  # the issue's line: a spread above 1 % means new measurements time >= 3 steps
@@ -63,7 +63,7 @@ FIRST = ("kind", "model", "device")  # covered before bandwidths and cluster siz
 @dataclasses.dataclass
 class Candidate:
     point: Point
-    entry: dict[str, Any]  # the stored entry (experiments.store)
+    entry: dict[str, Any]  # the stored entry (runs.store)
     experiments: list[str]
     estimate_s: float = 0.0  # seconds to run it with the new step count (module docstring)
 
@@ -193,7 +193,7 @@ def by_pattern(cands: list[Candidate], patterns: str) -> list[Candidate]:
 
 def stored_plan(c: Candidate, steps_timed: int):
     """The stored plan with more timed steps (plan.stored_plan) and today's D rule."""
-    from stanza_core.experiments.plan import replayed_plan, stored_plan as planned
+    from stanza_core.runs.plan import replayed_plan, stored_plan as planned
 
     p, warmup = c.entry["plan"], c.entry["config"]["warmup"]
     pt = with_steps(c.point, warmup, steps_timed)
@@ -217,7 +217,7 @@ def base_record(c: Candidate, steps_timed: int) -> dict[str, Any]:
 
 def measure(c: Candidate, steps_timed: int, threshold: float) -> dict[str, Any]:
     """Run one candidate (module docstring) and its record; a failure is its error line."""
-    from stanza_core.experiments.run import run_config
+    from stanza_core.runs.run import run_config
 
     rec = base_record(c, steps_timed)
     t0 = time.monotonic()
@@ -302,7 +302,7 @@ def main(argv: list[str] | None = None) -> int:
               f"~{_min(c.estimate_s)} [{f['kind']}]")
     if args.list:
         return 0
-    from stanza_core.experiments.run import netem_unavailable
+    from stanza_core.runs.run import netem_unavailable
 
     if reason := netem_unavailable():
         print(f"error: {reason}", file=sys.stderr)

@@ -8,14 +8,14 @@ Configurations: ps (one shard colocated with every worker), ps_s1 (one dedicated
 beside the N workers), ps_ov / ps_s1_ov (the same with each gradient bucket pushed as the
 backward produces it), ddp, stanza1 / stanza2 (k FC workers among the N nodes).
 
-Per run, the dilation D from `perf.replay_dilation` (`experiments.plan.replayed_plan`): the emulator must hold every link at
+Per run, the dilation D from `perf.replay_dilation` (`runs.plan.replayed_plan`): the emulator must hold every link at
 target / D with all the cluster's links busy at once, and the engine's own CPU seconds per step
 (which replay keeps: gloo's copies and reductions, Python) must stay within 5 % of the dilated
 step D x the model's step for that configuration (never below --min-dilation). --engine-s auto
 measures those seconds per configuration: a replay run at D = 1 on loopback (unshaped), its
 median step less the model's step on a 1000 Gb/s network. Links carry
-`perf.emulated_bandwidth(target, dilation=D)` of TCP payload (experiments.plan's link rule).
-Every plan runs through `experiments.replay_bench.run_plans`. Reported per run: the measured step
+`perf.emulated_bandwidth(target, dilation=D)` of TCP payload (runs.plan's link rule).
+Every plan runs through `runs.replay_bench.run_plans`. Reported per run: the measured step
 time / D (target time), the performance model's prediction for the same cluster (perf.predict,
 same V100 table profile, the payload rate the links carry x D), the error, and the bytes counted
 beside perf.expected_bytes. Results are written after every run;
@@ -38,11 +38,11 @@ import statistics
 import sys
 
 from stanza_core import atomic
-from stanza_core.experiments import plan as planner
-from stanza_core.experiments.plan import replayed_plan
+from stanza_core.runs import plan as planner
+from stanza_core.runs.plan import replayed_plan
 from stanza_core.experiments.validation import engine_apart
-from stanza_core.experiments.replay_bench import run_plans
-from stanza_core.experiments.runconfig import RunConfig
+from stanza_core.runs.replay_bench import run_plans
+from stanza_core.runs.runconfig import RunConfig
 from stanza_core.variant import bench_variants
 from stanza_core.netem import MAX_AGGREGATE_MBIT
 from stanza_core.topology import global_batch_for

@@ -5,7 +5,7 @@
 
 Per configuration, one replayed run (`--compute replay --replay-device v100 --dilation 1`) on
 `--nodes` local processes over loopback (gloo, unshaped): the engine seconds exactly as
-`experiments.plan.engine_seconds` measures them (median step of `--steps` steps, 1 warm-up,
+`runs.plan.engine_seconds` measures them (median step of `--steps` steps, 1 warm-up,
 less the model's step on a 1000 Gb/s network), and every rank's peak RSS from the metrics
 (`peak_rss_mib`: the whole run, setup included). Configurations: the benchmarks' named ones
 (stanza_core.variant.bench_variants: ddp, ps with colocated shards, ps_s1 with one dedicated server,
@@ -63,8 +63,8 @@ class MachineMemory:
 
 def run_config(name: str, a) -> dict:
     import stanza_core
-    from stanza_core.experiments import plan as planner
-    from stanza_core.experiments.runconfig import RunConfig
+    from stanza_core.runs import plan as planner
+    from stanza_core.runs.runconfig import RunConfig
     from stanza_core.launch import run_job
     from stanza_core.topology import global_batch_for
 

@@ -92,8 +92,8 @@ import time
 
 from stanza_core import atomic
 from stanza_core.perf.model import DEFAULT_BUCKET_MB
-from stanza_core.experiments import compute_rounds as timing
-from stanza_core.experiments.runconfig import RunConfig
+from stanza_core.runs import compute_rounds as timing
+from stanza_core.runs.runconfig import RunConfig
 from stanza_core.variant import bench_variants
 from stanza_core.launch import run_job
 from stanza_core.models import get_model

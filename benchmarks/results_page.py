@@ -51,7 +51,7 @@ def _throughput(entries, model, nodes, gbps, device="v100"):
 
 def replayed_ratio(entries, model, nodes, gbps, ks, over="ps"):
     """The fastest plain stanza (k in ks) over `over`, as notebooks 03 and 05 compute it
-    (experiments.replayed.summary); None where a run is not stored."""
+    (runs.replayed.summary); None where a run is not stored."""
     tp = _throughput(entries, model, nodes, gbps)
     st = [tp[f"stanza k={k}"] for k in ks if f"stanza k={k}" in tp]
     return max(st) / tp[over] if st and over in tp and len(st) == len(ks) else None

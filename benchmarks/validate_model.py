@@ -5,7 +5,7 @@
 
 Each file is a bench results JSON (`python -m stanza_core.bench --out`, or a notebook's measured
 bench). Files without timing rounds get them measured now, on this machine, with the contention
-of each configuration (stanza_core.experiments.compute_rounds); that is recorded in the output, since
+of each configuration (stanza_core.runs.compute_rounds); that is recorded in the output, since
 the rounds then do not come from the moment of the runs. `--measure` runs its own small bench on
 the emulated cluster first (needs root). Prints one row per configuration, the error summary
 (no parameter fitted, and with a per-strategy step overhead fitted at the other link rates) and,

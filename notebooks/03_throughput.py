@@ -22,7 +22,7 @@
 # worker, as real multi-node jobs on the emulated cluster (one network namespace per node, every
 # link shaped by tc) whose **communication is measured for real** while their **compute is
 # replayed** from the V100 profile, D times slower, with links at target / D
-# (`stanza_core.engine.replay`, `experiments/replayed.py`); (b) *the fidelity anchor*: one small
+# (`stanza_core.engine.replay`, `runs/replayed.py`); (b) *the fidelity anchor*: one small
 # configuration (`cifar_alexnet`) with real compute on the same emulated cluster; (c)
 # *modelled*: the performance model (`stanza_core.perf`) across cluster sizes and bandwidths.
 # Figures: replayed samples/s, the anchor's measured samples/s, the model's samples/s against N,
@@ -58,7 +58,7 @@
 # - Full mode on GPU machines: run each configuration with `--device cuda` and one torchrun per
 #   node (`torchrun --nnodes N --node-rank i --nproc-per-node 1 --master-addr HOST -m
 #   stanza_core.train ...`), then read the metrics JSONs with
-#   `stanza_core.experiments.run.bench_from_metrics`; the emulated path here is CPU only.
+#   `stanza_core.runs.run.bench_from_metrics`; the emulated path here is CPU only.
 
 # %% tags=["parameters"]
 measured_model: str = "cifar_alexnet"  # zoo model run on the emulated cluster
@@ -100,7 +100,8 @@ out_dir: str = "../reproductions/out/throughput"  # where results.json and the f
 # %%
 import stanza_core.nbtools as nbt
 from stanza_core import viz
-from stanza_core.experiments import cache, throughput
+from stanza_core.runs import cache
+from stanza_core.experiments import throughput
 
 params = nbt.experiment_params(throughput.ThroughputParams, globals())
 

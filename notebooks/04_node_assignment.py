@@ -74,7 +74,8 @@ out_dir: str = "../reproductions/out/node_assignment"  # where results.json and 
 # %%
 import stanza_core.nbtools as nbt
 from stanza_core import viz
-from stanza_core.experiments import cache, assignment
+from stanza_core.runs import cache
+from stanza_core.experiments import assignment
 
 params = nbt.experiment_params(assignment.AssignmentParams, globals())
 

@@ -84,7 +84,8 @@ out_dir: str = "../reproductions/out/bandwidth_sweep"  # where results.json and 
 # %%
 import stanza_core.nbtools as nbt
 from stanza_core import viz
-from stanza_core.experiments import cache, sweep
+from stanza_core.runs import cache
+from stanza_core.experiments import sweep
 
 params = nbt.experiment_params(sweep.SweepParams, globals())
 

@@ -85,7 +85,8 @@ out_dir: str = "../reproductions/out/model_validation"  # where results.json and
 # %%
 import stanza_core.nbtools as nbt
 from stanza_core import viz
-from stanza_core.experiments import cache, validation
+from stanza_core.runs import cache
+from stanza_core.experiments import validation
 
 params = nbt.experiment_params(validation.ValidationParams, globals())
 

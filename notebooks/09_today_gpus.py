@@ -35,7 +35,7 @@
 # - The compute is one H200's measured per-layer times (batches 16-128, interpolated in
 #   between); nothing here ran on an H200 cluster. The V100 line is the compute model's table
 #   row (fitted, not measured).
-# - Replayed runs: D per configuration from experiments.plan (the links, and the engine's own
+# - Replayed runs: D per configuration from runs.plan (the links, and the engine's own
 #   seconds measured once per configuration at D = 1 and kept within 5 % of the dilated step).
 #   The H200 step is short (AlexNet ~3 ms), so D is large and a run takes minutes here.
 # - Quick mode (`make reproduce`) replays AlexNet on 4 nodes at 100 Gb/s only, stanza (the
@@ -57,7 +57,7 @@ replay_gbps: list[float] = [100.0]  # replayed bandwidths (among target_gbps)
 replay_configs: list[str] = ["stanza", "ddp"]  # roles replayed: stanza, stanza_k1, ps, ps_dedicated, ddp
 replay_steps: int = 3  # steps per replayed run, warmup included
 warmup: int = 1  # steps left out of the replayed throughput
-min_dilation: float = 1.0  # smallest D (experiments.plan picks each configuration's own)
+min_dilation: float = 1.0  # smallest D (runs.plan picks each configuration's own)
 replay_engine: bool = True  # raise D so the engine's own seconds stay within 5 % of a step (measured once, cached)
 measure_runs: bool = True  # run the replayed cells (False, or no root/tc here: modelled figures only)
 cache_dir: str = "auto"  # replayed runs cache: auto (beside out_dir, shared by notebooks), "" (none) or a folder
@@ -67,7 +67,8 @@ out_dir: str = "../reproductions/out/today_gpus"  # where results.json and the f
 # %%
 import stanza_core.nbtools as nbt
 from stanza_core import viz
-from stanza_core.experiments import cache, today_gpus
+from stanza_core.runs import cache
+from stanza_core.experiments import today_gpus
 
 params = nbt.experiment_params(today_gpus.TodayParams, globals())
 

@@ -27,7 +27,7 @@
      (`--compute replay --replay-device PATH.json --dilation 1`) against the real local step
      of step 5 (the difference is the engine's own time per replayed step on this host). Bound:
      within REPLAY_BOUND (5 %) of the real step, the share of a step a replayed run may spend
-     on the engine's own work (experiments/plan picks D so that it stays under 5 %); a replayed
+     on the engine's own work (runs/plan picks D so that it stays under 5 %); a replayed
      step further off at D = 1 fails the check (in the --tiny dry run it is reported only);
   7. a one-screen summary, printed and written to OUT/summary.txt (all figures: OUT/results.json).
 

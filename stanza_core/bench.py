@@ -5,8 +5,8 @@
         --target-gbps 10,40,100 --target-device v100 --repeats 2 --out results.json
 
 Each configuration is a real multi-node job run by the one measurement primitive
-(`experiments.run.run_config` -> `netem.run_training`: one namespace and one torchrun agent per
-node, every link shaped in both directions); the grid is `experiments.run.measure`, the same
+(`runs.run.run_config` -> `netem.run_training`: one namespace and one torchrun agent per
+node, every link shaped in both directions); the grid is `runs.run.measure`, the same
 path notebooks 03-07 take. Runs interleave — for each
 bandwidth and repeat, A B C then A B C — so drift of this shared machine hits all alike.
 
@@ -32,7 +32,7 @@ a target maps to the rate that gives this machine the target's communication-to-
 
 t_step_here is the median compute step (forward, backward, SGD update) of one data worker's
 batch, timed with all N node processes computing at once, as they do in the runs (the same
-contention: the timing round at level N, `experiments.compute_rounds`); t_step_target is the same step on the target device from the perf device
+contention: the timing round at level N, `runs.compute_rounds`); t_step_target is the same step on the target device from the perf device
 table (perf.devices: vendor peaks and stated efficiencies).
 """
 from __future__ import annotations
@@ -43,9 +43,9 @@ import os
 import sys
 
 from .checks import int_list, positive_floats
-from .experiments.measurement import Measurement, summarize  # noqa: F401 (re-exported)
-from .experiments.run import measure, netem_unavailable, target_step_s  # noqa: F401 (re-exported)
-from .experiments.spec import MeasureSpec
+from .runs.measurement import Measurement, summarize  # noqa: F401 (re-exported)
+from .runs.run import measure, netem_unavailable, target_step_s  # noqa: F401 (re-exported)
+from .runs.spec import MeasureSpec
 from . import atomic, registry
 from .labels import run_label
 
@@ -60,7 +60,7 @@ def run_bench(*, model: str, image_size: int, nodes: int, strategies: list[str],
               target_device: str = "v100", repeats: int = 1, delay_ms: float = 0.0, boundary: str | None = None,
               mtu: int = 9000, progress: bool = True, ps_servers: list[int] | None = None,
               ps_overlap: list[bool] | None = None) -> Measurement:
-    """Run every configuration at every bandwidth (experiments.run.measure, uncached); their
+    """Run every configuration at every bandwidth (runs.run.measure, uncached); their
     Measurement. Bad input raises ValueError, an unusable emulator RuntimeError, before any run."""
     spec = MeasureSpec(model=model, image_size=image_size, num_classes=num_classes, nodes=nodes,
                        strategies=strategies, fc_workers=fc_workers, global_batch=global_batch, steps=steps,

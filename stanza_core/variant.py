@@ -8,7 +8,7 @@ whatever the model, cluster size, batch or link it runs on.
 It is validated once, on creation (one-line ValueError, the registry's rule of which option
 belongs to which strategy), and passed whole: MeasureSpec.variants() -> RunConfig.of(variant, ...)
 -> perf.predict(profile, cluster, variant, ...) / perf.expected_bytes(profile, variant, nodes, ...).
-Only a run plan (experiments.plan) sets a run's link and D; the Variant holds neither.
+Only a run plan (runs.plan) sets a run's link and D; the Variant holds neither.
 
 Glossary (labels.py): k = FC workers (stanza), S = dedicated parameter-server nodes (ps; 0 = one
 shard colocated with every worker), overlap = each gradient bucket pushed as the backward produces

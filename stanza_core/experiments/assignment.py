@@ -17,11 +17,12 @@ from typing import Any
 from ..perf import DEFAULT_LATENCY_S, Cluster, best_assignment, check_device, device_profile, named_profile
 from ..topology import fc_worker_choices
 from .. import checks
-from . import compute_rounds, replayed, validation
-from .replayed import ReplayParams
-from .measurement import Measurement
-from .run import measure_or_skip, modelled_only
-from .spec import MeasureSpec
+from ..runs import compute_rounds, replayed
+from . import validation
+from ..runs.replayed import ReplayParams
+from ..runs.measurement import Measurement
+from ..runs.run import measure_or_skip, modelled_only
+from ..runs.spec import MeasureSpec
 
 PIPEDREAM_VGG16 = "PipeDream's planner: VGG-16 on 16 GPUs -> 15 CONV replicas + 1 FC node (k = 1)"
 

@@ -15,11 +15,12 @@ from typing import Any
 from ..labels import config_label, run_key, run_label
 from ..perf import Cluster, best_assignment, check_device, device_profile, named_profile, sweep
 from .. import checks, registry
-from . import replayed, validation
-from .replayed import ReplayParams
-from .measurement import Measurement
-from .run import measure_or_skip, modelled_only
-from .spec import MeasureSpec
+from ..runs import replayed
+from . import validation
+from ..runs.replayed import ReplayParams
+from ..runs.measurement import Measurement
+from ..runs.run import measure_or_skip, modelled_only
+from ..runs.spec import MeasureSpec
 from .throughput import PAPER
 
 SWEEP_GBPS = (1.0, 2.5, 5.0, 10.0, 25.0, 40.0, 100.0, 200.0, 400.0)

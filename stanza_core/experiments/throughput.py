@@ -15,11 +15,11 @@ from typing import Any
 from ..labels import run_key
 from ..perf import Cluster, best_assignment, check_device, device_profile, named_profile
 from .. import checks
-from . import replayed
-from .replayed import ReplayParams
-from .measurement import Measurement
-from .run import MEASURE_OFF, measure_or_skip, modelled_only  # noqa: F401 (MEASURE_OFF: a public name here)
-from .spec import MeasureSpec
+from ..runs import replayed
+from ..runs.replayed import ReplayParams
+from ..runs.measurement import Measurement
+from ..runs.run import MEASURE_OFF, measure_or_skip, modelled_only  # noqa: F401 (MEASURE_OFF: a public name here)
+from ..runs.spec import MeasureSpec
 
 PAPER = {"speedup_vs_ps_10gbps": [1.34, 13.9], "alexnet_speedup_vs_ps_100gbps": 1.55,
          "vgg16_speedup_vs_ps_100gbps": 1.72,

@@ -6,9 +6,9 @@ ddp on a measured H200 profile (perf.device_profile: the package's per-layer rec
 
   modelled   perf.best_assignment at every N x bandwidth (N = 8..64 by default), on the H200
              profile and, for contrast, on `compare_device` (the V100 table row);
-  replayed   the same configurations on the emulated cluster (experiments.run.measure): every
+  replayed   the same configurations on the emulated cluster (runs.run.measure): every
              tensor over links shaped to target / D, each layer waiting D x its measured H200
-             time; D per configuration from experiments.plan (links and engine seconds);
+             time; D per configuration from runs.plan (links and engine seconds);
   choice     the optimiser's pick at each replayed point, checked against the replayed runs:
              does the configuration the model ranks first among those replayed measure fastest?
 
@@ -31,11 +31,11 @@ from typing import Any
 from ..labels import config_key, config_label, run_key
 from ..perf import Cluster, best_assignment, check_device, device_profile, named_profile
 from .. import checks, registry
-from .replayed import PAPER_CLASSES, PAPER_IMAGE, in_grid, renamed_dilation
-from .replayed import caption as replay_caption
-from .measurement import Measurement
-from .run import measure_or_skip, modelled_only
-from .spec import MeasureSpec
+from ..runs.replayed import PAPER_CLASSES, PAPER_IMAGE, in_grid, renamed_dilation
+from ..runs.replayed import caption as replay_caption
+from ..runs.measurement import Measurement
+from ..runs.run import measure_or_skip, modelled_only
+from ..runs.spec import MeasureSpec
 
 ROLES = ("stanza", "stanza_k1", *registry.baselines(), "ps_dedicated")  # the configurations compared
 
@@ -57,7 +57,7 @@ class TodayParams:
     replay_configs: list[str]  # configuration roles replayed (ROLES)
     replay_steps: int = 3  # steps per replayed run, warmup included
     warmup: int = 1  # steps left out of the throughput
-    min_dilation: float = 1.0  # the smallest D (experiments.plan decides each configuration's own)
+    min_dilation: float = 1.0  # the smallest D (runs.plan decides each configuration's own)
     dilation: float | None = None  # the old name of min_dilation: set, it is a one-line error naming the new one
     replay_engine: bool = True  # raise D for the engine's own seconds (measured once per configuration, cached)
     measure_runs: bool = True  # False: the replayed cells are not run (modelled figures only)

@@ -19,12 +19,12 @@ from typing import Any
 
 from ..perf import DEFAULT_LATENCY_S, Cluster, named_profile, predict
 from .. import checks
-from .compute_rounds import device_for, mean_rounds, rounds_needed, timing_rounds
-from .plan import shaped_link
+from ..runs.compute_rounds import device_for, mean_rounds, rounds_needed, timing_rounds
+from ..runs.plan import shaped_link
 from ..variant import Variant
-from .replayed import ReplayParams, in_grid, run_replayed
-from .measurement import Measurement
-from .run import measure_or_skip, modelled_only
+from ..runs.replayed import ReplayParams, in_grid, run_replayed
+from ..runs.measurement import Measurement
+from ..runs.run import measure_or_skip, modelled_only
 
 # ---------------------------------------------------------------------------------------------
 # Predicted against measured
@@ -46,7 +46,7 @@ def predict_runs(result: Measurement, *, latency_s: float = DEFAULT_LATENCY_S,
     communication) with communication left as is; `comm_factor` scales its exposed communication
     with compute left as is. A factor that is the same across rows points at that term.
 
-    Each run is predicted at its own plan's values (experiments.plan.RunPlan.row): the payload
+    Each run is predicted at its own plan's values (runs.plan.RunPlan.row): the payload
     rate its links carried and, replayed, its D; rows written before runs carried them: the
     payload of their wire rate, the bench's D. `with_engine`: a replayed run's measured engine
     seconds (its plan's engine_s) are added to its predicted step."""
@@ -247,7 +247,7 @@ class ValidationParams(ReplayParams):
     PATHS = ("bench_json",)
 
     def __post_init__(self):
-        from .spec import MeasureSpec
+        from ..runs.spec import MeasureSpec
 
         sizes = checks.int_list("nodes", self.nodes, 2) if self.nodes else []
         ks = [self.fc_workers] if isinstance(self.fc_workers, int) else list(self.fc_workers)
@@ -285,7 +285,7 @@ def load_benches(p: ValidationParams) -> list[Measurement]:
 
 def _predict_bench(b: Measurement, latency_s: float) -> list[dict[str, Any]]:
     """predict_runs of one bench. A replayed run with its engine seconds measured (its plan's
-    engine_s, experiments.plan.replayed_plan) is predicted as the emulated run it is: the model's step on
+    engine_s, runs.plan.replayed_plan) is predicted as the emulated run it is: the model's step on
     the dilated device profile plus those seconds (the engine's own CPU work per step, which
     replay keeps and the target cluster would not have; measured at D = 1, apart from the run);
     each row keeps the error without them (`error_without_engine`)."""

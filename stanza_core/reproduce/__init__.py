@@ -4,7 +4,7 @@
 
 With --full, the replayed configurations of the experiments' full parameter sets (the full grid,
 reproduce.grid) are measured first into the committed store benchmarks/results/full
-(experiments.store: one JSON file per configuration, valid while MEASUREMENT_VERSION is
+(runs.store: one JSON file per configuration, valid while MEASUREMENT_VERSION is
 unchanged), only those not stored yet, cheapest first; the notebooks then read them. --budget-min
 stops starting new ones after M minutes (the notebooks run only once the grid is complete);
 --list prints the grid, how much of it is stored and the time to fill the rest, and measures

@@ -1,5 +1,5 @@
 """The full grid: every replayed configuration the experiments' `full` parameter sets run, listed
-against the store of measured configurations (experiments.store, benchmarks/results/full), and
+against the store of measured configurations (runs.store, benchmarks/results/full), and
 filled within a time budget.
 
     python -m stanza_core.reproduce --full --list              the grid: stored, missing, time to fill
@@ -8,7 +8,7 @@ filled within a time budget.
 The grid is built the way the notebooks build their runs: each measuring notebook's `parameters`
 cell defaults, overridden by its YAML's parameter set, give its parameters dataclass
 (nbtools.experiment_params), whose replayed MeasureSpecs give the configurations
-(experiments.store.points). A configuration several notebooks share is one point of the grid.
+(runs.store.points). A configuration several notebooks share is one point of the grid.
 Real-compute runs are not in it: their link rates come from this machine's own timing rounds,
 so they are measured (in seconds, on the small CIFAR-sized models) by the notebooks on each
 machine, as before.
@@ -38,8 +38,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from ..experiments.plan import SETUP_S_PER_NODE
-from ..experiments.store import Point, Store, points
+from ..runs.plan import SETUP_S_PER_NODE
+from ..runs.store import Point, Store, points
 from .spec import REPO_ROOT, Spec, SpecError
 
 MAX_FAILS_IN_A_ROW = 2  # fill: failed points in a row that stop it
@@ -56,9 +56,9 @@ def notebook_parameters(spec: Spec, mode: str) -> dict[str, Any]:
 def replayed_specs(spec: Spec, mode: str = "full") -> list:
     """The replayed MeasureSpecs an experiment's notebook runs in `mode` ([] for a notebook that
     replays nothing): its parameters class, registered by the experiment itself
-    (experiments.replayed.in_grid), built from the notebook's parameters as papermill passes
+    (runs.replayed.in_grid), built from the notebook's parameters as papermill passes
     them, paths among them taken from the notebook's folder."""
-    from ..experiments.replayed import grid_experiments
+    from ..experiments import grid_experiments
     from ..nbtools import experiment_params
 
     params_cls = grid_experiments().get(spec.notebook.stem)
@@ -94,8 +94,8 @@ def grid(specs: list[Spec], mode: str = "full") -> list[GridPoint]:
 def estimate_s(point: Point, engine_s: float | None = None, *, engine_run: bool = True) -> float:
     """Seconds to measure `point` (the module docstring): set-up, `steps` dilated steps, and the
     engine-seconds run when `engine_run` (D from the links, or with `engine_s` when known)."""
-    from ..experiments import plan
-    from ..experiments.plan import replayed_plan
+    from ..runs import plan
+    from ..runs.plan import replayed_plan
 
     cfg = point.config
     p = replayed_plan(cfg, point.target_gbps, None, engine=point.engine and engine_s is not None,
@@ -230,8 +230,8 @@ def fill(points_: list[GridPoint], store: Store,
 
 def measure_point(cache_dir: str | os.PathLike | None) -> Callable[[Point, float | None], tuple[dict, dict, dict]]:
     """The real measure_point of `fill`: run.replayed_point with the runs cache at `cache_dir`."""
-    from ..experiments.cache import Cache
-    from ..experiments.run import replayed_point
+    from ..runs.cache import Cache
+    from ..runs.run import replayed_point
 
     cache = Cache(cache_dir)
 
@@ -272,7 +272,7 @@ def run_grid(specs: list[Spec], *, store: Store, cache_dir: str | os.PathLike | 
     `select`). Returns "complete" (every point stored at the current
     version), "partial" (the budget ran out), "failed" (a point's run failed: listed, left missing)
     or "unavailable" (no emulated cluster here)."""
-    from ..experiments.run import netem_unavailable
+    from ..runs.run import netem_unavailable
 
     gps = select(grid(specs, "full"), pattern)
     if pattern is not None:

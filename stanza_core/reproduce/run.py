@@ -11,7 +11,7 @@ from typing import Any
 
 from .. import DIST_NAME, __version__
 from ..errors import OneLineParser
-from ..experiments.store import Store
+from ..runs.store import Store
 from .execute import VenvKernelManager, execute, export_html, one_line
 from .grid import budget_seconds, grid, run_grid, select
 from .plotlyjs import share_plotlyjs

@@ -52,7 +52,7 @@ def measured_throughput(results: dict[str, Any]) -> go.Figure:
 
 def replayed_throughput(section: dict[str, Any] | None, title: str = "Paper regime") -> go.Figure:
     """Grouped bars of samples/s per configuration for every (model, N, target) of a replayed
-    section (experiments.replayed.summary); the caption says what is measured and what replayed."""
+    section (runs.replayed.summary); the caption says what is measured and what replayed."""
     title = (f"{title}: {section['image_size']}x{section['image_size']}, {section['num_classes']} classes, "
              f"{section['batch_per_worker']} samples per data worker" if section else title)
     if not section or not section["by_model"]:

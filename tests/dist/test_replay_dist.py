@@ -78,8 +78,8 @@ def _replay(tmp_path, n: int, *args: str) -> dict:
 def test_engine_seconds_are_a_replay_run_at_d_1_on_loopback():
     """experiments.planner.engine_seconds for real: a replayed job at D = 1 on local processes,
     its median step less the model's step (0 here: the whole median step comes back)."""
-    from stanza_core.experiments.plan import engine_seconds
-    from stanza_core.experiments.runconfig import RunConfig
+    from stanza_core.runs.plan import engine_seconds
+    from stanza_core.runs.runconfig import RunConfig
 
     cfg = RunConfig(model="tiny_cnn", image_size=16, num_classes=10, nodes=2, strategy="ddp", global_batch=4,
                     steps=2, link_mbit=1000.0, compute="replay", replay_device="v100", dilation=50.0)

@@ -70,9 +70,9 @@ def test_idle_spells_are_stored_as_one_row_and_never_read_as_busy():
 
 
 def test_benchmark_measures_a_slipped_run_once_more_and_marks_a_second_slip(monkeypatch):
-    from stanza_core.experiments import run as run_mod
-    from stanza_core.experiments.measurement import summarize
-    from stanza_core.experiments.runconfig import RunConfig
+    from stanza_core.runs import run as run_mod
+    from stanza_core.runs.measurement import summarize
+    from stanza_core.runs.runconfig import RunConfig
 
     cfg = RunConfig(model="tiny_cnn", image_size=32, num_classes=10, nodes=2, strategy="ddp", global_batch=8,
                     steps=3, link_mbit=10)

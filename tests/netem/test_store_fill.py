@@ -4,9 +4,9 @@ import json
 
 import pytest
 
-from stanza_core.experiments import run
-from stanza_core.experiments.spec import MeasureSpec
-from stanza_core.experiments.store import MEASUREMENT_VERSION, Store, points
+from stanza_core.runs import run
+from stanza_core.runs.spec import MeasureSpec
+from stanza_core.runs.store import MEASUREMENT_VERSION, Store, points
 from stanza_core.reproduce import grid
 
 

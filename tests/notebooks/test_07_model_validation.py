@@ -11,7 +11,7 @@ for _pkg in ("plotly", "papermill", "nbformat", "jupytext", "ipykernel"):  # the
 
 from papermill.exceptions import PapermillExecutionError
 
-from stanza_core.experiments.compute_rounds import device_for
+from stanza_core.runs.compute_rounds import device_for
 from stanza_core.experiments.validation import replay_profile
 from stanza_core.netem.facts import MAX_AGGREGATE_MBIT, max_link_mbit, payload_gbps
 from stanza_core.netem import missing_requirements

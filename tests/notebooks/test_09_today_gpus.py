@@ -8,7 +8,7 @@ for _pkg in ("plotly", "papermill", "nbformat", "jupytext", "ipykernel"):  # the
 
 from papermill.exceptions import PapermillExecutionError
 
-from stanza_core.experiments.plan import replay_link
+from stanza_core.runs.plan import replay_link
 from stanza_core.netem import missing_requirements
 from stanza_core.perf import Cluster, best_assignment, device_profile, named_profile
 

@@ -137,7 +137,7 @@ def test_profile_model_timed_on_cpu(cuda):
 
 def test_notebook_device_cpu_and_experiments_specs_stay_on_cpu(cuda):
     from stanza_core.experiments import convergence, traffic
-    from stanza_core.experiments.runconfig import RunConfig
+    from stanza_core.runs.runconfig import RunConfig
     from stanza_core.local_device import local_device
 
     assert local_device("auto") == "cuda"  # the fake is seen here too

@@ -121,7 +121,7 @@ def test_a_run_goes_through_its_runconfig_with_the_arguments_it_was_built_with_b
     what the hand-built arguments gave (the engine reads --dilation 1 and 1.0 alike)."""
     import dataclasses
 
-    from stanza_core.experiments.runconfig import RunConfig
+    from stanza_core.runs.runconfig import RunConfig
     from stanza_core.launch import cli_args
 
     v = bench.CONFIGS[name]

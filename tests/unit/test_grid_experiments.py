@@ -1,5 +1,5 @@
 """The full grid asks each experiment for its replayed runs: every experiment whose notebook
-replays registers its parameters class (experiments.replayed.in_grid), and reproduce/grid.py
+replays registers its parameters class (runs.replayed.in_grid), and reproduce/grid.py
 builds it from the notebook's parameters with no list of notebooks or modules of its own and
 without changing the working directory."""
 from __future__ import annotations
@@ -11,8 +11,9 @@ import pytest
 
 pytest.importorskip("papermill", reason="the grid reads notebook parameters with papermill")
 
-from stanza_core.experiments import replayed
-from stanza_core.experiments.store import points
+from stanza_core.runs import replayed
+from stanza_core.experiments import grid_experiments
+from stanza_core.runs.store import points
 from stanza_core.reproduce import grid
 from stanza_core.reproduce.spec import REPO_ROOT, load_specs
 
@@ -20,7 +21,7 @@ pytestmark = pytest.mark.slow
 
 
 def test_every_registered_experiment_has_its_notebook_and_replays_in_full_mode():
-    registered = replayed.grid_experiments()
+    registered = grid_experiments()
     specs = {s.notebook.stem: s for s in load_specs(REPO_ROOT / "reproductions")}
     assert registered and set(registered) <= set(specs)  # each names a notebook the reproduction runs
     here = os.getcwd()

@@ -4,7 +4,7 @@ import pytest
 
 from stanza_core.engine.config import TrainConfig
 from stanza_core import checks
-from stanza_core.experiments.runconfig import RunConfig
+from stanza_core.runs.runconfig import RunConfig
 from stanza_core.labels import config_key, config_label, run_key, run_label
 
 

@@ -1,5 +1,5 @@
 """Every measured experiment runs without root: with the emulated cluster unavailable (the one
-root / tc check, `experiments.run.netem_unavailable`, patched to say so) notebooks 03, 04, 05
+root / tc check, `runs.run.netem_unavailable`, patched to say so) notebooks 03, 04, 05
 and 07's experiment functions still produce their model-side results and figures, every figure
 says "Modelled only" with the reason, and the report turns measured claims into "not measured
 (modelled only)" instead of failing the experiment."""
@@ -11,8 +11,9 @@ pytest.importorskip("plotly", reason="figures and notebook helpers need plotly (
 pytest.importorskip("papermill", reason="claims are checked against notebook specs (papermill)")
 
 from stanza_core import viz
-from stanza_core.experiments import assignment, run, sweep, throughput, validation
-from stanza_core.experiments.measurement import Measurement
+from stanza_core.runs import run
+from stanza_core.experiments import assignment, sweep, throughput, validation
+from stanza_core.runs.measurement import Measurement
 from stanza_core.reproduce import evaluate_claims, load_spec
 from stanza_core.reproduce.spec import NOT_MEASURED
 

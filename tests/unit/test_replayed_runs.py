@@ -12,13 +12,14 @@ import pytest
 pytest.importorskip("plotly", reason="figures and notebook helpers need plotly (some GPU VM images lack it)")
 
 from stanza_core import viz
-from stanza_core.experiments import plan, replay_bench, replayed, validation
-from stanza_core.experiments.cache import Cache
-from stanza_core.experiments.measurement import Measurement, summarize
-from stanza_core.experiments.spec import MeasureSpec
-from stanza_core.experiments.runconfig import RunConfig
+from stanza_core.runs import plan, replay_bench, replayed
+from stanza_core.experiments import validation
+from stanza_core.runs.cache import Cache
+from stanza_core.runs.measurement import Measurement, summarize
+from stanza_core.runs.spec import MeasureSpec
+from stanza_core.runs.runconfig import RunConfig
 from stanza_core.variant import Variant
-from stanza_core.experiments.store import points
+from stanza_core.runs.store import points
 from stanza_core.netem.facts import MAX_AGGREGATE_MBIT, max_link_mbit, payload_gbps, payload_per_wire_byte
 from stanza_core.perf import Cluster, DeviceProfile, emulated_bandwidth, named_profile, predict, replay_dilation
 
@@ -287,7 +288,7 @@ def test_a_long_replayed_run_is_given_a_limit_beyond_its_steps(tmp_path, monkeyp
     """VGG-16 stanza k=1 on 16 nodes at 100 Gb/s (D = 1600): modelled at about 25 min, it ran past
     the old fixed 1800 s (runs take up to 1.4x and more of the model's time). Its plan's limit is
     RUN_TIMEOUT_FACTOR x what its steps should take, and the grid's run gets it."""
-    from stanza_core.experiments import run
+    from stanza_core.runs import run
 
     s = replayed.ReplaySet(models=["vgg16"], nodes=[16], strategies=["stanza"], fc_workers=[1],
                            target_gbps=[100.0], engine=False)

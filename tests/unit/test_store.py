@@ -6,9 +6,9 @@ import json
 
 import pytest
 
-from stanza_core.experiments import replayed, run
-from stanza_core.experiments.spec import MeasureSpec
-from stanza_core.experiments.store import MEASUREMENT_VERSION, Point, Store, points
+from stanza_core.runs import replayed, run
+from stanza_core.runs.spec import MeasureSpec
+from stanza_core.runs.store import MEASUREMENT_VERSION, Point, Store, points
 from stanza_core.launch import JobError
 from stanza_core.reproduce import grid
 from stanza_core.reproduce import main as reproduce_main

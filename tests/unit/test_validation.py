@@ -9,10 +9,10 @@ import sys
 
 import pytest
 
-from stanza_core.experiments.cache import Cache, cache_dir_for
-from stanza_core.experiments.compute_rounds import config_rounds, device_for, rounds_needed, timing_rounds
-from stanza_core.experiments.measurement import Measurement
-from stanza_core.experiments.spec import MeasureSpec
+from stanza_core.runs.cache import Cache, cache_dir_for
+from stanza_core.runs.compute_rounds import config_rounds, device_for, rounds_needed, timing_rounds
+from stanza_core.runs.measurement import Measurement
+from stanza_core.runs.spec import MeasureSpec
 from stanza_core.netem.facts import payload_gbps, payload_per_wire_byte
 from stanza_core.experiments.validation import calibrated, engine_apart, error_summary, predict_runs, term_fit
 from stanza_core.perf import Cluster, DeviceProfile, named_profile, predict
@@ -178,7 +178,7 @@ def test_timing_rounds_time_real_processes_at_once():
 @pytest.mark.skipif(shutil.which("unshare") is None, reason="needs util-linux unshare")
 def test_without_root_the_measured_part_says_so_in_one_line():
     # A user namespace without a uid mapping: the process is uid 65534 there, as a normal user.
-    code = ("import json; from stanza_core.experiments.run import MeasureSpec, measure; "
+    code = ("import json; from stanza_core.runs.run import MeasureSpec, measure; "
             "r = measure(MeasureSpec(model='tiny_cnn', image_size=16, num_classes=10, nodes=2, "
             "strategies=['ddp'], fc_workers=[1], global_batch=4, steps=2, link_mbit=[100])); "
             "print(json.dumps([r.unavailable, r.runs]))")
@@ -192,7 +192,7 @@ def test_without_root_the_measured_part_says_so_in_one_line():
 
 
 def test_bench_from_metrics_reads_runs_made_elsewhere(tmp_path):
-    from stanza_core.experiments.run import bench_from_metrics
+    from stanza_core.runs.run import bench_from_metrics
 
     def metrics(strategy, k, tp, name):
         m = {"config": {"strategy": strategy, "model": "alexnet", "image_size": 224, "num_classes": 1000,

@@ -4,8 +4,8 @@ every cached run and stored grid result was written under (literal dicts, captur
 Variant existed)."""
 import pytest
 
-from stanza_core.experiments.runconfig import RunConfig
-from stanza_core.experiments.spec import MeasureSpec
+from stanza_core.runs.runconfig import RunConfig
+from stanza_core.runs.spec import MeasureSpec
 from stanza_core.variant import Variant
 from stanza_core.perf import Cluster, expected_bytes, named_profile, predict
 

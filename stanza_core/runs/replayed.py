@@ -6,7 +6,7 @@ time on the replay device (a perf device-table row), so AlexNet and VGG-16 at 22
 2-core machine. Links run at target / D (perf.emulated_bandwidth with t_here = D x t_target),
 so every transfer takes the fraction of a step it takes on the target cluster.
 
-Dilation rule, per configuration (experiments.plan.replayed_plan, the rule of the replay
+Dilation rule, per configuration (runs.plan.replayed_plan, the rule of the replay
 benchmarks): D = max(min_dilation, perf.replay_dilation(target, N, engine_s, target_step_s, S)), the
 smallest D at which this machine keeps up with the emulated cluster: one link within netem's
 fastest link, the links that receive at once within the aggregate this machine sustains
@@ -107,17 +107,6 @@ def in_grid(notebook: str):
         return cls
     return register
 
-
-def grid_experiments() -> dict[str, type]:
-    """Every experiment whose notebook replays runs of the grid, by notebook stem: each module of
-    this package is imported, and each registers its own (`in_grid`)."""
-    import importlib
-    import pkgutil
-
-    package = __name__.rsplit(".", 1)[0]
-    for m in pkgutil.iter_modules(importlib.import_module(package).__path__):
-        importlib.import_module(f"{package}.{m.name}")
-    return dict(GRID)
 
 
 @dataclasses.dataclass(kw_only=True)

@@ -10,7 +10,7 @@ A Point is a configuration before its plan is resolved: the RunConfig at the gri
 rate (link 1000 Mbit/s, D = 1), the target bandwidth, the smallest D the links ask for and
 whether the engine term may raise it, and the repeat. Its key is what the store is keyed by:
 the plan's dilation and link rates are resolved on the measuring machine (the engine seconds
-are measured there, experiments.plan.replayed_plan) and are stored in the entry, not in the key,
+are measured there, runs.plan.replayed_plan) and are stored in the entry, not in the key,
 so a configuration measured on one machine is found on another.
 
 An entry holds: version, key, the resolved plan (RunPlan.row() and its RunConfig), the run's

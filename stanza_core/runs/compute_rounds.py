@@ -87,7 +87,7 @@ class TimingPool:
     """
 
     def __init__(self, model: str, image_size: int, num_classes: int, size: int, *, reps: int = 5):
-        self.cmd = [sys.executable, "-m", "stanza_core.experiments.compute_rounds", "worker", model, str(image_size),
+        self.cmd = [sys.executable, "-m", "stanza_core.runs.compute_rounds", "worker", model, str(image_size),
                     str(num_classes)]
         self.size, self.reps, self.procs = size, reps, []
 

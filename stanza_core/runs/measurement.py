@@ -5,7 +5,7 @@
     Measurement.from_dict(json.load(f))                  a bench JSON read back (validation.bench_json)
     summarize(runs)                                      the per-configuration rows of m.summary
 
-Each run row carries its plan's values (experiments.plan.RunPlan.row: label, target_gbps,
+Each run row carries its plan's values (runs.plan.RunPlan.row: label, target_gbps,
 link_mbit = the wire rate, payload_gbps, dilation, engine_s, batches) beside what was measured.
 """
 from __future__ import annotations
@@ -30,7 +30,7 @@ class Measurement:
     runs: list[dict[str, Any]] = dataclasses.field(default_factory=list)  # one row per run and repeat
     summary: list[dict[str, Any]] = dataclasses.field(default_factory=list)  # summarize(runs)
     modelled_only_gbps: list[float] = dataclasses.field(default_factory=list)  # targets past the emulator
-    cache: dict[str, Any] | None = None  # experiments.cache.Cache.report()
+    cache: dict[str, Any] | None = None  # runs.cache.Cache.report()
     source: str | None = None  # the bench JSON it was read from (None: measured here)
     timing_rounds_note: str | None = None  # how the timing rounds were taken, when not beside the runs
 

@@ -113,7 +113,7 @@ class RunConfig:
 
     def topology(self) -> Topology:
         """The rank layout the engine builds for this run (topology.make_topology): the one
-        source of its batches per role (experiments.plan, dilation)."""
+        source of its batches per role (runs.plan, dilation)."""
         return self.variant.topology(self.cluster_nodes, self.global_batch)
 
     def train_flags(self) -> dict[str, Any]:

@@ -6,7 +6,7 @@ notebooks asking for the same run share it and a changed parameter or engine nev
 old one. What was reused is printed and recorded in the results (`Cache.report`).
 
 This cache is local (reproductions/out/bench-cache). The full grid's replayed runs are kept in
-the committed store (experiments.store), whose validity is its MEASUREMENT_VERSION, not this
+the committed store (runs.store), whose validity is its MEASUREMENT_VERSION, not this
 fingerprint; run.measure reads the store before this cache.
 """
 from __future__ import annotations
@@ -23,8 +23,8 @@ PACKAGE = Path(__file__).resolve().parents[1]
 # What a measured run depends on: everything but the figures, the report and the notebook glue
 # (the experiments' own measuring modules are added back by name below).
 _NOT_MEASURING = ("viz", "reproduce", "nbtools.py", "widgets.py", "labels.py", "experiments/")
-_MEASURING = ("experiments/spec.py", "experiments/runconfig.py", "experiments/cache.py", "experiments/run.py",
-              "experiments/compute_rounds.py", "experiments/plan.py")
+_MEASURING = ("runs/spec.py", "runs/runconfig.py", "runs/cache.py", "runs/run.py",
+              "runs/compute_rounds.py", "runs/plan.py")
 
 
 def code_fingerprint() -> str:

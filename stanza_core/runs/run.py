@@ -1,11 +1,11 @@
 """Running on the emulated cluster: the one primitive every measurement goes through.
 
     run_config(RunConfig(...)) -> one run's row   (bench, notebooks 03-07 and the tests call it)
-    measure(MeasureSpec(...), cache_dir) -> Measurement (experiments.measurement: runs, summary,
+    measure(MeasureSpec(...), cache_dir) -> Measurement (runs.measurement: runs, summary,
                                             timing rounds, calibration, cache, why unavailable)
 
 `measure` takes the timing rounds the performance model needs (`compute_rounds`), resolves the
-spec's plans (`MeasureSpec.plans`, experiments.plan: each configuration's D, payload and wire
+spec's plans (`MeasureSpec.plans`, runs.plan: each configuration's D, payload and wire
 rates, once; real compute maps a target with t_step_here = one data worker's compute step with
 all N nodes computing at once, the timing round at level N; targets whose wire rate exceeds what
 the emulator holds, `netem.max_link_mbit`, are listed as modelled only) and runs every plan with
@@ -140,7 +140,7 @@ def measure(spec: MeasureSpec, cache_dir: str | None = None, progress: bool = Tr
     """Timing rounds (real compute), the plans of `spec` (MeasureSpec.plans: D and link rates
     resolved once per configuration) and every run of them (cached); their Measurement.
 
-    Replayed runs are first looked up in the store at `store_dir` (experiments.store: by default
+    Replayed runs are first looked up in the store at `store_dir` (runs.store: by default
     the committed configurations, benchmarks/results/full, of the current MEASUREMENT_VERSION;
     None: no store); a stored one is neither measured nor planned again (no engine seconds
     either). The store is only read here.
@@ -222,7 +222,7 @@ def execute(plans: list[RunPlan], repeats: int, cache: Cache, run, *, key_extra:
 
 
 def replayed_point(point: Point, cache: Cache, engine_s: float | None = None) -> tuple[RunPlan, dict[str, Any]]:
-    """One replayed configuration measured: its plan (experiments.plan.replayed_plan: engine
+    """One replayed configuration measured: its plan (runs.plan.replayed_plan: engine
     seconds measured once and kept in `cache`, or `engine_s` when the configuration's are already
     known) and its run (from the runs cache, or run_config), as the Measurement row run.measure
     makes of it."""

@@ -39,13 +39,13 @@ class MeasureSpec:
     mtu: int = 9000  # link MTU (the bench's default: jumbo frames)
     # real compute only: a target whose wire rate maps above this is listed as modelled only, not
     # run (None: netem's limit; the bench passes inf). Replayed runs never need it: their D is
-    # chosen so that every link fits the emulator (experiments.plan.replay_link).
+    # chosen so that every link fits the emulator (runs.plan.replay_link).
     max_link_mbit: float | None = None
     timing_reps: int = 5  # repetitions per timing round
     boundary: str | None = None  # stanza's split point (None: automatic)
     compute: str = "real"  # real arithmetic, or "replay": per-layer waits of D x replay_device's times (D: the plan's)
     replay_device: str | None = None  # replay: the device profile the compute follows (perf device table)
-    min_dilation: float = 1.0  # replay: the smallest D (each configuration's own D from experiments.plan.replay_link)
+    min_dilation: float = 1.0  # replay: the smallest D (each configuration's own D from runs.plan.replay_link)
     engine: bool = False  # replay: raise each configuration's D for its engine seconds (measured once, cached)
     ps_servers: list[int] = dataclasses.field(default_factory=lambda: [0])  # ps deployments: S extra server nodes (0: colocated)
     ps_overlap: list[bool] = dataclasses.field(default_factory=lambda: [False])  # ps: without / with the overlapped push
@@ -112,7 +112,7 @@ class MeasureSpec:
                 for srv, ov in ([(a, b) for a in self.ps_servers for b in self.ps_overlap] if s == "ps" else [(0, False)])]
 
     def plans(self, cache: Any = None, *, t_here: float | None = None, t_target: float | None = None) -> list[plan.RunPlan]:
-        """The RunPlan (experiments.plan) of every configuration at every bandwidth of this grid:
+        """The RunPlan (runs.plan) of every configuration at every bandwidth of this grid:
         replayed compute at each configuration's own D (plan.replayed_plan, engine seconds from
         `cache` when self.engine); real compute at each target by the link rule with one data
         worker's step here and on the target device (`t_here`, `t_target`), or at each link_mbit."""
@@ -128,7 +128,7 @@ class MeasureSpec:
 
     def run_config(self, variant: Variant, link_mbit: float = UNSET_LINK_MBIT) -> RunConfig:
         """The RunConfig of one configuration of this grid (its Variant); its link rate and D are
-        placeholders until a plan sets them (the planner, experiments.plan)."""
+        placeholders until a plan sets them (the planner, runs.plan)."""
         s = variant.strategy
         return RunConfig.of(variant, model=self.model, image_size=self.image_size, num_classes=self.num_classes,
                             nodes=self.nodes, global_batch=self.global_batch_of(s, variant.fc_workers),

@@ -270,7 +270,7 @@ def replayed_plan(cfg: RunConfig, target_gbps: float, cache: Any, *, engine: boo
                   min_dilation: float = 1, engine_s: float | None = None) -> RunPlan:
     """A replayed run at `target_gbps`: D by replay_link with the engine term (the seconds
     measured once per configuration by dilation.engine_seconds and kept in `cache`, an
-    experiments.cache.Cache, kind "engine"; or `engine_s` when given); engine=False: the links
+    runs.cache.Cache, kind "engine"; or `engine_s` when given); engine=False: the links
     alone decide D."""
 
     if cfg.compute != "replay":
