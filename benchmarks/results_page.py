@@ -332,8 +332,21 @@ def grid_status() -> list[str]:
     for e in entries:
         dev[e["key"]["replay_device"]] = dev.get(e["key"]["replay_device"], 0) + 1
     return [f"- {g['n']} of 125 configurations stored ({', '.join(f'{v} on the {k} profile' for k, v in sorted(dev.items()))});",
-            f"- {g['one_step']} of {g['n']} time a single step (3 steps, 2 of them warm-up); the step-to-step "
-            f"spread of a replayed run is not measured."]
+            f"- {g['one_step']} of {g['n']} time a single step (3 steps, 2 of them warm-up); "
+            + spread_line()]
+
+
+def spread_line() -> str:
+    """The step-to-step spread of replayed runs (benchmarks/grid_spread.py's results), or that it is not measured."""
+    path = ROOT / "benchmarks" / "results" / "grid_spread.json"
+    if not path.exists():
+        return "the step-to-step spread of a replayed run is not measured."
+    s = json.loads(path.read_text())["summary"]
+    return (f"the step-to-step spread (max - min over the median of 5 timed steps, measured, "
+            f"`benchmarks/grid_spread.py`) of {s['measured']} stored configurations re-run on their plans: median "
+            f"{s['median_spread']:.2%}, worst {s['worst_spread']:.2%} ({s['worst_label']}), over "
+            f"{s['threshold']:.0%} in {s['over_threshold']}: a single timed step carries that much, and new "
+            f"measurements should time at least 3 steps.")
 
 
 TABLES = {"paper": paper_table, "range": range_table, "goals": goals_table, "validation": validation_table, "grid": grid_status}
