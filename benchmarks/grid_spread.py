@@ -6,8 +6,8 @@ stored grid runs time: 3 steps, 2 of them warm-up) can be from the next.
     python benchmarks/grid_spread.py                          run it (~40 min; root; the machine alone)
     python benchmarks/grid_spread.py --configs "alexnet N=4 stanza k=1 @ 10*" --steps-timed 2 --out /tmp/s.json
 
-Which configurations: the grid's points stored at the current measurement version
-(stanza_core/reproduce/grid.py, runs/store.py), so every run here repeats a stored figure.
+Which configurations: the grid's stored points, each by its newest entry whatever its measurement
+version (stanza_core/reproduce/grid.py, runs/store.py), so every run here repeats a stored figure.
 By default (`choose`) a varied set, cheapest first within the variety: every kind of configuration
 stored (ddp, ps, ps with dedicated servers, ps overlap, stanza k=1, stanza k>=2), both models and
 both replay devices first, then more bandwidths and cluster sizes, within --budget-min; at least
@@ -119,30 +119,33 @@ def estimate(point: Point, entry: dict[str, Any], steps_timed: int) -> float:
 
 
 def from_grid(store: Store, steps_timed: int) -> list[Candidate]:
-    """The grid's points stored at the current version, with their estimates."""
+    """The stored configurations (from_store) that are points of the grid, each with the
+    experiments that run it."""
     from stanza_core.reproduce.grid import grid
     from stanza_core.reproduce.spec import REPO_ROOT, load_specs
+    from stanza_core.runs.store import configuration
 
-    out = [Candidate(gp.point, store.read(gp.point), gp.experiments)
-           for gp in grid(load_specs(REPO_ROOT / "reproductions"), "full") if store.status(gp.point) == "stored"]
+    def ident(key):
+        return json.dumps(configuration(key), sort_keys=True)
+
+    exps = {ident(gp.point.key()): gp.experiments for gp in grid(load_specs(REPO_ROOT / "reproductions"), "full")}
+    out = [c for c in from_store(store, steps_timed) if ident(c.point.key()) in exps]
     for c in out:
-        c.estimate_s = estimate(c.point, c.entry, steps_timed)
+        c.experiments = exps[ident(c.point.key())]
     return out
 
 
 def from_store(store: Store, steps_timed: int) -> list[Candidate]:
-    """The same from the store's files alone (no notebooks read): each entry's Point rebuilt from
-    its config and key (the key's floor of D as min_dilation gives the same key), kept only where
-    its name is the file's."""
+    """Each stored configuration by its newest entry, whatever its version (Store.latest: the spread
+    is a property of re-running a stored plan, not of the version that stored it), its Point
+    rebuilt from its config and key (the key's floor of D as min_dilation gives the same key),
+    kept only where its name is the file's."""
     out = []
-    for path in sorted(store.root.glob("*.json")):
-        e = json.loads(path.read_text())
-        if e.get("version") != store.version:
-            continue
+    for e in store.latest():
         k = e["key"]
         cfg = RunConfig(**{**e["config"], "link_mbit": UNSET_LINK_MBIT, "dilation": 1.0})
         pt = Point(cfg, k["target_gbps"], k["dilation_floor"], k["engine"], k["repeat"])
-        if pt.name == path.name:
+        if pt.name == e["file"]:
             out.append(Candidate(pt, e, [], estimate(pt, e, steps_timed)))
     return out
 
@@ -308,7 +311,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {reason}", file=sys.stderr)
         return 2
     doc = {"what": "step-to-step spread of replayed runs (benchmarks/grid_spread.py)",
-           "measurement_version": MEASUREMENT_VERSION, "steps_timed": args.steps_timed, "threshold": args.threshold,
+           "measurement_version": MEASUREMENT_VERSION,
+           "stored_versions": sorted({c.entry["version"] for c in chosen}), "steps_timed": args.steps_timed, "threshold": args.threshold,
            "estimate_s": round(total, 1), "host": host(), "started": time.strftime("%Y-%m-%d %H:%M:%S %z"),
            "complete": False, "configs": []}
     for i, c in enumerate(chosen, start=1):

@@ -38,8 +38,22 @@ def _json(rel: str) -> dict:
 
 
 def grid() -> list[dict]:
-    """Every stored configuration of the full grid (one JSON file each)."""
-    return [json.loads(p.read_text()) for p in sorted((RESULTS / "full").glob("*.json"))]
+    """Every configuration of the full grid's store by its newest entry (runs.store.Store.latest:
+    the current measurement version's, else an older version's, each with its "version")."""
+    from stanza_core.runs.store import Store
+
+    return Store(RESULTS / "full").latest()
+
+
+def _versions_note(entries, model, nodes, gbps, device="v100") -> str:
+    """"" when every stored run of the cell is of the current measurement version, else which
+    older version (and how many timed steps) its figure rests on."""
+    from stanza_core.runs.store import MEASUREMENT_VERSION
+
+    old = sorted({(e["version"], len(e["run"]["steps_s"]) - e["key"]["warmup"]) for e in entries
+                  if (e["key"]["model"], e["key"]["nodes"], e["key"]["target_gbps"], e["key"]["replay_device"])
+                  == (model, nodes, gbps, device) and e["version"] != MEASUREMENT_VERSION})
+    return ("; " + ", ".join(f"measurement version {v}, {t} timed step{'s' * (t > 1)}" for v, t in old)) if old else ""
 
 
 def _throughput(entries, model, nodes, gbps, device="v100"):
@@ -157,7 +171,11 @@ def paper_table() -> list[str]:
                 ours = "not measured" + (f" in the grid (an earlier replay, `paper_regime_replay_v2.2.json`: "
                                          f"{early:.2f}x)" if early else "")
             status = r["status"] if value is not None else "not judged"
-            seen[c["ours"]] = [c["claim"], str(c["paper"]).split(" (")[0], ours, _how(c, label),
+            how = _how(c, label)
+            if c["ours"].startswith("replayed.") and value is not None:  # the versions its stored runs are of
+                p = c["ours"].split(".")
+                how += _versions_note(entries, p[2], int(p[3]), float(p[4]))
+            seen[c["ours"]] = [c["claim"], str(c["paper"]).split(" (")[0], ours, how,
                                _fmt_bound(c), status, command, [spec.name]]
     rows = ["| claim | paper | ours | how | bound | verdict | command | reproductions/ |",
             "|---|---|---|---|---|---|---|---|"]
@@ -248,7 +266,8 @@ def grid_numbers() -> dict:
     errs = [r["error"] for r in rs]
     entries = grid()
     timed = [len(e["run"]["steps_s"]) - e["key"]["warmup"] for e in entries]
-    return {"n": len(rs), "median": statistics.median(abs(x) for x in errs), "bias": statistics.fmean(errs),
+    return {"n": len(rs), "by_version": {v: sum(r["version"] == v for r in rs) for v in sorted({r["version"] for r in rs})},
+            "median": statistics.median(abs(x) for x in errs), "bias": statistics.fmean(errs),
             "worst": max(errs, key=abs), "bytes_equal": sum(r["bytes_per_step"] == r["expected_bytes_per_step"]
                                                           for r in rs),
             "one_step": sum(t == 1 for t in timed), "slipped": sum(bool(r["slipped"]) for r in rs)}
@@ -327,13 +346,22 @@ def validation_table() -> list[str]:
 
 
 def grid_status() -> list[str]:
+    from stanza_core.runs.store import MEASUREMENT_VERSION, MIN_TIMED_STEPS
+
     g, entries = grid_numbers(), grid()
     dev = {}
     for e in entries:
         dev[e["key"]["replay_device"]] = dev.get(e["key"]["replay_device"], 0) + 1
-    return [f"- {g['n']} of 125 configurations stored ({', '.join(f'{v} on the {k} profile' for k, v in sorted(dev.items()))});",
-            f"- {g['one_step']} of {g['n']} time a single step (3 steps, 2 of them warm-up); "
-            + spread_line()]
+    cur = g["by_version"].get(MEASUREMENT_VERSION, 0)
+    old = {v: n for v, n in g["by_version"].items() if v != MEASUREMENT_VERSION}
+    return [f"- {g['n']} of 125 configurations stored ({', '.join(f'{v} on the {k} profile' for k, v in sorted(dev.items()))}); "
+            f"{cur} at measurement version {MEASUREMENT_VERSION} (at least {MIN_TIMED_STEPS} timed steps)"
+            + "".join(f", {n} only at version {v} (shown here, to measure again)" for v, n in sorted(old.items()))
+            + f"; {125 - g['n']} never measured;",
+            f"- {g['one_step']} of {g['n']} shown time a single step (version 1: 3 steps, 2 of them warm-up); "
+            + spread_line(),
+            f"- what is left to measure and the time it takes: `{FULL} LIST=1` (the listing's estimate, "
+            f"corrected by each model's measured factor)."]
 
 
 def spread_line() -> str:
@@ -345,8 +373,8 @@ def spread_line() -> str:
     return (f"the step-to-step spread (max - min over the median of 5 timed steps, measured, "
             f"`benchmarks/grid_spread.py`) of {s['measured']} stored configurations re-run on their plans: median "
             f"{s['median_spread']:.2%}, worst {s['worst_spread']:.2%} ({s['worst_label']}), over "
-            f"{s['threshold']:.0%} in {s['over_threshold']}: a single timed step carries that much, and new "
-            f"measurements should time at least 3 steps.")
+            f"{s['threshold']:.0%} in {s['over_threshold']}: a single timed step carries that much, so measurement "
+            f"version 2 times at least 3.")
 
 
 TABLES = {"paper": paper_table, "range": range_table, "goals": goals_table, "validation": validation_table, "grid": grid_status}

@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from ..runs.plan import SETUP_S_PER_NODE
-from ..runs.store import Point, Store, points
+from ..runs.store import Point, Store, check_timed_steps, points
 from .spec import REPO_ROOT, Spec, SpecError
 
 MAX_FAILS_IN_A_ROW = 2  # fill: failed points in a row that stop it
@@ -135,6 +135,14 @@ def listing(points_: list[GridPoint], store: Store) -> dict[str, Any]:
     measured = [(gp.point.config.model, entries[n]["measured"]["seconds"],
                  estimate_s(gp.point, entries[n]["plan"].get("engine_s"), engine_run=False))
                 for gp in points_ if (n := gp.point.name) in entries]
+    # the machine's factor on its estimate does not depend on the version: older entries count
+    # too, each against the estimate of the steps it timed
+    for gp in points_:
+        if status[gp.point.name] == "old" and (e := store.older(gp.point)) is not None:
+            then = dataclasses.replace(gp.point, config=dataclasses.replace(
+                gp.point.config, steps=e["key"]["steps"], warmup=e["key"]["warmup"]))
+            measured.append((gp.point.config.model, e["measured"]["seconds"],
+                             estimate_s(then, e["plan"].get("engine_s"), engine_run=False)))
     ratio = sum(m for _, m, _ in measured) / sum(e for _, _, e in measured) if measured else None
     # per model: the estimate misses by a model's own factor (a VGG-16 run's host work is larger)
     by_model = {model: sum(m for x, m, _ in measured if x == model) / sum(e for x, _, e in measured if x == model)
@@ -165,7 +173,8 @@ def print_listing(lst: dict[str, Any], points_: list[GridPoint], *, verbose: boo
     where = root.relative_to(REPO_ROOT) if root.is_relative_to(REPO_ROOT) else root
     print(f"full grid: {lst['points']} replayed configurations; {lst['stored']} stored (measurement version "
           f"{lst['version']}, {where}), {lst['missing']} to measure"
-          + (f" ({lst['old_version']} of them stored at another version)" if lst["old_version"] else ""))
+          + (f" ({lst['old_version']} of them stored at an older version, shown by reports until measured again)"
+             if lst["old_version"] else ""))
     for name, d in lst["by_experiment"].items():
         print(f"  {name}: {d['stored']} of {d['points']} stored")
     if verbose:
@@ -176,7 +185,7 @@ def print_listing(lst: dict[str, Any], points_: list[GridPoint], *, verbose: boo
     print(f"estimate (steps x D x the model's step, {SETUP_S_PER_NODE:g} s set-up per node, D from the links where "
           f"no engine seconds are stored; the engine term raises D for short steps): "
           f"{_h(lst['estimate_missing_s'])} to fill the missing ones, {_h(lst['estimate_all_s'])} for the whole grid"
-          + (f"; the stored runs took {ratio:.2f}x their estimate ("
+          + (f"; the stored runs (every version) took {ratio:.2f}x their estimate ("
              + ", ".join(f"{m} {r:.2f}x" for m, r in sorted(lst["measured_over_estimate_by_model"].items()))
              + f"), so about {_h(lst['corrected_missing_s'])} to fill (each model's factor on its own runs)"
              if ratio else ""))
@@ -197,6 +206,8 @@ def fill(points_: list[GridPoint], store: Store,
     left (failed ones included)."""
     lst = listing(points_, store)
     by_name = {gp.point.name: gp for gp in points_}
+    for name in lst["order"]:  # before hours of measuring: every point must be storable
+        check_timed_steps(by_name[name].point)
     engine = dict(lst["engine_s"])
     start, done, failed, in_a_row = clock(), [], [], 0
     for i, name in enumerate(lst["order"], start=1):

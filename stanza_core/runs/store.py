@@ -5,6 +5,7 @@
     points(spec) -> [Point]                the configurations of a replayed MeasureSpec, in run order
     Store(root).get(point) -> entry | None a stored entry of the current version, else None
     Store(root).put(point, plan=..., config=..., run=..., seconds=...)  write one entry
+    Store(root).latest() -> [entry]        each configuration's newest entry, any version (reports)
 
 A Point is a configuration before its plan is resolved: the RunConfig at the grid's placeholder
 rate (link 1000 Mbit/s, D = 1), the target bandwidth, the smallest D the links ask for and
@@ -18,7 +19,8 @@ summary row (measurement.summarize), the Measurement row itself (what run.measur
 it), and when and where it was measured (host, CPUs, load average before and after, seconds).
 
 Validity is decided by MEASUREMENT_VERSION alone, not by a fingerprint of source files: a stored
-entry of another version is neither reused nor counted as stored.
+entry of another version is neither reused nor counted as stored. It stays in the folder until
+its configuration is measured again, and reports (Store.latest) show it with its version.
 """
 from __future__ import annotations
 
@@ -42,7 +44,13 @@ if TYPE_CHECKING:
 # replayed run measures (the engine's messages or waits, the emulator's shaping, the dilation
 # rule, the run row's meaning). Every stored entry of an older version is then measured again.
 # Changes that measure the same thing (refactors, figures, reports) leave it as it is.
-MEASUREMENT_VERSION = 1
+#   1: the first store (87 configurations, 2026-12-03..05; 72 of them time a single step).
+#   2: a stored run times at least MIN_TIMED_STEPS steps. The step-to-step spread of replayed
+#      runs, measured on 11 stored configurations with 5 timed steps each (benchmarks/grid_spread.py,
+#      benchmarks/results/grid_spread.json), is over 1 % in 6 of 11 (median 1.32 %, worst 7.29 %),
+#      so one timed step is not a figure to 1 %. The full grid's parameter sets time 3 steps.
+MEASUREMENT_VERSION = 2
+MIN_TIMED_STEPS = 3  # steps - warmup of a stored run, from version 2 on
 
 STORE_DIR = Path(__file__).resolve().parents[2] / "benchmarks" / "results" / "full"
 
@@ -98,6 +106,23 @@ def points(spec: MeasureSpec) -> list[Point]:
             for rep in range(spec.repeats) for g in spec.target_gbps for cfg in cfgs]
 
 
+def configuration(key: dict[str, Any]) -> dict[str, Any]:
+    """A store key without its step counts: the configuration whatever steps a version timed."""
+    return {k: v for k, v in key.items() if k not in ("steps", "warmup")}
+
+
+def timed_steps(point: Point) -> int:
+    return point.config.steps - point.config.warmup
+
+
+def check_timed_steps(point: Point) -> None:
+    """A ValueError unless `point` times at least MIN_TIMED_STEPS steps (version 2's rule)."""
+    if timed_steps(point) < MIN_TIMED_STEPS:
+        c = point.config
+        raise ValueError(f"{point.label} times {timed_steps(point)} step(s) ({c.steps} steps, {c.warmup} warm-up); "
+                         f"a stored run times at least {MIN_TIMED_STEPS} (measurement version {MEASUREMENT_VERSION})")
+
+
 def host() -> dict[str, Any]:
     """Where a run is measured: host name, CPUs, platform, load average now."""
     load = os.getloadavg() if hasattr(os, "getloadavg") else None
@@ -112,6 +137,7 @@ class Store:
         self.root = Path(root)
         self.version = version
         self.reused: list[str] = []
+        self._entries: list[dict[str, Any]] | None = None
 
     def path(self, point: Point) -> Path:
         return self.root / point.name
@@ -133,9 +159,36 @@ class Store:
         return entry
 
     def status(self, point: Point) -> str:
-        """"stored" (current version), "old" (another version: to measure again) or "missing"."""
+        """"stored" (current version), "old" (only another version holds this configuration, at
+        this key or with other step counts: to measure again) or "missing"."""
         entry = self.read(point)
-        return "missing" if entry is None else "stored" if entry.get("version") == self.version else "old"
+        if entry is not None and entry.get("version") == self.version:
+            return "stored"
+        return "old" if entry is not None or self.older(point) is not None else "missing"
+
+    def entries(self) -> list[dict[str, Any]]:
+        """Every entry in the folder, whatever its version, each with its file name under "file"
+        (read once per Store)."""
+        if self._entries is None:
+            self._entries = [{**json.loads(p.read_text()), "file": p.name} for p in sorted(self.root.glob("*.json"))]
+        return self._entries
+
+    def older(self, point: Point) -> dict[str, Any] | None:
+        """The newest entry of an older version that measured `point`'s configuration (its key
+        but for the step counts, which version 2 raised), or None."""
+        ident = configuration(point.key())
+        old = [e for e in self.entries() if e.get("version", 0) < self.version and configuration(e["key"]) == ident]
+        return max(old, key=lambda e: e["version"]) if old else None
+
+    def latest(self) -> list[dict[str, Any]]:
+        """Each configuration's newest entry (the current version's where it is stored, else the
+        newest older one), in file order: what reports show, each with its version."""
+        best: dict[str, dict[str, Any]] = {}
+        for e in self.entries():
+            ident = json.dumps(configuration(e["key"]), sort_keys=True)
+            if ident not in best or e.get("version", 0) > best[ident].get("version", 0):
+                best[ident] = e
+        return list(best.values())
 
     def put(self, point: Point, *, plan: dict[str, Any], config: dict[str, Any], run: dict[str, Any],
             seconds: float, load_before: list[float] | None = None) -> Path:
@@ -144,6 +197,7 @@ class Store:
         took, engine seconds and cluster set-up included)."""
         from .measurement import summarize
 
+        check_timed_steps(point)
         where = host()
         entry = {"version": self.version, "key": point.key(), "label": point.label, "plan": plan, "config": config,
                  "summary": summarize([run])[0], "run": run,
@@ -152,6 +206,7 @@ class Store:
                               "loadavg_before": load_before, "loadavg_after": where["loadavg"]}}
         path = self.path(point)
         atomic.write_text(path, json.dumps(entry, indent=1, sort_keys=True) + "\n")
+        self._entries = None
         return path
 
     def report(self) -> dict[str, Any]:

@@ -13,7 +13,7 @@ from stanza_core.reproduce import grid
 @pytest.mark.slow  # one emulated run of two ranks and its engine-seconds run: ~15 s
 def test_a_replayed_configuration_is_measured_into_the_store_and_reused(netem_host, tmp_path, monkeypatch):
     spec = MeasureSpec(model="tiny_cnn", image_size=16, num_classes=10, nodes=2, strategies=["ddp"], fc_workers=[1],
-                       batch_per_worker=2, steps=2, target_gbps=[10.0], compute="replay", replay_device="v100",
+                       batch_per_worker=2, steps=4, target_gbps=[10.0], compute="replay", replay_device="v100",
                        engine=True)
     st = Store(tmp_path / "full")
     gps = [grid.GridPoint(p, ["fixture"]) for p in points(spec)]

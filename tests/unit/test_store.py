@@ -15,9 +15,10 @@ from stanza_core.reproduce import main as reproduce_main
 
 
 def _spec(**kw) -> MeasureSpec:
-    """AlexNet at 224 px on 4 replayed nodes at 10 and 100 Gb/s: ps, ddp, stanza k=1 (a ReplaySet's)."""
+    """AlexNet at 224 px on 4 replayed nodes at 10 and 100 Gb/s: ps, ddp, stanza k=1 (a ReplaySet's),
+    3 timed steps (runs.store.MIN_TIMED_STEPS)."""
     s = replayed.ReplaySet(**{"models": ["alexnet"], "nodes": [4], "strategies": ["ps", "ddp", "stanza"],
-                              "fc_workers": [1], "target_gbps": [10.0], **kw})
+                              "fc_workers": [1], "target_gbps": [10.0], "steps": 4, "warmup": 1, **kw})
     return s.specs[0]
 
 
@@ -69,6 +70,47 @@ def test_an_entry_of_another_version_is_not_reused(tmp_path):
     assert st.get(pt) is None and st.status(pt) == "missing"
 
 
+def test_an_older_version_at_other_step_counts_is_old_shown_by_latest_and_replaced(tmp_path):
+    """Version 2 raised the grid's steps: a version 1 entry of the same configuration (another key:
+    fewer steps) is "old", never reused, and reports show it (latest) until version 2 measures it."""
+    one_step = points(_spec(steps=3, warmup=2))[0]  # what version 1 stored: 1 timed step
+    now = points(_spec())[0]  # 4 steps, 1 warm-up
+    assert one_step.name != now.name
+    plan_row, cfg, row = _fake_run(one_step)
+    v1 = Store(tmp_path, version=1)
+    with pytest.raises(ValueError, match=r"times 1 step\(s\) \(3 steps, 2 warm-up\); a stored run times at least 3"):
+        v1.put(one_step, plan=plan_row, config=cfg, run=row, seconds=1.0)
+    # an entry written before the rule (as the committed version 1 files were)
+    entry = {"version": 1, "key": one_step.key(), "label": one_step.label, "plan": plan_row, "config": cfg,
+             "summary": {}, "run": row, "measured": {"seconds": 1.0}}
+    v1.path(one_step).write_text(json.dumps(entry))
+    st = Store(tmp_path, version=2)
+    assert st.get(now) is None and st.status(now) == "old" and st.older(now)["key"] == one_step.key()
+    assert st.status(points(_spec())[1]) == "missing"
+    assert [(e["version"], e["file"]) for e in st.latest()] == [(1, one_step.name)]
+    lst = grid.listing(_grid(_spec()), st)
+    assert (lst["stored"], lst["old_version"], lst["missing"]) == (0, 1, 3)
+    plan_row, cfg, row = _fake_run(now)
+    st.put(now, plan=plan_row, config=cfg, run=row, seconds=1.0)
+    assert st.status(now) == "stored" and [(e["version"], e["file"]) for e in st.latest()] == [(2, now.name)]
+
+
+def test_the_fill_refuses_a_point_of_too_few_timed_steps_before_measuring_any(tmp_path):
+    gps = _grid(_spec()) + _grid(_spec(steps=3, warmup=1, target_gbps=[100.0]))
+    measured = []
+    with pytest.raises(ValueError, match=r"@ 100 Gb/s \(v100\) times 2 step\(s\) \(3 steps, 1 warm-up\)"):
+        grid.fill(gps, Store(tmp_path), lambda pt, e: measured.append(pt), budget_s=3600, say=lambda s: None)
+    assert measured == [] and list(tmp_path.iterdir()) == []
+
+
+def test_every_point_of_the_full_grid_times_enough_steps():
+    from stanza_core.reproduce.spec import REPO_ROOT, load_specs
+    from stanza_core.runs.store import MIN_TIMED_STEPS, timed_steps
+
+    gps = grid.grid(load_specs(REPO_ROOT / "reproductions"), "full")
+    assert len(gps) == 125 and min(timed_steps(gp.point) for gp in gps) == MIN_TIMED_STEPS
+
+
 def test_the_key_is_stable_for_the_same_configuration_and_differs_for_another():
     a, b = points(_spec()), points(_spec())
     assert [p.name for p in a] == [p.name for p in b] and [p.key() for p in a] == [p.key() for p in b]
@@ -81,7 +123,7 @@ def test_the_key_is_stable_for_the_same_configuration_and_differs_for_another():
     assert [p.name for p in points(spec)] == [p.name for p in a]
     # a different target, step count, device or engine term is another configuration
     others = [points(_spec(target_gbps=[100.0]))[0],
-              points(_spec(steps=4))[0], points(_spec(replay_device="a100"))[0],
+              points(_spec(steps=5))[0], points(_spec(replay_device="a100"))[0],
               points(_spec(engine=False))[0]]
     assert len({p.name for p in others} | {a[0].name}) == 5
     # repeats are their own entries
