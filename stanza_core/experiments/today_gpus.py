@@ -28,7 +28,7 @@ import dataclasses
 import statistics
 from typing import Any
 
-from ..labels import config_key, config_label, run_key
+from ..labels import config_key, run_key
 from ..perf import Cluster, best_assignment, check_device, device_profile, named_profile
 from .. import checks, registry
 from ..runs.replayed import PAPER_CLASSES, PAPER_IMAGE, in_grid, renamed_dilation
