@@ -45,14 +45,15 @@ def grid() -> list[dict]:
     return Store(RESULTS / "full").latest()
 
 
-def _versions_note(entries, model, nodes, gbps, device="v100") -> str:
-    """"" when every stored run of the cell is of the current measurement version, else which
-    older version (and how many timed steps) its figure rests on."""
+def _versions_note(entries, model, nodes, gbps, labels, device="v100") -> str:
+    """"" when every stored run of the cell that a figure uses (its `labels`) is of the current
+    measurement version, else which older version (and how many timed steps) it rests on."""
     from stanza_core.runs.store import MEASUREMENT_VERSION
 
     old = sorted({(e["version"], len(e["run"]["steps_s"]) - e["key"]["warmup"]) for e in entries
                   if (e["key"]["model"], e["key"]["nodes"], e["key"]["target_gbps"], e["key"]["replay_device"])
-                  == (model, nodes, gbps, device) and e["version"] != MEASUREMENT_VERSION})
+                  == (model, nodes, gbps, device) and e["summary"]["label"] in labels
+                  and e["version"] != MEASUREMENT_VERSION})
     return ("; " + ", ".join(f"measurement version {v}, {t} timed step{'s' * (t > 1)}" for v, t in old)) if old else ""
 
 
@@ -174,7 +175,9 @@ def paper_table() -> list[str]:
             how = _how(c, label)
             if c["ours"].startswith("replayed.") and value is not None:  # the versions its stored runs are of
                 p = c["ours"].split(".")
-                how += _versions_note(entries, p[2], int(p[3]), float(p[4]))
+                n = int(p[3])
+                ks = full_params["paper_fc_workers"] if n in full_params["paper_nodes"] else [full_params["fc_workers"]]
+                how += _versions_note(entries, p[2], n, float(p[4]), {"ps", *(f"stanza k={k}" for k in ks)})
             seen[c["ours"]] = [c["claim"], str(c["paper"]).split(" (")[0], ours, how,
                                _fmt_bound(c), status, command, [spec.name]]
     rows = ["| claim | paper | ours | how | bound | verdict | command | reproductions/ |",
