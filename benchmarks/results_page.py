@@ -245,11 +245,14 @@ def range_table() -> list[str]:
     for model in ("alexnet", "vgg16"):
         for n in (4, 8, 16):
             ks = [1, 2] if n == 16 else [1]
-            ps = replayed_ratio(entries, model, n, 10.0, ks)
-            ddp = replayed_ratio(entries, model, n, 10.0, ks, over="ddp")
-            s1 = replayed_ratio(entries, model, n, 10.0, ks, over="ps S=1")
+            stanza = {f"stanza k={k}" for k in ks}
+            cells = []
+            for over in ("ps", "ddp", "ps S=1"):
+                v = replayed_ratio(entries, model, n, 10.0, ks, over=over)
+                old = v is not None and _versions_note(entries, model, n, 10.0, stanza | {over})
+                cells.append(_x(v) + (" (v1)" if old else ""))
             m = modelled(model, n, 10.0)
-            rows.append(f"| {model} | {n} | {_x(ps)} | {_x(ddp)} | {_x(s1)} | {m['vs_ps']:.2f}x | "
+            rows.append(f"| {model} | {n} | {' | '.join(cells)} | {m['vs_ps']:.2f}x | "
                         f"best of {', '.join(map(str, ks))} / {m['k']} |")
     return rows
 
