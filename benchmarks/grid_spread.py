@@ -123,15 +123,13 @@ def from_grid(store: Store, steps_timed: int) -> list[Candidate]:
     experiments that run it."""
     from stanza_core.reproduce.grid import grid
     from stanza_core.reproduce.spec import REPO_ROOT, load_specs
-    from stanza_core.runs.store import configuration
+    from stanza_core.runs.store import configuration_id
 
-    def ident(key):
-        return json.dumps(configuration(key), sort_keys=True)
-
-    exps = {ident(gp.point.key()): gp.experiments for gp in grid(load_specs(REPO_ROOT / "reproductions"), "full")}
-    out = [c for c in from_store(store, steps_timed) if ident(c.point.key()) in exps]
+    exps = {configuration_id(gp.point.key()): gp.experiments
+            for gp in grid(load_specs(REPO_ROOT / "reproductions"), "full")}
+    out = [c for c in from_store(store, steps_timed) if configuration_id(c.point.key()) in exps]
     for c in out:
-        c.experiments = exps[ident(c.point.key())]
+        c.experiments = exps[configuration_id(c.point.key())]
     return out
 
 

@@ -111,6 +111,11 @@ def configuration(key: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in key.items() if k not in ("steps", "warmup")}
 
 
+def configuration_id(key: dict[str, Any]) -> str:
+    """configuration(key) as one hashable string (equal for the versions of one configuration)."""
+    return json.dumps(configuration(key), sort_keys=True)
+
+
 def timed_steps(point: Point) -> int:
     return point.config.steps - point.config.warmup
 
@@ -185,7 +190,7 @@ class Store:
         newest older one), in file order: what reports show, each with its version."""
         best: dict[str, dict[str, Any]] = {}
         for e in self.entries():
-            ident = json.dumps(configuration(e["key"]), sort_keys=True)
+            ident = configuration_id(e["key"])
             if ident not in best or e.get("version", 0) > best[ident].get("version", 0):
                 best[ident] = e
         return list(best.values())
