@@ -104,6 +104,12 @@ def compressed_allreduce(comm, bucket: FlatBucket, group: str, category: str, co
     if n == 1:
         return None
     pg = comm.groups[group]
+    full = bucket.buffer()
+    if comm.payload_scale > 1:  # replayed: the hook compresses 1/F of the bucket; its caller gets the whole back
+        if compression == "powersgd":
+            raise ValueError("payload scaling does not apply to PowerSGD (its factors' sizes do not scale with "
+                             "the bucket): run it with payload scale 1")
+        bucket = FlatBucket(bucket.index(), bucket.index() + 1, comm.on_wire(full), [])  # fp16/bf16 read the buffer only
     buf = bucket.buffer()
     if compression in ("fp16", "bf16"):
         hook = default_hooks.fp16_compress_hook if compression == "fp16" else default_hooks.bf16_compress_hook
@@ -117,8 +123,13 @@ def compressed_allreduce(comm, bucket: FlatBucket, group: str, category: str, co
         n_bytes = numel * buf.element_size()
     else:
         raise ValueError(f"unknown gradient compression {compression!r}")
-    ring = Fraction(2 * (n - 1) * n_bytes, n)
-    comm.count(category, ring, ring)
+    logical = n_bytes if buf is full else full.numel() * 2  # F > 1 (fp16/bf16): what an unscaled bucket sends
+    ring, wire_ring = Fraction(2 * (n - 1) * logical, n), Fraction(2 * (n - 1) * n_bytes, n)
+    comm.count(category, ring, ring, wire_ring, wire_ring)
+    if comm._counting:
+        comm.messages.append(logical)
+    if buf is not full:
+        fut = fut.then(lambda _f: full)
     return fut
 
 
@@ -130,13 +141,16 @@ def ddp_hook(comm, average: bool = True):
     makes the compute stream wait: a dead peer would hang the next synchronisation)."""
     def hook(_state, bucket):
         buf = bucket.buffer()
-        ring = Fraction(2 * (comm.world_size - 1) * nbytes(buf), comm.world_size)
-        comm.count("grads", ring, ring)
-        work = dist.all_reduce(buf, async_op=True)
+        wire = comm.on_wire(buf)  # all of it, or 1/F of it (payload scaling, replayed compute)
+        ring, wire_ring = (Fraction(2 * (comm.world_size - 1) * nbytes(t), comm.world_size) for t in (buf, wire))
+        comm.count("grads", ring, ring, wire_ring, wire_ring)
+        if comm._counting:
+            comm.messages.append(nbytes(buf))
+        work = dist.all_reduce(wire, async_op=True)
         comm.mark_allreduce(work, "grads", nbytes(buf))  # DDP's buckets on the timeline too
         comm.ddp_works.append(work)
-        if not average:
-            return work.get_future().then(lambda f: f.value()[0])
+        if not average:  # replayed: DDP gets its whole bucket back (values mean nothing)
+            return work.get_future().then(lambda _f: buf)
         return work.get_future().then(lambda f: f.value()[0].div_(comm.world_size))
     return hook
 

@@ -1,6 +1,14 @@
 """`Comm`, one rank's process-group handle: life cycle, P2P, allreduce, waits with our timeout,
 byte counting (accounting.py) and the timeline. Strategies call only this class.
 
+Payload scaling (`payload_scale` F > 1, replayed compute only: `--payload-scale`): every message
+carries the first ceil(n / F) of its n elements (a view, no copy; integer tensors, the labels,
+whole), while the counters keep the
+logical bytes (what an unscaled run moves) and `wire_bytes` the bytes that really crossed. The
+run plan shapes every link to 1/F of its rate as well, so each transfer takes the emulated time
+it would unscaled; the number of messages and their order do not change. Replayed values mean
+nothing, so which elements travel does not matter.
+
 Timeline (off by default; `--timeline`): inside `counting()` every post of a send/recv, every
 allreduce launch and completion, and the strategy's compute marks are recorded as
 {step, t, event, category, peer, bytes} with t = time.perf_counter() (CLOCK_MONOTONIC: one clock
@@ -48,8 +56,11 @@ class Comm:
     def __init__(self, rank: int = 0, world_size: int = 1, timeout_s: float = 120.0, backend: str | None = None):
         self.rank, self.world_size, self.backend = rank, world_size, backend
         self.timeout = datetime.timedelta(seconds=timeout_s)
-        self.step_bytes = ByteCounter()  # traffic of training steps
+        self.step_bytes = ByteCounter()  # traffic of training steps (logical bytes: as an unscaled run)
         self.other_bytes = ByteCounter()  # warm-up, gathers: not a step's
+        self.wire_bytes = ByteCounter()  # a step's bytes that crossed the wire (step_bytes / F)
+        self.payload_scale = 1  # F: a message carries 1/F of its elements (replayed compute only)
+        self.messages: list[int] = []  # logical bytes of each message this rank posted in steps
         self._counting = False
         self.groups: dict[str, object] = {}
         self.group_ranks: dict[str, list[int]] = {}
@@ -142,8 +153,31 @@ class Comm:
         finally:
             self._counting = False
 
-    def count(self, category: str, sent, recv):
-        (self.step_bytes if self._counting else self.other_bytes).add(category, sent, recv)
+    def count(self, category: str, sent, recv, wire_sent=None, wire_recv=None):
+        """Count a transfer's logical bytes (and, inside a step, its wire bytes: the same unless
+        payloads are scaled) under `category`."""
+        if not self._counting:
+            self.other_bytes.add(category, sent, recv)
+            return
+        self.step_bytes.add(category, sent, recv)
+        self.wire_bytes.add(category, sent if wire_sent is None else wire_sent, recv if wire_recv is None else wire_recv)
+
+    def set_payload_scale(self, scale: int):
+        """F (module docstring): 1, or an integer > 1 for replayed compute (the engine checks it)."""
+        if not isinstance(scale, int) or isinstance(scale, bool) or scale < 1:
+            raise ValueError(f"payload scale must be an integer >= 1, got {scale!r}")
+        self.payload_scale = scale
+
+    def on_wire(self, tensor: torch.Tensor) -> torch.Tensor:
+        """What of `tensor` crosses the wire: all of it, or (F > 1) its first ceil(n / F) elements,
+        a view of a contiguous tensor (a non-contiguous one: new storage of that size, untouched).
+        Integer tensors (labels: b values the FC worker's loss indexes with) always travel whole."""
+        f = self.payload_scale
+        if f == 1 or not tensor.is_floating_point():  # integers (labels) index the loss: they travel whole
+            return tensor
+        m = -(-tensor.numel() // f)
+        flat = tensor.view(-1) if tensor.is_contiguous() else tensor.new_empty(m)
+        return flat[:m]
 
     # -- timeline -------------------------------------------------------------------------------
     def enable_timeline(self):
@@ -177,9 +211,13 @@ class Comm:
                 raise ValueError(f"rank {self.rank} cannot {kind} to itself")
             if kind not in ("send", "recv"):
                 raise ValueError(f"unknown P2P op {kind!r}")
-            n = nbytes(tensor)
-            self.count(category, n if kind == "send" else 0, n if kind == "recv" else 0)
-            p2p_ops.append(dist.P2POp(dist.isend if kind == "send" else dist.irecv, tensor, peer, group=pg,
+            n, wire = nbytes(tensor), self.on_wire(tensor)
+            w = nbytes(wire)
+            send = kind == "send"
+            self.count(category, n if send else 0, 0 if send else n, w if send else 0, 0 if send else w)
+            if send and self._counting:
+                self.messages.append(n)
+            p2p_ops.append(dist.P2POp(dist.isend if send else dist.irecv, wire, peer, group=pg,
                                       tag=tag[0] if tag else 0))
             self.mark(kind, category, peer, n)
         if not p2p_ops:
@@ -246,9 +284,12 @@ class Comm:
         n = len(ranks)
         if n == 1:
             return None
-        ring = Fraction(2 * (n - 1) * nbytes(tensor), n)
-        self.count(category, ring, ring)
-        work = dist.all_reduce(tensor, group=self.groups.get(group) if group else None, async_op=True)
+        wire = self.on_wire(tensor)
+        ring, wire_ring = (Fraction(2 * (n - 1) * nbytes(t), n) for t in (tensor, wire))
+        self.count(category, ring, ring, wire_ring, wire_ring)
+        if self._counting:
+            self.messages.append(nbytes(tensor))
+        work = dist.all_reduce(wire, group=self.groups.get(group) if group else None, async_op=True)
         self.mark_allreduce(work, category, nbytes(tensor))
         if async_op:
             return work

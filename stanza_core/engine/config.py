@@ -71,6 +71,7 @@ class TrainConfig:
     dilation: float = 1.0  # replay: D, each replayed compute time is D x the device's
     replay_wait: str = "sleep"  # replay: sleep (release the CPU, as accelerator compute) | spin (hold it) | cpu (hold it for CPU time)
     replay_jitter: str | None = None  # replay: PATH.json of measured per-step compute factors per rank (replay.py: jitter)
+    payload_scale: int = 1  # replay: F, every message carries 1/F of its elements (links shaped to 1/F by the run plan; bytes reported logical)
     compile: bool = False  # torch.compile the model pieces this rank runs (opt-in: first steps pay the compilation; not bitwise equal to eager)
     compile_mode: str = "default"  # with --compile: default | reduce-overhead (CUDA graphs: a piece's launches replayed as one graph; CUDA only) | max-autotune
     bn_stats: str = "global"  # batch-norm statistics: global (over the global batch, SyncBatchNorm semantics: equals local) | local (per data worker: not equal to local)
@@ -141,6 +142,15 @@ class TrainConfig:
                                       "(replayed compute does not train the parameters)")
         elif self.replay_device or self.dilation != 1.0 or self.replay_jitter or self.replay_wait != "sleep":
             raise ConfigError("--replay-device, --dilation, --replay-wait and --replay-jitter need --compute replay")
+        if isinstance(self.payload_scale, bool) or not isinstance(self.payload_scale, int) or self.payload_scale < 1:
+            raise ConfigError(f"--payload-scale must be an integer >= 1, got {self.payload_scale!r}")
+        if self.payload_scale != 1:
+            if self.compute != "replay":
+                raise ConfigError(f"--payload-scale {self.payload_scale} needs --compute replay (real compute "
+                                  "needs every value of every message); expected --payload-scale 1")
+            if self.grad_compression == "powersgd":
+                raise ConfigError(f"--payload-scale {self.payload_scale} does not apply to --grad-compression "
+                                  "powersgd (its factors' sizes do not scale with the bucket); expected 1")
         if self.image_size < MIN_IMAGE_SIZE.get(self.model, 1):
             raise ConfigError(f"--image-size {self.image_size} is too small for {self.model}; "
                               f"expected >= {MIN_IMAGE_SIZE[self.model]}")

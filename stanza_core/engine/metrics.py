@@ -40,6 +40,7 @@ def rank_record(comm, strategy, log, replayer, rss: PeakRss) -> dict:
     """What this rank sends rank 0 at the end of the run (gathered uncounted)."""
     return {"rank": comm.rank, "role": strategy.role, "losses": log.losses, "times": log.times,
             "step_bytes": comm.step_bytes.snapshot(), "other_bytes": comm.other_bytes.snapshot(),
+            "wire_bytes": comm.wire_bytes.snapshot(), "messages": comm.messages,
             "timeline": comm.timeline, "step_starts": comm.step_starts, "step_spans": log.spans,
             "replay_wait_s": replayer.waited_s if replayer else None, **rss.record()}
 
@@ -59,8 +60,10 @@ def build_metrics(cfg, topo, device, start, everyone, replayed: dict | None = No
     for r in everyone:
         sent, recv = (report(c, max(n_steps, 1)) for c in r["step_bytes"])
         other_sent, other_recv = (report(c, 1) for c in r["other_bytes"])
+        wire_sent, wire_recv = (report(c, max(n_steps, 1)) for c in r["wire_bytes"])
         ranks.append({"rank": r["rank"], "role": r["role"], "bytes_sent": sum(sent.values()),
                       "bytes_recv": sum(recv.values()), "sent": sent, "recv": recv,
+                      "wire_bytes_sent": sum(wire_sent.values()), "wire_bytes_recv": sum(wire_recv.values()),
                       "setup_bytes_sent": sum(other_sent.values()), "setup_bytes_recv": sum(other_recv.values()),
                       "peak_rss_mib": r.get("peak_rss_mib"), "steps_peak_rss_mib": r.get("steps_peak_rss_mib"),
                       "step_start_s": [a - zero for a, _ in r.get("step_spans", [])],
@@ -80,6 +83,9 @@ def build_metrics(cfg, topo, device, start, everyone, replayed: dict | None = No
         "step_time_median_s": statistics.median(timed) if timed else None,
         "ranks": ranks,
         "bytes_per_step": sum(r["bytes_sent"] for r in ranks),
+        # what crossed the wire: bytes_per_step / F under payload scaling (config.payload_scale), else equal
+        "wire_bytes_per_step": sum(r["wire_bytes_sent"] for r in ranks),
+        "messages": message_sizes([r["messages"] for r in everyone], max(n_steps, 1)),
         "step_clock_origin_s": zero,  # perf_counter() of step_start_s = 0: the host clock the emulator samples on
     }
     if replayed is not None:  # times: as measured here, and / D (the target device's time)
@@ -93,6 +99,21 @@ def build_metrics(cfg, topo, device, start, everyone, replayed: dict | None = No
         metrics["target_step_time_median_s"] = med / d if med else None
         metrics["target_throughput"] = metrics["throughput"] * d if metrics["throughput"] else None
     return metrics
+
+
+def message_sizes(per_rank: list[list[int]], steps: int) -> dict:
+    """The messages the ranks posted in steps (a send, an allreduce, a bucket; logical bytes): how
+    many per step, and the byte-weighted 10th percentile of their sizes (the size below which a
+    tenth of the step's bytes travel: what payload scaling must keep above the per-message floor,
+    netem.facts.MIN_MESSAGE_BYTES)."""
+    sizes = sorted(n for msgs in per_rank for n in msgs)
+    total, acc, p10 = sum(sizes), 0, None
+    for n in sizes:
+        acc += n
+        if acc >= 0.1 * total:
+            p10 = n
+            break
+    return {"per_step": len(sizes) / steps, "p10_bytes": p10}
 
 
 def peak_rss_mib() -> float | None:

@@ -185,6 +185,7 @@ def _build_model(cfg: TrainConfig) -> torch.nn.Module:
 def run(cfg: TrainConfig) -> dict | None:
     prep = prepare(cfg)
     comm = Comm.from_env(cfg.timeout_s, prep.device, None if cfg.backend == "auto" else cfg.backend)
+    comm.set_payload_scale(cfg.payload_scale)  # replayed runs: 1/F of each message on links shaped to 1/F
     failed = True
     try:
         out = _train(cfg, prep, comm)

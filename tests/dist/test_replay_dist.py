@@ -22,11 +22,20 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
 @pytest.mark.parametrize("strategy,k", [("ddp", 0), ("ps", 0), ("stanza", 1)])
 def test_replay_run_moves_the_expected_bytes(tmp_path, strategy, k):
-    n, g = 3, 12
+    """With payload scaling (F = 8): the counters still report the logical bytes, equal to the
+    model's, and what crossed the wire is 1/F of them (each message rounded up to whole elements;
+    the labels, integers, whole)."""
+    n, g, f = 3, 12, 8
     m = _replay(tmp_path, n, "--strategy", strategy, "--model", "test_byo:bn_net", "--image-size", "16",
-                "--global-batch", str(g), "--steps", "3", "--dilation", "20",
+                "--global-batch", str(g), "--steps", "3", "--dilation", "20", "--payload-scale", str(f),
                 *(["--fc-workers", str(k)] if k else []))
-    assert m["compute"] == "replay" and m["replay"]["dilation"] == 20
+    assert m["compute"] == "replay" and m["replay"]["dilation"] == 20 and m["config"]["payload_scale"] == f
+    for r in m["ranks"]:
+        labels = r["sent"].get("labels", 0)
+        scaled = (r["bytes_sent"] - labels) / f
+        # at most one element (4 bytes, x 2 for an allreduce's two ring passes) more per message
+        assert scaled + labels <= r["wire_bytes_sent"] <= scaled + labels + 8 * m["messages"]["per_step"], r
+    assert m["wire_bytes_per_step"] < m["bytes_per_step"] / 4
     assert all(w > 0 for w in m["replay"]["wait_s_per_rank"])  # every rank replayed compute
     b = g // (n - k if k else n)
     want = expected_bytes(profile_model(bn_net(10), (3, 16, 16), b), strategy, n, k or None, g)

@@ -95,6 +95,8 @@ CASES = [  # (flags, strategy, world size, outcome, fragment)
     ([*REPLAY, "--dilation", "4"], "ddp", 4, OK, None),
     ([*REPLAY, "--replay-wait", "spin"], "ps", 4, OK, None),
     ([*REPLAY, "--replay-wait", "cpu"], "ps", 4, OK, None),
+    ([*REPLAY, "--payload-scale", "16"], "ps", 4, OK, None),
+    (["--payload-scale", "2"], "ddp", 4, E, "--payload-scale 2 needs --compute replay"),
     ([*REPLAY, "--replay-wait", "hot"], "ps", 4, E, "unknown --replay-wait 'hot'; expected one of sleep, spin, cpu"),
     (["--replay-wait", "spin"], "ddp", 4, E, "--replay-wait and --replay-jitter need --compute replay"),
     ([*REPLAY, "--replay-jitter", "/nonexistent/j.json"], "stanza", 4, E,

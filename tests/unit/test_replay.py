@@ -272,6 +272,10 @@ CASES = [
     (["--strategy", "ddp", "--replay-wait", "spin"], "need --compute replay"),
     (["--strategy", "ddp", "--replay-jitter", "j.json"], "need --compute replay"),
     (REPLAY + ["--replay-device", "v100", "--replay-wait", "busy"], "unknown --replay-wait 'busy'"),
+    (["--strategy", "ddp", "--payload-scale", "4"], "--payload-scale 4 needs --compute replay"),
+    (REPLAY + ["--replay-device", "v100", "--payload-scale", "0"], "--payload-scale must be an integer >= 1"),
+    (["--strategy", "stanza", "--compute", "replay", "--replay-device", "v100", "--payload-scale", "4",
+      "--grad-compression", "powersgd"], "--payload-scale 4 does not apply to --grad-compression powersgd"),
     (REPLAY + ["--replay-device", "v100", "--replay-jitter", "/nonexistent/j.json"],
      "--replay-jitter /nonexistent/j.json: expected a JSON object"),
 ]
