@@ -110,12 +110,11 @@ def with_steps(point: Point, warmup: int, steps_timed: int) -> Point:
 
 def estimate(point: Point, entry: dict[str, Any], steps_timed: int) -> float:
     """The module docstring's estimate: grid.estimate_s at the new steps x this point's stored ratio."""
-    from stanza_core.reproduce.grid import estimate_s
+    from stanza_core.reproduce.grid import stored_estimate_s
+    from stanza_core.runs.plan import stored_plan
 
-    eng = entry["plan"].get("engine_s")
-    new = estimate_s(with_steps(point, entry["config"]["warmup"], steps_timed), eng, engine_run=False)
-    old = estimate_s(point, eng, engine_run=False)
-    return new * max(1.0, entry["measured"]["seconds"] / old)
+    new = stored_plan(with_steps(point, entry["config"]["warmup"], steps_timed).config, entry["plan"]).expected_s()
+    return new * max(1.0, entry["measured"]["seconds"] / stored_estimate_s(point, entry))
 
 
 def from_grid(store: Store, steps_timed: int) -> list[Candidate]:
@@ -202,7 +201,9 @@ def stored_plan(c: Candidate, steps_timed: int):
     today = replayed_plan(pt.config, pt.target_gbps, None, engine=pt.engine and p.get("engine_s") is not None,
                           min_dilation=pt.min_dilation, engine_s=p.get("engine_s") if pt.engine else None)
     return plan, {"dilation": today.dilation, "link_mbit": today.link.wire_mbit,
-                  "same": today.dilation == plan.dilation and abs(today.link.wire_mbit - plan.link.wire_mbit) < 1e-3}
+                  "payload_scale": today.link.payload_scale,
+                  "same": today.dilation == plan.dilation and today.link.payload_scale == plan.link.payload_scale
+                  and abs(today.link.wire_mbit - plan.link.wire_mbit) < 1e-3}
 
 
 def base_record(c: Candidate, steps_timed: int) -> dict[str, Any]:

@@ -42,6 +42,18 @@ def burst_bytes(rate_mbit: float, mtu: int = 1500) -> int:
     return max(10 * (mtu + 14), int(rate_mbit * 1e6 / 8 * 1e-3))
 
 
+def scaled_burst_bytes(rate_mbit: float, mtu: int, payload_scale: int) -> int:
+    """The token-bucket depth of a link that carries 1/F of every message at 1/F of the rate
+    (payload scaling, comm/process_group.py): the bucket of the unscaled link (rate x F), scaled
+    by 1/F, so that what leaves at memory speed after an idle spell stands for the same line
+    time as on the unscaled link (otherwise the 10 frames of a slow link would let a scaled
+    message through F times sooner); at least 2 frames, so a frame always fits. F = 1:
+    burst_bytes."""
+    if payload_scale == 1:
+        return burst_bytes(rate_mbit, mtu)
+    return max(2 * (mtu + 14), burst_bytes(rate_mbit * payload_scale, mtu) // payload_scale)
+
+
 @dataclass(frozen=True)
 class Node:
     index: int
@@ -59,7 +71,7 @@ class EmulatedCluster:
     """
 
     def __init__(self, nodes: int, rate_mbit: float, delay_ms: float = 0.0, *,
-                 mtu: int = 1500, prefix: str | None = None):
+                 mtu: int = 1500, prefix: str | None = None, payload_scale: int = 1):
         if not isinstance(nodes, int) or not 1 <= nodes <= MAX_NODES:
             raise ValueError(f"nodes must be an int in 1..{MAX_NODES}, got {nodes!r}")
         if not rate_mbit > 0:
@@ -69,6 +81,9 @@ class EmulatedCluster:
         if not isinstance(mtu, int) or not 576 <= mtu <= 65535:
             raise ValueError(f"mtu must be an int in 576..65535, got {mtu!r}")
         self.mtu = mtu
+        if not isinstance(payload_scale, int) or payload_scale < 1:
+            raise ValueError(f"payload_scale must be an int >= 1, got {payload_scale!r}")
+        self.payload_scale = payload_scale  # F of the runs it carries: the token bucket scales with it
         self.prefix = prefix or "stz" + secrets.token_hex(3)
         if not PREFIX_RE.match(self.prefix + "-"):
             raise ValueError(f"prefix must look like stz<6 hex digits>, got {self.prefix!r}")
@@ -135,7 +150,7 @@ class EmulatedCluster:
 
     def _shape(self, ns: str, dev: str, delay_ms: float) -> None:
         bits = int(round(self.rate_mbit * 1e6))
-        burst = burst_bytes(self.rate_mbit, self.mtu)
+        burst = scaled_burst_bytes(self.rate_mbit, self.mtu, self.payload_scale)
         tc = ["tc", "-n", ns]
         sh(tc + ["qdisc", "add", "dev", dev, "root", "handle", "1:", "htb", "default", "1"])
         # One class, rate == ceil: the link never borrows. quantum only matters between sibling
@@ -221,6 +236,7 @@ class EmulatedCluster:
 
     def describe(self) -> dict:
         return {"prefix": self.prefix, "rate_mbit": self.rate_mbit, "delay_ms": self.delay_ms,
-                "mtu": self.mtu, "subnet": self.subnet, "switch_netns": self.switch_netns, "bridge": self.bridge,
+                "mtu": self.mtu, "payload_scale": self.payload_scale,
+                "burst_bytes": scaled_burst_bytes(self.rate_mbit, self.mtu, self.payload_scale), "subnet": self.subnet, "switch_netns": self.switch_netns, "bridge": self.bridge,
                 "nodes": [{"index": n.index, "netns": n.netns, "iface": n.iface,
                            "address": n.address} for n in self.nodes]}

@@ -9,6 +9,9 @@ The facts other modules need about the emulated cluster (and nothing else states
                               map higher are modelled only
   MAX_AGGREGATE_MBIT          the most all links together hold at once (every node sending and
                               receiving): perf.replay_dilation keeps replayed runs within it
+  MIN_MESSAGE_BYTES           the smallest message a shaped link moves at its rate (payload
+                              scaling keeps a step's messages above it: perf.replay_payload_scale)
+  MAX_PAYLOAD_SCALE           the largest payload scale F chosen without knowing the messages
 
 Mapping a *target* bandwidth to an emulated rate is the performance model's business
 (`stanza_core.perf.emulated_bandwidth`), not the emulator's.
@@ -37,6 +40,19 @@ MAX_LINK_MBIT = {1500: 300.0, 9000: 1000.0}
 # upload within 0.1 %, the slowest node within 0.8 %; the 240 senders take 17 s to start: --seconds
 # 32), N=8 at 62.5 -> 500 (within 0.1 %).
 MAX_AGGREGATE_MBIT = 1000.0
+
+# Payload scaling (replayed runs: 1/F of every message on links shaped to 1/F; the token bucket
+# scaled too, cluster.scaled_burst_bytes). Below MIN_MESSAGE_BYTES per-message costs (gloo's and
+# TCP's work per message), not bytes, set a message's time on a shaped link: a stream of messages
+# of that size or larger moves within 2 % of bytes / rate, smaller ones do not. Measured with
+# `python benchmarks/message_floor.py --rates 62.5 250 --payload-scale 16` (two emulated nodes,
+# gloo send/recv, MTU 9000; benchmarks/results/message_floor.json): see that file for the table.
+MIN_MESSAGE_BYTES = 65536
+# The largest F the run plan chooses where it does not know a configuration's messages yet
+# (perf.replay_payload_scale; the grid listing): where it knows them (the engine-seconds run
+# records them), F also keeps the step's byte-weighted 10th-percentile message at or above
+# MIN_MESSAGE_BYTES.
+MAX_PAYLOAD_SCALE = 32
 
 
 def max_link_mbit(mtu: int) -> float:

@@ -214,8 +214,10 @@ def run_training(nodes: int, rate_mbit: float, train_args: list[str], *, delay_m
                  mtu: int = 1500, timeout_s: float = 900.0, log_dir: str | Path | None = None,
                  env: dict | None = None, quiet: bool = False) -> dict:
     """``torchrun -m stanza_core.train <train_args>`` on a fresh emulated cluster of ``nodes``
-    (removed afterwards, also on failure): ``train_on`` on it."""
-    with EmulatedCluster(nodes, rate_mbit, delay_ms, mtu=mtu) as cl:
+    (removed afterwards, also on failure): ``train_on`` on it. The links' token buckets follow
+    the run's ``--payload-scale`` (cluster.scaled_burst_bytes)."""
+    scale = _flag([str(a) for a in train_args], "--payload-scale")
+    with EmulatedCluster(nodes, rate_mbit, delay_ms, mtu=mtu, payload_scale=int(scale) if scale and scale.isdigit() and int(scale) >= 1 else 1) as cl:
         return train_on(cl, train_args, timeout_s=timeout_s, log_dir=log_dir, env=env, quiet=quiet)
 
 

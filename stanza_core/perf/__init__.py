@@ -2,6 +2,7 @@
 
   Cluster, emulated_bandwidth   the nodes, their links, and the CPU-emulation bandwidth mapping
   replay_dilation               the dilation D of a replayed run (the emulator must hold target / D)
+  replay_payload_scale          its payload scale F (1/F of every message on links shaped to 1/F)
   DeviceProfile, DEVICE_TABLE   per-sample compute times, measured or derived from FLOPs
   device_profile -> Device      the one resolver of a device name (table row, measured record,
                                 PATH.json) into a DeviceProfile with its source; MEASURED_DEVICES
@@ -12,7 +13,7 @@
 
 The equations and assumptions are written out in docs/performance-model.md.
 """
-from .cluster import DEFAULT_LATENCY_S, Cluster, emulated_bandwidth, replay_dilation
+from .cluster import DEFAULT_LATENCY_S, Cluster, emulated_bandwidth, replay_dilation, replay_payload_scale
 from .devices import DEVICE_TABLE, DeviceProfile, DeviceSpec, measure_update_s_per_param
 from .model import Prediction, predict
 from .records import MEASURED_DEVICES, MeasuredLayers
@@ -22,7 +23,7 @@ from .profiles import load_profile, named_profile
 from .sweep import sweep
 from .traffic import ModelCounts, expected_bytes, ps_shard_sizes, totals
 
-__all__ = ["Cluster", "emulated_bandwidth", "replay_dilation", "DEFAULT_LATENCY_S", "DeviceProfile", "DeviceSpec", "DEVICE_TABLE",
+__all__ = ["Cluster", "emulated_bandwidth", "replay_dilation", "replay_payload_scale", "DEFAULT_LATENCY_S", "DeviceProfile", "DeviceSpec", "DEVICE_TABLE",
            "measure_update_s_per_param",
            "check_device", "device_profile", "Device", "device_names", "device_source", "known_device", "MEASURED_DEVICES",
            "MeasuredLayers", "predict", "Prediction", "best_assignment", "Assignment",

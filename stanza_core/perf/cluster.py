@@ -87,9 +87,35 @@ def emulated_bandwidth(target_gbps: float, t_compute_target: float | None = None
     return target_gbps * (t_compute_target / t_compute_here)
 
 
+def _links_need(target_gbps: float, nodes: int, max_link_mbit: float, max_aggregate_mbit: float,
+                ps_servers: int) -> float:
+    """The links' term of D at payload scale 1: max(1000 target / max_link, B 1000 target / aggregate)."""
+    mbit = 1000 * target_gbps
+    busy = min(nodes, 2 * ps_servers) if ps_servers else nodes
+    return max(mbit / max_link_mbit, busy * mbit / max_aggregate_mbit)
+
+
+def replay_payload_scale(target_gbps: float, nodes: int, *, max_link_mbit: float, max_aggregate_mbit: float,
+                         ps_servers: int = 0, max_scale: int, message_bytes: float | None = None,
+                         min_message_bytes: float | None = None) -> int:
+    """The payload scale F of a replayed run (comm/process_group.py: every message carries 1/F of
+    its elements on links shaped to 1/F): as large as lets the links' term of D (replay_dilation)
+    fall to 1, floor(links' term), but at most `max_scale`, and, where the configuration's
+    messages are known, at most `message_bytes` / `min_message_bytes` (the byte-weighted 10th
+    percentile message of a step, engine.metrics.message_sizes, kept at or above the size below
+    which per-message costs, not bytes, set a transfer's time: netem.facts.MIN_MESSAGE_BYTES)."""
+    _positive_finite("target_gbps", target_gbps)
+    checks.positive_int("max_scale", max_scale)
+    f = min(max_scale, max(1, math.floor(_links_need(target_gbps, nodes, max_link_mbit, max_aggregate_mbit,
+                                                     ps_servers) + 1e-9)))
+    if message_bytes is not None and min_message_bytes is not None:
+        f = min(f, max(1, math.floor(message_bytes / min_message_bytes)))
+    return f
+
+
 def replay_dilation(target_gbps: float, nodes: int, *, max_link_mbit: float, max_aggregate_mbit: float,
                     engine_s: float = 0.0, target_step_s: float | None = None, engine_share: float = 0.05,
-                    ps_servers: int = 0) -> int:
+                    ps_servers: int = 0, payload_scale: int = 1) -> int:
     """The dilation D of a replayed run at `target_gbps` on `nodes` emulated nodes: the smallest
     integer D >= 1 at which this machine keeps up with the emulated cluster:
 
@@ -106,10 +132,13 @@ def replay_dilation(target_gbps: float, nodes: int, *, max_link_mbit: float, max
                  replay run at D = 1 on unshaped links), at most `engine_share` of the dilated
                  step D x `target_step_s` (the model's step time on the target).
 
-        D = ceil(max(1, 1000 target / max_link_mbit, B 1000 target / max_aggregate_mbit,
+        D = ceil(max(1, 1000 target / (F max_link_mbit), B 1000 target / (F max_aggregate_mbit),
                      engine_s / (engine_share target_step_s)))
 
-    Below that D the CPU, not the shaper and the replayed waits, would set the step time."""
+    F = `payload_scale` (replay_payload_scale): every message carries 1/F of its elements on links
+    shaped to 1/F, so the links hold F times the emulated rate; `engine_s` is then the engine's
+    seconds measured at the same F. Below that D the CPU, not the shaper and the replayed waits,
+    would set the step time."""
     _positive_finite("target_gbps", target_gbps)
     _positive_finite("max_link_mbit", max_link_mbit)
     _positive_finite("max_aggregate_mbit", max_aggregate_mbit)
@@ -119,9 +148,8 @@ def replay_dilation(target_gbps: float, nodes: int, *, max_link_mbit: float, max
     checks.positive_int("ps_servers", ps_servers, 0)
     if ps_servers >= nodes:
         raise ValueError(f"ps_servers must be fewer than the {nodes} nodes that count them, got {ps_servers}")
-    mbit = 1000 * target_gbps
-    busy = min(nodes, 2 * ps_servers) if ps_servers else nodes
-    need = [1.0, mbit / max_link_mbit, busy * mbit / max_aggregate_mbit]
+    checks.positive_int("payload_scale", payload_scale)
+    need = [1.0, _links_need(target_gbps, nodes, max_link_mbit, max_aggregate_mbit, ps_servers) / payload_scale]
     if engine_s > 0:
         need.append(engine_s / (engine_share * _positive_finite("target_step_s", target_step_s)))
     return max(1, math.ceil(max(need) - 1e-9))

@@ -106,10 +106,27 @@ def estimate_s(point: Point, engine_s: float | None = None, *, engine_run: bool 
     return run
 
 
-def _engine_key(point: Point) -> str:
-    """A configuration without its target: the points whose engine seconds are the same."""
+def stored_estimate_s(point: Point, entry: dict) -> float:
+    """What the estimate of a stored entry's run was on the plan it ran on (its D and F, its steps):
+    set-up and dilated steps, the machine's factor's denominator."""
+    from ..runs.plan import stored_plan
+
+    cfg = dataclasses.replace(point.config, steps=entry["key"]["steps"], warmup=entry["key"]["warmup"])
+    return stored_plan(cfg, entry["plan"]).expected_s()
+
+
+def _engine_key(point: Point, payload_scale: int | None = None) -> str:
+    """A configuration without its target, at payload scale F (by default the F its links ask
+    for, runs.plan.payload_scale_of: its messages are not known before it is measured): the
+    points whose engine seconds are the same."""
+    from ..runs.plan import payload_scale_of
+
+    c = point.config
+    if payload_scale is None:
+        payload_scale = payload_scale_of(point.target_gbps, c.cluster_nodes, mtu=c.mtu, ps_servers=c.ps_servers)
     key = point.key()
-    return repr(sorted((k, v) for k, v in key.items() if k not in ("target_gbps", "dilation_floor", "repeat")))
+    return repr(sorted((k, v) for k, v in key.items() if k not in ("target_gbps", "dilation_floor", "repeat"))
+                + [("payload_scale", int(payload_scale))])
 
 
 def _estimates(gps: list[GridPoint], engine: dict[str, float], engine_done: set[str]) -> dict[str, float]:
@@ -128,21 +145,17 @@ def listing(points_: list[GridPoint], store: Store) -> dict[str, Any]:
     per experiment, the order filling measures the missing ones in and the estimated seconds."""
     status = {gp.point.name: store.status(gp.point) for gp in points_}
     entries = {gp.point.name: store.read(gp.point) for gp in points_ if status[gp.point.name] == "stored"}
-    engine = {_engine_key(gp.point): e["plan"]["engine_s"] for gp in points_
+    engine = {_engine_key(gp.point, e["plan"].get("payload_scale", 1)): e["plan"]["engine_s"] for gp in points_
               if (e := entries.get(gp.point.name)) and e["plan"].get("engine_s") is not None}
     missing = [gp for gp in points_ if status[gp.point.name] != "stored"]
     est = _estimates(missing, engine, set(engine))
-    measured = [(gp.point.config.model, entries[n]["measured"]["seconds"],
-                 estimate_s(gp.point, entries[n]["plan"].get("engine_s"), engine_run=False))
+    measured = [(gp.point.config.model, entries[n]["measured"]["seconds"], stored_estimate_s(gp.point, entries[n]))
                 for gp in points_ if (n := gp.point.name) in entries]
     # the machine's factor on its estimate does not depend on the version: older entries count
-    # too, each against the estimate of the steps it timed
+    # too, each against the estimate of the plan it ran on (its D, F and timed steps)
     for gp in points_:
         if status[gp.point.name] == "old" and (e := store.older(gp.point)) is not None:
-            then = dataclasses.replace(gp.point, config=dataclasses.replace(
-                gp.point.config, steps=e["key"]["steps"], warmup=e["key"]["warmup"]))
-            measured.append((gp.point.config.model, e["measured"]["seconds"],
-                             estimate_s(then, e["plan"].get("engine_s"), engine_run=False)))
+            measured.append((gp.point.config.model, e["measured"]["seconds"], stored_estimate_s(gp.point, e)))
     ratio = sum(m for _, m, _ in measured) / sum(e for _, _, e in measured) if measured else None
     # per model: the estimate misses by a model's own factor (a VGG-16 run's host work is larger)
     by_model = {model: sum(m for x, m, _ in measured if x == model) / sum(e for x, _, e in measured if x == model)
@@ -197,9 +210,9 @@ def fill(points_: list[GridPoint], store: Store,
          say: Callable[[str], None] = print) -> dict[str, Any]:
     """Measure the grid's missing points, cheapest first, each written to `store` once measured,
     starting none once `budget_s` seconds have passed. `measure_point(point, engine_s)` -> (plan
-    row, RunConfig dict, Measurement row); `engine_s` is the configuration's engine seconds when
-    the store holds it at another target (or this fill measured it), else None: one configuration,
-    one engine-seconds figure, whichever targets it is measured at. A point whose job fails (a
+    row, RunConfig dict, Measurement row); the fill passes engine_s None: a configuration's engine
+    seconds depend on its payload scale, which its target decides, and the plan measures them once
+    per configuration and scale in the runs cache. A point whose job fails (a
     RuntimeError: the engine's JobError, the emulated cluster's errors) is one line and stays
     missing, and the fill goes on; MAX_FAILS_IN_A_ROW failures in a row stop it (a cause that is
     not one run's). Returns what was measured, what failed (label: error) and how many points are
@@ -208,7 +221,6 @@ def fill(points_: list[GridPoint], store: Store,
     by_name = {gp.point.name: gp for gp in points_}
     for name in lst["order"]:  # before hours of measuring: every point must be storable
         check_timed_steps(by_name[name].point)
-    engine = dict(lst["engine_s"])
     start, done, failed, in_a_row = clock(), [], [], 0
     for i, name in enumerate(lst["order"], start=1):
         spent = clock() - start
@@ -221,7 +233,7 @@ def fill(points_: list[GridPoint], store: Store,
         load = list(os.getloadavg()) if hasattr(os, "getloadavg") else None
         t0 = clock()
         try:
-            plan, config, run = measure_point(pt, engine.get(_engine_key(pt)))
+            plan, config, run = measure_point(pt, None)
         except RuntimeError as e:
             error = " ".join(str(e).split())[:400]
             failed.append(f"{pt.label}: {error}")
@@ -232,8 +244,6 @@ def fill(points_: list[GridPoint], store: Store,
                 break
             continue
         in_a_row = 0
-        if plan.get("engine_s") is not None:
-            engine.setdefault(_engine_key(pt), plan["engine_s"])
         path = store.put(pt, plan=plan, config=config, run=run, seconds=clock() - t0, load_before=load)
         done.append(path.name)
     return {"measured": done, "failed": failed, "left": len(lst["order"]) - len(done), "seconds": clock() - start}

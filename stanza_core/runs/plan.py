@@ -5,6 +5,7 @@
     measured_plan(cfg, target_gbps, t_target, t_here) -> RunPlan  real compute: the link mapped
     shaped_plan(cfg, wire_mbit)                    -> RunPlan   a wire rate given directly
     stored_plan(cfg, row)                          -> RunPlan   a plan as the store recorded it, run again
+    scaled_twin(plan, F)                           -> RunPlan   the same run at the same D with payload scale F
 
 These are the only ways to a RunPlan (each ends in the private `_plan`): no caller hands a plan
 its own D, link, target step or engine seconds.
@@ -23,8 +24,13 @@ A RunPlan carries, each computed here and only here:
 
 The link rule (`link_at`): the payload rate is perf.emulated_bandwidth (target / D for replayed
 compute, target x t_target / t_here for real compute); the wire rate carrying it is payload /
-netem.facts.payload_per_wire_byte(mtu) (the MTU's framing, stated once in netem/facts.py). The
+(F netem.facts.payload_per_wire_byte(mtu)) (the MTU's framing, stated once in netem/facts.py; F
+the payload scale: a replayed run sends 1/F of every message, comm/process_group.py). The
 performance model is given the payload rate (x D for replayed runs: `Link.model_gbps`).
+
+Payload scale rule (`payload_scale_of`, perf.replay_payload_scale): F brings the links' term of D
+to 1 (at most netem.facts.MAX_PAYLOAD_SCALE), and at most the step's byte-weighted 10th-percentile
+message over netem.facts.MIN_MESSAGE_BYTES once the engine run has measured the messages.
 
 Dilation rule (`replay_link`): D = max(min_dilation, perf.replay_dilation(target, N, engine_s,
 target_step_s, ps_servers)) with the emulator's facts (netem.facts: the fastest link, the
@@ -61,10 +67,13 @@ COMPUTE_ONLY_GBPS = 1000.0  # a network this fast leaves a modelled step its com
 ENGINE_STEPS = 4  # steps of the D = 1 run that measures a configuration's engine seconds (1 warmup)
 
 
-def engine_seconds(cfg: RunConfig, compute_only_s: float, *, steps: int = ENGINE_STEPS, timeout_s: float = 900) -> float:
-    """The engine's own seconds per step of `cfg` (gloo's copies and reductions, Python: what
-    replay keeps): its replay run at D = 1 on loopback (cfg.cluster_nodes local processes,
-    unshaped), median step less `compute_only_s` (the model's step on a 1000 Gb/s network)."""
+def engine_run(cfg: RunConfig, compute_only_s: float, *, steps: int = ENGINE_STEPS,
+               timeout_s: float = 900) -> dict[str, float | None]:
+    """The engine's own seconds per step of `cfg` at its payload scale (gloo's copies and
+    reductions, Python: what replay keeps): its replay run at D = 1 on loopback
+    (cfg.cluster_nodes local processes, unshaped), median step less `compute_only_s` (the model's
+    step on a 1000 Gb/s network); and the step's byte-weighted 10th-percentile message (logical
+    bytes, engine.metrics.message_sizes). {"seconds", "message_p10_bytes"}."""
     from ..launch import run_job
 
     if cfg.compute != "replay":
@@ -72,7 +81,13 @@ def engine_seconds(cfg: RunConfig, compute_only_s: float, *, steps: int = ENGINE
     flags = dataclasses.replace(cfg, steps=steps, warmup=1, dilation=1.0).train_flags()
     flags.pop("timeout_s")  # the CLI's collective timeout stays at its default; run_job's is the job's
     m = run_job(cfg.cluster_nodes, timeout_s=timeout_s, **flags)
-    return max(0.0, m["step_time_median_s"] - compute_only_s)
+    return {"seconds": max(0.0, m["step_time_median_s"] - compute_only_s),
+            "message_p10_bytes": (m.get("messages") or {}).get("p10_bytes")}
+
+
+def engine_seconds(cfg: RunConfig, compute_only_s: float, *, steps: int = ENGINE_STEPS, timeout_s: float = 900) -> float:
+    """engine_run's seconds."""
+    return engine_run(cfg, compute_only_s, steps=steps, timeout_s=timeout_s)["seconds"]
 
 
 def check_engine_s_arg(value: str) -> str:
@@ -125,9 +140,10 @@ class Link:
     """Where a run's links stand: D, the payload rate they carry, the wire rate shaped."""
 
     dilation: float  # D: replayed compute waits D x the device's time (1 for real compute)
-    payload_gbps: float  # TCP payload each link carries, each direction
-    wire_mbit: float  # the shaper's rate (wire Mbit/s, each direction) that carries payload_gbps
+    payload_gbps: float  # TCP payload each link carries, each direction (logical: as an unscaled run)
+    wire_mbit: float  # the shaper's rate (wire Mbit/s, each direction): payload_gbps / F, framed
     mtu: int  # link MTU the wire rate is for
+    payload_scale: int = 1  # F: each message carries 1/F of its elements on a link shaped to 1/F
 
     @property
     def model_gbps(self) -> float:
@@ -136,9 +152,10 @@ class Link:
 
 
 def link_at(target_gbps: float, mtu: int, *, dilation: float | None = None, t_target: float | None = None,
-            t_here: float | None = None) -> Link:
+            t_here: float | None = None, payload_scale: int = 1) -> Link:
     """The one link rule: payload = perf.emulated_bandwidth(target, ...) (target / D, or target x
-    t_target / t_here for real compute), wire = payload / payload_per_wire_byte(mtu)."""
+    t_target / t_here for real compute), wire = payload / (F payload_per_wire_byte(mtu)), F the
+    payload scale (replayed runs; 1: every message whole)."""
     from ..netem.facts import payload_per_wire_byte
     from ..perf import emulated_bandwidth
 
@@ -147,7 +164,8 @@ def link_at(target_gbps: float, mtu: int, *, dilation: float | None = None, t_ta
     else:
         payload = emulated_bandwidth(target_gbps, t_target, t_here)
     return Link(dilation=float(dilation or 1.0), payload_gbps=payload,
-                wire_mbit=1000 * payload / payload_per_wire_byte(mtu), mtu=mtu)
+                wire_mbit=1000 * payload / (payload_scale * payload_per_wire_byte(mtu)), mtu=mtu,
+                payload_scale=payload_scale)
 
 
 def shaped_link(wire_mbit: float, mtu: int) -> Link:
@@ -157,18 +175,34 @@ def shaped_link(wire_mbit: float, mtu: int) -> Link:
     return Link(dilation=1.0, payload_gbps=payload_gbps(wire_mbit, mtu), wire_mbit=float(wire_mbit), mtu=mtu)
 
 
+def payload_scale_of(target_gbps: float, nodes: int, *, mtu: int = 9000, ps_servers: int = 0,
+                     message_bytes: float | None = None) -> int:
+    """F of a replayed run (perf.replay_payload_scale with the emulator's facts): the links' term
+    of D brought to 1, at most netem.facts.MAX_PAYLOAD_SCALE, and with `message_bytes` (the step's
+    byte-weighted 10th-percentile message, when measured) at most message_bytes / MIN_MESSAGE_BYTES."""
+    from ..netem.facts import MAX_AGGREGATE_MBIT, MAX_PAYLOAD_SCALE, MIN_MESSAGE_BYTES, max_link_mbit
+    from ..perf import replay_payload_scale
+
+    return replay_payload_scale(target_gbps, nodes, max_link_mbit=max_link_mbit(mtu),
+                                max_aggregate_mbit=MAX_AGGREGATE_MBIT, ps_servers=ps_servers,
+                                max_scale=MAX_PAYLOAD_SCALE, message_bytes=message_bytes,
+                                min_message_bytes=MIN_MESSAGE_BYTES)
+
+
 def replay_link(target_gbps: float, nodes: int, *, target_step_s: float | None = None, engine_s: float = 0.0,
-                mtu: int = 9000, min_dilation: float = 1, ps_servers: int = 0) -> Link:
+                mtu: int = 9000, min_dilation: float = 1, ps_servers: int = 0, payload_scale: int = 1) -> Link:
     """D and link rates of a replayed run at `target_gbps` on `nodes` emulated nodes (the
-    `ps_servers` dedicated PS servers counted): the smallest D at which this machine keeps up
-    (perf.replay_dilation; `engine_s` > 0 needs `target_step_s`, the model's step on the
-    target), at least min_dilation."""
+    `ps_servers` dedicated PS servers counted) with payload scale F (`payload_scale`): the
+    smallest D at which this machine keeps up (perf.replay_dilation; `engine_s` > 0, the
+    engine's seconds at that F, needs `target_step_s`, the model's step on the target), at least
+    min_dilation."""
     from ..netem.facts import MAX_AGGREGATE_MBIT, max_link_mbit
     from ..perf import replay_dilation
 
     d = replay_dilation(target_gbps, nodes, max_link_mbit=max_link_mbit(mtu), max_aggregate_mbit=MAX_AGGREGATE_MBIT,
-                        engine_s=engine_s, target_step_s=target_step_s, ps_servers=ps_servers)
-    return link_at(target_gbps, mtu, dilation=max(d, min_dilation))
+                        engine_s=engine_s, target_step_s=target_step_s, ps_servers=ps_servers,
+                        payload_scale=payload_scale)
+    return link_at(target_gbps, mtu, dilation=max(d, min_dilation), payload_scale=payload_scale)
 
 
 def shared_replay_link(target_gbps: float, nodes: int, needs: Iterable[tuple[float, float]], *, mtu: int = 9000,
@@ -225,6 +259,7 @@ class RunPlan:
         """The plan's values every run row carries beside what was measured."""
         return {"label": self.label, "target_gbps": self.target_gbps, "link_mbit": self.link.wire_mbit,
                 "payload_gbps": self.link.payload_gbps, "dilation": self.link.dilation,
+                "payload_scale": self.link.payload_scale,
                 "target_step_s": self.target_step_s, "engine_s": self.engine_s,
                 "global_batch": self.global_batch, "batch_per_worker": self.batch_per_worker,
                 "fc_batch": self.fc_batch}
@@ -236,9 +271,11 @@ def _plan(cfg: RunConfig, link: Link, *, target_gbps: float | None = None, targe
     if link.mtu != cfg.mtu:
         raise ValueError(f"a link for MTU {link.mtu} given to a run at MTU {cfg.mtu}")
     replay = cfg.compute == "replay"
-    if not replay and link.dilation != 1:
-        raise ValueError(f"D = {link.dilation:g} given to a real-compute run (only replayed compute dilates)")
-    cfg = dataclasses.replace(cfg, link_mbit=round(link.wire_mbit, 6), dilation=link.dilation if replay else 1.0)
+    if not replay and (link.dilation != 1 or link.payload_scale != 1):
+        raise ValueError(f"D = {link.dilation:g}, F = {link.payload_scale} given to a real-compute run (only "
+                         "replayed compute dilates and scales payloads)")
+    cfg = dataclasses.replace(cfg, link_mbit=round(link.wire_mbit, 6), dilation=link.dilation if replay else 1.0,
+                              payload_scale=link.payload_scale)
     topo = cfg.topology()
     return RunPlan(config=cfg, topology=topo, link=link, target_gbps=target_gbps, target_step_s=target_step_s,
                    engine_s=engine_s, batch_per_worker=topo.worker_batch(cfg.global_batch), fc_batch=topo.fc_batch,
@@ -250,7 +287,7 @@ def stored_plan(cfg: RunConfig, row: dict) -> RunPlan:
     target, target step, engine seconds), for `cfg`: that configuration run again on exactly its
     stored plan (with another step count, say), whatever today's rule would choose."""
     link = Link(dilation=float(row["dilation"]), payload_gbps=float(row["payload_gbps"]),
-                wire_mbit=float(row["link_mbit"]), mtu=cfg.mtu)
+                wire_mbit=float(row["link_mbit"]), mtu=cfg.mtu, payload_scale=int(row.get("payload_scale", 1)))
     return _plan(cfg, link, target_gbps=row.get("target_gbps"), target_step_s=row.get("target_step_s"),
                  engine_s=row.get("engine_s"))
 
@@ -267,29 +304,57 @@ def measured_plan(cfg: RunConfig, target_gbps: float, t_target: float, t_here: f
 
 
 def replayed_plan(cfg: RunConfig, target_gbps: float, cache: Any, *, engine: bool = True,
-                  min_dilation: float = 1, engine_s: float | None = None) -> RunPlan:
-    """A replayed run at `target_gbps`: D by replay_link with the engine term (the seconds
-    measured once per configuration by dilation.engine_seconds and kept in `cache`, an
-    runs.cache.Cache, kind "engine"; or `engine_s` when given); engine=False: the links
-    alone decide D."""
+                  min_dilation: float = 1, engine_s: float | None = None,
+                  payload_scale: int | None = None) -> RunPlan:
+    """A replayed run at `target_gbps`: F by payload_scale_of and D by replay_link with the
+    engine term. With the engine term (engine=True, no `engine_s` given) the configuration's
+    engine run at the F its links ask for is measured once (engine_run, kept in `cache`, an
+    runs.cache.Cache, kind "engine"); its messages (logical sizes: the same at any F) may lower F
+    (payload_scale_of's message bound), and then the engine run at the lower F gives the engine
+    seconds D is chosen with. `engine_s` given: those seconds, F from the links alone (its
+    messages unknown); engine=False: the links alone decide F and D. `payload_scale` given: that
+    F (1: every message whole, the rule before payload scaling), D by the same rule."""
 
     if cfg.compute != "replay":
         raise ValueError(f"replayed_plan needs a replayed configuration, got compute {cfg.compute!r}")
-    base = dataclasses.replace(cfg, link_mbit=UNSET_LINK_MBIT, dilation=1.0)
+    base = dataclasses.replace(cfg, link_mbit=UNSET_LINK_MBIT, dilation=1.0, payload_scale=1)
+    scale = payload_scale or payload_scale_of(target_gbps, base.cluster_nodes, mtu=base.mtu,
+                                              ps_servers=base.ps_servers)
     secs = engine_s
     if engine and secs is None:
-        key = {**base.cache_key(), "engine_steps": ENGINE_STEPS}
-        secs = cache.get("engine", key)
-        if secs is None:
-            secs = engine_seconds(base, model_step_s(base, COMPUTE_ONLY_GBPS))
-            cache.put("engine", key, secs)
-            print(f"{base.model} N={base.nodes} {base.label}: engine {secs * 1e3:.0f} ms per step (loopback, D = 1)",
-                  flush=True)
-        secs = float(secs)
+        rec = _engine_record(dataclasses.replace(base, payload_scale=scale), cache)
+        bound = payload_scale_of(target_gbps, base.cluster_nodes, mtu=base.mtu, ps_servers=base.ps_servers,
+                                 message_bytes=rec.get("message_p10_bytes"))
+        if payload_scale is None and bound < scale:  # messages too small for this F: the engine seconds at the lower one
+            scale = bound
+            rec = _engine_record(dataclasses.replace(base, payload_scale=scale), cache)
+        secs = rec["seconds"]
     step = model_step_s(base, target_gbps)
     link = replay_link(target_gbps, base.cluster_nodes, target_step_s=step, engine_s=secs or 0.0, mtu=base.mtu,
-                       min_dilation=min_dilation, ps_servers=base.ps_servers)
+                       min_dilation=min_dilation, ps_servers=base.ps_servers, payload_scale=scale)
     return _plan(cfg, link, target_gbps=target_gbps, target_step_s=step, engine_s=secs)
+
+
+def scaled_twin(p: RunPlan, payload_scale: int) -> RunPlan:
+    """The run of plan `p` at the same D and the same emulated (payload) rate with payload scale F:
+    1/F of every message on links shaped to 1/F (benchmarks/payload_scaling.py: scaled against
+    unscaled at one D)."""
+    link = link_at(p.target_gbps, p.link.mtu, dilation=p.dilation, payload_scale=payload_scale)
+    return _plan(p.config, link, target_gbps=p.target_gbps, target_step_s=p.target_step_s, engine_s=p.engine_s)
+
+
+def _engine_record(cfg: RunConfig, cache: Any) -> dict:
+    """engine_run of `cfg` (at its payload scale), measured once and kept in `cache` (kind "engine";
+    an entry made before message sizes were recorded holds the seconds alone)."""
+    key = {**cfg.cache_key(), "engine_steps": ENGINE_STEPS}
+    rec = cache.get("engine", key)
+    if rec is None:
+        rec = engine_run(cfg, model_step_s(cfg, COMPUTE_ONLY_GBPS))
+        cache.put("engine", key, rec)
+        scale = f", F={cfg.payload_scale}" if cfg.payload_scale > 1 else ""
+        print(f"{cfg.model} N={cfg.nodes} {cfg.label}{scale}: engine {rec['seconds'] * 1e3:.0f} ms per step "
+              f"(loopback, D = 1)", flush=True)
+    return rec if isinstance(rec, dict) else {"seconds": float(rec)}
 
 
 def cell_plans(cfgs: dict[str, RunConfig], target_gbps: float, engine_s: dict[str, float], *,

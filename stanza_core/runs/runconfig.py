@@ -48,9 +48,10 @@ class RunConfig:
     dilation: float = 1.0  # D: replayed compute waits D x the device's time
     fc_conv_share: float = 0.0  # stanza: share of the global batch each FC worker also trains the CONV body on
     micro_batches: int = 1  # stanza: M chunks per CONV worker, exchanged as a pipeline (1: whole batch)
+    payload_scale: int = 1  # F: replayed runs send 1/F of each message on links shaped to 1/F (a RunPlan sets it)
 
     # the fields a run's cache key leaves out at their defaults (keys made before they existed still match)
-    _KEY_DEFAULTS = {"fc_conv_share": 0.0, "micro_batches": 1}
+    _KEY_DEFAULTS = {"fc_conv_share": 0.0, "micro_batches": 1, "payload_scale": 1}
 
     def __post_init__(self):
         checks.model_fits(self.model, self.image_size)
@@ -79,6 +80,10 @@ class RunConfig:
         if self.compute == "replay" and not self.replay_device:
             raise ValueError("compute 'replay' needs a replay_device (a device profile name or a JSON path)")
         checks.positive_floats("dilation", [self.dilation])
+        checks.positive_int("payload_scale", self.payload_scale)
+        if self.payload_scale != 1 and self.compute != "replay":
+            raise ValueError(f"payload_scale {self.payload_scale} needs compute 'replay' (real compute needs every "
+                             "value of every message); expected 1")
 
     @classmethod
     def of(cls, variant: Variant, **rest: Any) -> "RunConfig":
@@ -128,7 +133,9 @@ class RunConfig:
                     fc_conv_share=self.fc_conv_share or None,
                     micro_batches=self.micro_batches if self.micro_batches > 1 else None,
                     compute=self.compute if replay else None, replay_device=self.replay_device if replay else None,
-                    dilation=self.dilation if replay else None, device="cpu", quiet=True, overwrite=True,
+                    dilation=self.dilation if replay else None,
+                    payload_scale=self.payload_scale if self.payload_scale > 1 else None,
+                    device="cpu", quiet=True, overwrite=True,
                     timeout_s=600)
 
     def train_args(self, metrics: str, **extra: Any) -> list[str]:

@@ -475,3 +475,41 @@ def test_gradients_stay_in_their_buffers_and_follow_the_real_order():
                        for p in model.parameters())
     assert opt.state == {}
     assert orders[1] == 2 * orders[0] and orders[0][:2] == ["classifier.3.bias", "classifier.3.weight"]
+
+
+def test_payload_scale_rule():
+    """F brings the links' term of D down to 1, at most max_scale, and keeps the step's
+    byte-weighted 10th-percentile message at or above the per-message floor where it is known."""
+    from stanza_core.perf import replay_dilation, replay_payload_scale
+
+    links = dict(max_link_mbit=1000, max_aggregate_mbit=1000)
+    # 16 nodes at 100 Gb/s: links' term 1600; F capped at 32, then D = 1600 / 32 = 50
+    assert replay_payload_scale(100, 16, **links, max_scale=32) == 32
+    assert replay_dilation(100, 16, **links, payload_scale=32) == 50
+    assert replay_dilation(100, 16, **links) == 1600
+    # the links' term itself when it is under the cap (4 nodes at 1 Gb/s: 4), and never below 1
+    assert replay_payload_scale(1, 4, **links, max_scale=32) == 4
+    assert replay_dilation(1, 4, **links, payload_scale=4) == 1
+    assert replay_payload_scale(0.01, 2, **links, max_scale=32) == 1
+    # messages: a 1.2 MB 10th percentile over a 64 kB floor allows F = 18 at most
+    assert replay_payload_scale(100, 16, **links, max_scale=32, message_bytes=1.2e6, min_message_bytes=65536) == 18
+    assert replay_payload_scale(100, 16, **links, max_scale=32, message_bytes=1e3, min_message_bytes=65536) == 1
+    # dedicated servers: the links' term is min(N, 2 S) links' worth
+    assert replay_payload_scale(10, 17, **links, max_scale=64, ps_servers=1) == 20
+    # the engine term is the engine's seconds at that F, not divided again
+    assert replay_dilation(100, 16, **links, payload_scale=32, engine_s=3.0, target_step_s=0.5) == 120
+    for bad in (0, 1.5, True):
+        with pytest.raises(ValueError, match="payload_scale must be a positive integer"):
+            replay_dilation(100, 16, **links, payload_scale=bad)
+
+
+def test_a_scaled_link_keeps_the_unscaled_token_bucket_in_line_time():
+    """The bucket of a link at rate / F carrying 1/F of each message holds what the unscaled
+    link's bucket holds over F (the same line time), at least 2 frames; F = 1: burst_bytes."""
+    from stanza_core.netem.cluster import burst_bytes, scaled_burst_bytes
+
+    assert scaled_burst_bytes(62.5, 9000, 1) == burst_bytes(62.5, 9000) == 90140  # 10 frames: 11.5 ms at 62.5
+    # 250 Mbit/s's bucket (10 frames, 90 kB) / 8 and 1000 Mbit/s's (1 ms, 125 kB) / 16 are under 2 frames
+    assert scaled_burst_bytes(31.25, 9000, 8) == scaled_burst_bytes(62.5, 9000, 16) == 2 * 9014
+    # 6.4 Gbit/s's bucket (1 ms: 800 kB) / 64: 1 ms at 100 Mbit/s, not the 10 frames a plain link would hold
+    assert scaled_burst_bytes(100, 1500, 64) == burst_bytes(6400, 1500) // 64 == 12500 < burst_bytes(100, 1500)

@@ -4,6 +4,7 @@ replayed run (the replay device's profile, dilated) and what the figures say the
 import dataclasses
 import importlib.util
 import json
+import math
 import types
 from pathlib import Path
 
@@ -20,7 +21,8 @@ from stanza_core.runs.spec import MeasureSpec
 from stanza_core.runs.runconfig import RunConfig
 from stanza_core.variant import Variant
 from stanza_core.runs.store import points
-from stanza_core.netem.facts import MAX_AGGREGATE_MBIT, max_link_mbit, payload_gbps, payload_per_wire_byte
+from stanza_core.netem import facts
+from stanza_core.netem.facts import MAX_AGGREGATE_MBIT, MAX_PAYLOAD_SCALE, max_link_mbit, payload_gbps, payload_per_wire_byte
 from stanza_core.perf import Cluster, DeviceProfile, emulated_bandwidth, named_profile, predict, replay_dilation
 
 BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
@@ -167,46 +169,61 @@ def test_replay_link_is_the_dilation_rule_then_the_bandwidth_mapping():
 
 def test_each_configuration_runs_at_its_own_dilation_with_engine_seconds_measured_once(tmp_path, monkeypatch):
     measured = []
+    # 10 Gb/s on 4 nodes: the links' term of D is 40 at F = 1, so F = MAX_PAYLOAD_SCALE (32) brings it to 2
+    f = min(40, MAX_PAYLOAD_SCALE)
 
-    def engine_seconds(cfg, compute_only_s):  # the D = 1 loopback run (tests/dist measures one for real)
+    def engine_run(cfg, compute_only_s):  # the D = 1 loopback run (tests/dist measures one for real)
         measured.append(cfg)
         assert (cfg.dilation, cfg.compute, cfg.link_mbit) == (1.0, "replay", 1000.0)
         assert compute_only_s == plan.model_step_s(cfg, 1000.0)
-        return {"ps": 0.8, "ddp": 0.5, "stanza": 0.17}[cfg.strategy]
+        # stanza's messages (AlexNet's activations of one worker: 1.2 MB) would be too small for F = 32
+        # at a floor of 100 kB: F falls to 12 and the engine is measured again at it
+        p10 = {"ps": 6e7, "ddp": 6e7, "stanza": 1.2e6}[cfg.strategy]
+        return {"seconds": {"ps": 0.8, "ddp": 0.5, "stanza": 0.17}[cfg.strategy] / cfg.payload_scale,
+                "message_p10_bytes": p10}
 
-    monkeypatch.setattr(plan, "engine_seconds", engine_seconds)
+    monkeypatch.setattr(plan, "engine_run", engine_run)
+    monkeypatch.setattr(facts, "MIN_MESSAGE_BYTES", 100_000)
     s = replayed.ReplaySet(models=["alexnet"], nodes=[4], strategies=["ps", "ddp", "stanza"], fc_workers=[1, 2],
                            target_gbps=[10.0])
     (spec,) = s.specs
     plans = spec.plans(Cache(tmp_path))
-    assert [p.engine_s for p in plans] == [0.8, 0.5, 0.17, 0.17]
+    scales = {"ps": f, "ddp": f, "stanza k=1": 12, "stanza k=2": 12}
+    assert [p.link.payload_scale for p in plans] == [scales[p.label] for p in plans]
+    assert [p.engine_s for p in plans] == [0.8 / f, 0.5 / f, 0.17 / 12, 0.17 / 12]
     assert [p.label for p in plans] == ["ps", "ddp", "stanza k=1", "stanza k=2"]
-    assert len(measured) == 4 and {c.label for c in measured} == {"ps", "ddp", "stanza k=1", "stanza k=2"}
+    # each at the links' F, the stanza ones again at the lower F their messages allow
+    assert sorted((c.label, c.payload_scale) for c in measured) == sorted(
+        [("ps", f), ("ddp", f), ("stanza k=1", f), ("stanza k=2", f), ("stanza k=1", 12), ("stanza k=2", 12)])
     profile = named_profile("alexnet", 224, 1000)
     dev = DeviceProfile.from_table("v100", profile)
     got = {}
     for p in plans:
-        cfg = p.config
+        cfg, scale = p.config, p.link.payload_scale
         step = predict(profile, Cluster(4, 10.0, device=dev), cfg.strategy, cfg.fc_workers or None,
                        cfg.global_batch).iteration_s
         assert p.target_step_s == pytest.approx(step, rel=1e-12)
-        # the links alone ask for 40; the engine within 5 % of D x the model's step may ask for more
-        want = max(40, replay_dilation(10.0, 4, max_link_mbit=max_link_mbit(9000), max_aggregate_mbit=MAX_AGGREGATE_MBIT,
-                                       engine_s=p.engine_s, target_step_s=step))
-        # one link rule: payload target / D, the wire rate carrying it; the run at both
+        # the links alone ask for ceil(40 / F); the engine within 5 % of D x the model's step may ask for more
+        want = max(math.ceil(40 / scale), replay_dilation(10.0, 4, max_link_mbit=max_link_mbit(9000),
+                                                          max_aggregate_mbit=MAX_AGGREGATE_MBIT, engine_s=p.engine_s,
+                                                          target_step_s=step, payload_scale=scale))
+        # one link rule: payload target / D, the wire rate carrying 1/F of it; the run at both
         assert p.dilation == cfg.dilation == want and p.link.payload_gbps == pytest.approx(10.0 / want, rel=1e-12)
-        assert cfg.link_mbit == pytest.approx(1000 * p.link.payload_gbps / payload_per_wire_byte(9000), rel=1e-6)
+        assert cfg.payload_scale == scale
+        assert cfg.link_mbit == pytest.approx(1000 * p.link.payload_gbps / (scale * payload_per_wire_byte(9000)),
+                                              rel=1e-6)
         assert p.link.wire_mbit == pytest.approx(cfg.link_mbit, rel=1e-6) and p.link.model_gbps == pytest.approx(10.0)
         # batches per role from the topology: 32 per data worker
         assert p.batch_per_worker == 32 and p.global_batch == 32 * p.topology.data_workers and p.fc_batch == 0
         got[p.label] = want
-    assert got["ddp"] == 40 < got["ps"] and got["stanza k=1"] > 40  # stanza k=1's step is the shortest: the engine term lifts D
+    assert got["stanza k=1"] > math.ceil(40 / 12)  # stanza k=1's step is the shortest: the engine term lifts D
     measured.clear()  # the engine seconds are in the cache: a second notebook measures none
     again = spec.plans(Cache(tmp_path))
     assert not measured and again == plans
-    # without the engine term every configuration has the links' D and nothing is measured
+    # without the engine term every configuration has the links' F and D and nothing is measured
     plain = dataclasses.replace(s, engine=False).specs[0].plans(Cache(None))
-    assert not measured and {p.dilation for p in plain} == {40} and {p.engine_s for p in plain} == {None}
+    assert not measured and {p.dilation for p in plain} == {math.ceil(40 / f)} and {p.engine_s for p in plain} == {None}
+    assert {p.link.payload_scale for p in plain} == {f}
     runs = [{**p.row(), "strategy": p.config.strategy} for p in plans]
     caption = replayed.caption(s, [Measurement(spec=spec.to_dict(), config=spec.to_dict(), runs=runs)])
     assert f"D = {', '.join(f'{d:g}' for d in sorted(set(got.values())))}, per configuration" in caption
@@ -285,13 +302,14 @@ def test_beyond_runs_go_through_the_plans_at_one_dilation_per_cell(tmp_path, mon
 
 
 def test_a_long_replayed_run_is_given_a_limit_beyond_its_steps(tmp_path, monkeypatch):
-    """VGG-16 stanza k=1 on 16 nodes at 100 Gb/s (D = 1600): modelled at about 25 min, it ran past
-    the old fixed 1800 s (runs take up to 1.4x and more of the model's time). Its plan's limit is
-    RUN_TIMEOUT_FACTOR x what its steps should take, and the grid's run gets it."""
+    """VGG-16 stanza k=1 on 16 nodes at 100 Gb/s at D = 1600 (its D before payload scaling, here as
+    the floor of D): modelled at about 25 min, it ran past the old fixed 1800 s (runs take up to
+    1.4x and more of the model's time). Its plan's limit is RUN_TIMEOUT_FACTOR x what its steps
+    should take, and the grid's run gets it."""
     from stanza_core.runs import run
 
     s = replayed.ReplaySet(models=["vgg16"], nodes=[16], strategies=["stanza"], fc_workers=[1],
-                           target_gbps=[100.0], engine=False)
+                           target_gbps=[100.0], engine=False, min_dilation=1600)
     (spec,) = s.specs
     (p,) = spec.plans(Cache(None))
     expected = plan.SETUP_S_PER_NODE * 16 + p.config.steps * p.dilation * p.target_step_s
@@ -300,7 +318,8 @@ def test_a_long_replayed_run_is_given_a_limit_beyond_its_steps(tmp_path, monkeyp
     assert p.timeout_s() == pytest.approx(plan.RUN_TIMEOUT_FACTOR * expected, rel=1e-12)
     assert p.timeout_s() > 2 * plan.RUN_TIMEOUT_FLOOR_S
     # a short replayed run keeps the floor; a run with no target step (real compute) too
-    (short,) = dataclasses.replace(s, models=["alexnet"], nodes=[4], target_gbps=[10.0]).specs[0].plans(Cache(None))
+    (short,) = dataclasses.replace(s, models=["alexnet"], nodes=[4], target_gbps=[10.0],
+                                   min_dilation=1).specs[0].plans(Cache(None))
     assert short.expected_s() < plan.RUN_TIMEOUT_FLOOR_S / plan.RUN_TIMEOUT_FACTOR
     assert short.timeout_s() == plan.RUN_TIMEOUT_FLOOR_S
     assert dataclasses.replace(p, target_step_s=None).timeout_s() == plan.RUN_TIMEOUT_FLOOR_S
@@ -309,3 +328,21 @@ def test_a_long_replayed_run_is_given_a_limit_beyond_its_steps(tmp_path, monkeyp
     (pt,) = points(spec)
     got_plan, _ = run.replayed_point(pt, Cache(tmp_path))
     assert got_plan == p and limits == [pytest.approx(p.timeout_s(), rel=1e-12)]
+
+
+def test_targets_with_one_payload_scale_share_one_engine_run(tmp_path, monkeypatch):
+    """10 and 100 Gb/s on 4 nodes: the links' terms of D (40, 400) both ask for F = MAX_PAYLOAD_SCALE,
+    so the configuration's engine run at that F is measured once and serves both targets; 1 Gb/s
+    (links' term 4) runs at F = 4 and is measured apart. Its messages are large enough for any F here."""
+    measured = []
+
+    def engine_run(cfg, compute_only_s):
+        measured.append(cfg.payload_scale)
+        return {"seconds": 0.01, "message_p10_bytes": 1e9}
+
+    monkeypatch.setattr(plan, "engine_run", engine_run)
+    s = replayed.ReplaySet(models=["alexnet"], nodes=[4], strategies=["ddp"], fc_workers=[1],
+                           target_gbps=[1.0, 10.0, 100.0])
+    plans = [p for spec in s.specs for p in spec.plans(Cache(tmp_path))]
+    assert sorted(p.link.payload_scale for p in plans) == [4, MAX_PAYLOAD_SCALE, MAX_PAYLOAD_SCALE]
+    assert sorted(measured) == [4, MAX_PAYLOAD_SCALE]

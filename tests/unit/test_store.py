@@ -195,11 +195,14 @@ def test_the_fill_time_takes_each_models_own_factor(tmp_path):
     """A model whose runs take twice their estimate doubles its missing points' time, not the others'."""
     st = Store(tmp_path)
     a = _grid(_spec())
-    b = _grid(_spec(models=["vgg16"]))
+    b = _grid(_spec(models=["vgg16"], nodes=[8]))  # estimates apart from a's (set-up per node)
     assert a[0].point.config.model != b[0].point.config.model
     for gp, factor in ((a[0], 1.0), (b[0], 2.0)):
         plan_row, cfg, row = _fake_run(gp.point)
-        est = grid.estimate_s(gp.point, plan_row.get("engine_s"), engine_run=False)
+        # a stored run's estimate: the plan it ran on (its D and F), set-up and its dilated steps
+        est = grid.stored_estimate_s(gp.point, {"key": gp.point.key(), "plan": plan_row})
+        c = gp.point.config
+        assert est == pytest.approx(grid.SETUP_S_PER_NODE * c.cluster_nodes + c.steps * 40.0 * 0.3)
         st.put(gp.point, plan=plan_row, config=cfg, run=row, seconds=factor * est)
     lst = grid.listing(a + b, st)
     by = lst["measured_over_estimate_by_model"]
@@ -297,79 +300,16 @@ def test_a_failed_job_says_what_the_rank_raised_not_the_launcher():
     assert job_failure("starting\nKilled", -9) == "exit -9: starting | Killed"
 
 
-def test_a_configuration_keeps_one_engine_seconds_figure_across_its_targets(tmp_path):
-    """The fill hands each point the engine seconds its configuration already has (stored at
-    another target, or measured earlier in this fill), so all its targets share one D term."""
+def test_the_fill_leaves_engine_seconds_to_the_plan(tmp_path):
+    """A configuration's engine seconds depend on its payload scale F, which its target decides:
+    the fill hands none in (the plan measures them once per configuration and F in the runs
+    cache, tests/unit/test_replayed_runs.py), and every point is measured."""
     gps = _grid(_spec()) + _grid(_spec(target_gbps=[100.0]))  # 3 configurations x 2 targets
-    seen, measured = [], iter([0.5, 0.7, 0.9])
+    seen = []
 
     def measure_point(pt, engine_s=None):
         seen.append((pt.config.label, pt.target_gbps, engine_s))
-        plan, config, row = _fake_run(pt)
-        e = engine_s if engine_s is not None else next(measured)
-        return {**plan, "engine_s": e}, config, {**row, "engine_s": e}
+        return _fake_run(pt)
 
-    st = Store(tmp_path)
-    first = grid.listing(gps, st)["order"][:3]  # one fill of three points ...
-    by_name = {gp.point.name: gp for gp in gps}
-    grid.fill([by_name[n] for n in first], st, measure_point, budget_s=grid.budget_seconds(None), say=lambda s: None)
-    grid.fill(gps, Store(tmp_path), measure_point, budget_s=grid.budget_seconds(None), say=lambda s: None)  # ... then the rest
-    engine = {}
-    for label, target, given in seen:
-        engine.setdefault(label, []).append((target, given))
-    assert len(seen) == 6 and all(len(v) == 2 for v in engine.values())
-    # every configuration measured its engine seconds once (None handed in) and was handed that figure at its other target
-    got = {json.loads(p.read_text())["plan"]["engine_s"] for p in tmp_path.iterdir()}
-    assert all(sum(g is None for _, g in v) == 1 for v in engine.values()) and got == {0.5, 0.7, 0.9}
-    per_label = {}
-    for p in tmp_path.iterdir():
-        e = json.loads(p.read_text())
-        per_label.setdefault(e["label"].split(" @ ")[0], set()).add(e["plan"]["engine_s"])
-    assert len(per_label) == 3 and all(len(v) == 1 for v in per_label.values())
-
-
-def test_points_picks_the_configurations_a_pattern_names(tmp_path, capsys):
-    gps = _grid(_spec()) + _grid(_spec(nodes=[8]))
-    assert [gp.point.label for gp in grid.select(gps, "*N=8 stanza*")] == ["alexnet N=8 stanza k=1 @ 10 Gb/s (v100)"]
-    assert len(grid.select(gps, "alexnet N=4 *")) == 3 and grid.select(gps, None) is gps
-    # the listing with a pattern counts only its configurations
-    assert reproduce_main(["--full", "--list", "--only", "throughput", "--points", "*N=16*"]) == 0
-    out = capsys.readouterr().out
-    assert "--points '*N=16*': 24 configurations of the grid" in out and "full grid: 24 replayed configurations" in out
-
-
-def test_the_papers_16_nodes_are_one_set_of_configurations_in_notebooks_03_and_05():
-    """Full mode: notebook 03 replays AlexNet and VGG-16 on 16 nodes at 10 and 100 Gb/s with ps
-    colocated, with the overlapped push and with one dedicated server, ddp and stanza k = 1 and 2;
-    notebook 05's 16-node runs are among those (the same points: a fill measures each once)."""
-    from stanza_core.reproduce.spec import REPO_ROOT, load_spec
-
-    def labels(name):
-        spec = load_spec(REPO_ROOT / "reproductions" / f"{name}.yaml")
-        return {pt.label for ms in grid.replayed_specs(spec, "full") for pt in points(ms) if pt.config.nodes == 16}
-
-    t, s = labels("throughput"), labels("bandwidth_sweep")
-    configs = ["ps", "ps S=1", "ps overlap", "ddp", "stanza k=1", "stanza k=2"]
-    assert t == {f"{m} N=16 {c} @ {g} Gb/s (v100)" for m in ("alexnet", "vgg16") for c in configs for g in (10, 100)}
-    assert s and s <= t and {lb.split(" @ ")[0].split(" N=16 ")[1] for lb in s} == {"ps", "ddp", "stanza k=1", "stanza k=2"}
-    # quick mode replays no 16-node configuration
-    assert not any(pt.config.nodes == 16 for name in ("throughput", "bandwidth_sweep")
-                   for ms in grid.replayed_specs(load_spec(REPO_ROOT / "reproductions" / f"{name}.yaml"), "quick")
-                   for pt in points(ms))
-
-
-@pytest.mark.parametrize("field, value, message", [
-    ("paper_ps_overlap", "yes", "paper_ps_overlap must be true or false, got 'yes'"),
-    ("paper_ps_servers", [-1], "paper_ps_servers must be a non-empty list of integers >= 0"),
-    ("paper_fc_workers", [0], "paper_fc_workers must be a non-empty list of integers >= 1"),
-])
-def test_bad_paper_scale_options_of_notebook_03_fail_in_one_line(field, value, message):
-    from stanza_core.experiments import throughput
-
-    base = dict(measured_model="cifar_alexnet", measured_image_size=32, measured_num_classes=10, measured_nodes=[],
-                strategies=["ps", "ddp", "stanza"], fc_workers=1, global_batch=12, steps=2, warmup=1,
-                target_gbps=10.0, model_names=["alexnet"], model_nodes=[4], model_gbps=[10.0],
-                replay_models=["alexnet"], paper_nodes=[16])
-    with pytest.raises(ValueError) as err:
-        throughput.ThroughputParams(**base, **{field: value})
-    assert message in str(err.value) and "\n" not in str(err.value)
+    got = grid.fill(gps, Store(tmp_path), measure_point, budget_s=grid.budget_seconds(None), say=lambda s: None)
+    assert len(seen) == 6 and got["left"] == 0 and {g for _, _, g in seen} == {None}
