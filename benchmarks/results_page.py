@@ -45,15 +45,21 @@ def grid() -> list[dict]:
     return Store(RESULTS / "full").latest()
 
 
+def _older(entries, model, nodes, gbps, labels, device="v100") -> list[tuple[int, int]]:
+    """(version, timed steps) of the stored runs of the cell that a figure uses (its `labels`)
+    that are not of the current measurement version."""
+    from stanza_core.runs.store import MEASUREMENT_VERSION
+
+    return sorted({(e["version"], len(e["run"]["steps_s"]) - e["key"]["warmup"]) for e in entries
+                   if (e["key"]["model"], e["key"]["nodes"], e["key"]["target_gbps"], e["key"]["replay_device"])
+                   == (model, nodes, gbps, device) and e["summary"]["label"] in labels
+                   and e["version"] != MEASUREMENT_VERSION})
+
+
 def _versions_note(entries, model, nodes, gbps, labels, device="v100") -> str:
     """"" when every stored run of the cell that a figure uses (its `labels`) is of the current
     measurement version, else which older version (and how many timed steps) it rests on."""
-    from stanza_core.runs.store import MEASUREMENT_VERSION
-
-    old = sorted({(e["version"], len(e["run"]["steps_s"]) - e["key"]["warmup"]) for e in entries
-                  if (e["key"]["model"], e["key"]["nodes"], e["key"]["target_gbps"], e["key"]["replay_device"])
-                  == (model, nodes, gbps, device) and e["summary"]["label"] in labels
-                  and e["version"] != MEASUREMENT_VERSION})
+    old = _older(entries, model, nodes, gbps, labels, device)
     return ("; " + ", ".join(f"measurement version {v}, {t} timed step{'s' * (t > 1)}" for v, t in old)) if old else ""
 
 
@@ -250,8 +256,8 @@ def range_table() -> list[str]:
             cells = []
             for over in ("ps", "ddp", "ps S=1"):
                 v = replayed_ratio(entries, model, n, 10.0, ks, over=over)
-                old = v is not None and _versions_note(entries, model, n, 10.0, stanza | {over})
-                cells.append(_x(v) + (" (v1)" if old else ""))
+                old = sorted({ver for ver, _ in _older(entries, model, n, 10.0, stanza | {over})}) if v is not None else []
+                cells.append(_x(v) + (f" ({', '.join(f'v{ver}' for ver in old)})" if old else ""))
             m = modelled(model, n, 10.0)
             rows.append(f"| {model} | {n} | {' | '.join(cells)} | {m['vs_ps']:.2f}x | "
                         f"best of {', '.join(map(str, ks))} / {m['k']} |")

@@ -49,7 +49,10 @@ if TYPE_CHECKING:
 #      runs, measured on 11 stored configurations with 5 timed steps each (benchmarks/grid_spread.py,
 #      benchmarks/results/grid_spread.json), is over 1 % in 6 of 11 (median 1.32 %, worst 7.29 %),
 #      so one timed step is not a figure to 1 %. The full grid's parameter sets time 3 steps.
-MEASUREMENT_VERSION = 2
+#   3: payload scaling (a replayed run sends 1/F of every message on links shaped to 1/F, F and
+#      D by runs.plan's rules; the token bucket scaled with F) and the V100 row v3 (compute model
+#      v3, fitted to DeepBench's V100 kernels; version 1 and 2 runs used the row now named v100-v2).
+MEASUREMENT_VERSION = 3
 MIN_TIMED_STEPS = 3  # steps - warmup of a stored run, from version 2 on
 
 STORE_DIR = Path(__file__).resolve().parents[2] / "benchmarks" / "results" / "full"
