@@ -530,7 +530,7 @@ def tables(res: dict) -> str:
             "| model | measured ms | predicted ms | error |", "|---|---|---|---|"]
     for r in res["optimizer_step"]:
         out.append(f"| {r['model']} | {r['measured_s'] * 1e3:.3f} | {r['predicted_s'] * 1e3:.3f} | {r['error'] * 100:+.1f} % |")
-    out += ["", "**V100 per call at batch 32** (modelled, ms; `time_s` of each part and phase, the step without optimizer):", "",
+    out += ["", "**V100 per call at batch 32** (modelled with these constants: the V100 row v2, `v100-v2`; ms; `time_s` of each part and phase, the step without optimizer):", "",
             "| model | conv fwd | conv bwd | fc fwd | fc bwd | step |", "|---|---|---|---|---|---|"]
     for m, t in res["v100_per_call_b32"].items():
         out.append(f"| {m} | " + " | ".join(f"{t[k] * 1e3:.2f}" for k in ("conv_fwd", "conv_bwd", "fc_fwd", "fc_bwd", "step")) + " |")

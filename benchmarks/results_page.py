@@ -82,8 +82,9 @@ def earlier_replay(model, nodes, gbps) -> float | None:
 
 
 def modelled(model, nodes, gbps):
-    """Notebook 03's and 05's model: the best stanza over ps (sharded over all N) and ddp, V100 row,
-    32 samples per data worker, 224x224 (experiments.throughput.model_curves)."""
+    """Notebook 03's and 05's model: the best stanza over ps (sharded over all N) and ddp, the current
+    V100 row (v3; the stored replayed runs were replayed with row v2, DEVICE_TABLE["v100-v2"]), 32
+    samples per data worker, 224x224 (experiments.throughput.model_curves)."""
     from stanza_core.perf import Cluster, best_assignment, device_profile, named_profile
 
     prof = named_profile(model)
@@ -123,10 +124,10 @@ def _value(ours: str, entries, full_params):
     if p[0] == "replayed":
         model, n, g = p[2], int(p[3]), float(p[4])
         ks = full_params["paper_fc_workers"] if n in full_params["paper_nodes"] else [full_params["fc_workers"]]
-        return replayed_ratio(entries, model, n, g, ks), "replayed (V100 row)", f"`{FULL}` (grid)"
+        return replayed_ratio(entries, model, n, g, ks), "replayed (V100 row v2)", f"`{FULL}` (grid)"
     if p[0] in ("modelled", "paper_scale") and p[-1] in ("vs_ps", "stanza_vs_ps"):
         model, g, n = (p[2], float(p[3]), int(p[5])) if p[0] == "modelled" else (p[2], float(p[3]), 16)
-        return modelled(model, n, g)["vs_ps"], "modelled (V100 row)", "`make reproduce` (notebooks 03, 05)"
+        return modelled(model, n, g)["vs_ps"], "modelled (V100 row v3)", "`make reproduce` (notebooks 03, 05)"
     raise KeyError(ours)
 
 
@@ -173,7 +174,7 @@ def _figure_value(ours: str):
     """A counted paper-figure claim's value (and its sharded twin): (value, how, command)."""
     p = ours.split(".")
     if p[0] == "paper_ps":
-        return _lookup(paper_ps(), ".".join(p[1:])), "modelled (V100 row)", "`make reproduce` (notebook 05)"
+        return _lookup(paper_ps(), ".".join(p[1:])), "modelled (V100 row v3)", "`make reproduce` (notebook 05)"
     if p[0] == "paper_model" and p[2] == "ratio_vs_n":
         from stanza_core.experiments.traffic import paper_model_curves
 
@@ -203,7 +204,7 @@ def _replayed_sharded(figure_id: str) -> str:
     if v is None:
         return ""
     note = _versions_note(entries, model, 16, 100.0, {"ps", *(f"stanza k={k}" for k in full["paper_fc_workers"])})
-    return f"; replayed (V100 row{note}): {v:.2f}x"
+    return f"; replayed (V100 row v2{note}): {v:.2f}x"
 
 
 def paper_table() -> list[str]:
@@ -277,7 +278,7 @@ def _goal_value(ours: str):
             return (conv[p[1]][p[2]], "quick", "measured, CPU (the quick configuration)",
                     "`python benchmarks/convergence_spread.py`")
     if ours == "paper_scale.results.vgg16.10.best_k":
-        return modelled("vgg16", 16, 10.0)["best_k"], "full", "modelled (V100 row)", "`make reproduce` (notebook 04)"
+        return modelled("vgg16", 16, 10.0)["best_k"], "full", "modelled (V100 row v3)", "`make reproduce` (notebook 04)"
     if ours == "configs.alexnet.n4.ps.bytes_per_step":
         text = (RESULTS / "traffic_alexnet_n4_n8_vgg16_n4.txt").read_text()
         mb = float(re.search(r"^alexnet\s+N=4 ps\s+k=0:\s+([\d.]+) MB/step", text, re.M).group(1))
@@ -319,8 +320,8 @@ def range_table() -> list[str]:
     """The paper's 10 Gb/s range beside each configuration's own figure (reported only: the paper
     gives a range over its configurations, no figure for any one of them)."""
     entries = grid()
-    rows = ["| model | N | stanza over ps (colocated), replayed | over ddp, replayed | over ps on one dedicated server, "
-            "replayed | modelled over ps | stanza's k, replayed / modelled |", "|---|---|---|---|---|---|---|"]
+    rows = ["| model | N | stanza over ps (colocated), replayed (V100 row v2) | over ddp, replayed | over ps on one dedicated "
+            "server, replayed | modelled over ps (V100 row v3) | stanza's k, replayed / modelled |", "|---|---|---|---|---|---|---|"]
     for model in ("alexnet", "vgg16"):
         for n in (4, 8, 16):
             ks = [1, 2] if n == 16 else [1]

@@ -115,7 +115,7 @@ def replay_profile(profile, device: str, dilation: float, step_overhead_s: float
     from ..perf import DeviceProfile, device_profile
 
     base = device_profile(device, profile).profile.to_dict()
-    times = {k: v * dilation for k, v in base.items() if k not in ("name", "step_overhead_s")}
+    times = {k: v * dilation for k, v in base.items() if k not in ("name", "row_version", "step_overhead_s")}
     return DeviceProfile(**{**base, **times, "name": f"{base['name']} x {dilation:g}",
                             "step_overhead_s": step_overhead_s})
 

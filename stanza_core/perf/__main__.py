@@ -126,7 +126,7 @@ def _print_ranking(profile, cluster, a, top: int) -> None:
     print(f"{profile.model} {profile.input_shape}: CONV {profile.conv.params / 1e6:.2f} M params, "
           f"FC {profile.fc.params / 1e6:.2f} M params, boundary {profile.boundary_values} values/sample")
     print(f"cluster: {cluster.nodes} nodes, {cluster.bandwidth_gbps:g} Gb/s, {cluster.latency_s * 1e6:g} us/message, "
-          f"device {a.best.device}")
+          f"device {a.best.device}" + (f", {cluster.device.row_version}" if getattr(cluster.device, "row_version", "") else ""))
     print(f"best: {a.best.strategy}" + (f" k={a.best.fc_workers}" if a.best.fc_workers else "")
           + (f" {ps_layout(a.best)}" if a.best.strategy == "ps" else "")
           + f"  {a.best.throughput:.1f} samples/s  ({a.speedup_vs_ps:.2f}x ps, {a.speedup_vs_ddp:.2f}x ddp, "

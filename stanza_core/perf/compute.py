@@ -1,11 +1,13 @@
-"""Layer-by-layer compute cost of a training step on a GPU (compute model v2.2).
+"""Layer-by-layer compute cost of a training step on a GPU (compute model v3; kernels: kernels.py).
 
 Each layer of a profile (`LayerRow`) costs, per call on a batch of b samples, in each phase:
 
   device   kernels x kernel floor + work(b)
   host     kernels x launch cost (the CPU issuing them: Python, autograd, driver)
 
-Work, by kind:
+Work, by kind (kernel model 2, the rows fitted to H200 steps; the V100 row runs kernel model 3,
+fitted to DeepBench's V100 kernels: chosen GEMM tiles and convolution passes priced apart, see
+kernels.py):
   convolution    FLOPs / rate (linear in b), rate = peak x efficiency x size factor x algorithmic
                  factor; the backward (data gradient + weight gradient, 2 x the forward FLOPs; the
                  first layer only the weight gradient) takes conv_bwd_ratio x the forward's seconds
@@ -32,7 +34,8 @@ Work, by kind:
   pooling        windows and max-pool's scattered backward
 The loss adds LOSS_KERNELS.
 
-Linear GEMM shapes depend on the batch (M = b), so their work is not linear in b. A DeviceProfile
+Linear GEMM shapes (and kernel model 3's convolution shapes) depend on the batch (M = b), so their
+work is not linear in b. A DeviceProfile
 is affine per part (fixed + b x per sample): `layer_cost` takes the secant of the work between the
 profile's batch b0 and 4 b0 (exact at both; fixed >= 0), so a profile built at a run's per-worker
 batch times that batch exactly and a gathered FC batch up to 4x on the secant.
@@ -42,18 +45,18 @@ lasts max(host launches, device time). It is taken per part and phase (DevicePro
 the coarsest unit the performance model and replay wait.
 
 A device is its datasheet (peaks, bandwidth, SM count) plus efficiencies, floors and launch cost
-fitted to measured steps (devices.py says what was fitted to what; benchmarks/fit_compute_model.py
-fits and cross-validates; docs/performance-model.md has the tables). The functions on arrays
-(`gemm_utilisation`, `gemm_seconds`) are numpy-vectorised: the fit evaluates them on every GEMM of
-every point at once.
+fitted to measured steps or kernels (devices.py and rows.py say what was fitted to what;
+benchmarks/fit_compute_model.py and benchmarks/fit_v100_deepbench.py fit and check;
+docs/performance-model.md has the tables).
 """
 from __future__ import annotations
 
 import dataclasses
 
-import numpy as np
-
 from ..anatomy import DTYPE_BYTES, LayerRow, Profile
+from .kernels import (MIN_TILE, SPLIT_K_MIN, TILE, TILES, conv_pass_seconds, conv_pass_shapes,  # noqa: F401 (re-exported)
+                      conv_rate, conv_work, gemm_rate, gemm_seconds, gemm_utilisation, gemm_work, gemms, is_winograd,
+                      out_channels, reduction_length)
 
 # Values moved per value of input+output (LayerRow.io_values), (forward, backward), for the
 # memory-bound layers. io_values counts each element's input and output once, so an
@@ -88,9 +91,6 @@ KERNELS: dict[str, tuple[int, int]] = {
 DEFAULT_KERNELS = (1, 1)  # element-wise layers and the other pools: one kernel each way
 LOSS_KERNELS = (2, 3)  # cross-entropy: log_softmax + nll forward; nll (fill + scatter) + log_softmax backward
 
-TILE = 128  # the largest output tile edge (cuBLAS/cuDNN FP32 and TF32 kernels: 128 x 128)
-MIN_TILE = 16  # the smallest tile edge a kernel shrinks to for a small M or N
-SPLIT_K_MIN = 256  # the shortest reduction slice split-K gives one CTA
 SECANT = 4  # DeviceProfile's affine work: the secant between the profile's batch b0 and SECANT x b0
 
 
@@ -110,99 +110,6 @@ class LayerCost:
         return getattr(self, f"{phase}_fixed_s") + batch * getattr(self, f"{phase}_s")
 
 
-def is_winograd(row: LayerRow) -> bool:
-    """3x3 stride-1 convolutions: where cuDNN's Winograd/FFT algorithms apply."""
-    return row.kernel == 9 and row.stride == 1
-
-
-def reduction_length(row: LayerRow) -> float:
-    """K of a convolution's (or Linear's) GEMM: FLOPs = 2 x outputs x K (C_in / groups x kernel area)."""
-    return row.flops / (2 * row.out_values) if row.out_values else 0.0
-
-
-def out_channels(row: LayerRow) -> float:
-    """C_out of a convolution (N of its GEMM) from its parameters (C_out x K, + C_out with a bias);
-    a Linear layer's output features."""
-    if not row.kernel:
-        return float(row.out_values)
-    k = reduction_length(row)
-    if k <= 0:
-        return float(row.out_values)
-    kk = round(k)
-    return float(row.params // (kk + 1) if row.params % (kk + 1) == 0 else row.params / k)
-
-
-def gemms(row: LayerRow, batch: int, first: bool = False) -> list[tuple[str, float, float, float, float]]:
-    """(phase, FLOPs, M, N, K) of each GEMM one call of a convolution (implicit GEMM) or Linear
-    layer runs on `batch` samples: forward (M = b x pixels, N = C_out, K = C_in x kernel area);
-    backward, data gradient (M = b x pixels, N = K, K = C_out; not for the first layer) and weight
-    gradient (M = C_out, N = K, K = b x pixels)."""
-    k, n = reduction_length(row), out_channels(row)
-    m = batch * row.out_values / n
-    flops = batch * row.flops
-    out = [("fwd", flops, m, n, k)]
-    if not first:
-        out.append(("bwd", flops, m, k, n))
-    out.append(("bwd", flops, n, k, m))
-    return out
-
-
-def gemm_utilisation(m, n, k, sms, tile_exponent):
-    """Share of the device's math a GEMM of M x N outputs (reduction K) can use (numpy arrays or
-    scalars): tile reuse x padding x wave fill, with split-K when tiles < SMs. sms <= 0: 1."""
-    m, n, k = (np.asarray(v, dtype=float) for v in (m, n, k))
-    tm = np.clip(2.0 ** np.ceil(np.log2(np.maximum(m, 1.0))), MIN_TILE, TILE)
-    tn = np.clip(2.0 ** np.ceil(np.log2(np.maximum(n, 1.0))), MIN_TILE, TILE)
-    reuse = (tm * tn / (tm + tn) / (TILE / 2)) ** tile_exponent
-    tiles = np.ceil(m / tm) * np.ceil(n / tn)
-    pad = m * n / (tiles * tm * tn)
-    if not sms or sms <= 0:
-        return reuse * pad
-    split = np.where(tiles >= sms, 1.0, np.maximum(1.0, np.minimum(np.floor(sms / tiles), np.floor(k / SPLIT_K_MIN))))
-    ctas = tiles * split
-    fill = ctas / (np.ceil(ctas / sms) * sms)
-    return reuse * pad * fill
-
-
-def gemm_seconds(flops, m, n, k, rate, sms, tile_exponent, mem_rate):
-    """Seconds of GEMMs (numpy arrays or scalars): the roofline max of FLOPs at `rate` x the shape
-    utilisation and fp32 operands and result (M K + K N + M N values) at `mem_rate` bytes/s."""
-    util = gemm_utilisation(m, n, k, sms, tile_exponent)
-    moved = DTYPE_BYTES * (np.asarray(m) * k + np.asarray(k) * n + np.asarray(m) * n)
-    return np.maximum(np.asarray(flops) / (np.asarray(rate) * util), moved / mem_rate)
-
-
-def gemm_rate(row: LayerRow, spec) -> float:
-    """FLOP/s of `row`'s GEMMs before the shape utilisation: peak x efficiency x size x algorithm."""
-    if not row.kernel:
-        return spec.fc_peak_flops * spec.fc_efficiency
-    k = reduction_length(row)
-    half = spec.conv_half_k * spec.conv_peak_flops / spec.fc_peak_flops  # tensor cores: longer K to saturate
-    size = k / (k + half) if k > 0 else 1.0
-    factor = spec.winograd_factor if is_winograd(row) else 1.0
-    return spec.conv_peak_flops * spec.conv_efficiency * factor * size
-
-
-def conv_work(row: LayerRow, spec, batch: int, first: bool = False) -> tuple[float, float]:
-    """(forward, backward) seconds of one convolution call on `batch` samples (no floors): FLOPs at
-    `gemm_rate`; the backward's 2 x FLOPs (first layer: 1 x) at conv_bwd_ratio x the forward's
-    seconds per FLOP."""
-    fwd = batch * row.flops / gemm_rate(row, spec)
-    return fwd, (1 if first else 2) * fwd * spec.conv_bwd_ratio
-
-
-def gemm_work(row: LayerRow, spec, batch: int, first: bool = False) -> tuple[float, float]:
-    """(forward, backward) seconds of one call of a Linear layer `row` on `batch` samples: its
-    GEMMs at their shape on the roofline (no floors); a convolution: `conv_work`."""
-    if row.kernel:
-        return conv_work(row, spec, batch, first)
-    g = gemms(row, batch, first)
-    t = gemm_seconds([x[1] for x in g], [x[2] for x in g], [x[3] for x in g], [x[4] for x in g],
-                     gemm_rate(row, spec), spec.sms, spec.tile_exponent, spec.mem_bytes_per_s * spec.mem_efficiency)
-    return (float(sum(s for (ph, *_), s in zip(g, t) if ph == "fwd")),
-            float(sum(s for (ph, *_), s in zip(g, t) if ph == "bwd")))
-
-
 def secant(c0: float, c1: float, b0: int) -> tuple[float, float]:
     """(fixed, per sample) of the line through (b0, c0) and (SECANT b0, c1), both >= 0: else the
     line through the origin and (b0, c0) (fixed < 0), or c0 flat (slope < 0: a fuller last wave)."""
@@ -218,10 +125,10 @@ def layer_cost(row: LayerRow, spec, first: bool = False, batch: int = 32) -> Lay
     (its backward computes only the weight gradient); `batch`: the batch b0 the GEMM work is
     linearised at (module docstring)."""
     kf, kb = (0, 0) if row.kind in FREE_KINDS else KERNELS.get(row.kind, DEFAULT_KERNELS)
-    if row.flops and row.out_values and row.kernel:  # convolutions: linear in the batch
+    if row.flops and row.out_values and row.kernel and spec.kernel_model < 3:  # kernel model 2 convolutions: linear in b
         kb = kb - 1 if first else kb
         (fwd, bwd), fixed_f, fixed_b = conv_work(row, spec, 1, first), 0.0, 0.0
-    elif row.flops and row.out_values:  # Linear layers: GEMMs at their shape, on the secant
+    elif row.flops and row.out_values:  # Linear layers (and kernel model 3 convolutions): GEMMs at their shape, on the secant
         kb = kb - 1 if first else kb
         (f0, b0), (f1, b1) = gemm_work(row, spec, batch, first), gemm_work(row, spec, SECANT * batch, first)
         (fixed_f, fwd), (fixed_b, bwd) = secant(f0, f1, batch), secant(b0, b1, batch)

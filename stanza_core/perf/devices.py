@@ -32,6 +32,7 @@ import torch
 
 from .. import checks
 from ..anatomy import Profile
+from .rows import V100_V3, row_version
 
 
 # Compute model v2.2 constants (compute.py). FITTED by benchmarks/fit_compute_model.py (the header
@@ -148,7 +149,12 @@ class DeviceSpec:
     launch_s: float = FITTED["launch_s"]  # host seconds per kernel launched
     sms: int = 0  # streaming multiprocessors (GEMM wave quantisation, compute.gemm_utilisation); 0: not modelled
     tile_exponent: float = FITTED["tile_exponent"]  # operand-reuse loss of small GEMM tiles (compute.py)
-    conv_bwd_ratio: float = 1.0  # conv backward seconds per FLOP / forward's (compute.conv_work)
+    conv_bwd_ratio: float = 1.0  # conv backward seconds per FLOP / forward's (kernel model 2: kernels.conv_work)
+    kernel_model: int = 2  # 2: compute model v2.2's GEMM tiles and conv backward; 3: per-pass convs, chosen tiles (kernels.py)
+    conv_dgrad_ratio: float = 1.0  # kernel model 3: conv data gradient seconds per FLOP / forward's at its shape
+    conv_dgrad_stride_ratio: float = 1.0  # kernel model 3: the same, strided convolutions, a further factor
+    conv_wgrad_ratio: float = 1.0  # kernel model 3: conv weight gradient seconds per FLOP / a saturated forward's
+    row_version: str = ""  # the row's constants, e.g. "v100 row v3 (DeepBench kernels)"; "" for a hand-written spec
 
 
 # Vendor peaks: NVIDIA product datasheets (nvidia.com/en-us/data-center/v100, /a100, /h100,
@@ -183,10 +189,27 @@ def device_spec(name: str, fitted: dict[str, float] = FITTED) -> DeviceSpec:
                       conv_half_k=fitted["conv_half_k"], reduce_efficiency=fitted["reduce_efficiency"],
                       kernel_s=fitted["kernel_s"], launch_s=fitted["launch_s"], sms=sms,
                       tile_exponent=fitted["tile_exponent"],
-                      conv_bwd_ratio=fitted["tf32_bwd_ratio" if tf32 else "fp32_bwd_ratio"])
+                      conv_bwd_ratio=fitted["tf32_bwd_ratio" if tf32 else "fp32_bwd_ratio"], row_version=row_version(name))
 
 
+def v100_v3_spec(kernel: dict[str, float] = V100_V3, step: dict[str, float] = FITTED) -> DeviceSpec:
+    """The V100 row of compute model v3 (rows.py): the datasheet, the kernel constants `kernel`
+    (fitted to DeepBench's V100 kernels) and the step overheads of `step` (the H200 fit's)."""
+    conv_peak, fc_peak, mem, _, note, sms = DATASHEETS["v100"]
+    k = kernel
+    return DeviceSpec("v100", conv_peak, fc_peak, mem, k["conv_efficiency"], k["gemm_efficiency"], step["mem_efficiency"],
+                      note + "; kernels fitted to DeepBench", k["winograd_factor"], conv_half_k=k["conv_half_k"],
+                      reduce_efficiency=step["reduce_efficiency"], kernel_s=k["kernel_s"], launch_s=step["launch_s"],
+                      sms=sms, tile_exponent=k["tile_exponent"], kernel_model=3, conv_dgrad_ratio=k["conv_dgrad_ratio"],
+                      conv_dgrad_stride_ratio=k["conv_dgrad_stride_ratio"], conv_wgrad_ratio=k["conv_wgrad_ratio"],
+                      row_version=row_version("v100"))
+
+
+# The table: every datasheet row at compute model v2.2, except the V100 at v3; its v2.2 row stays
+# reachable as "v100-v2" (the row the stored replayed runs were replayed with).
 DEVICE_TABLE: dict[str, DeviceSpec] = {name: device_spec(name) for name in DATASHEETS}
+DEVICE_TABLE["v100-v2"] = dataclasses.replace(DEVICE_TABLE["v100"], name="v100-v2", row_version=row_version("v100-v2"))
+DEVICE_TABLE["v100"] = v100_v3_spec()
 SGD_MOMENTUM_BYTES_PER_PARAM = 32  # foreach SGD(momentum): buffer mul_ (8), buffer add_ grad (12), weight add_ (12)
 
 
@@ -207,11 +230,12 @@ class DeviceProfile:
     fc_bwd_fixed_s: float = 0.0
     step_overhead_s: float = 0.0  # fixed seconds per step per node (data loading, launches)
     update_s_per_param: float = 0.0  # optimizer step, seconds per parameter updated
+    row_version: str = ""  # a table row's version (rows.py), e.g. "v100 row v3 (DeepBench V100 kernels)"; "" otherwise
 
     def __post_init__(self):
         for f in dataclasses.fields(self):
             v = getattr(self, f.name)
-            if f.name == "name":
+            if f.name in ("name", "row_version"):
                 continue
             checks.number(f"DeviceProfile.{f.name}", v, at_least=0)
 
@@ -263,7 +287,7 @@ class DeviceProfile:
             "conv_fwd_call_s": 4 * profile.conv.params / mem, "conv_bwd_call_s": 12 * profile.conv.params / mem,
             "fc_fwd_call_s": 4 * profile.fc.params / mem, "fc_bwd_call_s": 12 * profile.fc.params / mem}
         return cls(name=name or f"{s.name} (datasheet)", **parts, step_overhead_s=step_overhead_s,
-                   update_s_per_param=SGD_MOMENTUM_BYTES_PER_PARAM / mem)
+                   update_s_per_param=SGD_MOMENTUM_BYTES_PER_PARAM / mem, row_version=s.row_version)
 
 
 def measure_update_s_per_param(numel: int = 4_000_000, reps: int = 5, device: str = "cpu") -> float:

@@ -285,13 +285,14 @@ def test_beyond_runs_go_through_the_plans_at_one_dilation_per_cell(tmp_path, mon
 
 
 def test_a_long_replayed_run_is_given_a_limit_beyond_its_steps(tmp_path, monkeypatch):
-    """VGG-16 stanza k=1 on 16 nodes at 100 Gb/s (D = 1600): modelled at about 25 min, it ran past
-    the old fixed 1800 s (runs take up to 1.4x and more of the model's time). Its plan's limit is
-    RUN_TIMEOUT_FACTOR x what its steps should take, and the grid's run gets it."""
+    """VGG-16 stanza k=1 on 16 nodes at 100 Gb/s (D = 1600), replayed with the V100 row v2: modelled
+    at about 25 min, it ran past the old fixed 1800 s (runs take up to 1.4x and more of the model's
+    time). Its plan's limit is RUN_TIMEOUT_FACTOR x what its steps should take, and the grid's run
+    gets it."""
     from stanza_core.runs import run
 
     s = replayed.ReplaySet(models=["vgg16"], nodes=[16], strategies=["stanza"], fc_workers=[1],
-                           target_gbps=[100.0], engine=False)
+                           target_gbps=[100.0], engine=False, replay_device="v100-v2")
     (spec,) = s.specs
     (p,) = spec.plans(Cache(None))
     expected = plan.SETUP_S_PER_NODE * 16 + p.config.steps * p.dilation * p.target_step_s
