@@ -19,7 +19,7 @@ import dataclasses
 from typing import Any
 
 from .paper_ps import (PAPER_100, RULE, SHARDED, TOLERANCE, PsAssumption, Speedups, choose, ps_prediction,
-                       search, stanza_best)
+                       search, stanza_best, worst_distance)
 
 LOW_END_MODELS = {"resnet50": 224, "googlenet": 224, "inception_v3": 299}  # small heads (bandwidth_sweep.yaml)
 LOW_END_BATCH, LOW_END_NODES = 64, 16
@@ -99,6 +99,9 @@ def results(stated: PsAssumption, nodes: int = 16, gbps: float = 100.0, device: 
     out = {"nodes": nodes, "gbps": gbps, "device": device, "rule": RULE, "tolerance": TOLERANCE,
            "stated": stated.to_dict(), "sharded": SHARDED.to_dict(),
            "rule_pick": pick.label if pick else None, "rule_picks_stated": int(pick == stated),  # 1: yes
+           "both_hold_anywhere": int(any(r["both"] for r in rows)),  # 1: some set of the grid explains both
+           "nearest": min(rows, key=worst_distance)["assumption"]["label"] if rows else None,
+           "nearest_distance": min(map(worst_distance, rows)) if rows else None,
            "at_100": at, "region": [r["assumption"]["label"] for r in rows if r["both"]], "search": rows,
            "decomposition": {m: decomposition(sp, m, stated, nodes, gbps) for m in PAPER_100},
            "replay": [{"model": m, "nodes": nodes, "target_gbps": gbps * stated.goodput,

@@ -57,14 +57,17 @@ def _row(share, placement, alexnet, vgg16):
             "both": paper_ps.both_hold({"alexnet": alexnet, "vgg16": vgg16})}
 
 
-def test_the_rule_takes_the_first_runnable_set_where_both_figures_hold():
+def test_the_rule_takes_the_first_runnable_set_where_both_figures_hold_else_the_nearest():
     rows = [_row(1.0, "colocated", 0.8, 1.0),  # the sharded baseline: neither holds
             _row(0.5, "colocated", 1.5, 1.7),  # both hold, but the engine's Variant cannot run it
             _row(0.5, "dedicated", 1.6, 2.0),  # VGG-16 outside 1.72 +- 0.25
             _row(0.375, "dedicated", 1.7, 1.8),  # the pick
             _row(0.25, "dedicated", 1.55, 1.72)]  # closer, but later in the order
     assert choose(rows) == PsAssumption(server_share=0.375, placement="dedicated")
-    assert choose(rows[:3]) is None
+    # none holds: the runnable set whose worse figure is nearest (0.28 off, not the sharded 0.75;
+    # the colocated S = N/2 is nearer still but not runnable)
+    assert choose(rows[:3]) == PsAssumption(server_share=0.5, placement="dedicated")
+    assert choose([rows[1]]) is None
 
 
 def test_the_stated_set_is_the_rules_pick_with_todays_compute_model():
