@@ -125,7 +125,10 @@ def region(pp: dict[str, Any]) -> go.Figure:
 
 
 def paper_ps_figures(pp: dict[str, Any] | None) -> dict[str, go.Figure]:
-    """The section's figures by key (none without its results)."""
+    """The section's figures by key (a note in each when it did not run: AlexNet and VGG-16 not
+    both among the paper models)."""
     if not pp:
-        return {}
+        why = "not computed: the section needs alexnet and vgg16 among paper_models"
+        return {k: note_figure(why, "What the paper must have assumed") for k in
+                ("ps_decomposition", "ps_sweep", "ps_region")}
     return {"ps_decomposition": decomposition(pp), "ps_sweep": assumption_sweep(pp), "ps_region": region(pp)}
