@@ -106,7 +106,9 @@ def results(stated: PsAssumption, nodes: int = 16, gbps: float = 100.0, device: 
            "decomposition": {m: decomposition(sp, m, stated, nodes, gbps) for m in PAPER_100},
            "replay": [{"model": m, "nodes": nodes, "target_gbps": gbps * stated.goodput,
                        "batch_per_worker": stated.batch_per_worker, "ps": stated.variant(nodes).label,
-                       "stanza": f"stanza k={at[m]['stated_k']}"} for m in PAPER_100] if stated.runnable else []}
+                       "ps_global_batch": nodes * stated.batch_per_worker, "stanza": f"stanza k={at[m]['stated_k']}",
+                       "stanza_global_batch": (nodes - at[m]["stated_k"]) * stated.batch_per_worker}
+                      for m in PAPER_100] if stated.runnable else []}
     if range_10:
         r, sh = range_ends(stated, device), range_ends(SHARDED, device)
         out["range_10"] = {**r, "sharded_ends": sh["ends"], "sharded": sh}
