@@ -146,7 +146,7 @@ def load_specs(specs_dir: Path) -> list[Spec]:
     if not paths:
         raise SpecError(f"{specs_dir}: no reproduction YAML files")
     specs = [load_spec(p) for p in paths]
-    if problems := figure_problems({s.name: s.claims for s in specs}):
+    if problems := figure_problems({s.name: s.claims for s in specs}, complete=False):  # a subset may leave some out
         raise SpecError(f"{specs_dir}: {problems[0]}")
     return specs
 

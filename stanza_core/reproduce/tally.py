@@ -139,10 +139,11 @@ def verdict(category: str, inside: bool | None) -> str:
     return REPORTED_ONLY if inside is None or category not in _VERDICTS else _VERDICTS[category][0 if inside else 1]
 
 
-def figure_problems(claims_by_spec: dict[str, list[dict[str, Any]]]) -> list[str]:
+def figure_problems(claims_by_spec: dict[str, list[dict[str, Any]]], complete: bool = True) -> list[str]:
     """Why the claims of every spec ({spec name: claims}) do not count each paper figure once
-    (one line each): a figure counted twice or not at all, an experiment that shows a figure
-    missing from its counted claim's evidence."""
+    (one line each): a figure counted twice, or not at all (when `complete`: the whole project's
+    specs, not a subset), an experiment that shows a figure missing from its counted claim's
+    evidence."""
     counted: dict[str, list[str]] = {f: [] for f in PAPER_FIGURES}
     shown: dict[str, set[str]] = {f: set() for f in PAPER_FIGURES}
     evidence: dict[str, set[str]] = {}
@@ -157,10 +158,10 @@ def figure_problems(claims_by_spec: dict[str, list[dict[str, Any]]]) -> list[str
                 evidence[f] = set(c["evidence"])
     out = []
     for f, where in counted.items():
-        if len(where) != 1:
+        if len(where) > 1 or (complete and not where):
             out.append(f"paper figure {f!r} ({PAPER_FIGURES[f]}) is counted by {len(where)} claims, not one"
                        + (f": {'; '.join(where)}" if where else ""))
-        elif left := sorted(shown[f] - evidence[f]):
+        elif where and (left := sorted(shown[f] - evidence[f])):
             out.append(f"paper figure {f!r}: {left} show it but are not in its counted claim's evidence")
     return out
 
