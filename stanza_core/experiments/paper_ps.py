@@ -106,8 +106,16 @@ class PsAssumption:
 SHARDED = PsAssumption(server_share=1.0, placement="colocated")  # the workbench's strong baseline
 
 
+_DEVICES: dict = {}  # (id(profile), device, b) -> (profile, its table row): one row per model and batch
+
+
 def _device(name: str, profile, b: int):
-    return device_profile(name, profile, b).profile  # the table row at this batch (notebooks 03, 05)
+    """The table row at this batch (as notebooks 03 and 05 build it), priced once per profile and
+    batch: a row prices every layer (perf.kernels), the search asks for it hundreds of times."""
+    key = (id(profile), name, b)
+    if key not in _DEVICES or _DEVICES[key][0] is not profile:
+        _DEVICES[key] = (profile, device_profile(name, profile, b).profile)
+    return _DEVICES[key][1]
 
 
 def ps_prediction(profile, a: PsAssumption, nodes: int, gbps: float, device: str = "v100"):

@@ -86,19 +86,17 @@ def _stated() -> PsAssumption:
 @pytest.fixture(scope="module")
 def section():
     """paper_ps_report.results under the stated set, without the 10 Gb/s range: the whole search
-    (576 predictions with the V100 row, about 10 s on a loaded 2-core machine) once for the module."""
+    (576 predictions, each device row priced once: a second or two) once for the module."""
     from stanza_core.experiments import paper_ps_report
 
     return paper_ps_report.results(_stated(), range_10=False)
 
 
-@pytest.mark.slow
 def test_the_stated_set_is_the_rules_pick_with_todays_compute_model(section):
     """When the compute model changes, the set must be chosen again by the same rule."""
     assert section["rule_picks_stated"] == 1 and section["rule_pick"] == _stated().label
 
 
-@pytest.mark.slow
 def test_the_section_results_and_figures(section):
     """The decomposition adds up to each step, the sharded column is the workbench's baseline, the
     replay names the stated PS, the figures build."""
