@@ -41,8 +41,11 @@
 #   compute model v2.2 a V100 step of this small model is short enough that 10 Gb/s maps to about
 #   0.5 Gbit/s links here, so targets above about 18 Gb/s are modelled only.
 # - Quick runs measure 5 and 10 Gb/s, one run each, 2 steps; 25, 40 and 100 Gb/s are modelled.
-# - The paper's simulator, its PS deployment and its batch size are not available; the model
-#   uses a PS sharded over all nodes, 32 samples per data worker and the V100 table device.
+# - The paper's simulator, its PS deployment and its batch size are not available. The paper-scale
+#   figure uses the workbench's strong baseline (a PS sharded over all nodes, blocking push, 32
+#   samples per data worker, line rate, V100 table device); the section "What the paper must have
+#   assumed" states the PS the paper's figures are judged under (the paper_ps_* parameters, chosen
+#   by the rule in `reproductions/bandwidth_sweep.yaml`) and keeps the sharded one beside it.
 # - Above a few hundred nodes the model's flat ring allreduce (2(N-1) latencies per bucket) is
 #   pessimistic for ddp; NCCL would switch to tree algorithms (docs/performance-model.md).
 
@@ -65,6 +68,12 @@ paper_nodes: int = 16  # cluster size of the paper-scale comparison
 sweep_gbps: list[float] = [1.0, 2.5, 5.0, 10.0, 25.0, 40.0, 100.0, 200.0, 400.0]  # bandwidths of the sweep
 sweep_nodes: list[int] = [2, 4, 8, 16, 32, 64, 128, 256, 512, 1024]  # cluster sizes of the sweep
 batch_per_worker: int = 32  # modelled samples per data worker
+paper_ps_share: float = 1.0  # the stated PS: servers S as a share of the N workers
+paper_ps_placement: str = "colocated"  # the stated PS: colocated (on the workers) or dedicated (beside them)
+paper_ps_overlap: bool = False  # the stated PS: overlapped push (False: blocking)
+paper_ps_batch: int = 32  # the stated PS: samples per worker (ps and stanza alike)
+paper_ps_goodput: float = 1.0  # the stated PS: share of the line rate every transfer gets
+paper_ps_range: bool = True  # also the 10 Gb/s range's two ends under the stated PS
 replay_models: list[str] = ["alexnet"]  # paper-regime models, replayed compute (224x224, 1000 classes)
 replay_nodes: list[int] = [4]  # emulated cluster sizes of the replayed runs
 replay_gbps: list[float] = [10.0]  # target bandwidths of the replayed runs (full mode: all four)
@@ -97,7 +106,8 @@ replayed = sweep.run_replayed(params, cache.cache_dir_for(cache_dir, out_dir))
 emulated = sweep.emulated(params, bench)
 paper = sweep.paper_scale(params)
 swept = sweep.model_sweep(params)
-results = sweep.sweep_results(params, bench, emulated, paper, swept, replayed)
+assumed = sweep.paper_ps(params)
+results = sweep.sweep_results(params, bench, emulated, paper, swept, replayed, assumed)
 nbt.write_results(results, out_dir)
 figs = viz.sweep_figures(results)
 nbt.save_figures(figs, out_dir, png=png)
@@ -135,3 +145,51 @@ figs["paper_scale"]
 
 # %%
 figs["sweep"]
+
+# %% [markdown]
+# ## What the paper must have assumed
+#
+# The paper compares Stanza with a parameter server it does not describe, and the PS decides its
+# 100 Gb/s figures. Everything in this section is **modelled** (the performance model, V100
+# table row), 16 workers at 100 Gb/s. An assumption is five things: servers S (as a share of the
+# N workers), colocated on the workers or dedicated beside them, blocking or overlapped push,
+# samples per worker, and goodput (the share of the line rate every transfer gets, stanza's too).
+# The stated set (the `paper_ps_*` parameters) was chosen by the rule written in
+# `reproductions/bandwidth_sweep.yaml` (also in `results.json`, `paper_ps.rule`): so 1.55x and
+# 1.72x are *explained under a stated assumption* there, never "agree". The workbench's own strong
+# baseline (S = N colocated, blocking, 32 samples, line rate) stays beside it.
+#
+# First, one step decomposed: on top, each strategy's step as the step with free communication
+# plus the communication it cannot hide; below, each activity's busy time on its busiest node
+# (activities overlap, so these do not add up to the step).
+
+# %%
+figs["ps_decomposition"]
+
+# %% [markdown]
+# Stanza's speedup against the PS assumption: servers S from 16 down to 2 (colocated solid,
+# dedicated dashed), samples per worker and goodput, each at the stated set's other values. The
+# bands are the paper's figures +- 0.25 (the claims' bound).
+
+# %%
+figs["ps_sweep"]
+
+# %% [markdown]
+# The region where both figures hold (shaded, ✓) over the whole search; the star marks the stated
+# set. The rule takes only deployments the engine runs (dedicated servers, or S = N colocated),
+# so a shaded colocated cell with S < N is shown but not chosen.
+
+# %%
+figs["ps_region"]
+
+# %%
+sweep.paper_ps_summary(assumed)
+
+# %% [markdown]
+# What the search did not use: the 10 Gb/s range (paper: 1.34x-13.9x) under the same PS, its two
+# ends chosen before they were computed (`reproductions/bandwidth_sweep.yaml`): the low end the
+# smallest of ResNet-50, GoogLeNet and Inception-v3 at 64 samples per worker on 16 nodes, the high
+# end AlexNet on 4 nodes; each is judged within 25 % of the paper's end.
+
+# %%
+sweep.paper_ps_summary(assumed, "range_10")

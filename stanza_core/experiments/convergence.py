@@ -62,12 +62,23 @@ def max_loss_diff(losses: Sequence[float], ref: Sequence[float], steps: int | No
     return max(abs(a - b) for a, b in list(zip(losses, ref))[:steps])
 
 
-def exact_bound(spreads: dict[str, float]) -> float:
-    """The exactness bound from the float-order spreads of exact runs (name -> max_loss_diff over
-    the window): SAFETY x the largest, rounded up to one significant digit (3.18e-7 -> 4e-6)."""
-    x = SAFETY * max(spreads.values())
+def round_up(x: float) -> float:
+    """x rounded up to one significant digit (2.98e-6 -> 3e-6, 2.18e-2 -> 3e-2)."""
     e = math.floor(math.log10(x))
     return float(f"{math.ceil(round(x / 10**e, 9))}e{e}")  # ceil(2.98) = 3, ceil(3.0000000001) = 3
+
+
+def exact_bound(spreads: dict[str, float]) -> float:
+    """The exactness bound from float-order spreads (name -> max_loss_diff over the window) of runs
+    that differ from single-process SGD only in summation order, never of the runs it judges:
+    SAFETY x the largest, rounded up to one significant digit (2.98e-7 -> 3e-6)."""
+    return round_up(SAFETY * max(spreads.values()))
+
+
+def envelope_bound(spreads: dict[str, float]) -> float:
+    """The whole-run envelope from the same float-order runs' largest difference over all steps:
+    rounded up to one digit, no safety factor (2.18e-2 -> 3e-2)."""
+    return round_up(max(spreads.values()))
 
 
 def plan(*, model: str = "tiny_cnn", nodes: int = 3, fc_workers: int = 1, global_batch: int = 24, steps: int = 60,

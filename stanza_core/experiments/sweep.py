@@ -5,7 +5,10 @@
                also predicted with this machine's profile (validation.predict_runs), so the
                model continues the measured points;
   paper scale  AlexNet / VGG-16 on `paper_nodes` V100s at each target (perf.best_assignment);
-  sweep        perf.sweep over 1-400 Gb/s and 2-1,024 nodes: the best strategy and k everywhere.
+  sweep        perf.sweep over 1-400 Gb/s and 2-1,024 nodes: the best strategy and k everywhere;
+  paper's PS   what the paper must have assumed (paper_ps, paper_ps_report): the PS assumption
+               stated by the paper_ps_* parameters, the search and its rule, the decomposition,
+               the 10 Gb/s range's ends under that PS and under the sharded one.
 """
 from __future__ import annotations
 
@@ -21,6 +24,7 @@ from ..runs.replayed import ReplayParams
 from ..runs.measurement import Measurement
 from ..runs.run import measure_or_skip, modelled_only
 from ..runs.spec import MeasureSpec
+from .paper_ps import PsAssumption
 from .throughput import PAPER
 
 SWEEP_GBPS = (1.0, 2.5, 5.0, 10.0, 25.0, 40.0, 100.0, 200.0, 400.0)
@@ -55,6 +59,13 @@ class SweepParams(ReplayParams):
     paper_device: str = "v100"  # perf device-table row
     paper_replay_gbps: list[float] = dataclasses.field(default_factory=list)  # replayed on paper_nodes (full: 10, 100)
     paper_replay_fc_workers: list[int] = dataclasses.field(default_factory=list)  # stanza's k there (empty: fc_workers)
+    paper_ps_share: float = 1.0  # the stated PS: servers S / N (paper_ps.PsAssumption)
+    paper_ps_placement: str = "colocated"  # the stated PS: colocated or dedicated (beside the N workers)
+    paper_ps_overlap: bool = False  # the stated PS: overlapped push
+    paper_ps_batch: int = 32  # the stated PS: samples per worker (both strategies)
+    paper_ps_goodput: float = 1.0  # the stated PS: share of the line rate every transfer gets
+    paper_ps_range: bool = True  # also the 10 Gb/s range's ends under the stated PS (seconds)
+    stated_ps: PsAssumption = dataclasses.field(init=False)  # the paper_ps_* parameters as one value
     paper: replayed.ReplaySet = dataclasses.field(init=False)  # replay_models on paper_nodes at paper_replay_gbps
     measured: MeasureSpec | None = dataclasses.field(init=False)  # the measured targets (None: none)
     predicted: MeasureSpec = dataclasses.field(init=False)  # every target: what the model continues to
@@ -70,6 +81,9 @@ class SweepParams(ReplayParams):
         self.predicted = MeasureSpec(**common, target_gbps=self.target_gbps)
         self.measured = MeasureSpec(**common, target_gbps=measured_targets) if measured_targets else None
         checks.positive_int("paper_nodes", self.paper_nodes, 2)
+        self.stated_ps = PsAssumption(server_share=self.paper_ps_share, placement=self.paper_ps_placement,
+                                      overlap=self.paper_ps_overlap, batch_per_worker=self.paper_ps_batch,
+                                      goodput=self.paper_ps_goodput)
         checks.positive_int("batch_per_worker", self.batch_per_worker)
         check_device(self.paper_device, "paper_device")
         self.paper_models = checks.model_names(self.paper_models, self.paper_image_size, name="paper_models")
@@ -176,11 +190,31 @@ def model_sweep(p: SweepParams) -> dict[str, Any]:
     return out
 
 
+def paper_ps(p: SweepParams) -> dict[str, Any] | None:
+    """What the paper must have assumed (paper_ps_report.results) on `paper_nodes` nodes at
+    100 Gb/s, under the stated PS; None when AlexNet or VGG-16 is not among paper_models."""
+    from . import paper_ps_report
+
+    if not {"alexnet", "vgg16"} <= set(p.paper_models):
+        return None
+    return paper_ps_report.results(p.stated_ps, p.paper_nodes, 100.0, p.paper_device, range_10=p.paper_ps_range)
+
+
+def paper_ps_summary(pp: dict[str, Any] | None, part: str | None = None) -> dict[str, Any] | None:
+    """What the notebook prints of paper_ps: the stated set, the rule's pick, both 100 Gb/s
+    figures under the stated and the sharded PS, the replay to run; or one part of it (range_10)."""
+    if pp is None:
+        return None
+    if part is not None:
+        return pp.get(part)
+    return {k: pp[k] for k in ("stated", "rule_pick", "rule_picks_stated", "at_100", "replay")}
+
+
 def sweep_results(p: SweepParams, bench: Measurement | None, emu: dict[str, Any], paper: dict[str, Any], swept: dict[str, Any],
-                  replayed_runs: list[Measurement] = ()) -> dict[str, Any]:
+                  replayed_runs: list[Measurement] = (), paper_ps: dict[str, Any] | None = None) -> dict[str, Any]:
     """results.json of notebook 05; `modelled_only` is why nothing was measured (None: measured)."""
     return {"experiment": "bandwidth_sweep", "modelled_only": modelled_only([bench, *replayed_runs]),
             "replayed": replayed.summary(p.replay, list(replayed_runs)), "target_gbps": p.target_gbps, "emulated": emu,
             "paper_scale": {"nodes": p.paper_nodes, "device": p.paper_device, "batch_per_worker": p.batch_per_worker,
                             "image_size": p.paper_image_size, "results": paper},
-            "sweep": swept, "paper": PAPER, "bench": bench.to_dict() if bench else None}
+            "sweep": swept, "paper": PAPER, "bench": bench.to_dict() if bench else None, "paper_ps": paper_ps}

@@ -168,6 +168,8 @@ def paper_model_curves(models: Sequence[str], per_worker: int = 32, nodes: Seque
                   **ratio_curve(counts, nodes, per_worker)}
         out[m]["by_nodes"] = {f"n{n}": {"total": t, "busiest": b}
                               for n, t, b in zip(out[m]["nodes"], out[m]["total"], out[m]["busiest"])}
+        out[m]["ratio_vs_n"] = "; ".join(f"N={n}: {t:.1f}x ({b:.1f}x busiest node)"
+                                         for n, t, b in zip(out[m]["nodes"], out[m]["total"], out[m]["busiest"]))
     return out
 
 

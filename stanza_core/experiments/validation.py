@@ -333,4 +333,6 @@ def validate(benches: list[Measurement], latency_s: float = DEFAULT_LATENCY_S) -
                 [{**r, "error": r.get("error_without_engine", r["error"])} for r in rows if r["compute"] == "replay"]),
             "replayed_engine_apart": engine_apart([r for r in rows if r["compute"] == "replay"]),
             "real_summary": error_summary([r for r in rows if r["compute"] != "replay"]),
-            "calibrated_summary": error_summary(cal), "benches": per_bench, "rows": rows}
+            "calibrated_summary": error_summary(cal),
+            "calibrated_real_summary": error_summary([r for r in cal if r["compute"] != "replay"]),
+            "benches": per_bench, "rows": rows}

@@ -43,7 +43,17 @@ folder `<out>/<name>/` its notebook writes into). Schema, every key checked on l
                                                  #   (a mode left out: reported, not judged);
                                                  #   only beside a figure or a goal
         tolerance: 0.0005                        # optional absolute tolerance of a number expect
+        rel_tolerance: 0.25                      # optional, with expect [low, high] and a value
+                                                 #   [low, high]: each end within this share
         bound_rule: half a unit of the last digit  # how the bound was set from the figure
+        paper_figure: range_10gbps               # which of the paper's four figures it shows
+                                                 #   (tally.PAPER_FIGURES); a figure needs one
+        evidence: [bandwidth_sweep, throughput]  # on the one claim that counts that figure: the
+                                                 #   experiments that show it
+        ps: "S = N colocated, ..."               # the counted claim: the PS its value is under
+        sharded: paper_ps.at_100.alexnet.sharded  # optional: the same against the sharded PS
+        explained: the rule that chose the PS    # the figure chose the assumption: "explained
+                                                 #   under a stated assumption", never "agrees"
         # goal: median error within 10 %        # instead of figure: a target the project set
                                                  #   itself where the paper gives no figure
         deviation: why ours may differ           # optional
@@ -65,8 +75,10 @@ differs, a project goal (`goal`) is met or missed, anything else is reported onl
 its bound is a finding, not a crash. An experiment's badge in the report says what its claims say:
 differs (a paper claim differs), goal missed, agrees (every paper claim compared agrees), or ran
 (nothing compared); failed, skipped or not run when the notebook did not run cleanly. The run
-ends with the tally: `paper: A of C agree, D differ`,
-`goals: M of G met, X missed`, `reported only: R`.
+ends with the tally: `paper figures: A of 4 agree, E explained under a stated assumption, D
+differ, U not judged` (one line per figure after it, each naming its PS), `paper claims: ...`,
+`goals: M of G met, X missed`, `reported only: R`. load_specs refuses a set of YAML files that
+does not count each paper figure exactly once (tally.figure_problems).
 
 Writes `<out>/<name>/` (executed notebook, its HTML export, figures, results.json, status.json),
 `<out>/index.html` and `<out>/index.json`; every page loads the one `<out>/plotly.min.js` by

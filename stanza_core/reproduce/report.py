@@ -115,8 +115,9 @@ def _section(out_root: Path, st: dict[str, Any]) -> str:
 
 
 def _counts(t: Tally) -> tuple[str, str, str]:
-    """The summary table's three count cells: paper agree / compared, goals met / judged, reported only."""
-    return f"{t.agree} / {t.agree + t.differ}", f"{t.met} / {t.met + t.missed}", f"{t.reported}"
+    """The summary table's three count cells: paper claims agree / explained / compared, goals met /
+    judged, reported only."""
+    return f"{t.agree} / {t.explained} / {t.agree + t.explained + t.differ}", f"{t.met} / {t.met + t.missed}", f"{t.reported}"
 
 
 def write_index(out_root: Path, specs: list[Spec]) -> Path:
@@ -148,10 +149,12 @@ def write_index(out_root: Path, specs: list[Spec]) -> Path:
         "exactly). A section's badge says what its claims say: <i>agrees</i> (every paper claim compared agrees), "
         "<i>differs</i> (one differs), <i>goal missed</i>, or <i>ran</i> (the notebook ran; nothing was compared). "
         "Claims fall in three categories, set in each YAML: <i>paper</i> claims have the paper's figure for "
-        "their configuration and a bound around it (agree / agree + differ); <i>goals</i> are targets the project "
+        "their configuration and a bound around it (agree / agree + differ), or are <i>explained under a stated "
+        "assumption</i> when the figure chose that assumption (never counted as agreement); each of the paper's "
+        "four figures is counted by one claim; <i>goals</i> are targets the project "
         "set itself where the paper gives no figure (met / met + missed), never counted as agreement with the "
         "paper; <i>reported only</i> are our figures with neither (no verdict).</p>"
-        "<table><tr><th>experiment</th><th>title</th><th>run</th><th>status</th><th>paper: agree / compared</th>"
+        "<table><tr><th>experiment</th><th>title</th><th>run</th><th>status</th><th>paper: agree / explained / compared</th>"
         "<th>goals: met / judged</th><th>reported only</th></tr>"
         f"{summary}</table>" + "".join(_section(out_root, s) for s in statuses) + "</body></html>\n")
     index = out_root / "index.html"

@@ -17,7 +17,7 @@ from .grid import budget_seconds, grid, run_grid, select
 from .plotlyjs import share_plotlyjs
 from .report import section_badge, write_index
 from .spec import MARKER, REPO_ROOT, Spec, SpecError, evaluate_claims, load_specs
-from .tally import DIFFERS, GOAL_MISSED, REPORTED_ONLY, tally, tally_lines
+from .tally import DIFFERS, GOAL_MISSED, REPORTED_ONLY, figure_lines, tally, tally_lines
 
 __all__ = ["VenvKernelManager", "execute", "unmet_requirements", "run_experiment", "prepare_out", "main"]
 
@@ -163,7 +163,7 @@ def main(argv: list[str] | None = None) -> int:
     counts = tally(c for _, c in rows)
     if counts.unjudged:
         print(f"not judged in this run (another mode's, modelled only, or missing): {counts.unjudged}")
-    for line in tally_lines(counts):
+    for line in figure_lines(c for _, c in rows) + tally_lines(counts):
         print(line)
     if failed:
         print("failed: " + "; ".join(f"{s['name']} ({s['error']})" for s in failed), file=sys.stderr)

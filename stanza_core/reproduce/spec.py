@@ -12,7 +12,7 @@ from typing import Any
 
 import yaml
 
-from .tally import bounds, category_problem, is_number, category_of, verdict
+from .tally import bounds, category_problem, counts_figure, figure_problems, inside_bound, is_number, category_of, verdict
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 MARKER = ".stanza-reproduce"
@@ -20,7 +20,8 @@ MODES = ("quick", "full", "tiny")
 REQUIREMENTS = ("linux", "root", "tc", "cuda")
 _TOP_KEYS = {"title", "notebook", "paper", "requires", "timeout_s", "quick", "full", "tiny", "claims"}
 _CLAIM_KEYS = {"claim", "kind", "paper", "ours", "format", "scale", "expect", "tolerance", "deviation", "modes", "measured",
-               "calibrated", "figure", "bound_rule", "goal"}
+               "calibrated", "figure", "bound_rule", "goal", "paper_figure", "evidence", "explained", "ps", "sharded",
+               "rel_tolerance"}
 NOT_MEASURED = "not measured (modelled only)"  # a measured or calibrated claim of a run that measured nothing
 # What a claim's number is (its `kind`, written in the YAML, never read from the claim's text):
 #   measured  timed or trained on this machine (real compute, emulated links)
@@ -144,7 +145,10 @@ def load_specs(specs_dir: Path) -> list[Spec]:
     paths = sorted(Path(specs_dir).glob("*.yaml"))
     if not paths:
         raise SpecError(f"{specs_dir}: no reproduction YAML files")
-    return [load_spec(p) for p in paths]
+    specs = [load_spec(p) for p in paths]
+    if problems := figure_problems({s.name: s.claims for s in specs}, complete=False):  # a subset may leave some out
+        raise SpecError(f"{specs_dir}: {problems[0]}")
+    return specs
 
 
 # ---------------------------------------------------------------------------------------------
@@ -164,6 +168,14 @@ def lookup(results: Any, key: str) -> Any:
     return obj
 
 
+def _fmt(c: dict[str, Any], value: Any) -> str:
+    """A value in the claim's format (after its scale); a [low, high] pair as "low to high"."""
+    fmt = c.get("format", "{}")
+    if isinstance(value, list) and len(value) == 2 and all(map(is_number, value)):
+        return " to ".join(fmt.format(v * c.get("scale", 1)) for v in value)
+    return fmt.format(value * c.get("scale", 1) if is_number(value) else value)
+
+
 def evaluate_claims(spec: Spec, results: dict | None, mode: str) -> tuple[list[dict[str, Any]], list[str]]:
     """Report rows (claim, kind, category, paper, ours, value, status, deviation) and the keys that
     are missing. kind: what the number is (the YAML's `kind`: measured, replayed (...), modelled,
@@ -177,7 +189,8 @@ def evaluate_claims(spec: Spec, results: dict | None, mode: str) -> tuple[list[d
         row = {"claim": c["claim"], "kind": c.get("kind", ""), "category": category, "paper": str(c["paper"]),
                "key": c["ours"],
                "deviation": c.get("deviation", ""), "ours": "not measured", "value": None, "status": "missing"}
-        row.update({k: c[k] for k in ("figure", "bound_rule", "goal") if k in c})  # the bound's source
+        row.update({k: c[k] for k in ("figure", "bound_rule", "goal", "paper_figure", "explained", "ps") if k in c})
+        row["counted"] = counts_figure(c)  # the one claim that counts its paper figure
         gated = c.get("measured") or c.get("calibrated")  # needs the measured runs: no root or tc, or measuring off
         if modelled_only and gated:  # gated, not failed
             rows.append({**row, "status": NOT_MEASURED})
@@ -193,12 +206,17 @@ def evaluate_claims(spec: Spec, results: dict | None, mode: str) -> tuple[list[d
                 row["status"] = f"not in {mode} run"
             rows.append(row)
             continue
+        row["value"], row["ours"] = value, _fmt(c, value)
+        if "sharded" in c:  # the same figure against the workbench's sharded PS, shown beside
+            try:
+                row["sharded"] = _fmt(c, lookup(results or {}, c["sharded"]))
+            except KeyError:
+                row["sharded"] = "not in this run"
         if is_number(value):
-            value = value * c.get("scale", 1)
-        row["value"], row["ours"] = value, c.get("format", "{}").format(value)
+            value = row["value"] = value * c.get("scale", 1)
         b = bounds(c)
         lohi = b.get("any", b.get(mode))  # a bound per mode: each set from that mode's measured spread
-        inside = None if lohi is None or not is_number(value) else lohi[0] <= value <= lohi[1]
+        inside = None if lohi is None else inside_bound(c, value, lohi)
         row["status"] = verdict(category, inside)
         rows.append(row)
     return rows, missing

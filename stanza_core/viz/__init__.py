@@ -7,6 +7,7 @@ One module per experiment family; shared colours and layout helpers live in `_st
   anatomy   per-layer parameters/FLOPs, CONV vs FC shares, part timings (notebook 01)
   throughput  samples/s against cluster size and speedups (03)
   sweep     samples/s and speedups against bandwidth, best assignment over a grid (05)
+  paper_ps  the paper's parameter server made explicit: step decomposition, assumption sweep, region (05)
   traffic   bytes per step per node by category and role, PS/Stanza ratio (02)
   convergence  loss and accuracy against steps and time, distance from local (06)
   assignment  samples/s against k (04); the node-assignment explorer's views (08, stanza_core.widgets)
@@ -40,3 +41,6 @@ __all__ += ["timeline_intervals", "step_timeline"]
 from .today_gpus import choice_map, modelled_speedups, replayed_runs, today_figures
 
 __all__ += ["choice_map", "modelled_speedups", "replayed_runs", "today_figures"]
+from .paper_ps import paper_ps_figures
+
+__all__ += ["paper_ps_figures"]

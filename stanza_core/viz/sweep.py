@@ -106,9 +106,13 @@ def sweep_heatmaps(results: dict[str, Any]) -> go.Figure:
 
 
 def sweep_figures(results: dict[str, Any]) -> dict[str, go.Figure]:
-    """The figures of notebook 05 by key: emulated, paper_scale, sweep."""
+    """The figures of notebook 05 by key: replayed, emulated, paper_scale, sweep, and the paper's PS
+    section's ps_decomposition, ps_sweep, ps_region (viz.paper_ps)."""
     from .throughput import replayed_throughput
 
-    return mark_modelled_only({"replayed": replayed_throughput(results.get("replayed"), "Paper regime, replayed compute"),
+    from .paper_ps import paper_ps_figures
+
+    figs = mark_modelled_only({"replayed": replayed_throughput(results.get("replayed"), "Paper regime, replayed compute"),
                                "emulated": emulated_throughput(results), "paper_scale": paper_scale_speedups(results),
                                "sweep": sweep_heatmaps(results)}, results.get("modelled_only"))
+    return {**figs, **paper_ps_figures(results.get("paper_ps"))}  # modelled, whatever was measured

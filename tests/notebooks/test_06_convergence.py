@@ -11,7 +11,8 @@ from papermill.exceptions import PapermillExecutionError
 from stanza_core.experiments.convergence import EXACT_WINDOW
 from stanza_core.reproduce import evaluate_claims
 
-EXACT_BOUND = 4e-6  # reproductions/convergence.yaml's exactness goal (experiments.convergence.exact_bound)
+EXACT_BOUND = 3e-6  # reproductions/convergence.yaml's exactness goal (experiments.convergence.exact_bound)
+ENVELOPE = 3e-2  # its whole-run envelope (experiments.convergence.envelope_bound)
 
 pytestmark = pytest.mark.slow  # a kernel plus one single-process and three 3-process jobs
 
@@ -36,12 +37,12 @@ def test_tiny_run_converges_identically(spec, run_notebook):
         # curves part by up to a few 1e-2 over 60 steps, as single-process SGD does when it only
         # sums the same batches in another order. So: the exactness window (the steps before that
         # flip) within the yaml's exactness bound (10 x the float-order spread measured there),
-        # and the whole run inside the single-process envelope (5e-2). Per-step exactness is
+        # and the whole run inside the single-process envelope (3e-2). Per-step exactness is
         # tests/dist/test_exactness.py's.
         local = [x["loss"] for x in s["local"]["steps"]]
         window = r["steps"][:EXACT_WINDOW]
         assert all(abs(x["loss"] - l) <= EXACT_BOUND for x, l in zip(window, local)), name
-        assert r["max_loss_diff_vs_local"] <= 5e-2, name
+        assert r["max_loss_diff_vs_local"] <= ENVELOPE, name
         # once the curves part, digits flip: measured 1.4 % (ddp) with the parting at step 42
         assert r["max_accuracy_diff_vs_local"] <= 0.02, name
         assert r["final_accuracy"] > 0.3, name  # chance is 0.1; measured 0.57 after 60 steps

@@ -38,13 +38,14 @@ def _spec(notebook, claims, **extra):
 
 
 RULE = "fixture: the figure as stated"
+COUNTED = {"evidence": ["good", "broken"], "ps": "fixture PS"}  # each of the paper's figures counted once
 CLAIMS = [
     {"claim": "twice the scale", "kind": "measured", "paper": "3", "ours": "value", "format": "{:.2f}", "figure": 3.0, "expect": 3.0,
-     "bound_rule": RULE},
+     "bound_rule": RULE, "paper_figure": "alexnet_100gbps", **COUNTED},
     {"claim": "last item", "kind": "counted", "paper": "about 3", "ours": "nested.items.-1", "figure": 3, "expect": [2.5, 3.5],
-     "bound_rule": RULE, "deviation": "fixture"},
+     "bound_rule": RULE, "deviation": "fixture", "paper_figure": "vgg16_100gbps", **COUNTED},
     {"claim": "scaled", "kind": "replayed (v100 profile)", "paper": "2000", "ours": "value", "scale": 1000, "figure": 2000, "expect": 2000,
-     "tolerance": 1, "bound_rule": RULE},
+     "tolerance": 1, "bound_rule": RULE, "paper_figure": "traffic_vgg16", **COUNTED},
     {"claim": "only in full runs", "kind": "modelled", "paper": "n/a", "ours": "full_only", "modes": ["full"]},
 ]
 
@@ -57,7 +58,9 @@ def project(tmp_path):
     _notebook(tmp_path / "notebooks" / "good.ipynb", GOOD_CODE)
     _notebook(tmp_path / "notebooks" / "broken.ipynb", 'raise ValueError("broken on purpose")')
     (specs / "good.yaml").write_text(yaml.safe_dump(_spec("good.ipynb", CLAIMS)))
-    (specs / "broken.yaml").write_text(yaml.safe_dump(_spec("broken.ipynb", CLAIMS[:1])))
+    shown = {"claim": "twice the scale, shown", "kind": "measured", "paper": "3", "ours": "value",
+             "paper_figure": "alexnet_100gbps"}  # evidence of a figure another claim counts
+    (specs / "broken.yaml").write_text(yaml.safe_dump(_spec("broken.ipynb", [shown])))
     (tmp_path / "tutorials").mkdir()
     _notebook(tmp_path / "tutorials" / "t1_fixture.ipynb", GOOD_CODE)  # a course tutorial: into the gallery
     return tmp_path
@@ -89,13 +92,15 @@ def test_runs_everything_reports_and_fails_at_the_end(project, capsys):
         assert text in page, text
     assert (out / "plotly.min.js").is_file() and (out / MARKER).is_file()
     # claims compared with a paper figure: 2 agree, 1 differs; the tutorial is rendered into the gallery
-    assert "paper: 2 of 3 agree, 1 differ\ngoals: 0 of 0 met, 0 missed\nreported only: 0\n" in printed.out
+    assert "paper figures: 2 of 4 agree, 0 explained under a stated assumption, 1 differ, 1 not judged\n" in printed.out
+    assert "  1.55x over PS at 100 Gb/s (AlexNet): agrees (ours 3.00); PS: fixture PS\n" in printed.out
+    assert "paper claims: 2 agree, 0 explained, 1 differ\ngoals: 0 of 0 met, 0 missed\nreported only: 0\n" in printed.out
     tut = out / "tutorials" / "t1_fixture"
     assert json.loads((tut / "status.json").read_text())["status"] == "ok" and (tut / "t1_fixture.html").is_file()
     gallery = (out / "gallery.html").read_text()
     for text in ("href='tutorials/t1_fixture/t1_fixture.html'", "href='good/good.html'", "bars (interactive)"):
         assert text in gallery, text
-    assert "<th>2 / 3</th>" in page  # the summary table's total: agree / compared
+    assert "<th>2 / 0 / 3</th>" in page  # the summary table's total: agree / explained / compared
     # one plotly.js for the folder: the figures, notebooks and their HTML load it from the root
     assert [p.relative_to(out).as_posix() for p in out.rglob("plotly.min.js")] == ["plotly.min.js"]
     for path in (good / "good.ipynb", good / "good.html", good / "bars.html", tut / "t1_fixture.html"):
@@ -142,7 +147,8 @@ X = {"claim": "x", "kind": "measured", "paper": "y", "ours": "v"}  # a well-form
     ({"requires": ["gpu"]}, "requires must be a list drawn from"),
     ({"claims": [{**X, "expect": {"fast": 1.0}}]}, "expect by mode must map"),
     ({"claims": [{**X, "expect": {"quick": "big"}}]}, "expect must be a number"),
-    ({"claims": [{**X, "paper": "1.5x", "figure": 1.5}]}, "claim 0 (x): has the paper's figure"),
+    ({"claims": [{**X, "paper": "1.5x", "figure": 1.5, "paper_figure": "alexnet_100gbps", "evidence": ["good"], "ps": "-"}]},
+     "claim 0 (x): has the paper's figure"),
     ({"claims": [{**X, "paper": "-", "expect": 1.0}]}, "neither figure"),
 ])
 def test_bad_spec_is_one_line(project, change, message):

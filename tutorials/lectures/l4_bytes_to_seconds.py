@@ -5,6 +5,8 @@
 #     text_representation:
 #       extension: .py
 #       format_name: percent
+#       format_version: '1.3'
+#       jupytext_version: 1.19.6
 #   kernelspec:
 #     display_name: Python 3 (ipykernel)
 #     language: python
@@ -278,7 +280,12 @@ fig_ratio
 # ## Pitfalls
 #
 # * **Comparing step times across k.** The global batch changes with k; compare throughput.
-# * **"Stanza always wins."** Not on fast links, where the FC workers' compute sets the pace.
+# * **"Stanza always wins."** Not on fast links against a PS sharded over every node: there a
+#   compute-bound model (VGG-16) gains only the communication the PS cannot hide, and the FC
+#   worker's turn over every CONV worker's chunk is part of Stanza's own step.
+# * **A speedup "over PS" without its PS.** The paper does not say which PS it measured, and the
+#   PS decides its 1.55x and 1.72x at 100 Gb/s; in the model no single PS gives both at once
+#   (notebook 05, "What the paper must have assumed"). Name the PS.
 # * **Reading the PS ratio as a ceiling.** P / (P_c + b (A + 1)) is where the ratio ends for
 #   large N; small clusters save more than that.
 # * **Forgetting the latency.** Small messages, many ranks, many buckets: α, not B, decides.
