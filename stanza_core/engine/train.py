@@ -38,6 +38,7 @@ from .batch import Batch, positions_of
 
 def build_parser() -> argparse.ArgumentParser:
     from .. import DIST_NAME, __version__, checks, registry
+    from ..errors import command_name
     from . import config
 
     # Enumerated flags: --help lists the choices; a bad value is refused while parsing, in the
@@ -57,7 +58,7 @@ def build_parser() -> argparse.ArgumentParser:
                 raise argparse.ArgumentTypeError(str(e)) from None
         return check
 
-    p = argparse.ArgumentParser(prog="python -m stanza_core.train", description=__doc__.splitlines()[0],
+    p = argparse.ArgumentParser(prog=command_name("stanza_core.train"), description=__doc__.splitlines()[0],
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("--version", action="version", version=f"{DIST_NAME} {__version__}")
     for f in dataclasses.fields(TrainConfig):
@@ -140,8 +141,14 @@ class Prepared:
 def prepare(cfg: TrainConfig) -> Prepared:
     """Everything that can fail on bad input, before any process group forms."""
     rank, world = int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
-    topo = make_topology(cfg.strategy, world, cfg.global_batch, cfg.fc_workers, cfg.ps_shards,
-                         cfg.fc_conv_share, cfg.micro_batches, ps_servers=cfg.ps_servers)
+    try:
+        topo = make_topology(cfg.strategy, world, cfg.global_batch, cfg.fc_workers, cfg.ps_shards,
+                             cfg.fc_conv_share, cfg.micro_batches, ps_servers=cfg.ps_servers)
+    except ConfigError as e:
+        if "WORLD_SIZE" in os.environ:  # started by torchrun: the layout itself is wrong
+            raise
+        raise ConfigError(f"{e}; this is one process: start ranks with torchrun (torchrun --nproc-per-node N "
+                          f"-m stanza_core.train --strategy {cfg.strategy} ...) or use --strategy local") from None
     set_numerics(cfg.exact)  # before any CUDA work: cuBLAS reads its workspace setting at init
     device = rank_device(cfg, int(os.environ.get("LOCAL_RANK", 0)))
     check_on_device(cfg, device)
