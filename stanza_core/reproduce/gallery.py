@@ -36,13 +36,19 @@ def lecture_notebooks(folder: Path = TUTORIALS_DIR) -> list[Path]:
     return sorted((folder / "lectures").glob("l[0-9]_*.ipynb"))
 
 
-def _export_slides(ipynb: Path) -> Path | None:
+def _export_slides(ipynb: Path, out_root: Path) -> Path | None:
+    """The deck beside `ipynb`, loading reveal.js, require.js and MathJax from `<out_root>/_static`."""
     from .execute import one_line as _one_line
 
     try:
+        import nbformat
         from nbconvert import SlidesExporter
 
-        body, _ = SlidesExporter(exclude_input=True).from_filename(str(ipynb))
+        from .offline import slides_config, vendor, without_widget_state
+
+        vendor(out_root)
+        nb = without_widget_state(nbformat.read(str(ipynb), as_version=4))
+        body, _ = SlidesExporter(exclude_input=True, **slides_config(ipynb.parent, out_root)).from_notebook_node(nb)
     except Exception as e:  # a convenience, like the HTML export
         print(f"  slides export of {ipynb.name} skipped: {_one_line(e)}")
         return None
@@ -82,9 +88,9 @@ def run_tutorials(out_root: Path, *, html_export: bool = True, folder: Path = TU
         share_plotlyjs(out, out_root)  # as the experiments': one plotly.min.js for the whole folder
         if executed.exists():
             st["executed"] = executed.name
-            if html_export and (h := _export_html(executed)):
+            if html_export and (h := _export_html(executed, out_root)):
                 st["html"] = h.name
-            if html_export and nb.parent.name == "lectures" and (sl := _export_slides(executed)):
+            if html_export and nb.parent.name == "lectures" and (sl := _export_slides(executed, out_root)):
                 st["slides"] = sl.name
         st["duration_s"] = round(time.perf_counter() - t0, 1)
         (out / "status.json").write_text(json.dumps(st, indent=1) + "\n")

@@ -32,6 +32,8 @@ th { background: #f0f0f0; }
 .ran { color: #555; font-weight: 600; } .kind { white-space: nowrap; color: #444; }
 section { border-top: 2px solid #ddd; margin-top: 2em; padding-top: 0.5em; }
 code { background: #f6f6f6; padding: 0 0.2em; } img { max-width: 100%; }
+td, p, code { overflow-wrap: anywhere; }  /* a long path or number breaks instead of widening the page */
+table { max-width: 100%; } .plotly-graph-div { max-width: 100%; }
 """
 
 

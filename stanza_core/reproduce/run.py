@@ -56,7 +56,7 @@ def run_experiment(spec: Spec, mode: str, out_root: Path, *, html: bool = True) 
         share_plotlyjs(out, out_root)  # its figures and notebook load <out_root>/plotly.min.js
         if executed.exists():
             status["executed"] = executed.name
-            if html and (h := export_html(executed)):
+            if html and (h := export_html(executed, out_root)):
                 status["html"] = h.name
         results = None
         if (out / "results.json").is_file():
