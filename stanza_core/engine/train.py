@@ -39,7 +39,7 @@ from .batch import Batch, positions_of
 
 def build_parser() -> argparse.ArgumentParser:
     from .. import DIST_NAME, __version__, checks, registry
-    from ..errors import command_name
+    from ..errors import OneLineParser, command_name
     from . import config
 
     # Enumerated flags: --help lists the choices; a bad value is refused while parsing, in the
@@ -59,14 +59,14 @@ def build_parser() -> argparse.ArgumentParser:
                 raise argparse.ArgumentTypeError(str(e)) from None
         return check
 
-    p = argparse.ArgumentParser(prog=command_name("stanza_core.train"), description=__doc__.splitlines()[0],
-                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p = OneLineParser(prog=command_name("stanza_core.train"), description=__doc__.splitlines()[0],
+                      formatter_class=argparse.ArgumentDefaultsHelpFormatter, raise_errors=True)
     p.add_argument("--version", action="version", version=f"{DIST_NAME} {__version__}")
     for f in dataclasses.fields(TrainConfig):
         flag = "--" + f.name.replace("_", "-")
         if f.type in ("bool", bool):
             short = {"quiet": ["-q"], "verbose": ["-v"]}.get(f.name, [])
-            p.add_argument(*short, flag, action="store_true", help=_help(f.name))
+            p.add_argument(flag, *short, action="store_true", help=_help(f.name))
         elif f.name in enums:
             name, choices = enums[f.name]
             p.add_argument(flag, type=one_of(name, choices), choices=choices, default=f.default, help=_help(f.name))
@@ -91,19 +91,8 @@ def _config_source() -> tuple[str, ...]:
     return tuple(inspect.getsource(TrainConfig).splitlines())
 
 
-class _ArgError(Exception):
-    pass
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message):  # one line, exit 2, no usage dump
-        raise _ArgError(message)
-
-
 def parse_config(argv: list[str] | None) -> TrainConfig:
-    parser = build_parser()
-    parser.__class__ = _Parser
-    ns = parser.parse_args(argv)
+    ns = build_parser().parse_args(argv)  # a bad argument raises ArgError (a ConfigError): rank 0 prints it
     return TrainConfig(**vars(ns))
 
 
@@ -306,7 +295,7 @@ def main(argv: list[str] | None = None) -> int:
         cfg = parse_config(argv)
         setup_logging(level_of(cfg, rank))
         run(cfg)
-    except (ConfigError, SplitError, _ArgError) as e:
+    except (ConfigError, SplitError) as e:
         line = error_line(e, rank, int(os.environ.get("LOCAL_RANK", 0)))
         if line:
             logger.error(line.removeprefix("error: "))
