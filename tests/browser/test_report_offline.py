@@ -1,8 +1,9 @@
 """The report opens with the network off: headless Chromium (Selenium, the DevTools protocol's
 network emulation set offline) opens index.html, the gallery, a notebook page with math and a
-plotly figure, and a lecture deck of a tiny fixture report (one experiment, one tutorial, one
-deck), and records every request: none may fail and none may leave the output folder. MathJax
-must have typeset the page's math, reveal.js must have started the deck, plotly must have drawn.
+plotly figure, and a lecture deck of a tiny fixture report (one experiment and one deck: two
+kernels, 30-70 s), and records every request: none may fail and none may leave the output
+folder. MathJax must have typeset the page's math, reveal.js must have started the deck, plotly
+must have drawn.
 
 The same browser then opens the index of this repository's own experiments (no notebook run:
 every experiment "not run", every claim row present) in a 1400 px wide window: nothing may be
@@ -53,7 +54,7 @@ def _notebook(path: Path, slides: bool = False):
 
 @pytest.fixture(scope="module")
 def report(tmp_path_factory):
-    """A fixture project's report, built by `stanza-reproduce` (three kernels and their exports)."""
+    """A fixture project's report, built by `stanza-reproduce` (two kernels and their exports)."""
     import yaml
 
     from stanza_core.reproduce import main
@@ -62,7 +63,6 @@ def report(tmp_path_factory):
     for folder in ("notebooks", "reproductions", "tutorials/lectures"):
         (root / folder).mkdir(parents=True)
     _notebook(root / "notebooks" / "good.ipynb")
-    _notebook(root / "tutorials" / "t1_fixture.ipynb")
     _notebook(root / "tutorials" / "lectures" / "l1_fixture.ipynb", slides=True)
     spec = {"title": "fixture", "notebook": "notebooks/good.ipynb", "paper": "Table 0", "quick": {"scale": 1.5},
             "full": {"scale": 10.0}, "claims": [{"claim": "twice", "kind": "counted", "paper": "3", "ours": "value"}]}
