@@ -128,9 +128,9 @@ def summary_line(metrics: dict, metrics_path: str | None) -> str:
     parts = [f"{c['strategy']} x{c['world_size']} {c['model']}: {len(steps)} steps",
              "loss not computed (replayed compute)" if loss is None else f"final loss {loss:.4g}"]
     if metrics.get("throughput"):
-        parts.append(f"{metrics['throughput']:.1f} samples/s")
-    if metrics.get("target_throughput"):
-        parts.append(f"{metrics['target_throughput']:.1f} samples/s on the target")
+        parts.append(f"{metrics['throughput']:.1f} samples/s" + (" here" if "replay" in metrics else ""))
+    if metrics.get("target_throughput"):  # replayed: the target device's, measured / dilation
+        parts.append(f"{metrics['target_throughput']:.1f} on the target device")
     if metrics.get("step_time_median_s"):
         parts.append(f"median step {metrics['step_time_median_s'] * 1e3:.1f} ms")
     parts.append(f"{metrics['bytes_per_step'] / 1e6:.3g} MB per step")
