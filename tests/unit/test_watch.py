@@ -117,3 +117,14 @@ def test_quiet_prints_nothing_but_writes_the_metrics(as_rank0_of, capsys, tmp_pa
     assert train.main(RUN + ["-q", "--metrics", str(tmp_path / "m.json")]) == 0
     assert capsys.readouterr().err == ""
     assert (tmp_path / "m.json").is_file()
+
+
+def test_a_replayed_summary_names_both_throughputs():
+    from stanza_core.engine.watch import summary_line
+
+    m = {"config": {"strategy": "ddp", "world_size": 4, "model": "alexnet"}, "steps": [{"loss": None}] * 3,
+         "throughput": 10.0, "target_throughput": 40.0, "step_time_median_s": 0.1, "bytes_per_step": 2e6,
+         "replay": {"dilation": 4.0}}
+    assert summary_line(m, None) == ("ddp x4 alexnet: 3 steps, loss not computed (replayed compute), "
+                                     "10.0 samples/s here, 40.0 on the target device, median step 100.0 ms, "
+                                     "2 MB per step")
