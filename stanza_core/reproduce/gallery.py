@@ -12,7 +12,6 @@ reveal.js slides (nbconvert's SlidesExporter, code hidden: `<stem>.slides.html`)
 """
 from __future__ import annotations
 
-import html
 import json
 import time
 from pathlib import Path
@@ -106,26 +105,17 @@ def _figure_names(folder: Path) -> list[str]:
     return sorted(p.name[: -len(".plotly.json")] for p in folder.glob("*.plotly.json"))
 
 
-def _card(rel: str, st: dict[str, Any], folder: Path, kind: str) -> str:
-    e = html.escape
-    title = e(st.get("title") or st["name"])
-    status = st.get("status", "not run")
-    link = (f"<a href='{e(rel)}/{e(st['html'])}'>rendered notebook</a>" if st.get("html") else "not rendered")
-    if st.get("slides"):
-        link += f" · <a href='{e(rel)}/{e(st['slides'])}'>slides</a>"
+def _card(rel: str, st: dict[str, Any], folder: Path, kind: str) -> dict[str, Any]:
+    """What templates/gallery.html.j2 shows of one notebook: its status, links and figures."""
     figs = []
     for name in _figure_names(folder):
         if (folder / f"{name}.png").is_file():
-            figs.append(f"<a href='{e(rel)}/{e(name)}.html'><img src='{e(rel)}/{e(name)}.png' alt='{e(name)}' "
-                        f"title='{e(name)}'></a>")
+            figs.append({"name": name, "png": True})
         elif (folder / f"{name}.html").is_file():
-            figs.append(f"<a class='fig' href='{e(rel)}/{e(name)}.html'>{e(name)} (interactive)</a>")
-    dur = f", {st['duration_s']} s" if st.get("duration_s") is not None else ""
-    return (f"<div class='card'><h3>{title}</h3><p class='meta'>{e(kind)} · <span class='{e(status.split()[0])}'>"
-            f"{e(status)}</span>{e(dur)} · {link}</p>"
-            + (f"<p class='failed'>{e(st['error'])}</p>" if st.get("error") else "")
-            + ("<div class='figs'>" + "".join(figs) + "</div>" if figs else "<p class='meta'>no figures</p>")
-            + "</div>")
+            figs.append({"name": name, "png": False})
+    return {"rel": rel, "title": st.get("title") or st["name"], "kind": kind, "status": st.get("status", "not run"),
+            "dur": f", {st['duration_s']} s" if st.get("duration_s") is not None else "",
+            "html": st.get("html"), "slides": st.get("slides"), "error": st.get("error"), "figs": figs}
 
 
 _CSS = """
@@ -138,6 +128,15 @@ body { font-family: system-ui, sans-serif; margin: 1.5em auto; max-width: 1500px
 .ok, .agrees { color: #1a7f37; font-weight: 600; } .failed, .differs, .goal { color: #c62828; font-weight: 600; }
 .skipped, .not { color: #8a6d00; } .ran { color: #555; font-weight: 600; }
 """
+
+
+def _template():
+    """templates/gallery.html.j2, autoescaped (Jinja2: nbconvert's template engine)."""
+    import jinja2
+
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(Path(__file__).resolve().parent / "templates"),
+                             autoescape=True, keep_trailing_newline=False)
+    return env.get_template("gallery.html.j2")
 
 
 def write_gallery(out_root: Path, specs: list[Spec], tutorials: list[Path] | None = None) -> Path:
@@ -159,15 +158,8 @@ def write_gallery(out_root: Path, specs: list[Spec], tutorials: list[Path] | Non
                                                                    "status": "not run"}
         where = f"tutorials/lectures/{nb.name} (slides)" if nb.parent.name == "lectures" else f"tutorials/{nb.name}"
         cards_tut.append(_card(f"{TUTORIALS_OUT}/{nb.stem}", st, folder, where))
-    page = ("<!DOCTYPE html><html><head><meta charset='utf-8'><title>Stanza workbench: gallery</title>"
-            f"<style>{_CSS}</style></head><body><h1>Stanza workbench: gallery</h1>"
-            "<p>Every executed notebook and tutorial of the last <code>make reproduce</code>, rendered to HTML "
-            "(nbconvert), with its figures; click a figure for its interactive version. "
-            f"Generated {time.strftime('%Y-%m-%d %H:%M:%S')}. The claims and their checks: "
-            "<a href='index.html'>the report</a>.</p>"
-            "<h2>Course: tutorials and lectures</h2><div class='grid'>" + "".join(cards_tut) + "</div>"
-            "<h2>Paper reproductions: notebooks</h2><div class='grid'>" + "".join(cards_exp) + "</div>"
-            "</body></html>\n")
+    page = _template().render(css=_CSS, generated=time.strftime("%Y-%m-%d %H:%M:%S"), tutorials=cards_tut,
+                              experiments=cards_exp) + "\n"
     out = out_root / GALLERY
     out.write_text(page)
     return out
