@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from .report import section_badge
+from .report import section_badge, template
 from .spec import REPO_ROOT, Spec
 
 TUTORIALS_DIR = REPO_ROOT / "tutorials"
@@ -130,15 +130,6 @@ body { font-family: system-ui, sans-serif; margin: 1.5em auto; max-width: 1500px
 """
 
 
-def _template():
-    """templates/gallery.html.j2, autoescaped (Jinja2: nbconvert's template engine)."""
-    import jinja2
-
-    env = jinja2.Environment(loader=jinja2.FileSystemLoader(Path(__file__).resolve().parent / "templates"),
-                             autoescape=True, keep_trailing_newline=False)
-    return env.get_template("gallery.html.j2")
-
-
 def write_gallery(out_root: Path, specs: list[Spec], tutorials: list[Path] | None = None) -> Path:
     """Write <out>/gallery.html from the experiments' and tutorials' status.json files."""
     cards_exp, cards_tut = [], []
@@ -158,7 +149,7 @@ def write_gallery(out_root: Path, specs: list[Spec], tutorials: list[Path] | Non
                                                                    "status": "not run"}
         where = f"tutorials/lectures/{nb.name} (slides)" if nb.parent.name == "lectures" else f"tutorials/{nb.name}"
         cards_tut.append(_card(f"{TUTORIALS_OUT}/{nb.stem}", st, folder, where))
-    page = _template().render(css=_CSS, generated=time.strftime("%Y-%m-%d %H:%M:%S"), tutorials=cards_tut,
+    page = template("gallery.html.j2").render(css=_CSS, generated=time.strftime("%Y-%m-%d %H:%M:%S"), tutorials=cards_tut,
                               experiments=cards_exp) + "\n"
     out = out_root / GALLERY
     out.write_text(page)

@@ -92,14 +92,18 @@ def _counts(t: Tally) -> tuple[str, str, str]:
     return f"{t.agree} / {t.agree + t.differ}", f"{t.met} / {t.met + t.missed}", f"{t.reported}"
 
 
-def _template():
-    """templates/index.html.j2, autoescaped (Jinja2: nbconvert's template engine)."""
+def template(name: str):
+    """One of templates/*.html.j2 (Jinja2: nbconvert's template engine). Every value is escaped by
+    html.escape, as the pages always were (markup: only what is marked safe, such as a macro's
+    output or plotly's figure HTML)."""
     import jinja2
+    from markupsafe import Markup
 
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(Path(__file__).resolve().parent / "templates"),
-                             autoescape=True)
+                             autoescape=True,
+                             finalize=lambda v: v if isinstance(v, Markup) else Markup(html.escape(str(v))))
     env.filters["cls"] = _cls
-    return env.get_template("index.html.j2")
+    return env.get_template(name)
 
 
 def write_index(out_root: Path, specs: list[Spec]) -> Path:
@@ -110,7 +114,7 @@ def write_index(out_root: Path, specs: list[Spec]) -> Path:
     write_shared(out_root)  # plotly.min.js: every embedded figure's, and the notebooks' (reproduce.plotlyjs)
     total = tally(c for s in statuses for c in s["claims"])
     generated = time.strftime("%Y-%m-%d %H:%M:%S")
-    page = _template().render(css=_CSS, plotlyjs=PLOTLYJS, generated=generated, total=_counts(total),
+    page = template("index.html.j2").render(css=_CSS, plotlyjs=PLOTLYJS, generated=generated, total=_counts(total),
                               sections=[_section(out_root, s) for s in statuses]) + "\n"
     index = out_root / "index.html"
     index.write_text(page)
