@@ -10,7 +10,7 @@ BUDGET_MIN ?=
 LIST ?=
 PYTEST_ARGS ?=
 
-.PHONY: install reproduce test test-fast gpu-check course clean
+.PHONY: install reproduce test test-fast gpu-check course lab clean
 
 install: $(STAMP)
 
@@ -46,6 +46,10 @@ gpu-check: install
 # [SUBMISSIONS=inbox] [TO=students.zip]. docs/course.md.
 course: install
 	$(BIN)/python -m tutorials.course $(or $(COURSE_CMD),self-check) $(if $(COURSE),--course "$(COURSE)",) $(if $(LABS),--labs "$(LABS)",) $(if $(SUBMISSIONS),--submissions "$(SUBMISSIONS)",) $(if $(TO),--to "$(TO)",)
+
+# JupyterLab on the notebooks (jupytext pairs each with its py:percent script); stop it with Ctrl-C.
+lab: install
+	$(BIN)/python -m jupyterlab notebooks
 
 clean:
 	rm -rf reproductions/out .pytest_cache

@@ -47,9 +47,9 @@ import sys
 from pathlib import Path
 
 import numpy as np
-from scipy.optimize import least_squares
 
 from stanza_core import atomic
+from stanza_core.extras import MissingExtra, require
 from stanza_core.anatomy import DTYPE_BYTES
 from stanza_core.perf import DeviceProfile, named_profile
 from stanza_core.perf import compute as C
@@ -290,7 +290,7 @@ class Problem:
         best = None
         for seed in range(SEEDS):
             x = np.clip(x0 + np.random.default_rng(seed).normal(0, 0.7 if seed else 0.0, len(x0)), lo + 1e-6, hi - 1e-6)
-            r = least_squares(self.residuals, x, args=(free, base), bounds=(lo, hi))
+            r = _least_squares()(self.residuals, x, args=(free, base), bounds=(lo, hi))
             if best is None or r.cost < best.cost:
                 best = r
         inputs = {**start.sources, **self.fixed_sources}
@@ -565,6 +565,10 @@ def drift(res: dict) -> list[str]:
             if sorted(f"{d}/{m}" for d, m in FITTED_FROM[k]) != v]
 
 
+def _least_squares():
+    return require("scipy.optimize", "benchmarks/fit_compute_model.py").least_squares
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--write", action="store_true", help=f"write {JSON_OUT.relative_to(ROOT)} and the tables in {DOCS.relative_to(ROOT)}")
@@ -572,6 +576,11 @@ def main(argv=None) -> int:
     ap.add_argument("--variants", action="store_true", help="also cross-validate each structure in VARIANTS")
     argv = sys.argv[1:] if argv is None else argv
     args = ap.parse_args(argv)
+    try:
+        _least_squares()  # the "bench" extra: without it, one line naming the install
+    except MissingExtra as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     profiles = {m: named_profile(m) for m in MODELS}
     res = run(profiles, variants=args.variants or args.write, checks=not (args.check and not (args.write or args.variants)))
     res["command"] = " ".join(["python benchmarks/fit_compute_model.py", *argv])

@@ -8,7 +8,7 @@ only the caller), and on a timeout, an error or an interrupt in the caller the j
 gets SIGTERM, then after a short grace SIGKILL. "The job as a whole" is the leader's group and
 the group of every process descended from it: torchrun starts each rank in a session of its own
 (so that it can end a rank with its children), out of reach of a signal to torchrun's group.
-Descendants are found in /proc (Linux); elsewhere only the leader's own group is ended.
+Descendants are found by psutil (Linux, macOS and the BSDs alike).
 
     proc = run(cmd, timeout_s=60, capture_output=True, text=True)   # like subprocess.run
     p = start(cmd, stdout=f);  ...;  end(p)                         # processes you poll yourself
@@ -20,6 +20,8 @@ import signal
 import subprocess
 import time
 
+import psutil
+
 GRACE_S = 5.0  # between SIGTERM and SIGKILL: torchrun stops its ranks on SIGTERM and then exits
 
 
@@ -28,31 +30,32 @@ def start(cmd: list[str], **popen_kwargs) -> subprocess.Popen:
     return subprocess.Popen(cmd, start_new_session=True, **popen_kwargs)
 
 
-def _table() -> list[tuple[int, int, int, str]]:
-    """(pid, parent pid, process group, state) of every process, from /proc; [] without it."""
-    rows = []
-    for name in os.listdir("/proc") if os.path.isdir("/proc") else []:
-        try:
-            with open(f"/proc/{name}/stat") as fh:  # "pid (comm) state ppid pgrp ...": comm may hold spaces
-                state, ppid, pgrp = fh.read().rsplit(")", 1)[1].split()[:3]
-            rows.append((int(name), int(ppid), int(pgrp), state))
-        except (ValueError, OSError):  # not a process, or gone meanwhile
-            continue
-    return rows
-
-
 def _job_groups(leaders: list[int]) -> set[int]:
     """The process groups of `leaders` (not yet reaped, so their PIDs are still theirs) and of
-    all their descendants."""
-    children = {}
-    for pid, ppid, pgrp, _ in _table():
-        children.setdefault(ppid, []).append((pid, pgrp))
-    groups, todo = set(leaders), list(leaders)
-    while todo:
-        for pid, pgrp in children.get(todo.pop(), []):
-            groups.add(pgrp)
-            todo.append(pid)
+    all their descendants (psutil walks the tree)."""
+    groups = set(leaders)
+    for pid in leaders:
+        try:
+            descendants = psutil.Process(pid).children(recursive=True)
+        except psutil.Error:  # gone meanwhile
+            continue
+        for child in descendants:
+            try:
+                groups.add(os.getpgid(child.pid))
+            except OSError:  # gone meanwhile
+                pass
     return groups
+
+
+def _alive_in(groups: set[int]) -> bool:
+    """Whether any process that has not exited (zombies have) is still in one of `groups`."""
+    for proc in psutil.process_iter(["status"]):
+        try:
+            if proc.info["status"] != psutil.STATUS_ZOMBIE and os.getpgid(proc.pid) in groups:
+                return True
+        except (OSError, psutil.Error):  # gone meanwhile
+            continue
+    return False
 
 
 def _signal_groups(groups: set[int], sig: int) -> None:
@@ -71,9 +74,7 @@ def end(*procs: subprocess.Popen, grace_s: float = GRACE_S) -> None:
     groups = {p.pid for p in procs} | _job_groups([p.pid for p in procs if p.returncode is None])
     _signal_groups(groups, signal.SIGTERM)
     deadline = time.monotonic() + grace_s
-    while time.monotonic() < deadline and (
-            any(p.poll() is None for p in procs)
-            or any(g in groups and state != "Z" for _, _, g, state in _table())):
+    while time.monotonic() < deadline and (any(p.poll() is None for p in procs) or _alive_in(groups)):
         time.sleep(0.05)
     groups |= _job_groups([p.pid for p in procs if p.poll() is None])  # started meanwhile
     _signal_groups(groups, signal.SIGKILL)

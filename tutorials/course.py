@@ -550,6 +550,13 @@ def main(argv: list[str] | None = None) -> int:
     if not argv or argv[0] not in COMMANDS + ("-h", "--help"):
         argv.insert(0, "self-check")
     args = _parser().parse_args(argv)
+    from stanza_core.extras import MissingExtra, require
+
+    try:  # the "course" extra: without it, one line naming the install
+        require("nbgrader", "python -m tutorials.course")
+    except MissingExtra as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     known = lab_names()
     labs = [n.strip() for n in args.labs.split(",")] if args.labs else known
     if unknown := [n for n in labs if n not in known]:

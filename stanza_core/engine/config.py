@@ -58,7 +58,10 @@ class TrainConfig:
     timeout_s: float = 120.0  # collective / point-to-point timeout: a dead peer fails this fast
     bucket_mb: float = DEFAULT_BUCKET_MB  # gradient bucket size for overlapped allreduce (stanza, ddp)
     overwrite: bool = False  # allow --save/--metrics to replace existing files
-    quiet: bool = False  # no progress bar
+    quiet: bool = False  # -q: no progress bar and no summary, warnings and errors only
+    verbose: bool = False  # -v: also one log line per --log-every window (loss, samples/s, step time)
+    tensorboard: str | None = None  # write loss, samples/s and step time as TensorBoard event files into this folder (rank 0; the "tensorboard" extra)
+    log_csv: str | None = None  # write loss, samples/s and step time per --log-every window to this CSV file (rank 0)
     exact: bool = False  # GPU numerics equal to CPU within fp32 tolerance: TF32 off, deterministic cuDNN
     backend: str = "auto"  # auto (nccl on cuda, gloo on cpu) | gloo (also: several ranks share a GPU) | nccl
     fc_conv_share: float = 0.0  # stanza: share of the global batch each FC worker also trains the CONV body on
@@ -114,10 +117,12 @@ class TrainConfig:
                              boundary_dtype=self.boundary_dtype, grad_compression=self.grad_compression)
         check_strategy_options(self.strategy, {f.name: getattr(self, f.name) for f in dataclasses.fields(self)})
         self._check_paths()
-        for name in ("save", "metrics"):
+        if self.quiet and self.verbose:
+            raise ConfigError("--quiet and --verbose contradict each other; give one")
+        for name in ("save", "metrics", "log_csv"):
             path = getattr(self, name)
             if path and os.path.exists(path) and not self.overwrite and not self.resume:
-                raise ConfigError(f"--{name} {path} already exists; pass --overwrite to replace it")
+                raise ConfigError(f"--{name.replace('_', '-')} {path} already exists; pass --overwrite to replace it")
         for step in self.save_steps():
             path = step_save_path(self.save, step)
             if os.path.exists(path) and not self.overwrite and not self.resume:
@@ -159,10 +164,12 @@ class TrainConfig:
         """Every output path can be written, checked now: a run never trains and then fails to save."""
         if self.save and self.metrics and os.path.abspath(self.save) == os.path.abspath(self.metrics):
             raise ConfigError(f"--save and --metrics name the same file {self.save}")
-        for name in ("save", "metrics"):
+        for name in ("save", "metrics", "log_csv"):
             path = getattr(self, name)
             if path:
-                check_writable(f"--{name}", path, folder=False)
+                check_writable(f"--{name.replace('_', '-')}", path, folder=False)
+        if self.tensorboard:
+            check_writable("--tensorboard", self.tensorboard, folder=True)
         if self.checkpoint_dir:
             check_writable("--checkpoint-dir", self.checkpoint_dir, folder=True)
 

@@ -9,10 +9,16 @@ Peak resident memory (`PeakRss`, Linux): `peak_rss_mib` is the process's peak ov
 run, setup included; `steps_peak_rss_mib` the peak from the first step's start to the last
 step's end, read after resetting the kernel's high-water mark (/proc/self/clear_refs), or None
 where that is not possible.
+
+Provenance (`provenance`): the config section names the package version and, in a checkout, the
+git commit and whether tracked files were modified.
 """
 from __future__ import annotations
 
+import functools
 import statistics
+import subprocess
+from pathlib import Path
 
 import torch
 
@@ -77,7 +83,7 @@ def build_metrics(cfg, topo, device, start, everyone, replayed: dict | None = No
                    "fc_workers_effective": topo.fc_workers, "ps_shards_effective": topo.ps_shards,
                    "ps_server_ranks": topo.server_ranks if topo.ps_servers else [],
                    "device_type": device.type, "torch": torch.__version__,
-                   "backend": backend_name(), "numerics": numerics_record(cfg.exact)},
+                   "backend": backend_name(), "numerics": numerics_record(cfg.exact), **provenance()},
         "steps": steps,
         "throughput": cfg.global_batch * len(timed) / sum(timed) if timed and sum(timed) > 0 else None,
         "step_time_median_s": statistics.median(timed) if timed else None,
@@ -114,6 +120,26 @@ def message_sizes(per_rank: list[list[int]], steps: int) -> dict:
             p10 = n
             break
     return {"per_step": len(sizes) / steps, "p10_bytes": p10}
+@functools.lru_cache(maxsize=1)
+def provenance() -> dict:
+    """Which code made the run: the installed package's version, and where stanza_core is a git
+    checkout its commit and whether tracked files differ from it (None, None in an installed wheel)."""
+    from .. import __version__
+
+    root = Path(__file__).resolve().parents[2]
+    commit = dirty = None
+    if (root / ".git").exists():  # a checkout (a worktree's .git is a file)
+        def git(*args):
+            return subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True, timeout=30)
+        try:
+            head = git("rev-parse", "HEAD")
+            if head.returncode == 0:
+                commit = head.stdout.strip()
+                status = git("status", "--porcelain", "--untracked-files=no")
+                dirty = bool(status.stdout.strip()) if status.returncode == 0 else None
+        except (OSError, subprocess.TimeoutExpired):  # no git on PATH: the commit stays unknown
+            pass
+    return {"stanza_core_version": __version__, "git_commit": commit, "git_dirty": dirty}
 
 
 def peak_rss_mib() -> float | None:

@@ -18,17 +18,18 @@ class NonFiniteLoss(RuntimeError):
     """The global loss of a step is NaN or infinite: the run stops before saving anything of it."""
 
 
-def check_finite(cfg, comm, first: int, shares: list, start: int) -> None:
+def check_finite(cfg, comm, first: int, shares: list, start: int) -> float | None:
     """Every rank learns whether the global loss of steps first, first+1, ... (its `shares` of
     them, just read) was finite: one uncounted allreduce of their sum (a sum of finite losses is
     finite; NaN or inf in any share makes it non-finite), then per step only when it was not.
-    NonFiniteLoss names the first non-finite step. Replayed losses are not computed: no check."""
+    NonFiniteLoss names the first non-finite step; else the global loss summed over those steps
+    (the progress bar's window loss). Replayed losses are not computed: no check, None."""
     if cfg.compute != "real" or not shares:
-        return
+        return None
     with naming_step(comm, first + len(shares) - 1):
         total = comm.sum_scalar(sum(0.0 if s is None else s for s in shares))
         if math.isfinite(total):
-            return
+            return total
         for i, s in enumerate(shares):  # rare: find the step (a huge but finite window sum rechecks clean)
             step_total = comm.sum_scalar(s)
             if not math.isfinite(step_total):

@@ -13,7 +13,6 @@ import dataclasses
 import functools
 import json
 import os
-import sys
 
 import torch
 
@@ -32,12 +31,15 @@ from .rank_errors import record
 from ..split import SplitError, SplitModel, split_model
 from .step_failures import NonFiniteLoss, check_finite, naming_step
 from .steplog import StepLog
+from .watch import Watch, level_of, setup_logging, summary_line
+from .watch import log as logger
 from ..topology import Topology, make_topology, unused_part
 from .batch import Batch, positions_of
 
 
 def build_parser() -> argparse.ArgumentParser:
     from .. import DIST_NAME, __version__, checks, registry
+    from ..errors import OneLineParser, command_name
     from . import config
 
     # Enumerated flags: --help lists the choices; a bad value is refused while parsing, in the
@@ -57,13 +59,14 @@ def build_parser() -> argparse.ArgumentParser:
                 raise argparse.ArgumentTypeError(str(e)) from None
         return check
 
-    p = argparse.ArgumentParser(prog="python -m stanza_core.train", description=__doc__.splitlines()[0],
-                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p = OneLineParser(prog=command_name("stanza_core.train"), description=__doc__.splitlines()[0],
+                      formatter_class=argparse.ArgumentDefaultsHelpFormatter, raise_errors=True)
     p.add_argument("--version", action="version", version=f"{DIST_NAME} {__version__}")
     for f in dataclasses.fields(TrainConfig):
         flag = "--" + f.name.replace("_", "-")
         if f.type in ("bool", bool):
-            p.add_argument(flag, action="store_true", help=_help(f.name))
+            short = {"quiet": ["-q"], "verbose": ["-v"]}.get(f.name, [])
+            p.add_argument(flag, *short, action="store_true", help=_help(f.name))
         elif f.name in enums:
             name, choices = enums[f.name]
             p.add_argument(flag, type=one_of(name, choices), choices=choices, default=f.default, help=_help(f.name))
@@ -88,19 +91,8 @@ def _config_source() -> tuple[str, ...]:
     return tuple(inspect.getsource(TrainConfig).splitlines())
 
 
-class _ArgError(Exception):
-    pass
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message):  # one line, exit 2, no usage dump
-        raise _ArgError(message)
-
-
 def parse_config(argv: list[str] | None) -> TrainConfig:
-    parser = build_parser()
-    parser.__class__ = _Parser
-    ns = parser.parse_args(argv)
+    ns = build_parser().parse_args(argv)  # a bad argument raises ArgError (a ConfigError): rank 0 prints it
     return TrainConfig(**vars(ns))
 
 
@@ -140,8 +132,14 @@ class Prepared:
 def prepare(cfg: TrainConfig) -> Prepared:
     """Everything that can fail on bad input, before any process group forms."""
     rank, world = int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
-    topo = make_topology(cfg.strategy, world, cfg.global_batch, cfg.fc_workers, cfg.ps_shards,
-                         cfg.fc_conv_share, cfg.micro_batches, ps_servers=cfg.ps_servers)
+    try:
+        topo = make_topology(cfg.strategy, world, cfg.global_batch, cfg.fc_workers, cfg.ps_shards,
+                             cfg.fc_conv_share, cfg.micro_batches, ps_servers=cfg.ps_servers)
+    except ConfigError as e:
+        if "WORLD_SIZE" in os.environ:  # started by torchrun: the layout itself is wrong
+            raise
+        raise ConfigError(f"{e}; this is one process: start ranks with torchrun (torchrun --nproc-per-node N "
+                          f"-m stanza_core.train --strategy {cfg.strategy} ...) or use --strategy local") from None
     set_numerics(cfg.exact)  # before any CUDA work: cuBLAS reads its workspace setting at init
     device = rank_device(cfg, int(os.environ.get("LOCAL_RANK", 0)))
     check_on_device(cfg, device)
@@ -159,6 +157,9 @@ def prepare(cfg: TrainConfig) -> Prepared:
         split = split_model(model, cfg.boundary, input_shape=(3, cfg.image_size, cfg.image_size),
                             batch_size=topo.worker_batch(cfg.global_batch))
     bn_sync = check_model_layout(cfg, topo, model, split, bn_fewest)
+    if cfg.tensorboard:  # the extra, before any process group forms: one line naming the install
+        from ..extras import require
+        require("tensorboard", "--tensorboard")
     resumed = None
     if cfg.resume:
         resumed = checkpoint.load(cfg.checkpoint_dir, rank, world, dataclasses.asdict(cfg))
@@ -168,7 +169,7 @@ def prepare(cfg: TrainConfig) -> Prepared:
     # to the device, leaving released (meta) tensors where they are (Module.to would refuse them)
     model._apply(lambda t: t if t.is_meta else t.to(device))
     for line in check_layout(cfg, topo) if rank == 0 else []:  # input is good; a flag without effect: one line each
-        print(f"warning: {line}", file=sys.stderr)
+        logger.warning(line)
     return Prepared(topo, device, dataset, model, split, resumed, bn_sync)
 
 
@@ -232,9 +233,7 @@ def _train(cfg, prep: Prepared, comm) -> dict | None:
         return Batch(x.to(device), y.to(device), positions_of(mine))
 
     steps = range(start, cfg.steps)
-    if comm.rank == 0 and not cfg.quiet:
-        from tqdm import tqdm
-        steps = tqdm(steps, desc=f"{cfg.strategy} x{topo.world_size}", unit="step", initial=start, total=cfg.steps)
+    watch = Watch(cfg, topo.world_size, start, enabled=comm.rank == 0)  # the bar, -v lines, TensorBoard, CSV
     save_steps = set(cfg.save_steps())
     rss = PeakRss()  # setup's peak read here, then the steps' own peak from now on
     # Steps are timed and their losses read without stopping the host in the step (steplog.py):
@@ -261,8 +260,11 @@ def _train(cfg, prep: Prepared, comm) -> dict | None:
         checkpoint_due = cfg.checkpoint_dir and cfg.checkpoint_every and (t + 1) % cfg.checkpoint_every == 0 \
             and t + 1 < cfg.steps
         if due or checkpoint_due or t + 1 in save_steps or t + 1 == cfg.steps:
-            check_finite(cfg, comm, first, log.read(), start)
+            shares = log.read()
+            total = check_finite(cfg, comm, first, shares, start)  # the window's global loss (summed)
+            watch.window(t, None if total is None else total / len(shares), log.times[-len(shares):])
             first = t + 1
+        watch.step_done()
         if checkpoint_due:
             checkpoint.save(cfg.checkpoint_dir, comm.rank, topo.world_size, t + 1, cfg.to_dict(), strategy.checkpoint_state())
         if t + 1 in save_steps:  # collective: every rank takes part, rank 0 writes
@@ -270,6 +272,7 @@ def _train(cfg, prep: Prepared, comm) -> dict | None:
             if comm.rank == 0:
                 atomic.torch_save(state, step_save_path(cfg.save, t + 1))
     rss.steps_done()
+    watch.close()
     if cfg.checkpoint_dir:
         checkpoint.save(cfg.checkpoint_dir, comm.rank, topo.world_size, cfg.steps, cfg.to_dict(), strategy.checkpoint_state())
     state = strategy.full_state_dict()
@@ -281,26 +284,29 @@ def _train(cfg, prep: Prepared, comm) -> dict | None:
         atomic.torch_save(state, cfg.save)
     if cfg.metrics:
         atomic.write_text(cfg.metrics, json.dumps(metrics, indent=1))
+    logger.info(summary_line(metrics, cfg.metrics))
     return metrics
 
 
 @record  # an exception escaping a rank goes to torchrun's error file, which the launcher reads
 def main(argv: list[str] | None = None) -> int:
     rank = int(os.environ.get("RANK", 0))
+    setup_logging()
     try:
         cfg = parse_config(argv)
+        setup_logging(level_of(cfg, rank))
         run(cfg)
-    except (ConfigError, SplitError, _ArgError) as e:
+    except (ConfigError, SplitError) as e:
         line = error_line(e, rank, int(os.environ.get("LOCAL_RANK", 0)))
         if line:
-            print(line, file=sys.stderr)
+            logger.error(line.removeprefix("error: "))
         return 2
     except NonFiniteLoss as e:  # every rank knows (the loss is summed over ranks): rank 0 says it
         if rank == 0:
-            print(f"error: {e}", file=sys.stderr)
+            logger.error(e)
         return exit_now(1)
     except PeerError as e:
-        print(f"error: {e}", file=sys.stderr)
+        logger.error(e)
         return exit_now(1)
     return 0
 

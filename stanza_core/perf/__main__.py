@@ -19,7 +19,7 @@ import sys
 from pathlib import Path
 
 from .. import DIST_NAME, __version__, checks
-from ..errors import OneLineParser
+from ..errors import OneLineParser, command_name
 from .cluster import DEFAULT_LATENCY_S, Cluster
 from .devices import DeviceProfile
 from .model import DEFAULT_BATCH_PER_WORKER, DEFAULT_BUCKET_MB
@@ -53,7 +53,7 @@ def _ints(text: str) -> list[int]:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="python -m stanza_core.perf", usage="%(prog)s [options]\n       %(prog)s calibrate [options]",
+    p = _Parser(prog=command_name("stanza_core.perf"), usage="%(prog)s [options]\n       %(prog)s calibrate [options]",
                 description="Rank ps, ddp and stanza (every k) for a model on a cluster, by the performance model.")
     p.add_argument("--version", action="version", version=f"{DIST_NAME} {__version__}")
     # calibrate parses its own options (perf/calibrate.py): everything after the word goes to it.

@@ -42,7 +42,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from ..anatomy import _leaf_modules
-from ..errors import OneLineParser
+from ..errors import OneLineParser, command_name
 from ..models import get_model
 from ..split import split_model
 from .devices import DeviceProfile, measure_update_s_per_param
@@ -234,7 +234,7 @@ _Parser = OneLineParser  # one line, `error: ...`, no usage block
 
 
 def main(argv=None) -> int:
-    p = _Parser(prog="python -m stanza_core.perf calibrate", description=__doc__.splitlines()[0])
+    p = _Parser(prog=command_name("stanza_core.perf") + " calibrate", description=__doc__.splitlines()[0])
     p.add_argument("--model", default="alexnet", help="zoo model (default alexnet)")
     p.add_argument("--batch", type=int, default=32, help="samples per step (default 32)")
     p.add_argument("--image-size", type=int, default=224)

@@ -82,7 +82,8 @@ does not count each paper figure exactly once (tally.figure_problems).
 
 Writes `<out>/<name>/` (executed notebook, its HTML export, figures, results.json, status.json),
 `<out>/index.html` and `<out>/index.json`; every page loads the one `<out>/plotly.min.js` by
-relative path (`reproduce.plotlyjs`), so the folder works offline and carries plotly.js once. `<out>` is marked as ours by a `.stanza-reproduce`
+relative path (`reproduce.plotlyjs`), and MathJax, require.js and reveal.js from `<out>/_static/`
+(`reproduce.offline`), so the folder works offline (no CDN) and carries each library once. `<out>` is marked as ours by a `.stanza-reproduce`
 file; an existing non-empty folder without that mark is refused, never overwritten. The exit
 status is 0 when no experiment failed, 1 otherwise, 2 for bad input.
 """

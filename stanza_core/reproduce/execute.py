@@ -54,11 +54,18 @@ def one_line(e: BaseException) -> str:
     return f"{type(e).__name__}: {text.splitlines()[0] if text else ''}"
 
 
-def export_html(ipynb: Path) -> Path | None:
+def export_html(ipynb: Path, out_root: Path) -> Path | None:
+    """`ipynb` as HTML beside it, loading MathJax and require.js from `<out_root>/_static`
+    (reproduce.offline: no CDN)."""
     try:
+        import nbformat
         from nbconvert import HTMLExporter
 
-        body, _ = HTMLExporter().from_filename(str(ipynb))
+        from .offline import exporter_config, vendor, without_widget_state
+
+        vendor(out_root)
+        nb = without_widget_state(nbformat.read(str(ipynb), as_version=4))
+        body, _ = HTMLExporter(**exporter_config(ipynb.parent, out_root)).from_notebook_node(nb)
     except Exception as e:  # the executed notebook is what matters; its HTML is a convenience
         print(f"  HTML export of {ipynb.name} skipped: {one_line(e)}")
         return None

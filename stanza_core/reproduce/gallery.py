@@ -12,13 +12,12 @@ reveal.js slides (nbconvert's SlidesExporter, code hidden: `<stem>.slides.html`)
 """
 from __future__ import annotations
 
-import html
 import json
 import time
 from pathlib import Path
 from typing import Any
 
-from .report import section_badge
+from .report import section_badge, template
 from .spec import REPO_ROOT, Spec
 
 TUTORIALS_DIR = REPO_ROOT / "tutorials"
@@ -36,13 +35,19 @@ def lecture_notebooks(folder: Path = TUTORIALS_DIR) -> list[Path]:
     return sorted((folder / "lectures").glob("l[0-9]_*.ipynb"))
 
 
-def _export_slides(ipynb: Path) -> Path | None:
+def _export_slides(ipynb: Path, out_root: Path) -> Path | None:
+    """The deck beside `ipynb`, loading reveal.js, require.js and MathJax from `<out_root>/_static`."""
     from .execute import one_line as _one_line
 
     try:
+        import nbformat
         from nbconvert import SlidesExporter
 
-        body, _ = SlidesExporter(exclude_input=True).from_filename(str(ipynb))
+        from .offline import slides_config, vendor, without_widget_state
+
+        vendor(out_root)
+        nb = without_widget_state(nbformat.read(str(ipynb), as_version=4))
+        body, _ = SlidesExporter(exclude_input=True, **slides_config(ipynb.parent, out_root)).from_notebook_node(nb)
     except Exception as e:  # a convenience, like the HTML export
         print(f"  slides export of {ipynb.name} skipped: {_one_line(e)}")
         return None
@@ -82,9 +87,9 @@ def run_tutorials(out_root: Path, *, html_export: bool = True, folder: Path = TU
         share_plotlyjs(out, out_root)  # as the experiments': one plotly.min.js for the whole folder
         if executed.exists():
             st["executed"] = executed.name
-            if html_export and (h := _export_html(executed)):
+            if html_export and (h := _export_html(executed, out_root)):
                 st["html"] = h.name
-            if html_export and nb.parent.name == "lectures" and (sl := _export_slides(executed)):
+            if html_export and nb.parent.name == "lectures" and (sl := _export_slides(executed, out_root)):
                 st["slides"] = sl.name
         st["duration_s"] = round(time.perf_counter() - t0, 1)
         (out / "status.json").write_text(json.dumps(st, indent=1) + "\n")
@@ -100,26 +105,17 @@ def _figure_names(folder: Path) -> list[str]:
     return sorted(p.name[: -len(".plotly.json")] for p in folder.glob("*.plotly.json"))
 
 
-def _card(rel: str, st: dict[str, Any], folder: Path, kind: str) -> str:
-    e = html.escape
-    title = e(st.get("title") or st["name"])
-    status = st.get("status", "not run")
-    link = (f"<a href='{e(rel)}/{e(st['html'])}'>rendered notebook</a>" if st.get("html") else "not rendered")
-    if st.get("slides"):
-        link += f" · <a href='{e(rel)}/{e(st['slides'])}'>slides</a>"
+def _card(rel: str, st: dict[str, Any], folder: Path, kind: str) -> dict[str, Any]:
+    """What templates/gallery.html.j2 shows of one notebook: its status, links and figures."""
     figs = []
     for name in _figure_names(folder):
         if (folder / f"{name}.png").is_file():
-            figs.append(f"<a href='{e(rel)}/{e(name)}.html'><img src='{e(rel)}/{e(name)}.png' alt='{e(name)}' "
-                        f"title='{e(name)}'></a>")
+            figs.append({"name": name, "png": True})
         elif (folder / f"{name}.html").is_file():
-            figs.append(f"<a class='fig' href='{e(rel)}/{e(name)}.html'>{e(name)} (interactive)</a>")
-    dur = f", {st['duration_s']} s" if st.get("duration_s") is not None else ""
-    return (f"<div class='card'><h3>{title}</h3><p class='meta'>{e(kind)} · <span class='{e(status.split()[0])}'>"
-            f"{e(status)}</span>{e(dur)} · {link}</p>"
-            + (f"<p class='failed'>{e(st['error'])}</p>" if st.get("error") else "")
-            + ("<div class='figs'>" + "".join(figs) + "</div>" if figs else "<p class='meta'>no figures</p>")
-            + "</div>")
+            figs.append({"name": name, "png": False})
+    return {"rel": rel, "title": st.get("title") or st["name"], "kind": kind, "status": st.get("status", "not run"),
+            "dur": f", {st['duration_s']} s" if st.get("duration_s") is not None else "",
+            "html": st.get("html"), "slides": st.get("slides"), "error": st.get("error"), "figs": figs}
 
 
 _CSS = """
@@ -153,15 +149,8 @@ def write_gallery(out_root: Path, specs: list[Spec], tutorials: list[Path] | Non
                                                                    "status": "not run"}
         where = f"tutorials/lectures/{nb.name} (slides)" if nb.parent.name == "lectures" else f"tutorials/{nb.name}"
         cards_tut.append(_card(f"{TUTORIALS_OUT}/{nb.stem}", st, folder, where))
-    page = ("<!DOCTYPE html><html><head><meta charset='utf-8'><title>Stanza workbench: gallery</title>"
-            f"<style>{_CSS}</style></head><body><h1>Stanza workbench: gallery</h1>"
-            "<p>Every executed notebook and tutorial of the last <code>make reproduce</code>, rendered to HTML "
-            "(nbconvert), with its figures; click a figure for its interactive version. "
-            f"Generated {time.strftime('%Y-%m-%d %H:%M:%S')}. The claims and their checks: "
-            "<a href='index.html'>the report</a>.</p>"
-            "<h2>Course: tutorials and lectures</h2><div class='grid'>" + "".join(cards_tut) + "</div>"
-            "<h2>Paper reproductions: notebooks</h2><div class='grid'>" + "".join(cards_exp) + "</div>"
-            "</body></html>\n")
+    page = template("gallery.html.j2").render(css=_CSS, generated=time.strftime("%Y-%m-%d %H:%M:%S"), tutorials=cards_tut,
+                              experiments=cards_exp) + "\n"
     out = out_root / GALLERY
     out.write_text(page)
     return out

@@ -10,11 +10,15 @@ them at the one copy at the output folder's root, so every page works offline fr
     <out>/<name>/<figure>.html               <script src="../plotly.min.js">
     <out>/<name>/<notebook>.ipynb (+ .html)  the inlined library replaced by the same tag
     <out>/tutorials/<stem>/...               "../../plotly.min.js"
+
+The renderer's output also loads MathJax 3 from a CDN; that tag is dropped (the pages' MathJax
+is served from the folder, reproduce.offline).
 """
 from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 
 import plotly.io as pio
@@ -55,9 +59,14 @@ def share_plotlyjs(folder: Path, out_root: Path) -> str:
     return src
 
 
+# The MathJax 3 that plotly's notebook renderer loads from a CDN before every figure; the notebook's
+# HTML page loads MathJax 2 from the output folder already (reproduce.offline), which plotly.js uses.
+MATHJAX_CDN_TAG = re.compile(r'<script src="https://cdnjs\.cloudflare\.com/ajax/libs/mathjax/[^"]*"></script>')
+
+
 def _share_in_notebook(ipynb: Path, src: str) -> None:
     """Replace the library plotly's notebook renderer inlines (one `<script>` in an HTML output)
-    with a tag loading `src`; a notebook without it is left as it is."""
+    with a tag loading `src`, and drop its MathJax CDN tag; a notebook without them is left as it is."""
     inline = f"<script>{get_plotlyjs()}</script>"
     nb = json.loads(ipynb.read_text())
     changed = False
@@ -68,8 +77,9 @@ def _share_in_notebook(ipynb: Path, src: str) -> None:
             if text is None:
                 continue
             joined = "".join(text) if isinstance(text, list) else text
-            if inline in joined:
-                data["text/html"] = joined.replace(inline, _script(src))
+            new = MATHJAX_CDN_TAG.sub("", joined.replace(inline, _script(src)))
+            if new != joined:
+                data["text/html"] = new
                 changed = True
     if changed:
         ipynb.write_text(json.dumps(nb, indent=1, ensure_ascii=False) + "\n")

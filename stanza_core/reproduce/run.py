@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import DIST_NAME, __version__
-from ..errors import OneLineParser
+from ..errors import OneLineParser, command_name
 from ..runs.store import Store
 from .execute import VenvKernelManager, execute, export_html, one_line
 from .grid import budget_seconds, grid, run_grid, select
@@ -56,7 +56,7 @@ def run_experiment(spec: Spec, mode: str, out_root: Path, *, html: bool = True) 
         share_plotlyjs(out, out_root)  # its figures and notebook load <out_root>/plotly.min.js
         if executed.exists():
             status["executed"] = executed.name
-            if html and (h := export_html(executed)):
+            if html and (h := export_html(executed, out_root)):
                 status["html"] = h.name
         results = None
         if (out / "results.json").is_file():
@@ -87,7 +87,7 @@ def prepare_out(out_root: Path) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = OneLineParser(prog="python -m stanza_core.reproduce",
+    ap = OneLineParser(prog=command_name("stanza_core.reproduce"),
                                  description="Run every reproductions/*.yaml notebook and write <out>/index.html.")
     ap.add_argument("--full", action="store_true", help="the paper-scale parameters (default: quick)")
     ap.add_argument("--only", default=None, help="comma-separated experiment names (YAML stems)")
@@ -112,6 +112,10 @@ def main(argv: list[str] | None = None) -> int:
         if (args.list or args.budget_min is not None or args.points is not None) and not args.full:
             raise SpecError("--list, --budget-min and --points are about the full grid: add --full, or FULL=1 with make")
         budget_s = budget_seconds(args.budget_min)
+        if args.specs == ap.get_default("specs") and not any(args.specs.glob("*.yaml")):
+            raise SpecError(f"{ap.prog} runs the notebooks of a source checkout, and {args.specs.parent} is an "
+                            "installed package (no reproductions/ or notebooks/): clone the repository and run "
+                            "`make reproduce` there, or pass --specs CHECKOUT/reproductions")
         specs = load_specs(args.specs)
         if args.only:
             wanted = [n.strip() for n in args.only.split(",") if n.strip()]

@@ -4,6 +4,7 @@ Inputs are `stanza_core.Profile` objects (or their `to_dict()` form, as stored i
 """
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -88,18 +89,28 @@ def part_shares(profiles: ProfileLike | Sequence[ProfileLike]) -> go.Figure:
     for part in ("conv", "fc"):
         fig.add_bar(x=models, y=grads[part], name=f"{PART_LABELS[part]} gradient", legendgroup=part,
                     showlegend=False, marker_color=PART_COLORS[part], offsetgroup=part,
-                    text=[si(v, "B") for v in grads[part]], textposition="outside", textangle=0,
+                    text=[si(v, "B") for v in grads[part]], **_BYTES_TEXT,
                     hovertemplate="%{x}: " + PART_LABELS[part] + " gradient %{text}<extra></extra>",
                     row=1, col=3)
     fig.add_bar(x=models, y=[p.boundary_bytes for p in ps], name="boundary activation per sample",
                 marker_color=BOUNDARY_COLOR, offsetgroup="boundary",
-                text=[si(p.boundary_bytes, "B") for p in ps], textposition="outside", textangle=0,
+                text=[si(p.boundary_bytes, "B") for p in ps], **_BYTES_TEXT,
                 hovertemplate="%{x}: boundary %{text} per sample<extra></extra>", row=1, col=3)
     fig.update_yaxes(title_text="%", range=[0, 100], row=1, col=1)
     fig.update_yaxes(range=[0, 100], row=1, col=2)
-    fig.update_yaxes(type="log", dtick=1, title_text="bytes", row=1, col=3)
-    fig.update_layout(barmode="relative")  # stacked in the share panels; offsetgroups group panel 3
+    values = grads["conv"] + grads["fc"] + [p.boundary_bytes for p in ps]
+    low, high = math.log10(max(min(values), 1)), math.log10(max(max(values), 1))
+    # a decade of headroom above the tallest bar for its upright label
+    fig.update_yaxes(type="log", dtick=1, title_text="bytes", range=[low - 0.5, high + 1.0], row=1, col=3)
+    fig.update_layout(barmode="relative",  # stacked in the share panels; offsetgroups group panel 3
+                      uniformtext_minsize=9, uniformtext_mode="show")  # a thin segment's share stays legible
     return finish(fig, "CONV body vs FC head", height=460)
+
+
+# The bytes panel's value labels: three narrow bars per model, so plotly's default (shrink the text
+# to the bar's width) left them about 5 px high; upright along the bar at a fixed 11 px instead,
+# drawn past the axis' end where a label needs it.
+_BYTES_TEXT = dict(textposition="outside", textangle=-90, constraintext="none", textfont_size=11, cliponaxis=False)
 
 
 def part_times(profiles: ProfileLike | Sequence[ProfileLike]) -> go.Figure:

@@ -59,14 +59,14 @@ def paper_scale_speedups(results: dict[str, Any]) -> go.Figure:
                             marker=dict(color=color),
                             customdata=[by_g[x]["fc_workers"] for x in g],
                             hovertemplate=f"{model} %{{x:g}} Gb/s, k=%{{customdata}}: %{{y:.2f}}x<extra></extra>",
-                            row=1, col=col)
+                            cliponaxis=False, row=1, col=col)  # a marker at the axis' end drawn whole
     lo, hi = paper["speedup_vs_ps_10gbps"]
     fig.add_scatter(x=[10, 10], y=[lo, hi], mode="lines+markers", name=f"paper, 10 Gb/s: {lo}x-{hi}x over PS",
                     line=dict(color="#9467bd", width=6), marker_symbol="line-ew", row=1, col=1)
     fig.add_scatter(x=[100, 100], y=[paper["alexnet_speedup_vs_ps_100gbps"], paper["vgg16_speedup_vs_ps_100gbps"]],
-                    mode="markers+text", text=["AlexNet 1.55x", "VGG-16 1.72x"], textposition="middle right",
+                    mode="markers+text", text=["AlexNet 1.55x", "VGG-16 1.72x"], textposition="middle left",
                     marker=dict(symbol="x", size=11, color="#9467bd"), name="paper, 100 Gb/s (simulation)",
-                    row=1, col=1)
+                    cliponaxis=False, row=1, col=1)  # 100 Gb/s is the axis' end: labels to its left
     for col in (1, 2):
         fig.add_hline(y=1.0, line_color="#7f7f7f", line_width=1, row=1, col=col)
         fig.update_xaxes(type="log", title_text="Gb/s per node", row=1, col=col)

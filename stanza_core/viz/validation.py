@@ -2,6 +2,7 @@
 throughput, the error of every configuration, and which model term misses."""
 from __future__ import annotations
 
+import textwrap
 from typing import Any
 
 import plotly.graph_objects as go
@@ -16,6 +17,9 @@ def _empty(results: dict[str, Any]) -> go.Figure | None:
         return None
     why = results["unavailable"] or "no measured runs (nodes and bench_json are empty)"
     return note_figure(f"nothing to compare: {why}", _TITLE)
+
+
+CAPTION_CHARS = 110  # about the plot's width at 11 px in a 1250 px report column
 
 
 def predicted_vs_measured(results: dict[str, Any]) -> go.Figure:
@@ -55,8 +59,10 @@ def predicted_vs_measured(results: dict[str, Any]) -> go.Figure:
     fig.add_annotation(text=f"median |error| {s['median_abs_error']:.1%}, worst {s['worst_abs_error']:.1%} "
                             f"({s['configurations']} configurations, no parameter fitted)",
                        xref="paper", yref="paper", x=0.01, y=0.99, showarrow=False, xanchor="left")
-    fig.add_annotation(text=results.get("caption", ""), xref="paper", yref="paper", x=0.01, y=0.93, showarrow=False,
-                       xanchor="left", font=dict(size=11))
+    # wrapped: on one line a long caption ran past the figure's right edge and was cut off there
+    caption = "<br>".join(textwrap.wrap(results.get("caption", ""), CAPTION_CHARS))
+    fig.add_annotation(text=caption, xref="paper", yref="paper", x=0.01, y=0.93, showarrow=False,
+                       xanchor="left", yanchor="top", align="left", font=dict(size=11))
     fig = finish(fig, _TITLE, 600)
     fig.update_layout(margin_t=150)
     return fig

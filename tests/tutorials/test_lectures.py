@@ -111,7 +111,7 @@ def test_l2_runs_its_checks_hold_and_renders_as_slides(tmp_path):
     assert r["ring_ms"]["256"] < 1.6 * r["ring_ms"]["4"]
     for key in ("ring_steps", "ps_vs_ring", "stanza_step"):
         assert (out / f"{key}.plotly.json").is_file()
-    slides = _export_slides(executed).read_text()
+    slides = _export_slides(executed, tmp_path).read_text()
     assert slides.count("<section") >= 15 and "import torch" not in slides  # code hidden, one section a slide
 
 
@@ -119,7 +119,7 @@ def _run(stem, tmp_path):
     nb = next(p for p in LECTURES if p.stem == stem)
     out, executed = tmp_path / "out", tmp_path / nb.name
     execute(nb, executed, {"png": False, "out_dir": str(out)}, timeout_s=600, progress_bar=False)
-    slides = _export_slides(executed).read_text()
+    slides = _export_slides(executed, tmp_path).read_text()
     assert slides.count("<section") >= 15 and "import torch" not in slides and "import plotly" not in slides
     return json.loads((out / "results.json").read_text()), out
 

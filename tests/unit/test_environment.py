@@ -1,5 +1,6 @@
-"""environment.yml (conda users) lists the same dependencies, with the same ranges, as
-pyproject.toml (pip users), and installs this package."""
+"""environment.yml (conda users) is generated from constraints.txt (the versions CI tests), and
+constraints.txt pins every dependency pyproject.toml names, inside its range."""
+import importlib.util
 import re
 import tomllib
 from pathlib import Path
@@ -7,58 +8,56 @@ from pathlib import Path
 import pytest
 import yaml
 from packaging.requirements import Requirement
-from packaging.specifiers import SpecifierSet
 from packaging.utils import canonicalize_name
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
-# PyPI name -> conda-forge name, where they differ.
-CONDA_NAME = {"torch": "pytorch", "kaleido": "python-kaleido"}
-
 
 @pytest.fixture(scope="module")
-def env():
-    return yaml.safe_load((REPO_ROOT / "environment.yml").read_text())
+def gen():
+    spec = importlib.util.spec_from_file_location("environment_yml", REPO_ROOT / "scripts" / "environment_yml.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
 
 
-@pytest.fixture(scope="module")
-def pyproject():
-    return tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())
+def _pins() -> dict[str, str]:
+    lines = [ln.split("#", 1)[0].strip() for ln in (REPO_ROOT / "constraints.txt").read_text().splitlines()]
+    return {canonicalize_name(name): version for name, version in (ln.split("==") for ln in lines if ln)}
 
 
-def _conda_deps(env) -> dict[str, SpecifierSet]:
-    deps = {}
-    for d in env["dependencies"]:
-        if not isinstance(d, str):
-            continue
-        m = re.fullmatch(r"([A-Za-z0-9_.-]+)\s*(.*)", d.strip())
-        name, spec = m.group(1), m.group(2).replace(" ", "")
-        if spec.startswith("="):  # conda's "=3.11" pins a version prefix
-            spec = f"=={spec.lstrip('=')}.*"
-        deps[canonicalize_name(name)] = SpecifierSet(spec)
-    return deps
+def test_environment_yml_is_what_constraints_txt_generates(gen):
+    assert gen.main(["--check"]) == 0, "run: python scripts/environment_yml.py"
 
 
-def test_conda_forge_python_311_and_pip_installs_the_package(env):
-    assert env["channels"] == ["conda-forge"]
-    deps = _conda_deps(env)
-    assert deps["python"] == SpecifierSet("==3.11.*")
-    assert "pip" in deps
-    pip_sections = [d["pip"] for d in env["dependencies"] if isinstance(d, dict)]
-    assert len(pip_sections) == 1
-    assert any(line.strip() in ("-e .", ".") for line in pip_sections[0])
+def test_it_installs_every_pin_and_the_package(gen):
+    env = yaml.safe_load((REPO_ROOT / "environment.yml").read_text())
+    assert env["channels"] == ["conda-forge"] and env["dependencies"][:2] == ["python=3.11", "pip"]
+    pip = env["dependencies"][2]["pip"]
+    assert pip[-1] == "-e .[dev]"
+    got = {canonicalize_name(Requirement(r).name): str(Requirement(r).specifier) for r in pip[:-1]}
+    assert got == {n: f"=={v}" for n, v in _pins().items()}
 
 
-def test_same_dependencies_and_ranges_as_pyproject(env, pyproject):
-    project = pyproject["project"]
-    wanted = [Requirement(r) for r in project["dependencies"] + project["optional-dependencies"]["dev"]]
-    expected = {canonicalize_name(CONDA_NAME.get(r.name, r.name)): r.specifier for r in wanted}
-    got = {n: s for n, s in _conda_deps(env).items() if n not in ("python", "pip")}
-    assert set(got) == set(expected), f"only in environment.yml: {set(got) - set(expected)}; " \
-                                      f"only in pyproject.toml: {set(expected) - set(got)}"
-    for name, spec in expected.items():
-        assert got[name] == spec, name
+def test_a_changed_pin_is_caught(gen):
+    original = (REPO_ROOT / "constraints.txt").read_text()
+    name, version = next(iter(_pins().items()))
+    changed = re.sub(rf"(?im)^({re.escape(name)})=={re.escape(version)}$", rf"\1=={version}.1", original, count=1)
+    assert changed != original and gen.render(changed) != (REPO_ROOT / "environment.yml").read_text()
 
 
-def test_python_version_is_allowed_by_pyproject(pyproject):
-    assert "3.11" in SpecifierSet(pyproject["project"]["requires-python"])
+def test_constraints_pin_every_dependency_inside_its_range():
+    project = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["project"]
+    pins = _pins()
+    wanted = project["dependencies"] + [r for extra in project["optional-dependencies"].values() for r in extra]
+    for r in map(Requirement, wanted):
+        name = canonicalize_name(r.name)
+        assert name in pins, f"{r.name} is not pinned in constraints.txt"
+        assert r.specifier.contains(pins[name], prereleases=True), f"{r.name}=={pins[name]} is outside {r.specifier}"
+
+
+def test_python_version_is_allowed_by_pyproject():
+    project = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["project"]
+    from packaging.specifiers import SpecifierSet
+
+    assert "3.11" in SpecifierSet(project["requires-python"])

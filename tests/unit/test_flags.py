@@ -150,6 +150,11 @@ CASES = [  # (flags, strategy, world size, outcome, fragment)
     (["--compile", *REPLAY], "ddp", 4, E, "--compile is refused with --compute replay"),
     # display
     (["--quiet"], "ddp", 1, OK, None),
+    (["--verbose"], "local", 1, E, "--quiet and --verbose contradict each other"),
+    (["--log-csv", "/proc/stanza-x/s.csv"], "ddp", 4, E, "--log-csv /proc/stanza-x/s.csv: "),
+    (["--log-csv", "{tmp}/s.csv"], "stanza", 4, OK, None),
+    (["--tensorboard", "/proc/stanza-x/tb"], "stanza", 4, E, "--tensorboard /proc/stanza-x/tb: "),
+    (["--tensorboard", "{tmp}/tb"], "ps", 4, OK, None),
     (["--timeline"], "local", 1, OK, None),
     (["--timeline"], "stanza", 4, OK, None),
 ]

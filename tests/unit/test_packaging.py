@@ -20,7 +20,8 @@ from packaging.utils import canonicalize_name
 ROOT = Path(__file__).resolve().parents[2]
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
 # Base dependencies that no module imports, and why they are needed all the same.
-NOT_IMPORTED = {"ipykernel": "reproduce runs every notebook in `python -m ipykernel_launcher`"}
+NOT_IMPORTED = {"ipykernel": "reproduce runs every notebook in `python -m ipykernel_launcher`",
+                "jupyter-server-mathjax": "reproduce.offline copies its MathJax files (found, not imported)"}
 
 
 @functools.lru_cache(maxsize=1)
