@@ -8,7 +8,8 @@
 Each configuration is planned as the grid plans it with whole messages (runs.plan.replayed_plan
 with payload_scale 1: D by the links and the engine seconds at F = 1), then run twice at that D:
 unscaled (F = 1) and scaled (runs.plan.scaled_twin: F as the grid's rule chooses it for this
-configuration, `--scale` to force one: 1/F of every message on links shaped to 1/F). Same D, same
+configuration, at most what keeps the scaled link at netem.facts.MIN_LINK_MBIT at that D, or
+`--scale`: 1/F of every message on links shaped to 1/F). Same D, same
 target step, same emulated bandwidth: if scaling only changes the bytes on the wire, the two
 median steps agree. The pairs run interleaved (unscaled first in even pairs, scaled first in odd
 ones), each through runs.run.run_config (the grid's primitive: it makes and removes the emulated
@@ -28,6 +29,7 @@ import argparse
 import dataclasses
 import fnmatch
 import json
+import math
 import statistics
 import sys
 import time
@@ -71,8 +73,12 @@ def plans(cfg: RunConfig, target: float, cache, scale: int | None):
     """(unscaled plan, scaled plan at the same D)."""
     from stanza_core.runs import plan
 
+    from stanza_core.netem.facts import MIN_LINK_MBIT
+
     whole = plan.replayed_plan(cfg, target, cache, payload_scale=1)
     f = scale or plan.replayed_plan(cfg, target, cache).link.payload_scale  # the grid's rule, its engine run
+    # at the unscaled run's D the scaled link runs at its rate / F: at most F that keeps it at MIN_LINK_MBIT
+    f = max(1, min(f, math.floor(whole.link.wire_mbit / MIN_LINK_MBIT)))
     return whole, plan.scaled_twin(whole, f)
 
 

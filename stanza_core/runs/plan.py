@@ -310,28 +310,42 @@ def replayed_plan(cfg: RunConfig, target_gbps: float, cache: Any, *, engine: boo
     engine term. With the engine term (engine=True, no `engine_s` given) the configuration's
     engine run at the F its links ask for is measured once (engine_run, kept in `cache`, an
     runs.cache.Cache, kind "engine"); its messages (logical sizes: the same at any F) may lower F
-    (payload_scale_of's message bound), and then the engine run at the lower F gives the engine
-    seconds D is chosen with. `engine_s` given: those seconds, F from the links alone (its
-    messages unknown); engine=False: the links alone decide F and D. `payload_scale` given: that
-    F (1: every message whole, the rule before payload scaling), D by the same rule."""
+    (payload_scale_of's message bound). Where the engine term raises D so far that the scaled
+    wire rate target / (D F) falls under netem.facts.MIN_LINK_MBIT (the slowest rate the shaper
+    is known to hold), F is lowered to keep it there. A lower F is measured again (its engine
+    seconds give D). `engine_s` given: those seconds, F from the links alone (its messages
+    unknown); engine=False: the links alone decide F and D. `payload_scale` given: that F (1:
+    every message whole, the rule before payload scaling), D by the same rule."""
+    from ..netem.facts import MIN_LINK_MBIT
 
     if cfg.compute != "replay":
         raise ValueError(f"replayed_plan needs a replayed configuration, got compute {cfg.compute!r}")
     base = dataclasses.replace(cfg, link_mbit=UNSET_LINK_MBIT, dilation=1.0, payload_scale=1)
+    step = model_step_s(base, target_gbps)
     scale = payload_scale or payload_scale_of(target_gbps, base.cluster_nodes, mtu=base.mtu,
                                               ps_servers=base.ps_servers)
-    secs = engine_s
-    if engine and secs is None:
-        rec = _engine_record(dataclasses.replace(base, payload_scale=scale), cache)
-        bound = payload_scale_of(target_gbps, base.cluster_nodes, mtu=base.mtu, ps_servers=base.ps_servers,
-                                 message_bytes=rec.get("message_p10_bytes"))
-        if payload_scale is None and bound < scale:  # messages too small for this F: the engine seconds at the lower one
+    measure = engine and engine_s is None
+
+    def link_at_scale(f: int) -> tuple[Link, float | None, float | None]:
+        secs, messages = engine_s, None
+        if measure:
+            rec = _engine_record(dataclasses.replace(base, payload_scale=f), cache)
+            secs, messages = rec["seconds"], rec.get("message_p10_bytes")
+        link = replay_link(target_gbps, base.cluster_nodes, target_step_s=step, engine_s=secs or 0.0, mtu=base.mtu,
+                           min_dilation=min_dilation, ps_servers=base.ps_servers, payload_scale=f)
+        return link, secs, messages
+
+    link, secs, messages = link_at_scale(scale)
+    if payload_scale is None:
+        for _ in range(3):  # each bound only lowers F; a lower F's own D is measured again
+            bound = payload_scale_of(target_gbps, base.cluster_nodes, mtu=base.mtu, ps_servers=base.ps_servers,
+                                     message_bytes=messages)
+            if link.wire_mbit < MIN_LINK_MBIT:
+                bound = min(bound, max(1, math.floor(scale * link.wire_mbit / MIN_LINK_MBIT)))
+            if bound >= scale:
+                break
             scale = bound
-            rec = _engine_record(dataclasses.replace(base, payload_scale=scale), cache)
-        secs = rec["seconds"]
-    step = model_step_s(base, target_gbps)
-    link = replay_link(target_gbps, base.cluster_nodes, target_step_s=step, engine_s=secs or 0.0, mtu=base.mtu,
-                       min_dilation=min_dilation, ps_servers=base.ps_servers, payload_scale=scale)
+            link, secs, messages = link_at_scale(scale)
     return _plan(cfg, link, target_gbps=target_gbps, target_step_s=step, engine_s=secs)
 
 

@@ -346,3 +346,24 @@ def test_targets_with_one_payload_scale_share_one_engine_run(tmp_path, monkeypat
     plans = [p for spec in s.specs for p in spec.plans(Cache(tmp_path))]
     assert sorted(p.link.payload_scale for p in plans) == [4, MAX_PAYLOAD_SCALE, MAX_PAYLOAD_SCALE]
     assert sorted(measured) == [4, MAX_PAYLOAD_SCALE]
+
+
+def test_a_long_engine_keeps_the_scaled_link_at_the_slowest_rate_the_shaper_holds(tmp_path, monkeypatch):
+    """AlexNet ddp on 4 nodes at 10 Gb/s with 2 s of engine work per step at any F: the engine term
+    sets D (links' term 2 at F = 32), and at that D the link would carry target / (D F), under
+    MIN_LINK_MBIT; F falls to what keeps it there, and the engine is measured again at that F."""
+    measured = []
+
+    def engine_run(cfg, compute_only_s):
+        measured.append(cfg.payload_scale)
+        return {"seconds": 2.0, "message_p10_bytes": 1e9}
+
+    monkeypatch.setattr(plan, "engine_run", engine_run)
+    s = replayed.ReplaySet(models=["alexnet"], nodes=[4], strategies=["ddp"], fc_workers=[1], target_gbps=[10.0])
+    (p,) = s.specs[0].plans(Cache(tmp_path))
+    d = replay_dilation(10.0, 4, max_link_mbit=max_link_mbit(9000), max_aggregate_mbit=MAX_AGGREGATE_MBIT,
+                        engine_s=2.0, target_step_s=p.target_step_s, payload_scale=MAX_PAYLOAD_SCALE)
+    unbounded = 1000 * 10.0 / d / (MAX_PAYLOAD_SCALE * payload_per_wire_byte(9000))
+    assert unbounded < facts.MIN_LINK_MBIT  # what F = 32 would have given
+    assert measured[0] == MAX_PAYLOAD_SCALE and p.link.payload_scale == measured[-1] < MAX_PAYLOAD_SCALE
+    assert p.link.wire_mbit >= facts.MIN_LINK_MBIT and p.dilation == d  # D is the engine's, at any F here
