@@ -19,6 +19,7 @@ A RunPlan carries, each computed here and only here:
     target_step_s   the performance model's step on the target cluster (replayed runs: what D keeps
                     the engine seconds within 5 % of), None for real compute
     engine_s        the engine's own seconds per step measured at D = 1 (replayed runs), else None
+    engine_measured when and from which commit engine_s was measured (stored in every replayed run)
     label, key      labels.config_label / config_key
     cache_key()     what the measured-runs cache keys the run by
 
@@ -47,6 +48,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import time
 import sys
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
@@ -73,16 +75,19 @@ def engine_run(cfg: RunConfig, compute_only_s: float, *, steps: int = ENGINE_STE
     reductions, Python: what replay keeps): its replay run at D = 1 on loopback
     (cfg.cluster_nodes local processes, unshaped), median step less `compute_only_s` (the model's
     step on a 1000 Gb/s network); and the step's byte-weighted 10th-percentile message (logical
-    bytes, engine.metrics.message_sizes). {"seconds", "message_p10_bytes"}."""
+    bytes, engine.metrics.message_sizes); when and from which commit they were measured.
+    {"seconds", "message_p10_bytes", "measured_at", "git_commit", "git_dirty"}."""
     from ..launch import run_job
 
     if cfg.compute != "replay":
         raise ValueError(f"engine_seconds measures replayed runs, got compute {cfg.compute!r}")
     flags = dataclasses.replace(cfg, steps=steps, warmup=1, dilation=1.0).train_flags()
     flags.pop("timeout_s")  # the CLI's collective timeout stays at its default; run_job's is the job's
+    at = time.strftime("%Y-%m-%d %H:%M:%S")
     m = run_job(cfg.cluster_nodes, timeout_s=timeout_s, **flags)
     return {"seconds": max(0.0, m["step_time_median_s"] - compute_only_s),
-            "message_p10_bytes": (m.get("messages") or {}).get("p10_bytes")}
+            "message_p10_bytes": (m.get("messages") or {}).get("p10_bytes"),
+            "measured_at": at, "git_commit": m["config"].get("git_commit"), "git_dirty": m["config"].get("git_dirty")}
 
 
 def engine_seconds(cfg: RunConfig, compute_only_s: float, *, steps: int = ENGINE_STEPS, timeout_s: float = 900) -> float:
@@ -224,6 +229,7 @@ class RunPlan:
     target_gbps: float | None  # the target cluster's bandwidth (None: a wire rate given directly)
     target_step_s: float | None  # the model's step on the target cluster (replayed runs), else None
     engine_s: float | None  # the engine's own seconds per step at D = 1 (replayed runs, when measured)
+    engine_measured: dict | None = None  # when and from which commit engine_s was measured (at, commit, dirty)
     batch_per_worker: int  # samples per CONV (data) worker
     fc_batch: int  # samples each hybrid FC worker also runs the CONV body on (0: none)
     label: str  # "stanza k=1" (labels.config_label)
@@ -261,12 +267,13 @@ class RunPlan:
                 "payload_gbps": self.link.payload_gbps, "dilation": self.link.dilation,
                 "payload_scale": self.link.payload_scale,
                 "target_step_s": self.target_step_s, "engine_s": self.engine_s,
+                "engine_measured": self.engine_measured,
                 "global_batch": self.global_batch, "batch_per_worker": self.batch_per_worker,
                 "fc_batch": self.fc_batch}
 
 
 def _plan(cfg: RunConfig, link: Link, *, target_gbps: float | None = None, target_step_s: float | None = None,
-             engine_s: float | None = None) -> RunPlan:
+             engine_s: float | None = None, engine_measured: dict | None = None) -> RunPlan:
     """The plan of configuration `cfg` on `link`: cfg at the link's wire rate and D, its layout."""
     if link.mtu != cfg.mtu:
         raise ValueError(f"a link for MTU {link.mtu} given to a run at MTU {cfg.mtu}")
@@ -278,7 +285,8 @@ def _plan(cfg: RunConfig, link: Link, *, target_gbps: float | None = None, targe
                               payload_scale=link.payload_scale)
     topo = cfg.topology()
     return RunPlan(config=cfg, topology=topo, link=link, target_gbps=target_gbps, target_step_s=target_step_s,
-                   engine_s=engine_s, batch_per_worker=topo.worker_batch(cfg.global_batch), fc_batch=topo.fc_batch,
+                   engine_s=engine_s, engine_measured=engine_measured,
+                   batch_per_worker=topo.worker_batch(cfg.global_batch), fc_batch=topo.fc_batch,
                    label=cfg.label, key=cfg.key)
 
 
@@ -289,7 +297,7 @@ def stored_plan(cfg: RunConfig, row: dict) -> RunPlan:
     link = Link(dilation=float(row["dilation"]), payload_gbps=float(row["payload_gbps"]),
                 wire_mbit=float(row["link_mbit"]), mtu=cfg.mtu, payload_scale=int(row.get("payload_scale", 1)))
     return _plan(cfg, link, target_gbps=row.get("target_gbps"), target_step_s=row.get("target_step_s"),
-                 engine_s=row.get("engine_s"))
+                 engine_s=row.get("engine_s"), engine_measured=row.get("engine_measured"))
 
 
 def shaped_plan(cfg: RunConfig, wire_mbit: float) -> RunPlan:
@@ -326,16 +334,18 @@ def replayed_plan(cfg: RunConfig, target_gbps: float, cache: Any, *, engine: boo
                                               ps_servers=base.ps_servers)
     measure = engine and engine_s is None
 
-    def link_at_scale(f: int) -> tuple[Link, float | None, float | None]:
-        secs, messages = engine_s, None
+    def link_at_scale(f: int) -> tuple[Link, float | None, float | None, dict | None]:
+        secs, messages, when = engine_s, None, None
         if measure:
             rec = _engine_record(dataclasses.replace(base, payload_scale=f), cache)
             secs, messages = rec["seconds"], rec.get("message_p10_bytes")
+            when = {"at": rec.get("measured_at"), "commit": rec.get("git_commit"), "dirty": rec.get("git_dirty"),
+                    "payload_scale": f}
         link = replay_link(target_gbps, base.cluster_nodes, target_step_s=step, engine_s=secs or 0.0, mtu=base.mtu,
                            min_dilation=min_dilation, ps_servers=base.ps_servers, payload_scale=f)
-        return link, secs, messages
+        return link, secs, messages, when
 
-    link, secs, messages = link_at_scale(scale)
+    link, secs, messages, when = link_at_scale(scale)
     if payload_scale is None:
         for _ in range(3):  # each bound only lowers F; a lower F's own D is measured again
             bound = payload_scale_of(target_gbps, base.cluster_nodes, mtu=base.mtu, ps_servers=base.ps_servers,
@@ -345,8 +355,8 @@ def replayed_plan(cfg: RunConfig, target_gbps: float, cache: Any, *, engine: boo
             if bound >= scale:
                 break
             scale = bound
-            link, secs, messages = link_at_scale(scale)
-    return _plan(cfg, link, target_gbps=target_gbps, target_step_s=step, engine_s=secs)
+            link, secs, messages, when = link_at_scale(scale)
+    return _plan(cfg, link, target_gbps=target_gbps, target_step_s=step, engine_s=secs, engine_measured=when)
 
 
 def scaled_twin(p: RunPlan, payload_scale: int) -> RunPlan:
@@ -354,7 +364,8 @@ def scaled_twin(p: RunPlan, payload_scale: int) -> RunPlan:
     1/F of every message on links shaped to 1/F (benchmarks/payload_scaling.py: scaled against
     unscaled at one D)."""
     link = link_at(p.target_gbps, p.link.mtu, dilation=p.dilation, payload_scale=payload_scale)
-    return _plan(p.config, link, target_gbps=p.target_gbps, target_step_s=p.target_step_s, engine_s=p.engine_s)
+    return _plan(p.config, link, target_gbps=p.target_gbps, target_step_s=p.target_step_s, engine_s=p.engine_s,
+                 engine_measured=p.engine_measured)
 
 
 def _engine_record(cfg: RunConfig, cache: Any) -> dict:
