@@ -79,7 +79,7 @@ def replay_set(a: PsAssumption, ks: dict[str, int], nodes: int = 16, gbps: float
     from ..runs.replayed import ReplaySet
 
     v = a.variant(nodes)
-    return [ReplaySet(models=[m], nodes=[nodes], strategies=["ps", "stanza"], fc_workers=[k],
+    return [ReplaySet(models=[m], nodes=[nodes], strategies=[v.strategy, "stanza"], fc_workers=[k],
                       target_gbps=[gbps * a.goodput], batch_per_worker=a.batch_per_worker, steps=steps, warmup=warmup,
                       ps_servers=[v.ps_servers], ps_overlap=[v.ps_overlap]) for m, k in ks.items()]
 
