@@ -195,8 +195,8 @@ def print_listing(lst: dict[str, Any], points_: list[GridPoint], *, verbose: boo
             gp = by_name[name]
             print(f"  to measure: {gp.point.label} (~{_h(lst['estimate_s'][name])}; {', '.join(gp.experiments)})")
     ratio = lst["measured_over_estimate"]
-    print(f"estimate (steps x D x the model's step, {SETUP_S_PER_NODE:g} s set-up per node, D from the links where "
-          f"no engine seconds are stored; the engine term raises D for short steps): "
+    print(f"estimate (steps x D x the model's step, {SETUP_S_PER_NODE:g} s set-up per node, the engine-seconds run; "
+          f"F and D from the links where no engine seconds are stored, the engine term raises D for short steps): "
           f"{_h(lst['estimate_missing_s'])} to fill the missing ones, {_h(lst['estimate_all_s'])} for the whole grid"
           + (f"; the stored runs (every version) took {ratio:.2f}x their estimate ("
              + ", ".join(f"{m} {r:.2f}x" for m, r in sorted(lst["measured_over_estimate_by_model"].items()))
