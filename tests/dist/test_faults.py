@@ -92,6 +92,46 @@ def test_killed_conv_worker_every_survivor_one_line(tmp_path, strategy):
                 p.wait()
 
 
+@pytest.mark.timeout(300)
+def test_a_killed_worker_of_a_payload_scaled_replay_leaves_every_survivor_one_line(tmp_path):
+    """Replayed compute with payload scaling (F = 8: 1/8 of each message crosses): a CONV worker
+    killed mid-run makes every survivor exit non-zero within the timeout with one line, as an
+    unscaled run does. Rank 0's step log (--log-csv) says training has started."""
+    timeout_s, within, n = 30, 45, 3
+    port, procs, log = free_port(), [], tmp_path / "steps.csv"
+    for r in range(n):
+        env = rank_env()
+        env.update(RANK=str(r), LOCAL_RANK=str(r), WORLD_SIZE=str(n), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+        procs.append(subprocess.Popen(
+            [sys.executable, "-m", "stanza_core.train", "--strategy", "stanza", "--model", "tiny_cnn",
+             "--image-size", "32", "--global-batch", "8", "--steps", "100000", "--quiet", "--timeout-s",
+             str(timeout_s), "--compute", "replay", "--replay-device", "v100", "--dilation", "20",
+             "--payload-scale", "8", "--log-csv", str(log), "--device", "cpu"],
+            cwd=ROOT, env=env, stderr=subprocess.PIPE, text=True))
+    try:
+        deadline = time.time() + 150
+        while not (log.exists() and len(log.read_text().splitlines()) >= 3):  # a header and two steps
+            assert time.time() < deadline, "training never started"
+            assert all(p.poll() is None for p in procs), [p.stderr.read() for p in procs if p.poll() is not None]
+            time.sleep(0.2)
+        os.kill(procs[1].pid, signal.SIGKILL)
+        t0 = time.time()
+        survivors = [procs[0], procs[2]]
+        for p in survivors:
+            p.wait(timeout=max(1.0, within + t0 - time.time()))
+        assert time.time() - t0 < within
+        for p in survivors:
+            err = p.stderr.read()
+            lines = [ln for ln in err.splitlines() if ln.strip()]
+            assert p.returncode not in (0, None) and p.returncode > 0, (p.returncode, err[-2000:])
+            assert len(lines) <= 1 and all(ln.startswith("error: rank ") for ln in lines), err[-2000:]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+
+
 def test_a_rank_that_never_starts_is_one_line_after_the_join_timeout(tmp_path):
     """Two of three ranks start; the third never does. Both wait for the process group as long as
     failures.join_timeout_s says (the peer timeout stretched by the local ranks per core), then
