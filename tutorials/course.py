@@ -55,6 +55,7 @@ import functools
 import json
 import os
 import pprint
+import random
 import shutil
 import sys
 import tempfile
@@ -73,36 +74,7 @@ MARKER = ".stanza-course"  # marks a self-check folder this command made (and ma
 TERM_MARKER = ".stanza-course-term"  # marks a term's course folder (never replaced)
 LEAKS = ("BEGIN SOLUTION", "END SOLUTION", "HIDDEN TESTS", "__frozen__", "__graded__")
 
-# Inserted at the start of every hidden-test region that uses it (never shown to students).
-GUARD = '''\
-def __graded__(fn, forbid, *args, **kwargs):  # fn(*args) must not call any of `forbid`
-    import sys as _sys
-
-    def code(f):  # through caches and other wrappers, bound methods, and classes to their __init__
-        while hasattr(f, "__wrapped__"):
-            f = f.__wrapped__
-        f = getattr(f, "__func__", f)
-        return (f.__init__ if isinstance(f, type) else f).__code__
-
-    codes = {code(f) for f in forbid}
-    hits = []
-
-    def hook(frame, event, arg):
-        if event == "call" and frame.f_code in codes:
-            hits.append(frame.f_code.co_name)
-
-    before = _sys.getprofile()
-    _sys.setprofile(hook)
-    try:
-        out = fn(*args, **kwargs)
-    finally:
-        kept = _sys.getprofile() is hook
-        _sys.setprofile(before)
-    assert kept, "the answer changed the interpreter's profiler"
-    assert not hits, f"the answer calls {hits[0]}, a reference it is graded against: write it yourself"
-    return out
-
-'''
+SECRET = "term-secret"  # in the course folder: the seed of this term's hidden inputs
 
 
 def lab_names(source: Path = SOURCE) -> list[str]:
@@ -118,46 +90,65 @@ def manual_cells(lab: str, source: Path = SOURCE) -> set[str]:
     return {m["grade_id"] for m in meta if m.get("grade") and m.get("solution")}
 
 
-def freeze(nb) -> int:
+def freeze(nb, secret: str = "", lab: str = "") -> list[str]:
     """Replace every `__frozen__(expr)` of `nb`'s graded cells by expr's value, evaluated with the
-    notebook's locked setup cells and the graded cell's own imports and functions; insert GUARD
-    where `__graded__` is used. Returns how many values were frozen."""
+    notebook's locked setup cells and the graded cell's own imports and functions. In a graded
+    cell, `__term__` is a random.Random seeded by (secret, lab, cell): the term's hidden inputs;
+    `name = __frozen__(...)` binds `name` for the later values of the cell. Returns the literals."""
     ns: dict = {}
-    if not any("__frozen__(" in c.source or "__graded__(" in c.source for c in nb.cells):
-        return 0
+    if not any("__frozen__(" in c.source for c in nb.cells):
+        return []
     for c in nb.cells:
         meta = c.metadata.get("nbgrader", {})
         if c.cell_type == "code" and not meta.get("grade") and not meta.get("solution"):
             exec(compile(c.source, f"<{meta.get('grade_id')}>", "exec"), ns)
-    done = 0
+    done = []
     for c in nb.cells:
-        if not (c.cell_type == "code" and c.metadata.get("nbgrader", {}).get("grade")):
+        meta = c.metadata.get("nbgrader", {})
+        if not (c.cell_type == "code" and meta.get("grade")):
             continue
+        ns["__term__"] = random.Random(f"{secret}:{lab}:{meta['grade_id']}")
         tree = ast.parse(c.source)
         for node in tree.body:  # the cell's own imports and helper functions may serve its values
             if isinstance(node, (ast.Import, ast.ImportFrom, ast.FunctionDef)):
                 exec(compile(ast.Module([node], []), "<helper>", "exec"), ns)
-        calls = [n for n in ast.walk(tree) if isinstance(n, ast.Call)
-                 and isinstance(n.func, ast.Name) and n.func.id == "__frozen__"]
+        bound = {id(n.value): n.targets[0].id for n in ast.walk(tree) if isinstance(n, ast.Assign)
+                 and len(n.targets) == 1 and isinstance(n.targets[0], ast.Name)}
+        calls = sorted((n for n in ast.walk(tree) if isinstance(n, ast.Call)
+                        and isinstance(n.func, ast.Name) and n.func.id == "__frozen__"),
+                       key=lambda n: (n.lineno, n.col_offset))
         lines = c.source.splitlines(keepends=True)
         offset = [0]
         for ln in lines:
             offset.append(offset[-1] + len(ln))
-        text = c.source
-        for n in sorted(calls, key=lambda n: (n.lineno, n.col_offset), reverse=True):
+        literals = []
+        for n in calls:
             (arg,) = n.args
             value = eval(compile(ast.Expression(arg), "<frozen>", "eval"), ns)
             literal = pprint.pformat(value, width=110, sort_dicts=False)
             if ast.literal_eval(literal) != value:
                 raise ValueError(f"__frozen__ at line {n.lineno}: {type(value).__name__} is not a literal")
+            if id(n) in bound:
+                ns[bound[id(n)]] = value
+            literals.append(literal)
+        text = c.source
+        for n, literal in reversed(list(zip(calls, literals))):
             start = offset[n.lineno - 1] + len(lines[n.lineno - 1].encode()[:n.col_offset].decode())
             end = offset[n.end_lineno - 1] + len(lines[n.end_lineno - 1].encode()[:n.end_col_offset].decode())
             text = text[:start] + literal + text[end:]
-            done += 1
-        if "__graded__(" in text:
-            text = text.replace("### BEGIN HIDDEN TESTS\n", "### BEGIN HIDDEN TESTS\n" + GUARD, 1)
+        done += literals
         c.source = text
     return done
+
+
+def term_secret(course: Path) -> str:
+    """The course folder's secret (made once, readable by its owner only): seeds the hidden inputs."""
+    path = course / SECRET
+    if not path.exists():
+        import secrets
+        path.touch(0o600)
+        path.write_text(secrets.token_hex(32) + "\n")
+    return path.read_text().strip()
 
 
 def _api(out: Path):
@@ -194,12 +185,17 @@ def _check(result: dict, what: str) -> None:
 
 
 def _copy_frozen(lab: str, out: Path, source: Path) -> None:
+    """The frozen instructor's notebook into <out>/source; its literals into <out>/frozen/<lab>.json
+    (outside source/, which nbgrader copies into the release)."""
     import nbformat
-    shutil.copytree(source / lab, out / "source" / lab, ignore=shutil.ignore_patterns("*.py", "__pycache__"))
+    shutil.copytree(source / lab, out / "source" / lab,
+                    ignore=shutil.ignore_patterns("*.py", "__pycache__", "grader.py"))
     path = out / "source" / lab / f"{lab}.ipynb"
     nb = nbformat.read(path, as_version=4)
-    freeze(nb)
+    literals = freeze(nb, term_secret(out), lab)
     nbformat.write(nb, path)
+    (out / "frozen").mkdir(exist_ok=True)
+    (out / "frozen" / f"{lab}.json").write_text(json.dumps(literals, indent=0) + "\n")
 
 
 def build_release(out: Path, labs: list[str] | None = None, source: Path = SOURCE):
@@ -229,17 +225,33 @@ def self_check_submissions(out: Path, labs: list[str]) -> Path:
     return subs
 
 
-def _grades_of(api, lab: str, student: str) -> dict:
-    """{cell: [score, max, needs a hand grade]} of one graded submission."""
-    from nbgrader.api import Gradebook
-    with Gradebook(api.coursedir.db_url) as gb:
-        nb = gb.find_submission_notebook(lab, lab, student)
-        return {g.name: [g.score, g.max_score, bool(g.needs_manual_grade)] for g in nb.grades}
+
+def grade_one(course: Path, lab: str, student: str) -> dict:
+    """Grade one collected submission (tutorials.grade_notebook: the student's code runs jailed);
+    {cell: [score, max, needs a hand grade]}. A submission that breaks gets 0 with its reason; a
+    failure of the grader itself is printed and the next submission is still graded."""
+    from tutorials import grade_notebook
+    try:
+        cells, reasons = grade_notebook.grade_submission(course, lab, student)
+    except Exception as e:  # noqa: BLE001 - one line, and the other students are graded
+        print(f"{student:<12} {lab:<8} not graded: the grader failed ({type(e).__name__}: {e})", file=sys.stderr)
+        return {}
+    for cell, why in reasons.items():
+        if why:
+            print(f"{student:<12} {lab:<8} {cell}: {why}")
+    return cells
+
+
+def _need_jail() -> None:
+    from tutorials import sandbox
+    if why := sandbox.available():
+        raise RuntimeError(why)
 
 
 def autograde(api, out: Path, submissions: Path, labs: list[str]) -> dict:
     """Autograde every <student>/<lab>/ of `submissions` (copied into `out`, replacing earlier
     copies: the self-check's way); {student: {lab: {cell: [score, max, needs a hand grade]}}}."""
+    _need_jail()
     grades: dict = {}
     for student_dir in sorted(p for p in submissions.iterdir() if p.is_dir()):
         student = student_dir.name
@@ -250,8 +262,7 @@ def autograde(api, out: Path, submissions: Path, labs: list[str]) -> dict:
             if dest.exists():
                 shutil.rmtree(dest)
             shutil.copytree(student_dir / lab, dest)
-            _check(api.autograde(lab, student, force=True, create=True), f"autograde {lab} of {student}")
-            grades.setdefault(student, {})[lab] = _grades_of(api, lab, student)
+            grades.setdefault(student, {})[lab] = grade_one(out, lab, student)
     return grades
 
 
@@ -386,7 +397,8 @@ def _pairs(course: Path, part: str, labs: list[str], students: list[str] | None)
 def term_autograde(course: Path, labs: list[str], students: list[str] | None = None, force: bool = False) -> dict:
     """Autograde each collected submission that is newer than its graded copy (all with `force`).
     The gradebook is copied under backup/ first; hand grades already given stay in it."""
-    stamp, api, grades = _stamp(), _api(course), {}
+    stamp, grades = _stamp(), {}
+    _need_jail()
     todo = []
     for student, lab in _pairs(course, "submitted", labs, students):
         done = course / "autograded" / student / lab / f"{lab}.ipynb"
@@ -399,8 +411,7 @@ def term_autograde(course: Path, labs: list[str], students: list[str] | None = N
         _keep(course, course / "gradebook.db", stamp, move=False)
     for student, lab in todo:
         _keep(course, course / "autograded" / student / lab, stamp, move=False)
-        _check(api.autograde(lab, student, force=True, create=True), f"autograde {lab} of {student}")
-        grades.setdefault(student, {})[lab] = cells = _grades_of(api, lab, student)
+        grades.setdefault(student, {})[lab] = cells = grade_one(course, lab, student)
         _print_line(student, lab, cells)
     return grades
 
