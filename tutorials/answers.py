@@ -45,6 +45,9 @@ def encode(value, depth: int = 0):
         if all(type(k) is str and not k.startswith("__") for k in value):
             return {k: encode(v, depth + 1) for k, v in value.items()}
         return {"__dict__": [[encode(k, depth + 1), encode(v, depth + 1)] for k, v in value.items()]}
+    if type(value).__module__ == "torch" and type(value).__name__ == "Tensor":
+        return {"__tensor__": [str(value.dtype).removeprefix("torch."), list(value.shape),
+                               encode(value.detach().flatten().tolist(), depth + 1)]}
     raise TypeError(f"a {type(value).__module__}.{type(value).__qualname__}, not a number, string, list, "
                     "tuple or dict")
 
@@ -58,6 +61,12 @@ def decode(value):
             return tuple(decode(v) for v in value["__tuple__"])
         if set(value) == {"__float__"}:
             return float(value["__float__"])
+        if set(value) == {"__tensor__"}:
+            import torch
+            dtype, shape, data = value["__tensor__"]
+            if dtype not in ("float32", "float64", "int64", "int32", "bool", "float16", "bfloat16", "uint8", "int8"):
+                raise ValueError(f"a tensor of {dtype}")
+            return torch.tensor(decode(data), dtype=getattr(torch, dtype)).reshape([int(n) for n in shape])
         if set(value) == {"__dict__"}:
             return {_key(decode(k)): decode(v) for k, v in value["__dict__"]}
         return {k: decode(v) for k, v in value.items()}
@@ -120,6 +129,30 @@ def _poison(dotted: str):
     return lambda: setattr(fn, "__code__", code)
 
 
+def _ranks(req: dict, ns: dict):
+    """Run a lab's rank program (its source comes with the request) with the student's functions:
+    {"results": [{rank, value, calls, output}]} or {"failure": one line}."""
+    import types
+
+    import cloudpickle
+    try:
+        from tutorials import gradekit
+        mod = types.ModuleType(req["module"])
+        sys.modules[req["module"]] = mod
+        exec(compile(req["ranks"], req["module"], "exec"), mod.__dict__)
+        cloudpickle.register_pickle_by_value(mod)
+        missing = [fn for fn in req["functions"].values() if not callable(ns.get(fn))]
+        if missing:
+            return {"failure": f"{missing[0]} is not defined"}
+        student = gradekit.StudentCode.of(**{k: ns[fn] for k, fn in req["functions"].items()})
+        case = decode(req["case"])
+        results = gradekit.run_ranks(mod.program, case["world_size"], case, student, budget_s=case["budget_s"])
+        return {"results": encode([{"rank": r.rank, "value": r.value, "calls": r.calls, "output": r.output[-2000:]}
+                                   for r in results])}
+    except Exception as e:  # noqa: BLE001 - RankFailure and the student's own errors: one line
+        return {"failure": str(e) if type(e).__name__ == "RankFailure" else one_line(e)}
+
+
 def main() -> None:
     replies = os.fdopen(os.dup(1), "w", buffering=1)
     requests = os.fdopen(os.dup(0), "r")
@@ -148,6 +181,9 @@ def main() -> None:
                 except BaseException as e:  # noqa: BLE001 - reported, as Jupyter would show it
                     errors.append(f"{name}: {one_line(e)}")
             reply({"id": req.get("id"), "value": errors})
+            continue
+        if "ranks" in req:
+            reply({"id": req["id"], "value": _ranks(req, ns)})
             continue
         undo = []
         try:

@@ -42,7 +42,9 @@ from tutorials import answers, sandbox
 CALL_S = 60.0  # one call of a student's function (the slowest reference answer takes ~10 s)
 SUBMISSION_S = 300.0  # one notebook, every call and the setup together
 REPO_ROOT = Path(__file__).resolve().parent.parent
-EXPOSE = [REPO_ROOT / "stanza_core", REPO_ROOT / "tutorials" / "__init__.py", REPO_ROOT / "tutorials" / "answers.py"]
+EXPOSE = [REPO_ROOT / "stanza_core", REPO_ROOT / "tutorials" / "__init__.py", REPO_ROOT / "tutorials" / "answers.py",
+          REPO_ROOT / "tutorials" / "gradekit.py"]
+RANKS_S = 200.0  # one run of a coding lab's ranks in the jail (their own budget and start-up included)
 # What an answer may not use: the ways around the jail's poisoned references and the grader's
 # view of the process (reloading or re-executing a library, reading frames, code objects and files).
 BLOCKED = {"exec", "eval", "compile", "__import__", "importlib", "reload", "runpy", "setprofile", "settrace",
@@ -141,6 +143,9 @@ class Jail:
         return self._ask({"fn": fn, "args": answers.encode(list(args)),
                           "kwargs": answers.encode(dict(kwargs)), "forbid": forbid}, CALL_S)
 
+    def ranks(self, req: dict):
+        return self._ask(req, RANKS_S)
+
     def close(self):
         if self.proc.poll() is None:
             import os
@@ -178,6 +183,15 @@ class Session:
     def call(self, fn, args, kwargs, forbid):
         if fn in self.screened:
             raise AnswerError(f"{fn} {self.screened[fn]}")
+        return self._use(lambda jail: jail.call(fn, args, kwargs, forbid))
+
+    def ask_ranks(self, req: dict):
+        for fn in req["functions"].values():
+            if fn in self.screened:
+                raise AnswerError(f"{fn} {self.screened[fn]}")
+        return self._use(lambda jail: jail.ranks(req))
+
+    def _use(self, ask):
         if self.dead:
             raise AnswerError(self.dead)
         if self.jail is None:
@@ -187,7 +201,7 @@ class Session:
                 self.dead = str(e)
                 raise
         try:
-            return self.jail.call(fn, args, kwargs, forbid)
+            return ask(self.jail)
         except JailGone as e:
             self.jail = None
             if time.monotonic() >= self.deadline:
@@ -201,9 +215,14 @@ class Session:
 
 def _verdict(cell_source: str, ns: dict) -> str | None:
     """Run a graded cell here; None if it passed, else the one line a student may see."""
+    import contextlib
+    import io
+
+    from tutorials.gradekit import RankFailure
     try:
-        exec(compile(cell_source, "<test>", "exec"), ns)
-    except AnswerError as e:
+        with contextlib.redirect_stdout(io.StringIO()):  # what the test cells print is the student's to see
+            exec(compile(cell_source, "<test>", "exec"), ns)
+    except (AnswerError, RankFailure) as e:
         return str(e)
     except Exception as e:  # noqa: BLE001 - the test's assert (or a value the test could not use)
         line = next((f.lineno for f in reversed(traceback.extract_tb(e.__traceback__)) if f.filename == "<test>"), 0)
