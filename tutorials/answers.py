@@ -27,8 +27,9 @@ import traceback
 MAX_LINE = 4 << 20  # bytes of one reply
 
 
-def encode(value, depth: int = 0):
-    """A plain JSON value for `value`, or TypeError."""
+def encode(value, depth: int = 0, objects: bool = False):
+    """A plain JSON value for `value`, or TypeError. `objects`: the grader's arguments may also
+    carry other objects (a profile, a cluster), pickled: only the jail ever unpickles them."""
     if depth > 20:
         raise TypeError("a value nested more than 20 deep")
     if value is None or type(value) in (bool, str):
@@ -38,27 +39,38 @@ def encode(value, depth: int = 0):
     if type(value) is float:
         return value if math.isfinite(value) else {"__float__": repr(value)}
     if type(value) is list:
-        return [encode(v, depth + 1) for v in value]
+        return [encode(v, depth + 1, objects) for v in value]
     if type(value) is tuple:
-        return {"__tuple__": [encode(v, depth + 1) for v in value]}
+        return {"__tuple__": [encode(v, depth + 1, objects) for v in value]}
     if type(value) is dict:
         if all(type(k) is str and not k.startswith("__") for k in value):
-            return {k: encode(v, depth + 1) for k, v in value.items()}
-        return {"__dict__": [[encode(k, depth + 1), encode(v, depth + 1)] for k, v in value.items()]}
+            return {k: encode(v, depth + 1, objects) for k, v in value.items()}
+        return {"__dict__": [[encode(k, depth + 1, objects), encode(v, depth + 1, objects)] for k, v in value.items()]}
     if type(value).__module__ == "torch" and type(value).__name__ == "Tensor":
         return {"__tensor__": [str(value.dtype).removeprefix("torch."), list(value.shape),
                                encode(value.detach().flatten().tolist(), depth + 1)]}
+    if objects:
+        import base64
+        import pickle
+        return {"__pickle__": base64.b64encode(pickle.dumps(value)).decode()}
     raise TypeError(f"a {type(value).__module__}.{type(value).__qualname__}, not a number, string, list, "
                     "tuple or dict")
 
 
-def decode(value):
-    """The Python value of encode's JSON (also used by the grader, on what comes back)."""
+def decode(value, objects: bool = False):
+    """The Python value of encode's JSON (also used by the grader, on what comes back, with
+    objects=False: a pickle is refused)."""
     if isinstance(value, list):
-        return [decode(v) for v in value]
+        return [decode(v, objects) for v in value]
     if isinstance(value, dict):
+        if set(value) == {"__pickle__"}:
+            if not objects:
+                raise ValueError("an object where a plain value was expected")
+            import base64
+            import pickle
+            return pickle.loads(base64.b64decode(value["__pickle__"]))
         if set(value) == {"__tuple__"}:
-            return tuple(decode(v) for v in value["__tuple__"])
+            return tuple(decode(v, objects) for v in value["__tuple__"])
         if set(value) == {"__float__"}:
             return float(value["__float__"])
         if set(value) == {"__tensor__"}:
@@ -68,8 +80,8 @@ def decode(value):
                 raise ValueError(f"a tensor of {dtype}")
             return torch.tensor(decode(data), dtype=getattr(torch, dtype)).reshape([int(n) for n in shape])
         if set(value) == {"__dict__"}:
-            return {_key(decode(k)): decode(v) for k, v in value["__dict__"]}
-        return {k: decode(v) for k, v in value.items()}
+            return {_key(decode(k, objects)): decode(v, objects) for k, v in value["__dict__"]}
+        return {k: decode(v, objects) for k, v in value.items()}
     return value
 
 
@@ -192,7 +204,7 @@ def main() -> None:
             fn = ns.get(req["fn"])
             if not callable(fn):
                 raise NameError(f"{req['fn']} is not defined")
-            value = fn(*decode(req["args"]), **decode(req["kwargs"]))
+            value = fn(*decode(req["args"], True), **decode(req["kwargs"], True))
             out = {"id": req["id"], "value": encode(value)}
         except BaseException as e:  # noqa: BLE001 - the answer is wrong, not the grader
             out = {"id": req["id"], "error": one_line(e)}

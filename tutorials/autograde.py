@@ -140,8 +140,8 @@ class Jail:
                                                           else f"exit status {code}") + ")"
 
     def call(self, fn: str, args: tuple, kwargs: dict, forbid: list[str]):
-        return self._ask({"fn": fn, "args": answers.encode(list(args)),
-                          "kwargs": answers.encode(dict(kwargs)), "forbid": forbid}, CALL_S)
+        return self._ask({"fn": fn, "args": answers.encode(list(args), objects=True),
+                          "kwargs": answers.encode(dict(kwargs), objects=True), "forbid": forbid}, CALL_S)
 
     def ranks(self, req: dict):
         return self._ask(req, RANKS_S)
