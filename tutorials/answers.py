@@ -99,10 +99,6 @@ def one_line(e: BaseException) -> str:
     return (f"{type(e).__name__}: {text[:200]}" if text else type(e).__name__) + where
 
 
-class ReferenceCalled(Exception):
-    pass
-
-
 def _resolve(dotted: str):
     parts = dotted.split(".")
     for i in range(len(parts), 0, -1):
@@ -126,15 +122,16 @@ def _function(obj):
 
 
 def _poison(dotted: str):
-    """Make the function named `dotted` raise ReferenceCalled; returns how to undo it."""
+    """Make the function named `dotted` raise PermissionError (a builtin: the poisoned code runs with
+    the function's own globals); returns how to undo it."""
     fn = _function(_resolve(dotted))
     code = fn.__code__
     src = ("def make():\n" + "".join(f"    {v} = None\n" for v in code.co_freevars)
            + "    def poisoned(*args, **kwargs):\n"
            + "".join(f"        {v}\n" for v in code.co_freevars)
-           + f"        raise ReferenceCalled({dotted!r} + ' is a reference this answer is graded against')\n"
+           + f"        raise PermissionError({dotted!r} + ' is a reference this answer is graded against')\n"
            + "    return poisoned\n")
-    ns = {"ReferenceCalled": ReferenceCalled}
+    ns: dict = {}
     exec(src, ns)
     poisoned = ns["make"]().__code__
     fn.__code__ = poisoned.replace(co_name=code.co_name)
@@ -209,6 +206,6 @@ def main() -> None:
         except BaseException as e:  # noqa: BLE001 - the answer is wrong, not the grader
             out = {"id": req["id"], "error": one_line(e)}
         finally:
-            for u in undo:
+            for u in reversed(undo):  # one function may be named twice (an alias, a cache of it)
                 u()
         reply(out)

@@ -9,6 +9,7 @@ import csv
 import json
 import re
 import shutil
+import sys
 import zipfile
 from pathlib import Path
 
@@ -301,9 +302,9 @@ def test_a_poisoned_reference_raises_through_aliases_caches_classes_and_threads(
         thread = threading.Thread(target=lambda: out.append(_raises(alias, 3)))
         thread.start()
         thread.join()
-        assert out == ["ReferenceCalled"]
-        assert [_raises(f, 3) for f in (alias, mod.cached, mod.closure, mod.Reference)] == ["ReferenceCalled"] * 4
-        for u in undo:
+        assert out == ["PermissionError"]
+        assert [_raises(f, 3) for f in (alias, mod.cached, mod.closure, mod.Reference)] == ["PermissionError"] * 4
+        for u in reversed(undo):
             u()
         assert (alias(3), mod.closure(3), mod.Reference(3).value) == (9, 6, 9)
     finally:
@@ -335,10 +336,10 @@ def graded(tmp_path_factory):
     notebooks, honest alternatives). (The coding labs' battery is test_grading_battery.py's.)"""
     pytest.importorskip("nbgrader")
     from tutorials import autograde, sandbox
-    if why := sandbox.available():
-        pytest.skip(why)
+    if why := sandbox.available():  # Linux without the jail is a machine the course cannot grade on
+        (pytest.skip if sys.platform != "linux" else pytest.fail)(why)
     import os
-    import sys
+
     import battery
     os.environ["PATH"] = os.pathsep.join((str(Path(sys.executable).parent), os.environ.get("PATH", "")))
     root = tmp_path_factory.mktemp("course")
@@ -468,7 +469,7 @@ def test_feedback_holds_no_hidden_test_and_no_frozen_value(graded):
     out, _, _ = graded
     students = ["reference", "cheat", "planted", "reads_notebook"]
     html = {p: p.read_text() for p in course.feedback(out, FORMULA_LABS, students)}
-    assert len(html) == len(FORMULA_LABS) * len(students)
+    assert len(html) == len(course._pairs(out, "autograded", FORMULA_LABS, students)) > 2 * len(FORMULA_LABS)
     for path, text in html.items():
         lab = path.parent.name
         release = (out / "release" / lab / f"{lab}.ipynb").read_text()
