@@ -458,8 +458,10 @@ marked `YOUR CODE HERE` (delete the `raise NotImplementedError()`) or `YOUR ANSW
 run the test cell below each answer: it is a first check; more tests run when the lab is graded,
 and the "why" answers are graded by hand. Do not change the test cells.
 
-The notebooks import `stanza_core`: install the course's repository (`make install`, or
-`pip install -e .` in it) and start Jupyter from its environment. The tutorials T1-T8 that the
+The notebooks import `stanza_core`: install the wheel your lecturer gives you
+(`pip install stanza_core-*.whl`, built from the course's repository with `pip wheel --no-deps .`)
+and start Jupyter from that environment, in this folder. The coding labs run your ranks with
+`tutorials/gradekit.py`, beside the lab folders. The tutorials T1-T8 that the
 labs go with are in the repository's `tutorials/` folder.
 
 Hand in each notebook as `<your id>/<lab>/<lab>.ipynb`.
@@ -480,6 +482,16 @@ def bundle(course: Path, to: Path) -> Path:
     files = {f"stanza-labs/{p.relative_to(rel)}": p.read_bytes() for lab in labs
              for p in sorted((rel / lab).rglob("*")) if p.is_file() and "__pycache__" not in p.parts}
     files["stanza-labs/README.md"] = STUDENT_README.format(labs=", ".join(labs)).encode()
+    coding = [lab for lab in labs if (SOURCE / lab / "grader.py").is_file()]
+    if coding:  # the runner of the coding labs' ranks, and their rank programs without any reference
+        from tutorials import rank_grading
+        for name in ("__init__.py", "gradekit.py"):
+            files[f"stanza-labs/tutorials/{name}"] = (HERE / name).read_bytes()
+        for lab in coding:
+            grader = __import__(f"tutorials.labs.source.{lab}.grader", fromlist=["PARTS"])
+            files[f"stanza-labs/tutorials/labs/source/{lab}/grader.py"] = (
+                '"""The rank program of this lab, as students get it: no reference side, no checks."""\n'
+                + rank_grading.jail_source(lab, tuple(grader.PARTS))).encode()
     for name, data in files.items():
         if leak := [w for w in LEAKS if w.encode() in data]:
             raise RuntimeError(f"{name} holds {leak[0]!r}: not bundled")

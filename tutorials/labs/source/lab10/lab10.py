@@ -39,6 +39,7 @@ import torch.distributed as dist
 
 import stanza_core  # the course's repository, installed with `pip install -e .`: its tutorials/ runs your ranks
 sys.path.append(str(Path(stanza_core.__file__).resolve().parents[1]))
+sys.path.append(str(Path.cwd().parent))  # or the student bundle's tutorials/, beside the lab folders
 from tutorials import gradekit  # noqa: E402
 
 # %% [markdown] nbgrader={"grade": false, "grade_id": "ex1_text", "locked": true, "schema_version": 3, "solution": false, "task": false}
@@ -47,10 +48,12 @@ from tutorials import gradekit  # noqa: E402
 # Every rank holds the same MLP (eight parameter tensors) and b = G / N samples of the global
 # batch of G. The step's loss is the **mean cross-entropy over all G samples**; each rank
 # computes the mean over its own b, so the gradients must be summed over the ranks and divided
-# by N. Each rank runs, for one step:
+# by N. Each rank runs (the hooks are registered once, before the first step: attaching them
+# again every step would register them twice and launch every allreduce twice):
 #
 # ```python
-# finish = attach_...(model, ..., timeline)       # yours (exercises 2 and 3)
+# finish = attach_...(model, ..., timeline)       # yours (exercises 2 and 3), once
+# # then, for each step:
 # loss = F.cross_entropy(model(x_rank), y_rank)   # the mean over this rank's b samples
 # loss.backward()
 # finish()                                        # yours (exercise 1: allreduce_gradients(model))
@@ -156,6 +159,9 @@ for check, outcome in verdict.items():
 # 1. **Buckets.** Walk the parameters in reverse order, as in exercise 2, and put them into
 #    buckets in that order: a bucket takes parameters until its gradients hold at least
 #    `bucket_cap_bytes` bytes, then the next bucket starts; the last bucket holds what is left.
+#    This is PyTorch DDP's rule (`bucket_cap_mb`; DDP also caps its first bucket at 1 MiB). The
+#    engine's `--bucket-mb` (lab 4) is a variant: it starts a new bucket *before* one would exceed
+#    the cap.
 #    Number the buckets 0, 1, ... in that order.
 # 2. **Hooks.** When the last gradient of a bucket has arrived (they arrive in any order),
 #    flatten the bucket's gradients into one tensor (`torch.cat` of `g.reshape(-1)`), launch its
