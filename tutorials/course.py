@@ -17,12 +17,14 @@ metadata. A graded markdown cell with a solution region is a "why" answer graded
 Hidden tests are written against references the student cannot reach (`freeze`):
 - `__frozen__(expr)` is evaluated when the release is generated, in this process, with the
   lab's locked setup cells and the test cell's own imports and helper functions, and replaced
-  by its value as a literal (in the course folder's copy): the grade compares the
-  student's answer with that literal, so patching the library the expression called changes
-  nothing;
-- `__graded__(fn, forbid, *args)` calls the student's `fn` and fails the test if it calls,
-  directly or through an alias, any function of `forbid` (the references the value came from).
-The instructor's notebooks therefore run only through this command, which freezes them.
+  by its value as a literal (in the course folder's copy); `__term__` there is a random.Random
+  seeded by the course folder's secret (`term-secret`), so hidden inputs drawn from it change
+  from term to term; `name = __frozen__(...)` binds `name` for the cell's later values;
+- `__graded__(fn, forbid, *args)` calls the student's `fn` with every function of `forbid` (the
+  references the value came from) made to raise while it runs.
+Grading (tutorials.grade_notebook) never runs student code in this process or in a kernel beside
+the hidden tests: each submission's solution cells run jailed (tutorials.sandbox) and answer the
+graded cells' calls with JSON values; the graded cells, and so the points, run here.
 
 Self-check (the default; `make course`): a fresh folder `--out` (default reproductions/out/course,
 replaced each run; its release/ is what students open): the release is generated, then student
@@ -35,7 +37,7 @@ A term keeps one course folder (`--course`, outside reproductions/out, which `ma
 deletes) with nbgrader's gradebook and an nbgrader_config.py, so that nbgrader's formgrader
 started in it grades the "why" cells by hand: `release` generates labs not yet released (`--force`
 regenerates); `collect` copies `<submissions>/<student>/<lab>/<lab>.ipynb` into `submitted/`;
-`autograde` grades what was collected and not yet graded; `feedback` writes
+`autograde` grades what was collected and not yet graded (jailed, as above); `feedback` writes
 `feedback/<student>/<lab>/<lab>.html`; `export` writes `grades.csv` (nbgrader's, with hand
 grades) and `grades.json`; `bundle` writes what students get (the release and a README), after
 checking it holds no solution region and no hidden test. Nothing is deleted or overwritten in

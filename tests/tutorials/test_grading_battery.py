@@ -115,3 +115,22 @@ def test_reference_and_honest_alternatives_full_marks_cheats_none(graded):
     nb = nbformat.read(out / "autograded" / "runs_kit_sides" / "lab9" / "lab9.ipynb", as_version=4)
     why = next(c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id") == "test_conv_worker").outputs
     assert "No module named 'tutorials.labs'" in why[0].evalue, why
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1200)
+def test_the_bundle_runs_the_ranks_without_any_reference(graded, tmp_path):
+    """The student bundle of the coding labs ships the rank runner and each lab's rank program,
+    without the reference sides, the one-process references and the checks."""
+    import zipfile
+    out, _ = graded
+    with zipfile.ZipFile(course.bundle(out, tmp_path / "students.zip")) as z:
+        files = {n: z.read(n).decode() for n in z.namelist()}
+    assert "stanza-labs/tutorials/gradekit.py" in files
+    for lab in LABS:
+        program = files[f"stanza-labs/tutorials/labs/source/{lab}/grader.py"]
+        assert "def program(" in program
+        for internal in ("def _conv_side", "def _fc_side", "def _allreduce_side", "def reference(", "def _judge(",
+                         "def expected("):
+            assert internal not in program, (lab, internal)
+    assert not [w for w in course.LEAKS for text in files.values() if w in text]
