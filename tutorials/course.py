@@ -244,16 +244,18 @@ def grade_one(course: Path, lab: str, student: str) -> dict:
     return cells
 
 
-def _need_jail() -> None:
-    from tutorials import sandbox
+def _need_jail(course: Path) -> None:
+    """Grading needs the jail, and a course folder the jail does not show."""
+    from tutorials import autograde, sandbox
     if why := sandbox.available():
         raise RuntimeError(why)
+    sandbox.check_hidden(course, REPO_ROOT, autograde.EXPOSE)
 
 
 def autograde(api, out: Path, submissions: Path, labs: list[str]) -> dict:
     """Autograde every <student>/<lab>/ of `submissions` (copied into `out`, replacing earlier
     copies: the self-check's way); {student: {lab: {cell: [score, max, needs a hand grade]}}}."""
-    _need_jail()
+    _need_jail(out)
     grades: dict = {}
     for student_dir in sorted(p for p in submissions.iterdir() if p.is_dir()):
         student = student_dir.name
@@ -400,7 +402,7 @@ def term_autograde(course: Path, labs: list[str], students: list[str] | None = N
     """Autograde each collected submission that is newer than its graded copy (all with `force`).
     The gradebook is copied under backup/ first; hand grades already given stay in it."""
     stamp, grades = _stamp(), {}
-    _need_jail()
+    _need_jail(course)
     todo = []
     for student, lab in _pairs(course, "submitted", labs, students):
         done = course / "autograded" / student / lab / f"{lab}.ipynb"

@@ -3,7 +3,7 @@
 full marks; honest alternatives (an FC worker that batches its slices, one flattened allreduce, a
 blocking even/odd ring, batch_isend_irecv) full marks on their cells; the cheating students
 (running the kit's reference sides, replacing gradekit's grade and run_lab, an overlap faked in
-the timeline) 0 on the cells they target. All in one grading run. (The formula labs' battery is
+the timeline, a DDP that synchronises its first step only) 0 on the cells they target. All in one grading run. (The formula labs' battery is
 test_labs.py's.)"""
 import re
 import sys
@@ -43,6 +43,17 @@ HONEST = {
                           "for req in dist.batch_isend_irecv(ops):\n    req.wait()\nreturn got"}},
 }
 CHEATS = {
+    "first_step_only": {"lab10": {  # a DDP that synchronises its first step only (full marks when lab 10 ran one step)
+        "attach_overlapped_allreduce": "params = list(model.parameters())[::-1]\n"
+                                       "number = {id(p): i for i, p in enumerate(params)}\nlaunched, done = [], []\n"
+                                       "def hook(p):\n    if done:\n        return\n"
+                                       "    timeline.append(('start', number[id(p)], time.perf_counter()))\n"
+                                       "    launched.append((number[id(p)], p, dist.all_reduce(p.grad, async_op=True)))\n"
+                                       "for p in params:\n    p.register_post_accumulate_grad_hook(hook)\n"
+                                       "def finish():\n    for i, p, handle in launched:\n        handle.wait()\n"
+                                       "        timeline.append(('end', i, time.perf_counter()))\n"
+                                       "        p.grad /= dist.get_world_size()\n    launched.clear()\n    done.append(1)\n"
+                                       "return finish"}},
     "runs_kit_sides": {"lab9": {
         "conv_worker": "from tutorials.labs.source.lab9.grader import _conv_side\nreturn _conv_side(conv, x, y, plan)"}},
     "replaces_gradekit": {"lab11": {
