@@ -57,7 +57,7 @@ def main():
     spec = json.loads(sys.argv[1])
     try:
         mount(None, "/", None, MS_REC | (1 << 18))  # MS_PRIVATE: nothing done here reaches the host
-        root = tempfile.mkdtemp(prefix="jail-", dir="/tmp" if os.path.isdir("/tmp") else "/")
+        root = spec.get("root") or tempfile.mkdtemp(prefix="jail-", dir="/tmp" if os.path.isdir("/tmp") else "/")
         mount("tmpfs", root, "tmpfs", MS_NOSUID | MS_NODEV, "mode=755,size=512m")
         for src in spec["binds"]:
             if os.path.exists(src):

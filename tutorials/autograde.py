@@ -29,7 +29,9 @@ from __future__ import annotations
 
 import ast
 import json
+import os
 import queue
+import signal
 import subprocess
 import tempfile
 import threading
@@ -87,7 +89,8 @@ class Jail:
         code = f"import sys; sys.path.insert(0, {str(REPO_ROOT)!r}); import tutorials.answers as a; a.main()"
         env = {"PATH": "/usr/bin:/bin", "HOME": "/home/student", "LANG": "C.UTF-8", "OMP_NUM_THREADS": "1",
                "MPLBACKEND": "Agg"}
-        argv = sandbox.command([sandbox.sys.executable, "-I", "-c", code], REPO_ROOT, EXPOSE, env)
+        self.root = tempfile.mkdtemp(prefix="stanza-jail-")  # the jail's mount point, removed at close
+        argv = sandbox.command([sandbox.sys.executable, "-I", "-c", code], REPO_ROOT, EXPOSE, env, root=self.root)
         self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.err,
                                      start_new_session=True)
         self.lines: queue.Queue = queue.Queue()
@@ -148,13 +151,15 @@ class Jail:
 
     def close(self):
         if self.proc.poll() is None:
-            import os
-            import signal
             try:
                 os.killpg(self.proc.pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
         self.proc.wait()
+        try:
+            os.rmdir(self.root)
+        except OSError:
+            pass
 
 
 def dotted(f) -> str:

@@ -79,7 +79,7 @@ def grade_cells(source, release, answers: dict[str, str], broken: str | None):
                 continue
             ns = dict(ns_base)
             ns.update({f: autograde.Proxy(session, f) for f in functions})
-            if (kit := Path(__file__).parent / "labs" / "source" / source.path.parent.name / "grader.py").is_file():
+            if (Path(__file__).parent / "labs" / "source" / source.path.parent.name / "grader.py").is_file():
                 from tutorials import rank_grading
                 ns["gradekit"] = rank_grading.Shim(session, secret)
             ns["__graded__"] = lambda fn, forbid, *a, **k: session.call(

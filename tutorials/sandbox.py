@@ -64,9 +64,12 @@ def check_hidden(path: Path, repo: Path, expose: list[Path]) -> None:
                              "keep the course folder and the repository's kit outside the Python environment")
 
 
-def command(argv: list[str], repo: Path, expose: list[Path], env: dict | None = None) -> list[str]:
-    """The command line that runs `argv` jailed (see the module's docstring)."""
-    spec = {"binds": shown(repo, expose), "devices": list(DEVICES), "argv": argv,
+def command(argv: list[str], repo: Path, expose: list[Path], env: dict | None = None,
+            root: str | None = None) -> list[str]:
+    """The command line that runs `argv` jailed (see the module's docstring). `root`: an empty
+    folder the caller made and removes afterwards, where the jail's root is mounted (the mount is
+    seen only inside the jail); without it the jail makes one in /tmp and leaves it there, empty."""
+    spec = {"binds": shown(repo, expose), "devices": list(DEVICES), "argv": argv, "root": root,
             "env": env or {"PATH": "/usr/bin:/bin", "HOME": "/home/student", "LANG": "C.UTF-8"},
             "cwd": "/home/student"}
     return [shutil.which("unshare") or "unshare", "--user", "--map-root-user", "--mount", "--pid", "--fork",
@@ -81,11 +84,15 @@ def available() -> str | None:
     if not shutil.which("unshare"):
         return "the grading jail needs util-linux's `unshare` (apt-get install util-linux)"
     probe = "import os, socket; s = socket.socket(); s.bind(('127.0.0.1', 0)); print(os.getpid(), os.path.exists('/home'))"
+    import tempfile
+    root = tempfile.mkdtemp(prefix="stanza-jail-")
     try:
-        done = subprocess.run(command([sys.executable, "-I", "-S", "-c", probe], Path("/nonexistent"), []),
+        done = subprocess.run(command([sys.executable, "-I", "-S", "-c", probe], Path("/nonexistent"), [], root=root),
                               capture_output=True, text=True, timeout=60)
     except (OSError, subprocess.TimeoutExpired) as e:
         return f"the grading jail could not be started ({type(e).__name__}: {e})"
+    finally:
+        os.rmdir(root)
     if done.returncode != 0 or done.stdout.split() != ["1", "True"]:
         tail = (done.stderr.strip().splitlines() or ["no message"])[-1]
         return (f"the grading jail could not be made here ({tail[:200]}): unprivileged user namespaces must be "

@@ -54,7 +54,9 @@ def test_the_jail_hides_the_course_and_holds_no_capability(tmp_path):
     listener.listen(1)
     code = f"import sys; sys.path.insert(0, {str(repo)!r}); exec({PROBE!r})"
     argv = sandbox.command([sys.executable, "-I", "-c", code, json.dumps(hidden), str(repo),
-                            str(listener.getsockname()[1]), str(os.getpid())], repo, autograde.EXPOSE)
+                            str(listener.getsockname()[1]), str(os.getpid())], repo, autograde.EXPOSE,
+                           root=str(tmp_path / "jail"))
+    (tmp_path / "jail").mkdir()
     done = subprocess.run(argv, capture_output=True, text=True, timeout=120)
     listener.close()
     assert done.returncode == 0, done.stderr[-500:]

@@ -8,7 +8,6 @@ import subprocess
 import sys
 import tarfile
 import zipfile
-from pathlib import Path
 
 import nbformat
 import pytest
