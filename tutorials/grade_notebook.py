@@ -117,6 +117,8 @@ def save(course: Path, lab: str, student: str, nb, submitted: Path) -> dict:
     if stamp.is_file():
         shutil.copy(stamp, dest / "timestamp.txt")
     cells = {}
+    import warnings
+    warnings.filterwarnings("ignore", message=".*not in session.*")  # nbgrader 0.9's gradebook under SQLAlchemy 2
     with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gb:
         gb.update_or_create_student(student)
         gb.update_or_create_submission(lab, student)
