@@ -8,6 +8,7 @@ import errno
 import fcntl
 import json
 import os
+import resource
 import socket
 import struct
 import sys
@@ -19,6 +20,10 @@ ST_FLAGS = {1: MS_RDONLY, 2: MS_NOSUID, 4: MS_NODEV, 8: MS_NOEXEC, 1024: MS_NOAT
             4096: MS_RELATIME}
 PR_CAPBSET_DROP, PR_SET_SECUREBITS, PR_SET_NO_NEW_PRIVS = 24, 28, 38
 SECURE_ALL = 0x3F  # NOROOT, NO_SETUID_FIXUP, KEEP_CAPS locks: root gains no capability by exec
+# Limits of every process of the jail: tasks (threads included: a rank of the coding labs uses a
+# few dozen), private memory per process, file size, no core files.
+LIMITS = {resource.RLIMIT_NPROC: 1024, resource.RLIMIT_DATA: 6 << 30, resource.RLIMIT_FSIZE: 1 << 30,
+          resource.RLIMIT_CORE: 0}
 
 libc = ctypes.CDLL(None, use_errno=True)
 
@@ -84,6 +89,10 @@ def main():
                 raise OSError(ctypes.get_errno(), f"prctl(PR_CAPBSET_DROP, {cap})")
         if libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
             raise OSError(ctypes.get_errno(), "prctl(PR_SET_NO_NEW_PRIVS)")
+        for limit, value in LIMITS.items():
+            soft, hard = resource.getrlimit(limit)
+            value = value if hard == resource.RLIM_INFINITY else min(value, hard)
+            resource.setrlimit(limit, (value, value))
     except OSError as e:
         fail(f"could not be built: {e}")
     os.execve(spec["argv"][0], spec["argv"], spec["env"])

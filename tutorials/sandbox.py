@@ -12,7 +12,8 @@ the instructor's kit (tutorials/labs/source), the user's home or any other submi
 It runs in its own user, mount, PID, IPC and network namespaces: it has no network but its own
 loopback (gloo ranks still talk over 127.0.0.1), it cannot signal or see processes outside, and
 before the program starts every capability is dropped (empty bounding set, no-new-privileges,
-SECBIT_NOROOT): the mounts cannot be undone from inside. Ending the `unshare` process ends every
+SECBIT_NOROOT): the mounts cannot be undone from inside. Every process of it is limited to 1024
+tasks of the jail, 6 GiB of private memory, 1 GiB files and no core file. Ending the `unshare` process ends every
 process of the jail (--kill-child; the jailed program is PID 1 of its namespace).
 
 What it needs from the machine: Linux with unprivileged user namespaces (the default on Debian

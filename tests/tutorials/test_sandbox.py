@@ -22,6 +22,8 @@ for name, path in (("write_repo", sys.argv[2] + "/stanza_core/x"), ("write_etc",
     except OSError:
         out[name] = False
 out["caps"] = open("/proc/self/status").read().split("CapEff:")[1].split()[0]
+import resource
+out["limits"] = [resource.getrlimit(r)[1] for r in (resource.RLIMIT_NPROC, resource.RLIMIT_DATA, resource.RLIMIT_CORE)]
 s = socket.socket()
 try:
     s.settimeout(2)
@@ -65,5 +67,6 @@ def test_the_jail_hides_the_course_and_holds_no_capability(tmp_path):
     assert not any(out[k] for k in hidden), out  # the course, the kit, the tests, the docs are not
     assert (out["write_repo"], out["write_etc"], out["write_tmp"]) == (False, False, True)
     assert out["caps"] == "0000000000000000" and not out["host_port"] and not out["host_pid"], out
+    assert out["limits"][0] <= 1024 and out["limits"][1] <= 6 << 30 and out["limits"][2] == 0, out
     with pytest.raises(ValueError, match="inside"):  # a course folder the jail would show is refused
         sandbox.check_hidden(repo / "stanza_core" / "term", repo, autograde.EXPOSE)
