@@ -17,12 +17,14 @@ metadata. A graded markdown cell with a solution region is a "why" answer graded
 Hidden tests are written against references the student cannot reach (`freeze`):
 - `__frozen__(expr)` is evaluated when the release is generated, in this process, with the
   lab's locked setup cells and the test cell's own imports and helper functions, and replaced
-  by its value as a literal (in the course folder's copy): the grade compares the
-  student's answer with that literal, so patching the library the expression called changes
-  nothing;
-- `__graded__(fn, forbid, *args)` calls the student's `fn` and fails the test if it calls,
-  directly or through an alias, any function of `forbid` (the references the value came from).
-The instructor's notebooks therefore run only through this command, which freezes them.
+  by its value as a literal (in the course folder's copy); `__term__` there is a random.Random
+  seeded by the course folder's secret (`term-secret`), so hidden inputs drawn from it change
+  from term to term; `name = __frozen__(...)` binds `name` for the cell's later values;
+- `__graded__(fn, forbid, *args)` calls the student's `fn` with every function of `forbid` (the
+  references the value came from) made to raise while it runs.
+Grading (tutorials.grade_notebook) never runs student code in this process or in a kernel beside
+the hidden tests: each submission's solution cells run jailed (tutorials.sandbox) and answer the
+graded cells' calls with JSON values; the graded cells, and so the points, run here.
 
 Self-check (the default; `make course`): a fresh folder `--out` (default reproductions/out/course,
 replaced each run; its release/ is what students open): the release is generated, then student
@@ -35,7 +37,7 @@ A term keeps one course folder (`--course`, outside reproductions/out, which `ma
 deletes) with nbgrader's gradebook and an nbgrader_config.py, so that nbgrader's formgrader
 started in it grades the "why" cells by hand: `release` generates labs not yet released (`--force`
 regenerates); `collect` copies `<submissions>/<student>/<lab>/<lab>.ipynb` into `submitted/`;
-`autograde` grades what was collected and not yet graded; `feedback` writes
+`autograde` grades what was collected and not yet graded (jailed, as above); `feedback` writes
 `feedback/<student>/<lab>/<lab>.html`; `export` writes `grades.csv` (nbgrader's, with hand
 grades) and `grades.json`; `bundle` writes what students get (the release and a README), after
 checking it holds no solution region and no hidden test. Nothing is deleted or overwritten in
@@ -55,6 +57,7 @@ import functools
 import json
 import os
 import pprint
+import random
 import shutil
 import sys
 import tempfile
@@ -73,36 +76,7 @@ MARKER = ".stanza-course"  # marks a self-check folder this command made (and ma
 TERM_MARKER = ".stanza-course-term"  # marks a term's course folder (never replaced)
 LEAKS = ("BEGIN SOLUTION", "END SOLUTION", "HIDDEN TESTS", "__frozen__", "__graded__")
 
-# Inserted at the start of every hidden-test region that uses it (never shown to students).
-GUARD = '''\
-def __graded__(fn, forbid, *args, **kwargs):  # fn(*args) must not call any of `forbid`
-    import sys as _sys
-
-    def code(f):  # through caches and other wrappers, bound methods, and classes to their __init__
-        while hasattr(f, "__wrapped__"):
-            f = f.__wrapped__
-        f = getattr(f, "__func__", f)
-        return (f.__init__ if isinstance(f, type) else f).__code__
-
-    codes = {code(f) for f in forbid}
-    hits = []
-
-    def hook(frame, event, arg):
-        if event == "call" and frame.f_code in codes:
-            hits.append(frame.f_code.co_name)
-
-    before = _sys.getprofile()
-    _sys.setprofile(hook)
-    try:
-        out = fn(*args, **kwargs)
-    finally:
-        kept = _sys.getprofile() is hook
-        _sys.setprofile(before)
-    assert kept, "the answer changed the interpreter's profiler"
-    assert not hits, f"the answer calls {hits[0]}, a reference it is graded against: write it yourself"
-    return out
-
-'''
+SECRET = "term-secret"  # in the course folder: the seed of this term's hidden inputs
 
 
 def lab_names(source: Path = SOURCE) -> list[str]:
@@ -118,46 +92,65 @@ def manual_cells(lab: str, source: Path = SOURCE) -> set[str]:
     return {m["grade_id"] for m in meta if m.get("grade") and m.get("solution")}
 
 
-def freeze(nb) -> int:
+def freeze(nb, secret: str = "", lab: str = "") -> list[str]:
     """Replace every `__frozen__(expr)` of `nb`'s graded cells by expr's value, evaluated with the
-    notebook's locked setup cells and the graded cell's own imports and functions; insert GUARD
-    where `__graded__` is used. Returns how many values were frozen."""
+    notebook's locked setup cells and the graded cell's own imports and functions. In a graded
+    cell, `__term__` is a random.Random seeded by (secret, lab, cell): the term's hidden inputs;
+    `name = __frozen__(...)` binds `name` for the later values of the cell. Returns the literals."""
     ns: dict = {}
-    if not any("__frozen__(" in c.source or "__graded__(" in c.source for c in nb.cells):
-        return 0
+    if not any("__frozen__(" in c.source for c in nb.cells):
+        return []
     for c in nb.cells:
         meta = c.metadata.get("nbgrader", {})
         if c.cell_type == "code" and not meta.get("grade") and not meta.get("solution"):
             exec(compile(c.source, f"<{meta.get('grade_id')}>", "exec"), ns)
-    done = 0
+    done = []
     for c in nb.cells:
-        if not (c.cell_type == "code" and c.metadata.get("nbgrader", {}).get("grade")):
+        meta = c.metadata.get("nbgrader", {})
+        if not (c.cell_type == "code" and meta.get("grade")):
             continue
+        ns["__term__"] = random.Random(f"{secret}:{lab}:{meta['grade_id']}")
         tree = ast.parse(c.source)
         for node in tree.body:  # the cell's own imports and helper functions may serve its values
             if isinstance(node, (ast.Import, ast.ImportFrom, ast.FunctionDef)):
                 exec(compile(ast.Module([node], []), "<helper>", "exec"), ns)
-        calls = [n for n in ast.walk(tree) if isinstance(n, ast.Call)
-                 and isinstance(n.func, ast.Name) and n.func.id == "__frozen__"]
+        bound = {id(n.value): n.targets[0].id for n in ast.walk(tree) if isinstance(n, ast.Assign)
+                 and len(n.targets) == 1 and isinstance(n.targets[0], ast.Name)}
+        calls = sorted((n for n in ast.walk(tree) if isinstance(n, ast.Call)
+                        and isinstance(n.func, ast.Name) and n.func.id == "__frozen__"),
+                       key=lambda n: (n.lineno, n.col_offset))
         lines = c.source.splitlines(keepends=True)
         offset = [0]
         for ln in lines:
             offset.append(offset[-1] + len(ln))
-        text = c.source
-        for n in sorted(calls, key=lambda n: (n.lineno, n.col_offset), reverse=True):
+        literals = []
+        for n in calls:
             (arg,) = n.args
             value = eval(compile(ast.Expression(arg), "<frozen>", "eval"), ns)
             literal = pprint.pformat(value, width=110, sort_dicts=False)
             if ast.literal_eval(literal) != value:
                 raise ValueError(f"__frozen__ at line {n.lineno}: {type(value).__name__} is not a literal")
+            if id(n) in bound:
+                ns[bound[id(n)]] = value
+            literals.append(literal)
+        text = c.source
+        for n, literal in reversed(list(zip(calls, literals))):
             start = offset[n.lineno - 1] + len(lines[n.lineno - 1].encode()[:n.col_offset].decode())
             end = offset[n.end_lineno - 1] + len(lines[n.end_lineno - 1].encode()[:n.end_col_offset].decode())
             text = text[:start] + literal + text[end:]
-            done += 1
-        if "__graded__(" in text:
-            text = text.replace("### BEGIN HIDDEN TESTS\n", "### BEGIN HIDDEN TESTS\n" + GUARD, 1)
+        done += literals
         c.source = text
     return done
+
+
+def term_secret(course: Path) -> str:
+    """The course folder's secret (made once, readable by its owner only): seeds the hidden inputs."""
+    path = course / SECRET
+    if not path.exists():
+        import secrets
+        path.touch(0o600)
+        path.write_text(secrets.token_hex(32) + "\n")
+    return path.read_text().strip()
 
 
 def _api(out: Path):
@@ -194,12 +187,17 @@ def _check(result: dict, what: str) -> None:
 
 
 def _copy_frozen(lab: str, out: Path, source: Path) -> None:
+    """The frozen instructor's notebook into <out>/source; its literals into <out>/frozen/<lab>.json
+    (outside source/, which nbgrader copies into the release)."""
     import nbformat
-    shutil.copytree(source / lab, out / "source" / lab, ignore=shutil.ignore_patterns("*.py", "__pycache__"))
+    shutil.copytree(source / lab, out / "source" / lab,
+                    ignore=shutil.ignore_patterns("*.py", "__pycache__", "grader.py"))
     path = out / "source" / lab / f"{lab}.ipynb"
     nb = nbformat.read(path, as_version=4)
-    freeze(nb)
+    literals = freeze(nb, term_secret(out), lab)
     nbformat.write(nb, path)
+    (out / "frozen").mkdir(exist_ok=True)
+    (out / "frozen" / f"{lab}.json").write_text(json.dumps(literals, indent=0) + "\n")
 
 
 def build_release(out: Path, labs: list[str] | None = None, source: Path = SOURCE):
@@ -229,17 +227,35 @@ def self_check_submissions(out: Path, labs: list[str]) -> Path:
     return subs
 
 
-def _grades_of(api, lab: str, student: str) -> dict:
-    """{cell: [score, max, needs a hand grade]} of one graded submission."""
-    from nbgrader.api import Gradebook
-    with Gradebook(api.coursedir.db_url) as gb:
-        nb = gb.find_submission_notebook(lab, lab, student)
-        return {g.name: [g.score, g.max_score, bool(g.needs_manual_grade)] for g in nb.grades}
+
+def grade_one(course: Path, lab: str, student: str) -> dict:
+    """Grade one collected submission (tutorials.grade_notebook: the student's code runs jailed);
+    {cell: [score, max, needs a hand grade]}. A submission that breaks gets 0 with its reason; a
+    failure of the grader itself is printed and the next submission is still graded."""
+    from tutorials import grade_notebook
+    try:
+        cells, reasons = grade_notebook.grade_submission(course, lab, student)
+    except Exception as e:  # noqa: BLE001 - one line, and the other students are graded
+        print(f"{student:<12} {lab:<8} not graded: the grader failed ({type(e).__name__}: {e})", file=sys.stderr)
+        return {}
+    for cell, why in reasons.items():
+        if why:
+            print(f"{student:<12} {lab:<8} {cell}: {why}")
+    return cells
+
+
+def _need_jail(course: Path) -> None:
+    """Grading needs the jail, and a course folder the jail does not show."""
+    from tutorials import autograde, sandbox
+    if why := sandbox.available():
+        raise RuntimeError(why)
+    sandbox.check_hidden(course, REPO_ROOT, autograde.EXPOSE)
 
 
 def autograde(api, out: Path, submissions: Path, labs: list[str]) -> dict:
     """Autograde every <student>/<lab>/ of `submissions` (copied into `out`, replacing earlier
     copies: the self-check's way); {student: {lab: {cell: [score, max, needs a hand grade]}}}."""
+    _need_jail(out)
     grades: dict = {}
     for student_dir in sorted(p for p in submissions.iterdir() if p.is_dir()):
         student = student_dir.name
@@ -250,8 +266,7 @@ def autograde(api, out: Path, submissions: Path, labs: list[str]) -> dict:
             if dest.exists():
                 shutil.rmtree(dest)
             shutil.copytree(student_dir / lab, dest)
-            _check(api.autograde(lab, student, force=True, create=True), f"autograde {lab} of {student}")
-            grades.setdefault(student, {})[lab] = _grades_of(api, lab, student)
+            grades.setdefault(student, {})[lab] = grade_one(out, lab, student)
     return grades
 
 
@@ -386,7 +401,8 @@ def _pairs(course: Path, part: str, labs: list[str], students: list[str] | None)
 def term_autograde(course: Path, labs: list[str], students: list[str] | None = None, force: bool = False) -> dict:
     """Autograde each collected submission that is newer than its graded copy (all with `force`).
     The gradebook is copied under backup/ first; hand grades already given stay in it."""
-    stamp, api, grades = _stamp(), _api(course), {}
+    stamp, grades = _stamp(), {}
+    _need_jail(course)
     todo = []
     for student, lab in _pairs(course, "submitted", labs, students):
         done = course / "autograded" / student / lab / f"{lab}.ipynb"
@@ -399,8 +415,7 @@ def term_autograde(course: Path, labs: list[str], students: list[str] | None = N
         _keep(course, course / "gradebook.db", stamp, move=False)
     for student, lab in todo:
         _keep(course, course / "autograded" / student / lab, stamp, move=False)
-        _check(api.autograde(lab, student, force=True, create=True), f"autograde {lab} of {student}")
-        grades.setdefault(student, {})[lab] = cells = _grades_of(api, lab, student)
+        grades.setdefault(student, {})[lab] = cells = grade_one(course, lab, student)
         _print_line(student, lab, cells)
     return grades
 
@@ -447,8 +462,10 @@ marked `YOUR CODE HERE` (delete the `raise NotImplementedError()`) or `YOUR ANSW
 run the test cell below each answer: it is a first check; more tests run when the lab is graded,
 and the "why" answers are graded by hand. Do not change the test cells.
 
-The notebooks import `stanza_core`: install the course's repository (`make install`, or
-`pip install -e .` in it) and start Jupyter from its environment. The tutorials T1-T8 that the
+The notebooks import `stanza_core`: install the wheel your lecturer gives you
+(`pip install stanza_core-*.whl`, built from the course's repository with `pip wheel --no-deps .`)
+and start Jupyter from that environment, in this folder. The coding labs run your ranks with
+`tutorials/gradekit.py`, beside the lab folders. The tutorials T1-T8 that the
 labs go with are in the repository's `tutorials/` folder.
 
 Hand in each notebook as `<your id>/<lab>/<lab>.ipynb`.
@@ -469,6 +486,16 @@ def bundle(course: Path, to: Path) -> Path:
     files = {f"stanza-labs/{p.relative_to(rel)}": p.read_bytes() for lab in labs
              for p in sorted((rel / lab).rglob("*")) if p.is_file() and "__pycache__" not in p.parts}
     files["stanza-labs/README.md"] = STUDENT_README.format(labs=", ".join(labs)).encode()
+    coding = [lab for lab in labs if (SOURCE / lab / "grader.py").is_file()]
+    if coding:  # the runner of the coding labs' ranks, and their rank programs without any reference
+        from tutorials import rank_grading
+        for name in ("__init__.py", "gradekit.py"):
+            files[f"stanza-labs/tutorials/{name}"] = (HERE / name).read_bytes()
+        for lab in coding:
+            grader = __import__(f"tutorials.labs.source.{lab}.grader", fromlist=["PARTS"])
+            files[f"stanza-labs/tutorials/labs/source/{lab}/grader.py"] = (
+                '"""The rank program of this lab, as students get it: no reference side, no checks."""\n'
+                + rank_grading.jail_source(lab, tuple(grader.PARTS))).encode()
     for name, data in files.items():
         if leak := [w for w in LEAKS if w.encode() in data]:
             raise RuntimeError(f"{name} holds {leak[0]!r}: not bundled")

@@ -23,15 +23,13 @@ torch.load(weights_only=True), so a result cannot run code where it is read). It
 stderr go to a file, never to the caller's stderr (nbgrader gives zero to a test cell that
 writes to stderr).
 
-Grading. `grade` runs one exercise's checks of the lab's grader module
-(tutorials/labs/source/<lab>/grader.py: CASES, PARTS, program, grade) inside the launcher. The
-student's functions reach it as bytes (StudentCode) that only the ranks load; the grader
-computes its references itself and compares them with what the ranks returned.
-Student code therefore never runs in the process that computes references and compares: what a
-notebook patches in its own kernel (this module, the graders, stanza_core) does not reach them.
-The verdicts come back as strings. (A notebook that rewrites this module's own functions in its
-kernel is beyond what a process boundary can stop; the hand-graded cells put a person in front
-of every submitted notebook.)
+Grading. A term grades the coding labs without this module's `grade`: the student's ranks run
+jailed and the checks run in the grading process (tutorials.rank_grading). `grade` runs one
+exercise's checks of the lab's grader module (tutorials/labs/source/<lab>/grader.py: CASES,
+PARTS, program, grade) in a fresh launcher, for the kit's own tests: the student's functions
+reach it as bytes (StudentCode) that only the ranks load, and the grader computes its references
+itself. The graders are the instructor's kit: students get only the rank programs, without
+references (the student bundle).
 """
 from __future__ import annotations
 

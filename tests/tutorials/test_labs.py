@@ -9,6 +9,7 @@ import csv
 import json
 import re
 import shutil
+import sys
 import zipfile
 from pathlib import Path
 
@@ -257,40 +258,65 @@ def test_the_numbers_the_model_answers_state_are_the_models():
     assert a0 / ac < 32 and v0 / vc < 32  # neither launch-bound at batch 32
 
 
-def test_freeze_writes_literals_and_the_guard_catches_calls_and_patches():
-    nb = nbformat.v4.new_notebook()
-    nb.cells = [nbformat.v4.new_code_cell("import math", metadata={"nbgrader": {"grade_id": "setup"}}),
-                nbformat.v4.new_code_cell("### BEGIN HIDDEN TESTS\nwant = __frozen__([math.sqrt(n) for n in (2, 3)])\n"
-                                          "ok = __graded__(f, [], 2)\n### END HIDDEN TESTS\n",
-                                          metadata={"nbgrader": {"grade_id": "t", "grade": True}})]
-    assert course.freeze(nb) == 1
-    src = nb.cells[1].source
-    assert f"want = [{2 ** 0.5!r}, {3 ** 0.5!r}]" in src and "__frozen__" not in src and "def __graded__" in src
-    ns: dict = {}
-    exec(course.GUARD, ns)
-    graded = ns["__graded__"]
+def test_freeze_writes_literals_drawn_from_the_term_secret():
+    def notebook():
+        nb = nbformat.v4.new_notebook()
+        nb.cells = [nbformat.v4.new_code_cell("import math", metadata={"nbgrader": {"grade_id": "setup"}}),
+                    nbformat.v4.new_code_cell(
+                        "### BEGIN HIDDEN TESTS\ncases = __frozen__(__term__.sample(range(1000), 3))\n"
+                        "want = __frozen__([math.sqrt(n) for n in cases])\nok = __graded__(f, [], 2)\n"
+                        "### END HIDDEN TESTS\n", metadata={"nbgrader": {"grade_id": "t", "grade": True}})]
+        return nb
+    terms = []
+    for secret in ("autumn", "autumn", "spring"):
+        nb = notebook()
+        literals = course.freeze(nb, secret, "lab0")
+        src = nb.cells[1].source
+        cases = ast.literal_eval(literals[0])
+        assert len(literals) == 2 and "__frozen__" not in src and "__term__" not in src
+        assert f"want = {[n ** 0.5 for n in cases]!r}" in src and "__graded__(f, [], 2)" in src
+        terms.append(cases)
+    assert terms[0] == terms[1] != terms[2]  # the same term draws the same inputs, another term others
 
-    def reference(x):
-        return x * x
 
-    alias = reference
-    assert graded(lambda x: x * x, [reference], 3) == 9
-    with pytest.raises(AssertionError, match="reference"):
-        graded(lambda x: alias(x), [reference], 3)
+def test_a_poisoned_reference_raises_through_aliases_caches_classes_and_threads():
     import functools
-    cached = functools.lru_cache(reference)
+    import threading
+    import types
 
-    class Reference:
-        def __init__(self, x):
-            self.value = x * x
-
-    with pytest.raises(AssertionError, match="reference"):
-        graded(lambda x: cached(x), [cached], 3)
-    with pytest.raises(AssertionError, match="__init__"):
-        graded(lambda x: Reference(x).value, [Reference], 3)
+    from tutorials import answers
+    mod = types.ModuleType("poison_probe")
+    exec("import functools\n"
+         "def reference(x):\n    return x * x\n"
+         "cached = functools.lru_cache(reference)\n"
+         "def outer():\n    k = 2\n    def closure(x):\n        return k * x\n    return closure\n"
+         "closure = outer()\n"
+         "class Reference:\n    def __init__(self, x):\n        self.value = x * x\n", mod.__dict__)
     import sys
-    with pytest.raises(AssertionError, match="profiler"):
-        graded(lambda x: sys.setprofile(None) or reference(x), [reference], 3)
+    sys.modules["poison_probe"] = mod
+    try:
+        alias = mod.reference
+        assert mod.cached(3) == 9  # in the cache before the answer runs
+        undo = [answers._poison(f"poison_probe.{n}") for n in ("reference", "cached", "closure", "Reference")]
+        out = []
+        thread = threading.Thread(target=lambda: out.append(_raises(alias, 3)))
+        thread.start()
+        thread.join()
+        assert out == ["PermissionError"]
+        assert [_raises(f, 3) for f in (alias, mod.cached, mod.closure, mod.Reference)] == ["PermissionError"] * 4
+        for u in reversed(undo):
+            u()
+        assert (alias(3), mod.closure(3), mod.Reference(3).value) == (9, 6, 9)
+    finally:
+        del sys.modules["poison_probe"]
+
+
+def _raises(f, *args):
+    try:
+        f(*args)
+    except Exception as e:  # noqa: BLE001
+        return type(e).__name__
+    return None
 
 
 def _plant(nb, grade_id, body):
@@ -302,47 +328,39 @@ def _plant(nb, grade_id, body):
     cell.source = new
 
 
-def _grade_one(course_dir: str, student_dir: str, labs: list[str]) -> dict:
-    """Autograde one student in a course folder of its own (a process of the pool below)."""
-    import warnings
-    warnings.filterwarnings("ignore", message=".*not in session.*")
-    out = Path(course_dir)
-    return course.autograde(course._api(out), out, Path(student_dir), labs)
-
-
 @pytest.fixture(scope="module")
 def graded(tmp_path_factory):
-    """Build the release of the formula labs and autograde four students: reference, release,
-    planted (every graded function wrong) and cheat (answers that call or patch the references).
-    Each student is graded in its own copy of the course folder, two at a time. (The coding labs'
-    grading runs are tests/tutorials/test_coding_labs.py's.)"""
+    """Build the release of the formula labs and grade, in one run, the self-check's students
+    (reference, release), planted (every graded function wrong), cheat (answers that call or patch
+    the references) and the battery (tests/tutorials/battery.py: cheating students, broken
+    notebooks, honest alternatives). (The coding labs' battery is test_grading_battery.py's.)"""
     pytest.importorskip("nbgrader")
-    import multiprocessing
+    from tutorials import autograde, sandbox
+    if why := sandbox.available():  # Linux without the jail is a machine the course cannot grade on
+        (pytest.skip if sys.platform != "linux" else pytest.fail)(why)
     import os
-    import sys
-    from concurrent.futures import ProcessPoolExecutor
+
+    import battery
     os.environ["PATH"] = os.pathsep.join((str(Path(sys.executable).parent), os.environ.get("PATH", "")))
-    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(course.REPO_ROOT), os.environ.get("PYTHONPATH", "")) if p)
     root = tmp_path_factory.mktemp("course")
     out = root / "course"
     course.build_release(out, FORMULA_LABS)
     subs = course.self_check_submissions(out, FORMULA_LABS)
-    for student, answers in (("planted", PLANTED), ("cheat", CHEATS)):
+    students = {"planted": PLANTED, "cheat": CHEATS, **battery.formula_students(out)}
+    for student, answers in students.items():
         for lab, bodies in answers.items():
             nb = nbformat.read(out / "source" / lab / f"{lab}.ipynb", as_version=4)
             for grade_id, body in bodies.items():
                 _plant(nb, grade_id, body)
             (subs / student / lab).mkdir(parents=True)
             nbformat.write(nb, subs / student / lab / f"{lab}.ipynb")
-    students = sorted(p.name for p in subs.iterdir())
-    copies = {}
-    for student in students:
-        copies[student] = root / f"course-{student}"
-        shutil.copytree(out, copies[student], ignore=shutil.ignore_patterns("self-check"))
-        shutil.copytree(subs / student, root / "subs" / student / student)
-    with ProcessPoolExecutor(2, mp_context=multiprocessing.get_context("spawn")) as pool:
-        futures = {s: pool.submit(_grade_one, str(copies[s]), str(root / "subs" / s), FORMULA_LABS) for s in students}
-        grades = {s: f.result()[s] for s, f in futures.items()}
+    battery.broken_notebooks(out, subs)
+    saved = autograde.CALL_S
+    autograde.CALL_S = battery.CALL_S  # the hanging student costs this, not a minute
+    try:
+        grades = course.autograde(None, out, subs, FORMULA_LABS)
+    finally:
+        autograde.CALL_S = saved
     return out, grades, root
 
 
@@ -400,20 +418,73 @@ def test_a_planted_wrong_answer_loses_exactly_its_cells_points(graded):
 @pytest.mark.slow
 @pytest.mark.timeout(SLOW_TIMEOUT_S)
 def test_an_answer_that_calls_or_patches_its_reference_gets_no_points(graded):
-    _, grades, root = graded
+    out, grades, _ = graded
     for lab, bodies in CHEATS.items():
         cells = grades["cheat"][lab]
         zero = {c for c, (s, m, pending) in cells.items() if s == 0 and not pending}
         full = {c for c, (s, m, pending) in cells.items() if s == m and not pending}
         assert zero == {f"test_{g}" for g in bodies}, (lab, cells)
         assert zero | full == {c for c, (_, _, pending) in cells.items() if not pending}
-        graded_nb = nbformat.read(root / "course-cheat" / "autograded" / "cheat" / lab / f"{lab}.ipynb", as_version=4)
-        for name, body in bodies.items():  # lost to the guard (a call) or to the frozen values (a patch)
-            errors = [o for o in next(c for c in graded_nb.cells if _grade_id(c) == f"test_{name}").outputs
-                      if o.output_type == "error"]
-            assert len(errors) == 1 and errors[0].ename == "AssertionError", (lab, name, errors)
+        graded_nb = nbformat.read(out / "autograded" / "cheat" / lab / f"{lab}.ipynb", as_version=4)
+        for name, body in bodies.items():  # lost to the poisoned reference (a call) or the frozen values (a patch)
+            outputs = next(c for c in graded_nb.cells if _grade_id(c) == f"test_{name}").outputs
+            assert len(outputs) == 1 and outputs[0].output_type == "error", (lab, name, outputs)
             called = "patches the reference" not in body
-            assert ("a reference it is graded against" in errors[0].evalue) == called, (lab, name, errors[0].evalue)
+            assert ("a reference this answer is graded against" in outputs[0].evalue) == called, outputs[0].evalue
+            assert called or outputs[0].evalue == "a hidden test failed"
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(SLOW_TIMEOUT_S)
+def test_the_cheating_battery_earns_none_of_its_targets_and_honest_answers_full_marks(graded):
+    import sqlite3
+
+    import battery
+    out, grades, _ = graded
+    for student, labs in battery.targets(battery.formula_students(out)).items():
+        for lab, target in labs.items():
+            auto = {c: (s, m) for c, (s, m, pending) in grades[student][lab].items() if c.startswith("test_")}
+            assert {c for c, (s, m) in auto.items() if s == 0} == target, (student, lab, auto)
+            assert all(s == m > 0 for c, (s, m) in auto.items() if c not in target), (student, lab, auto)
+    reference = grades["reference"]["lab7"]
+    corrupt = grades["corrupt"]["lab7"]  # a notebook that is not JSON: 0, one line, and the others graded
+    assert set(corrupt) == set(reference) and all(s == 0 for s, _, _ in corrupt.values())
+    assert grades["regraded"]["lab7"] == reference  # a solution cell made a 100-point grade cell changes nothing
+    nb = nbformat.read(out / "autograded" / "corrupt" / "lab7" / "lab7.ipynb", as_version=4)
+    why = {o.evalue for c in _graded_code(nb) for o in c.outputs}
+    assert len(why) == 1 and next(iter(why)).startswith("the notebook could not be read") and "\n" not in str(why)
+    for student, cell, reason in (("exits", "test_deadlocks", "exit status 3"), ("hangs", "test_straggler_loss", "timed out"),
+                                  ("garbage", "test_bsp_waits", "not a plain JSON value")):
+        nb = nbformat.read(out / "autograded" / student / "lab7" / "lab7.ipynb", as_version=4)
+        outputs = next(c for c in nb.cells if _grade_id(c) == cell).outputs
+        assert reason in outputs[0].evalue and "\n" not in outputs[0].evalue, (student, outputs)
+    with sqlite3.connect(out / "gradebook.db") as db:  # the gradebook the "gradebook" student wrote to
+        assert db.execute("select count(*) from grade where extra_credit > 0").fetchone() == (0,)
+    assert not (out / "gradebook.db-journal").exists()
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(SLOW_TIMEOUT_S)
+def test_feedback_holds_no_hidden_test_and_no_frozen_value(graded):
+    out, _, _ = graded
+    students = ["reference", "cheat", "planted", "reads_notebook"]
+    html = {p: p.read_text() for p in course.feedback(out, FORMULA_LABS, students)}
+    assert len(html) == len(course._pairs(out, "autograded", FORMULA_LABS, students)) > 2 * len(FORMULA_LABS)
+    for path, text in html.items():
+        lab = path.parent.name
+        release = (out / "release" / lab / f"{lab}.ipynb").read_text()
+        # (solution markers may be the student's own: these students submitted the instructor's cells)
+        assert not [w for w in ("HIDDEN TESTS", "__frozen__", "__graded__", "forbid") if w in text], path
+        literals = json.loads((out / "frozen" / f"{lab}.json").read_text())
+        assert literals, lab
+        for literal in literals:
+            assert literal not in text, (path, literal[:80])
+            for token in re.findall(r"\d+\.\d{5,}(?:e-?\d+)?|\d{7,}", literal):
+                assert token in release or token not in text, (path, token)
+        for c in nbformat.read(out / "source" / lab / f"{lab}.ipynb", as_version=4).cells:
+            if c.cell_type == "code" and c.metadata["nbgrader"].get("grade"):
+                for line in _hidden(c).splitlines():
+                    assert len(line.strip()) < 30 or line.strip() not in text, (path, line)
 
 
 @pytest.mark.slow
@@ -448,6 +519,7 @@ def test_a_term_keeps_its_gradebook_hand_grades_and_every_submission(graded, tmp
     term = course.open_course(tmp_path / "term", create=True)
     for part in ("source", "release"):
         shutil.copytree(out / part / "lab7", term / part / "lab7")
+    shutil.copy(out / course.SECRET, term / course.SECRET)
     shutil.copy(out / "gradebook.db", term / "gradebook.db")
     assert course.release(term, ["lab7"]) == []  # released already: kept as it is
     inbox = tmp_path / "inbox"

@@ -58,6 +58,21 @@ def test_the_decks_state_the_corrected_claims():
     assert "never changes what is computed" not in l3 and "never *what* is computed" not in l3
     assert "order of the fp32 additions" in l3
     assert "bounded by" not in l4 and "floor P / (P_c + b (A + 1))" in l4 and "falls" in l4
+    assert "both directions of the ring at once" not in l2 and "one direction of this one-way ring" in l2
+    assert "all-to-all pattern" not in l2 and "missing overlap" in l2
+    assert "waits forever (DDP" not in l3 and "notices at the next forward and raises" in l3
+    assert "PyTorch DDP's rule" in l3 and "lab 10's is DDP's" in l3
+
+
+def test_the_sharded_ps_costs_its_missing_overlap():
+    """Lecture 2's claim, in the performance model (modelled: VGG-16, 16 V100s, 10 Gb/s, b = 32):
+    the PS's extra step time over DDP nearly vanishes once its push overlaps the backward."""
+    from stanza_core import perf
+    vgg, cluster = perf.named_profile("vgg16"), perf.Cluster(16, 10.0, device="v100")
+    ms = {name: perf.predict(vgg, cluster, strategy, batch_per_worker=32, **kw).iteration_s * 1e3
+          for name, strategy, kw in (("ddp", "ddp", {}), ("ps", "ps", {}), ("ps overlapped", "ps", {"ps_overlap": True}))}
+    assert ms["ps"] - ms["ddp"] > 4 * (ms["ps overlapped"] - ms["ddp"]) > 0, ms
+    assert ms["ps overlapped"] / ms["ddp"] < 1.05, ms
 
 
 def test_the_formulas_the_slides_state_are_the_engines():

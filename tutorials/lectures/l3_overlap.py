@@ -106,7 +106,10 @@ assert p_last3 > 0.4 and t_last3 < 0.15
 # ## Buckets, step by step
 #
 # 1. Before training, walk the CONV parameters in backward order and group them into buckets
-#    of at most `--bucket-mb` MiB.
+#    (PyTorch DDP's rule: a bucket closes once it holds at least `bucket_cap_mb`, 25 MiB by
+#    default, the first one 1 MiB; the engine's `--bucket-mb` closes one before it would exceed
+#    the cap, lab 4's exercise counts that rule, and lab 10's is DDP's. Same idea, variants of
+#    where the boundary falls).
 # 2. Register a hook on each parameter that fires when its gradient has been accumulated.
 # 3. When a bucket's last gradient arrives, launch its allreduce *asynchronously* and return:
 #    the backward continues with the next layers.
@@ -340,7 +343,10 @@ assert order_effect["fp32_differ"] > 0 and order_effect["fp64_max"] < 1e-6 * ord
 # * **Forgetting the wait.** The optimizer must wait for every bucket; updating with a
 #   half-reduced gradient is a silent bug, not a crash.
 # * **A parameter without a gradient.** If some parameter gets no gradient in a step, its
-#   bucket never becomes ready and the step waits forever (DDP's `find_unused_parameters`).
+#   bucket never becomes ready. A hand-written overlap then waits forever in its `finish()`;
+#   PyTorch's DDP (without `find_unused_parameters=True`) notices at the next forward and raises
+#   an error ("Expected to have finished reduction in the prior iteration") listing the indices
+#   of the parameters that got no gradient.
 
 # %% [markdown] slideshow={"slide_type": "slide"}
 # ## What to take away

@@ -39,6 +39,7 @@ import torch.distributed as dist
 
 import stanza_core  # the course's repository, installed with `pip install -e .`: its tutorials/ runs your ranks
 sys.path.append(str(Path(stanza_core.__file__).resolve().parents[1]))
+sys.path.append(str(Path.cwd().parent))  # or the student bundle's tutorials/, beside the lab folders
 from tutorials import gradekit  # noqa: E402
 
 # %% [markdown] nbgrader={"grade": false, "grade_id": "ex1_text", "locked": true, "schema_version": 3, "solution": false, "task": false}
@@ -47,19 +48,24 @@ from tutorials import gradekit  # noqa: E402
 # Every rank holds the same MLP (eight parameter tensors) and b = G / N samples of the global
 # batch of G. The step's loss is the **mean cross-entropy over all G samples**; each rank
 # computes the mean over its own b, so the gradients must be summed over the ranks and divided
-# by N. Each rank runs, for one step:
+# by N. Each rank trains three steps (the hooks are registered once, before the first step:
+# attaching them again every step would register them twice and launch every allreduce twice;
+# so `finish()` must leave your hooks' state ready for the next step):
 #
 # ```python
-# finish = attach_...(model, ..., timeline)       # yours (exercises 2 and 3)
-# loss = F.cross_entropy(model(x_rank), y_rank)   # the mean over this rank's b samples
-# loss.backward()
-# finish()                                        # yours (exercise 1: allreduce_gradients(model))
-# # one SGD step with the parameters' .grad
+# finish = attach_...(model, ..., timeline)       # yours (exercises 2 and 3), once
+# for step in range(3):                           # a new global batch each step
+#     model.zero_grad(set_to_none=True)
+#     loss = F.cross_entropy(model(x_rank), y_rank)   # the mean over this rank's b samples
+#     loss.backward()
+#     finish()                                        # yours (exercise 1: allreduce_gradients(model))
+#     # one SGD step with the parameters' .grad
 # ```
 #
-# Afterwards every parameter's `.grad` must hold the gradient of the global mean loss, the same
-# on every rank. The tests compare the parameters after the step with the same step taken in one
-# process on the whole global batch, and count your allreduces and their sizes.
+# After each `finish()` every parameter's `.grad` must hold the gradient of the global mean loss,
+# the same on every rank. The tests compare the parameters after the three steps with the same
+# steps taken in one process on the whole global batches, and count your allreduces and their
+# sizes.
 #
 # ## Exercise 1 (2 points): after the backward
 #
@@ -80,7 +86,7 @@ def allreduce_gradients(model):
 # your allreduce_gradients(model) after the backward on 2 ranks
 ranks = gradekit.run_lab("lab10", "try_plain", allreduce_gradients=allreduce_gradients)
 assert all(torch.equal(ranks[0].value["params"][n], ranks[1].value["params"][n]) for n in ranks[0].value["params"])
-assert len([c for c in ranks[0].calls if c["op"] == "all_reduce"]) == 8
+assert len([c for c in ranks[0].calls if c["op"] == "all_reduce"]) == 8 * 3  # eight gradients, three steps
 ### BEGIN HIDDEN TESTS
 verdict = gradekit.grade("lab10", "allreduce_gradients", allreduce_gradients=allreduce_gradients)
 assert len(verdict) == 2
@@ -125,6 +131,7 @@ def attach_overlapped_allreduce(model, timeline):
             handle.wait()
             timeline.append(("end", i, time.perf_counter()))
             p.grad /= world
+        launched.clear()  # ready for the next step
 
     return finish
     ### END SOLUTION
@@ -133,7 +140,7 @@ def attach_overlapped_allreduce(model, timeline):
 # %% nbgrader={"grade": true, "grade_id": "test_attach_overlapped_allreduce", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
 # your attach_overlapped_allreduce(model, timeline) before the forward, on 2 ranks
 ranks = gradekit.run_lab("lab10", "try_overlap", attach_overlapped_allreduce=attach_overlapped_allreduce)
-t0, t1 = ranks[0].value["backward"]
+t0, t1 = ranks[0].value["backward"][0]  # the first of the three steps
 print("rank 0: backward", f"{1e3 * (t1 - t0):.2f} ms;",
       ", ".join(f"{e} {i} at {1e3 * (t - t0):+.2f} ms" for e, i, t in ranks[0].value["timeline"]))
 assert all(torch.equal(ranks[0].value["params"][n], ranks[1].value["params"][n]) for n in ranks[0].value["params"])
@@ -156,6 +163,9 @@ for check, outcome in verdict.items():
 # 1. **Buckets.** Walk the parameters in reverse order, as in exercise 2, and put them into
 #    buckets in that order: a bucket takes parameters until its gradients hold at least
 #    `bucket_cap_bytes` bytes, then the next bucket starts; the last bucket holds what is left.
+#    This is PyTorch DDP's rule (`bucket_cap_mb`; DDP also caps its first bucket at 1 MiB). The
+#    engine's `--bucket-mb` (lab 4) is a variant: it starts a new bucket *before* one would exceed
+#    the cap.
 #    Number the buckets 0, 1, ... in that order.
 # 2. **Hooks.** When the last gradient of a bucket has arrived (they arrive in any order),
 #    flatten the bucket's gradients into one tensor (`torch.cat` of `g.reshape(-1)`), launch its
@@ -204,6 +214,8 @@ def attach_bucketed_allreduce(model, bucket_cap_bytes, timeline):
             for q in buckets[i]:
                 q.grad.copy_(flat[offset:offset + q.numel()].view_as(q))
                 offset += q.numel()
+        launched.clear()  # ready for the next step: no handle kept, every bucket waiting again
+        missing[:] = [len(bucket) for bucket in buckets]
 
     return finish
     ### END SOLUTION
@@ -213,10 +225,10 @@ def attach_bucketed_allreduce(model, bucket_cap_bytes, timeline):
 # your attach_bucketed_allreduce(model, 8192, timeline) before the forward, on 2 ranks
 ranks = gradekit.run_lab("lab10", "try_buckets", attach_bucketed_allreduce=attach_bucketed_allreduce)
 for r in ranks:
-    t0, t1 = r.value["backward"]
+    t0, t1 = r.value["backward"][0]
     print(f"rank {r.rank}: backward {1e3 * (t1 - t0):.2f} ms;",
           ", ".join(f"{e} {b} at {1e3 * (t - t0):+.2f} ms" for e, b, t in r.value["timeline"]))
-assert sorted(c["bytes"] for c in ranks[0].calls if c["op"] == "all_reduce") == [8448, 14440, 16640]
+assert sorted(c["bytes"] for c in ranks[0].calls if c["op"] == "all_reduce") == sorted([8448, 14440, 16640] * 3)
 assert all(torch.equal(ranks[0].value["params"][n], ranks[1].value["params"][n]) for n in ranks[0].value["params"])
 ### BEGIN HIDDEN TESTS
 verdict = gradekit.grade("lab10", "attach_bucketed_allreduce", attach_bucketed_allreduce=attach_bucketed_allreduce)

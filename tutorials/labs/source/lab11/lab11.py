@@ -39,6 +39,7 @@ import torch.distributed as dist
 
 import stanza_core  # the course's repository, installed with `pip install -e .`: its tutorials/ runs your ranks
 sys.path.append(str(Path(stanza_core.__file__).resolve().parents[1]))
+sys.path.append(str(Path.cwd().parent))  # or the student bundle's tutorials/, beside the lab folders
 from tutorials import gradekit  # noqa: E402
 
 # %% [markdown] nbgrader={"grade": false, "grade_id": "ex1_text", "locked": true, "schema_version": 3, "solution": false, "task": false}

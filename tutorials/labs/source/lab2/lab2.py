@@ -59,7 +59,8 @@ cases = __frozen__([(c.conv_params, c.fc_params, c.boundary_values, N, k, G,
                      perf.totals(perf.expected_bytes(c, "stanza", N, k, G))["bytes_per_step"])
                     for c in (perf.ModelCounts.of(profile_model(get_model("tiny_cnn", 10), (3, 16, 16), batch_size=2)),
                               perf.ModelCounts(1_000_003, 77_777, 37))
-                    for N, k, G in ((3, 1, 6), (4, 2, 8), (5, 2, 6), (7, 3, 8), (9, 4, 10))])
+                    for N, k, G in [(3, 1, 6), (4, 2, 8)] + __term__.sample(
+                        [(N, k, (N - k) * m) for N in range(3, 13) for k in range(1, N // 2 + 1) for m in (1, 2, 3)], 4)])
 for *args, want in cases:
     assert __graded__(stanza_bytes_per_step, forbid, *args) == want, args
 ### END HIDDEN TESTS
@@ -88,7 +89,8 @@ forbid = [perf.expected_bytes, perf.traffic.rank_bytes]
 cases = __frozen__([((N, k, G), {r["rank"]: r["recv"]["activations"] // 4  # A = 1: bytes / 4 = samples
                                  for r in perf.expected_bytes(perf.ModelCounts(10, 10, 1), "stanza", N, k, G)
                                  if r["role"] == "fc_worker"})
-                    for N, k, G in ((4, 2, 8), (5, 2, 6), (7, 3, 8), (8, 3, 20), (3, 1, 6), (10, 4, 24))])
+                    for N, k, G in [(4, 2, 8), (3, 1, 6)] + __term__.sample(
+                        [(N, k, (N - k) * m) for N in range(3, 13) for k in range(1, N // 2 + 1) for m in (1, 2, 4)], 4)])
 for args, want in cases:
     assert dict(__graded__(samples_per_fc_worker, forbid, *args)) == want, args
 ### END HIDDEN TESTS
@@ -121,7 +123,8 @@ def _ratio(G, nc):  # the summed gradient's loss with per-slice means over the r
     return float(wrong / right)
 
 
-cases = __frozen__([((G, nc), _ratio(G, nc)) for G, nc in ((6, 2), (12, 3), (8, 4), (5, 1), (30, 5))])
+cases = __frozen__([((G, nc), _ratio(G, nc)) for G, nc in [(6, 2), (5, 1)] + [
+    (nc * __term__.randint(1, 6), nc) for nc in __term__.sample(range(1, 7), 3)]])
 for (G, nc), want in cases:
     assert abs(loss_scale_error(G, nc) - want) < 1e-4 * nc, (G, nc)
 ### END HIDDEN TESTS

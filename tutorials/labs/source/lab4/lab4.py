@@ -113,7 +113,8 @@ assert pipeline_order(fake_run([2, 0, 1], step=3), 0) == []
 # engine makes for a zoo model's CONV body at `--bucket-mb bucket_mb`. The engine's rule (T4):
 # parameters in reverse order, as the backward produces their gradients; a new bucket starts
 # before one would exceed the cap of `int(bucket_mb * 2**20)` bytes; a parameter larger than the
-# cap gets a bucket of its own. How many for `cifar_alexnet` at 0.5?
+# cap gets a bucket of its own. (PyTorch DDP's rule, lab 10's, differs: a bucket closes once it
+# holds *at least* the cap.) How many for `cifar_alexnet` at 0.5?
 
 # %% nbgrader={"grade": false, "grade_id": "bucket_count", "locked": false, "schema_version": 3, "solution": true, "task": false}
 def bucket_count(model: str, bucket_mb: float, image_size: int = 32, num_classes: int = 10) -> int:

@@ -106,6 +106,13 @@ for cs, ar, want in (([0.05, 0.05, 0.25], 0.002, [0.202, 0.202, 0.002]), ([3.0, 
                      ([0.7], 0.3, [0.3])):
     got = bsp_waits(cs, ar)
     assert len(got) == len(want) and all(abs(g - w) < 1e-12 for g, w in zip(got, want)), (cs, got)
+# this term's cases (drawn from the course's secret when the lab is released)
+cases = __frozen__([([round(__term__.uniform(0.01, 3.0), 4) for _ in range(__term__.randint(1, 9))],
+                     round(__term__.uniform(0.0, 0.5), 4)) for _ in range(4)])
+want = __frozen__([[max(cs) - c + ar for c in cs] for cs, ar in cases])
+for (cs, ar), w in zip(cases, want, strict=True):
+    got = bsp_waits(cs, ar)
+    assert len(got) == len(w) and all(abs(g - x) < 1e-12 for g, x in zip(got, w)), (cs, got)
 ### END HIDDEN TESTS
 
 # %% [markdown] nbgrader={"grade": false, "grade_id": "ex3_text", "locked": true, "schema_version": 3, "solution": false, "task": false}
@@ -132,6 +139,10 @@ assert abs(straggler_loss([1.0, 3.0]) - 2.0 / 6.0) < 1e-12
 for n, c, d in itertools.product((2, 4, 16), (0.1, 1.0), (0.0, 1.0, 100.0)):
     want = (n - 1) * d / (n * (c + d))
     assert abs(straggler_loss([c] * (n - 1) + [c + d]) - want) < 1e-12, (n, c, d)
+cases = __frozen__([[round(__term__.uniform(0.0, 5.0), 4) for _ in range(__term__.randint(2, 12))] for _ in range(4)])
+want = __frozen__([sum(max(cs) - c for c in cs) / (len(cs) * max(cs)) for cs in cases])
+for cs, w in zip(cases, want, strict=True):
+    assert abs(straggler_loss(cs) - w) < 1e-12, cs
 ### END HIDDEN TESTS
 # %% [markdown] nbgrader={"grade": true, "grade_id": "why_deadlock_fix", "locked": false, "points": 2, "schema_version": 3, "solution": true, "task": false}
 # ### Why (2 points, graded by hand)

@@ -94,10 +94,16 @@ def _allreduce_side(conv, plan):
         dist.all_reduce(p.grad, group=plan.conv_group)
 
 
+# The reference side of each exercise; the copy of this module that runs a student's exercise
+# (jailed, tutorials.rank_grading) lacks that exercise's own side.
+SIDES = {"conv_worker": "_conv_side", "fc_worker": "_fc_side", "allreduce_conv_grads": "_allreduce_side"}
+OWN = {part: globals()[name] for part, name in SIDES.items() if name in globals()}
+
+
 def program(rank: int, world_size: int, case: dict, student: gradekit.StudentCode) -> dict:
     """One rank of the step (runs in a rank's process)."""
-    own = {"conv_worker": _conv_side, "fc_worker": _fc_side, "allreduce_conv_grads": _allreduce_side}
-    fns = {**own, **{name: fn for name, fn in student.load().items() if name in case["mine"]}}
+    own = OWN
+    fns = {**own, **{name: fn for name, fn in student.load().items() if name in case["mine"] or name not in own}}
     conv, fc = build(case["seed"])
     nc, g = world_size - 1, case["global_batch"]
     b = g // nc

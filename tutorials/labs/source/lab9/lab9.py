@@ -39,6 +39,7 @@ import torch.nn.functional as F
 
 import stanza_core  # the course's repository, installed with `pip install -e .`: its tutorials/ runs your ranks
 sys.path.append(str(Path(stanza_core.__file__).resolve().parents[1]))
+sys.path.append(str(Path.cwd().parent))  # or the student bundle's tutorials/, beside the lab folders
 from tutorials import gradekit  # noqa: E402
 
 # %% [markdown] nbgrader={"grade": false, "grade_id": "ex1_text", "locked": true, "schema_version": 3, "solution": false, "task": false}
@@ -54,8 +55,8 @@ from tutorials import gradekit  # noqa: E402
 # runs `conv_worker`, the FC worker runs `fc_worker`, then every CONV worker runs
 # `allreduce_conv_grads`; then each rank takes one SGD step on its own part with the gradients
 # in the parameters' `.grad` (the CONV workers on `conv`, the FC worker on `fc`). You write the
-# three functions; each test runs your one function with correct versions of the other two, on
-# 2 to 4 ranks, and compares the parameters after the step with the same step taken in one
+# three functions; each graded test runs your one function with correct versions of the other
+# two (the visible runs on your machine use your own other two), on 2 to 4 ranks, and compares the parameters after the step with the same step taken in one
 # process on the whole global batch. It also counts the bytes every rank sends and receives.
 #
 # `plan` tells each rank its place: `plan.rank`, `plan.world_size`, `plan.conv_ranks` (list),
@@ -86,8 +87,9 @@ def conv_worker(conv, x, y, plan):
 
 
 # %% nbgrader={"grade": true, "grade_id": "test_conv_worker", "locked": true, "points": 3, "schema_version": 3, "solution": false, "task": false}
-# your conv_worker(conv, x, y, plan) on the CONV worker, a correct FC worker: 2 ranks
-conv_rank, fc_rank = gradekit.run_lab("lab9", "try_conv", conv_worker=conv_worker)
+# your conv_worker(conv, x, y, plan) on the CONV worker, a correct FC worker (yours, on your machine): 2 ranks
+conv_rank, fc_rank = gradekit.run_lab("lab9", "try_conv", conv_worker=conv_worker, fc_worker=fc_worker,
+                                      allreduce_conv_grads=allreduce_conv_grads)
 print(f"CONV worker sent {conv_rank.bytes('send', 'isend')} bytes, FC worker sent {fc_rank.bytes('send', 'isend')}")
 assert conv_rank.bytes("send", "isend") == fc_rank.bytes("recv", "irecv") > 0  # what one sends the other receives
 ### BEGIN HIDDEN TESTS
@@ -121,8 +123,9 @@ def fc_worker(fc, plan):
 
 
 # %% nbgrader={"grade": true, "grade_id": "test_fc_worker", "locked": true, "points": 3, "schema_version": 3, "solution": false, "task": false}
-# your fc_worker(fc, plan) on the FC worker, a correct CONV worker: 2 ranks
-conv_rank, fc_rank = gradekit.run_lab("lab9", "try_fc", fc_worker=fc_worker)
+# your fc_worker(fc, plan) on the FC worker, a correct CONV worker (yours, on your machine): 2 ranks
+conv_rank, fc_rank = gradekit.run_lab("lab9", "try_fc", conv_worker=conv_worker, fc_worker=fc_worker,
+                                      allreduce_conv_grads=allreduce_conv_grads)
 print(f"FC worker sent {fc_rank.bytes('send', 'isend')} bytes, received {fc_rank.bytes('recv', 'irecv')}")
 assert fc_rank.bytes("send", "isend") == conv_rank.bytes("recv", "irecv") > 0
 ### BEGIN HIDDEN TESTS
@@ -151,7 +154,8 @@ def allreduce_conv_grads(conv, plan):
 
 # %% nbgrader={"grade": true, "grade_id": "test_allreduce_conv_grads", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
 # your allreduce_conv_grads(conv, plan) on 2 CONV workers, the rest correct: 3 ranks
-ranks = gradekit.run_lab("lab9", "try_allreduce", allreduce_conv_grads=allreduce_conv_grads)
+ranks = gradekit.run_lab("lab9", "try_allreduce", conv_worker=conv_worker, fc_worker=fc_worker,
+                         allreduce_conv_grads=allreduce_conv_grads)
 assert all(torch.equal(ranks[0].value[n], ranks[1].value[n]) for n in ranks[0].value)  # the CONV workers agree
 ### BEGIN HIDDEN TESTS
 verdict = gradekit.grade("lab9", "allreduce_conv_grads", allreduce_conv_grads=allreduce_conv_grads)

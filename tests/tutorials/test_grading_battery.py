@@ -1,0 +1,147 @@
+"""The coding labs (9-11) graded as a term grades them: each student's ranks run jailed
+(tutorials.sandbox), the checks run in the grading process on their results. The reference gets
+full marks; honest alternatives (an FC worker that batches its slices, one flattened allreduce, a
+blocking even/odd ring, batch_isend_irecv) full marks on their cells; the cheating students
+(running the kit's reference sides, replacing gradekit's grade and run_lab, an overlap faked in
+the timeline, a DDP that synchronises its first step only) 0 on the cells they target. All in one grading run. (The formula labs' battery is
+test_labs.py's.)"""
+import re
+import sys
+
+import nbformat
+import pytest
+
+from tutorials import course
+
+LABS = ["lab9", "lab10", "lab11"]
+
+HONEST = {
+    "honest": {
+        "lab9": {
+            "fc_worker": "acts, ys = [], []\nfor i in plan.conv_ranks:\n"
+                         "    a = torch.empty(plan.batch, *plan.boundary)\n"
+                         "    y = torch.empty(plan.batch, dtype=torch.int64)\n"
+                         "    dist.recv(a, i)\n    dist.recv(y, i)\n    acts.append(a)\n    ys.append(y)\n"
+                         "a = torch.cat(acts).requires_grad_(True)\n"
+                         "(F.cross_entropy(fc(a), torch.cat(ys), reduction='sum') / plan.global_batch).backward()\n"
+                         "for k, i in enumerate(plan.conv_ranks):\n"
+                         "    dist.send(a.grad[k * plan.batch:(k + 1) * plan.batch].contiguous(), i)",
+            "allreduce_conv_grads": "grads = [p.grad for p in conv.parameters()]\n"
+                                    "flat = torch.cat([g.flatten() for g in grads])\n"
+                                    "dist.all_reduce(flat, group=plan.conv_group)\noff = 0\n"
+                                    "for g in grads:\n    g.copy_(flat[off:off + g.numel()].view_as(g))\n"
+                                    "    off += g.numel()"},
+        "lab11": {
+            "ring_shift": "got = torch.empty_like(x)\nright, left = (rank + 1) % world_size, (rank - 1) % world_size\n"
+                          "if rank % 2 == 0:\n    dist.send(x, right)\n    dist.recv(got, left)\n"
+                          "else:\n    dist.recv(got, left)\n    dist.send(x, right)\nreturn got"}},
+    "honest_batched": {
+        "lab11": {
+            "ring_shift": "got = torch.empty_like(x)\n"
+                          "ops = [dist.P2POp(dist.isend, x, (rank + 1) % world_size), "
+                          "dist.P2POp(dist.irecv, got, (rank - 1) % world_size)]\n"
+                          "for req in dist.batch_isend_irecv(ops):\n    req.wait()\nreturn got"}},
+}
+CHEATS = {
+    "first_step_only": {"lab10": {  # a DDP that synchronises its first step only (full marks when lab 10 ran one step)
+        "attach_overlapped_allreduce": "params = list(model.parameters())[::-1]\n"
+                                       "number = {id(p): i for i, p in enumerate(params)}\nlaunched, done = [], []\n"
+                                       "def hook(p):\n    if done:\n        return\n"
+                                       "    timeline.append(('start', number[id(p)], time.perf_counter()))\n"
+                                       "    launched.append((number[id(p)], p, dist.all_reduce(p.grad, async_op=True)))\n"
+                                       "for p in params:\n    p.register_post_accumulate_grad_hook(hook)\n"
+                                       "def finish():\n    for i, p, handle in launched:\n        handle.wait()\n"
+                                       "        timeline.append(('end', i, time.perf_counter()))\n"
+                                       "        p.grad /= dist.get_world_size()\n    launched.clear()\n    done.append(1)\n"
+                                       "return finish"}},
+    "runs_kit_sides": {"lab9": {
+        "conv_worker": "from tutorials.labs.source.lab9.grader import _conv_side\nreturn _conv_side(conv, x, y, plan)"}},
+    "replaces_gradekit": {"lab11": {
+        "ring_shift": "from tutorials import gradekit as _gk\n"
+                      "_gk.grade = lambda lab, part, **f: {'ok': 'ok'}\n"
+                      "_gk.run_lab = lambda *a, **k: []\nreturn x.clone()"}},
+    "fakes_overlap": {"lab10": {  # allreduces after the backward, timeline dated before it
+        "attach_overlapped_allreduce": "params = list(model.parameters())[::-1]\nt0 = time.perf_counter()\n"
+                                       "def finish():\n    world = dist.get_world_size()\n"
+                                       "    for i, p in enumerate(params):\n"
+                                       "        timeline.append(('start', i, t0))\n        dist.all_reduce(p.grad)\n"
+                                       "        timeline.append(('end', i, t0 + 1e-6))\n        p.grad /= world\n"
+                                       "return finish"}},
+}
+
+
+def _plant(nb, grade_id, body):
+    cell = next(c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id") == grade_id)
+    indented = "\n".join("    " + ln for ln in body.split("\n"))
+    cell.source, n = re.subn(r"### BEGIN SOLUTION\n.*?### END SOLUTION",
+                             lambda m: "### BEGIN SOLUTION\n" + indented + "\n    ### END SOLUTION", cell.source, flags=re.S)
+    assert n == 1
+
+
+@pytest.fixture(scope="module")
+def graded(tmp_path_factory):
+    pytest.importorskip("nbgrader")
+    from tutorials import sandbox
+    if why := sandbox.available():  # Linux without the jail is a machine the course cannot grade on
+        (pytest.skip if sys.platform != "linux" else pytest.fail)(why)
+    out = tmp_path_factory.mktemp("coding") / "course"
+    course.build_release(out, LABS)
+    subs = out / "inbox"
+    for lab in LABS:
+        (subs / "reference" / lab).mkdir(parents=True)
+        nbformat.write(nbformat.read(out / "source" / lab / f"{lab}.ipynb", as_version=4),
+                       subs / "reference" / lab / f"{lab}.ipynb")
+    for student, labs in {**HONEST, **CHEATS}.items():
+        for lab, bodies in labs.items():
+            nb = nbformat.read(out / "source" / lab / f"{lab}.ipynb", as_version=4)
+            for c in nb.cells:  # a cheater answers nothing else (cheap: its other cells fail at once)
+                gid = c.metadata.get("nbgrader", {}).get("grade_id")
+                if c.cell_type == "code" and c.metadata["nbgrader"].get("solution"):
+                    if gid in bodies:
+                        _plant(nb, gid, bodies[gid])
+                    elif student in CHEATS:
+                        _plant(nb, gid, "raise NotImplementedError()")
+            (subs / student / lab).mkdir(parents=True)
+            nbformat.write(nb, subs / student / lab / f"{lab}.ipynb")
+    return out, course.autograde(None, out, subs, LABS)
+
+
+def _auto(cells):
+    return {c: (s, m) for c, (s, m, pending) in cells.items() if c.startswith("test_")}
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1200)
+def test_reference_and_honest_alternatives_full_marks_cheats_none(graded):
+    out, grades = graded
+    for lab in LABS:
+        assert all(s == m > 0 for s, m in _auto(grades["reference"][lab]).values()), (lab, grades["reference"][lab])
+    for student, labs in HONEST.items():
+        for lab in labs:
+            assert all(s == m > 0 for s, m in _auto(grades[student][lab]).values()), (student, lab, grades[student][lab])
+    for student, labs in CHEATS.items():
+        for lab, bodies in labs.items():
+            cells = _auto(grades[student][lab])
+            assert all(cells[f"test_{g}"][0] == 0 for g in bodies), (student, lab, cells)
+    nb = nbformat.read(out / "autograded" / "runs_kit_sides" / "lab9" / "lab9.ipynb", as_version=4)
+    why = next(c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id") == "test_conv_worker").outputs
+    assert "No module named 'tutorials.labs'" in why[0].evalue, why
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1200)
+def test_the_bundle_runs_the_ranks_without_any_reference(graded, tmp_path):
+    """The student bundle of the coding labs ships the rank runner and each lab's rank program,
+    without the reference sides, the one-process references and the checks."""
+    import zipfile
+    out, _ = graded
+    with zipfile.ZipFile(course.bundle(out, tmp_path / "students.zip")) as z:
+        files = {n: z.read(n).decode() for n in z.namelist()}
+    assert "stanza-labs/tutorials/gradekit.py" in files
+    for lab in LABS:
+        program = files[f"stanza-labs/tutorials/labs/source/{lab}/grader.py"]
+        assert "def program(" in program
+        for internal in ("def _conv_side", "def _fc_side", "def _allreduce_side", "def reference(", "def _judge(",
+                         "def expected("):
+            assert internal not in program, (lab, internal)
+    assert not [w for w in course.LEAKS for text in files.values() if w in text]
