@@ -40,6 +40,20 @@ def start_ranks(tmp_path, n, timeout_s, strategy="stanza", global_batch=8):
     return procs
 
 
+def survivors_fail_in_one_line(survivors, t0: float, within: float):
+    """Every survivor exits non-zero within `within` seconds of t0 with at most one line on stderr,
+    an `error: rank ...` line."""
+    for p in survivors:
+        p.wait(timeout=max(1.0, within + t0 - time.time()))
+    assert time.time() - t0 < within
+    for p in survivors:
+        err = p.stderr.read()
+        lines = [ln for ln in err.splitlines() if ln.strip()]
+        assert p.returncode not in (0, None) and p.returncode > 0, (p.returncode, err[-2000:])
+        assert len(lines) <= 1, err[-3000:]
+        assert all(ln.startswith("error: rank ") for ln in lines), err[-2000:]
+
+
 @pytest.mark.parametrize("sig,timeout_s,within", [(signal.SIGKILL, 60, 30), (signal.SIGSTOP, 8, 45)],
                          ids=["killed", "frozen"])
 def test_survivors_fail_clearly(tmp_path, sig, timeout_s, within):
@@ -73,18 +87,8 @@ def test_killed_conv_worker_every_survivor_one_line(tmp_path, strategy):
     timeout_s, within = 30, 45
     procs = start_ranks(tmp_path, 3, timeout_s, strategy, global_batch=6)
     os.kill(procs[1].pid, signal.SIGKILL)
-    t0 = time.time()
     try:
-        survivors = [procs[0], procs[2]]
-        for p in survivors:
-            p.wait(timeout=max(1.0, within + t0 - time.time()))
-        assert time.time() - t0 < within
-        for p in survivors:
-            err = p.stderr.read()
-            lines = [ln for ln in err.splitlines() if ln.strip()]
-            assert p.returncode not in (0, None) and p.returncode > 0, (p.returncode, err[-2000:])
-            assert len(lines) <= 1, err[-3000:]
-            assert all(ln.startswith("error: rank ") for ln in lines), err[-2000:]
+        survivors_fail_in_one_line([procs[0], procs[2]], time.time(), within)
     finally:
         for p in procs:
             if p.poll() is None:
@@ -115,16 +119,7 @@ def test_a_killed_worker_of_a_payload_scaled_replay_leaves_every_survivor_one_li
             assert all(p.poll() is None for p in procs), [p.stderr.read() for p in procs if p.poll() is not None]
             time.sleep(0.2)
         os.kill(procs[1].pid, signal.SIGKILL)
-        t0 = time.time()
-        survivors = [procs[0], procs[2]]
-        for p in survivors:
-            p.wait(timeout=max(1.0, within + t0 - time.time()))
-        assert time.time() - t0 < within
-        for p in survivors:
-            err = p.stderr.read()
-            lines = [ln for ln in err.splitlines() if ln.strip()]
-            assert p.returncode not in (0, None) and p.returncode > 0, (p.returncode, err[-2000:])
-            assert len(lines) <= 1 and all(ln.startswith("error: rank ") for ln in lines), err[-2000:]
+        survivors_fail_in_one_line([procs[0], procs[2]], time.time(), within)
     finally:
         for p in procs:
             if p.poll() is None:
