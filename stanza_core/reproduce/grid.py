@@ -98,8 +98,11 @@ def estimate_s(point: Point, engine_s: float | None = None, *, engine_run: bool 
     from ..runs.plan import replayed_plan
 
     cfg = point.config
+    scale = plan.payload_scale_of(point.target_gbps, cfg.cluster_nodes, mtu=cfg.mtu, ps_servers=cfg.ps_servers)
+    # F as the links ask for it (the messages, measured by the engine run, may lower it)
     p = replayed_plan(cfg, point.target_gbps, None, engine=point.engine and engine_s is not None,
-                      min_dilation=point.min_dilation, engine_s=engine_s if point.engine else None)
+                      min_dilation=point.min_dilation, engine_s=engine_s if point.engine else None,
+                      payload_scale=scale)
     run = p.expected_s()
     if engine_run and point.engine:
         run += SETUP_S_PER_NODE * cfg.cluster_nodes + plan.ENGINE_STEPS * (plan.model_step_s(cfg, plan.COMPUTE_ONLY_GBPS) + (engine_s or 0.0))

@@ -321,18 +321,23 @@ def replayed_plan(cfg: RunConfig, target_gbps: float, cache: Any, *, engine: boo
     (payload_scale_of's message bound). Where the engine term raises D so far that the scaled
     wire rate target / (D F) falls under netem.facts.MIN_LINK_MBIT (the slowest rate the shaper
     is known to hold), F is lowered to keep it there. A lower F is measured again (its engine
-    seconds give D). `engine_s` given: those seconds, F from the links alone (its messages
-    unknown); engine=False: the links alone decide F and D. `payload_scale` given: that F (1:
-    every message whole, the rule before payload scaling), D by the same rule."""
+    seconds give D). Without that run (engine=False, or `engine_s` given) the configuration's
+    messages are unknown and its messages travel whole (F = 1; D by the links and `engine_s`).
+    `payload_scale` given: that F (1: every message whole; the grid's listing passes the links'
+    F to estimate), D by the same rule."""
     from ..netem.facts import MIN_LINK_MBIT
 
     if cfg.compute != "replay":
         raise ValueError(f"replayed_plan needs a replayed configuration, got compute {cfg.compute!r}")
     base = dataclasses.replace(cfg, link_mbit=UNSET_LINK_MBIT, dilation=1.0, payload_scale=1)
     step = model_step_s(base, target_gbps)
-    scale = payload_scale or payload_scale_of(target_gbps, base.cluster_nodes, mtu=base.mtu,
-                                              ps_servers=base.ps_servers)
     measure = engine and engine_s is None
+    if payload_scale is not None:
+        scale = payload_scale
+    elif measure:  # the engine run measures the messages that bound F below
+        scale = payload_scale_of(target_gbps, base.cluster_nodes, mtu=base.mtu, ps_servers=base.ps_servers)
+    else:  # messages unknown: none is made smaller than it is
+        scale = 1
 
     def link_at_scale(f: int) -> tuple[Link, float | None, float | None, dict | None]:
         secs, messages, when = engine_s, None, None

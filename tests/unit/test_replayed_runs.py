@@ -220,10 +220,11 @@ def test_each_configuration_runs_at_its_own_dilation_with_engine_seconds_measure
     measured.clear()  # the engine seconds are in the cache: a second notebook measures none
     again = spec.plans(Cache(tmp_path))
     assert not measured and again == plans
-    # without the engine term every configuration has the links' F and D and nothing is measured
+    # without the engine term nothing is measured: the messages are unknown and travel whole (F = 1),
+    # and every configuration has the links' D
     plain = dataclasses.replace(s, engine=False).specs[0].plans(Cache(None))
-    assert not measured and {p.dilation for p in plain} == {math.ceil(40 / f)} and {p.engine_s for p in plain} == {None}
-    assert {p.link.payload_scale for p in plain} == {f}
+    assert not measured and {p.dilation for p in plain} == {40} and {p.engine_s for p in plain} == {None}
+    assert {p.link.payload_scale for p in plain} == {1}
     runs = [{**p.row(), "strategy": p.config.strategy} for p in plans]
     caption = replayed.caption(s, [Measurement(spec=spec.to_dict(), config=spec.to_dict(), runs=runs)])
     assert f"D = {', '.join(f'{d:g}' for d in sorted(set(got.values())))}, per configuration" in caption
