@@ -5,6 +5,8 @@
 #     text_representation:
 #       extension: .py
 #       format_name: percent
+#       format_version: '1.3'
+#       jupytext_version: 1.19.6
 #   kernelspec:
 #     display_name: Python 3 (ipykernel)
 #     language: python
@@ -167,8 +169,8 @@ fig_model
 
 # %% [markdown]
 # **What the figure says** (modelled): with buckets the allreduce ends earlier than with one
-# bucket, by about 56 ms at 10 Gb/s (most of the backward, whose time the cell above prints; not
-# all of it: the last bucket, holding the first layers' gradients, can only leave when the
+# bucket, by about 56 ms at 10 Gb/s (less than half of the backward, whose time the cell above
+# prints: the last bucket, holding the first layers' gradients, can only leave when the
 # backward ends); at slow links the transfer
 # dominates both, at fast ones there is little left to hide. The measured runs above sit far
 # from that regime: four processes on two cores, where the "network" is the same CPU.

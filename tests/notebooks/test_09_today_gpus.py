@@ -63,9 +63,11 @@ def test_tiny_run_replays_the_h200_record_and_checks_the_pick(spec, run_notebook
     runs = {r["label"]: r for b in results["replayed"]["benches"] for r in b["runs"]}
     for key, c in pt["configs"].items():
         run = runs[pt["labels"][key]]
-        # D by the plan's rule (links and the engine seconds measured at D = 1), never computed here
-        assert run["dilation"] == replay_link(25.0, 2, target_step_s=run["target_step_s"],
-                                              engine_s=run["engine_s"]).dilation == c["dilation"]
+        # F and D by the plan's rule (links, the messages and the engine seconds measured at D = 1 at
+        # that F), never computed here; 2 nodes at 25 Gb/s ask for F = 50 of the links, at most 32
+        assert 1 < run["payload_scale"] <= 32
+        assert run["dilation"] == replay_link(25.0, 2, target_step_s=run["target_step_s"], engine_s=run["engine_s"],
+                                              payload_scale=run["payload_scale"]).dilation == c["dilation"]
         assert run["dilation"] > 1 and run["engine_s"] > 0
         assert c["replayed"] == pytest.approx(run["throughput"] * run["dilation"], rel=1e-12)  # on the target
         assert c["predicted_over_replayed"] == pytest.approx(c["predicted"] / c["replayed"], rel=1e-12)

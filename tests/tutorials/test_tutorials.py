@@ -76,9 +76,9 @@ def test_t4_overlap_timeline_shows_buckets_inside_the_backward(run_tutorial):
     at10 = next(row for row in r["modelled"] if row["gbps"] == 10.0)
     assert at10["one_bucket"]["exposed_ms"] - at10["buckets"]["exposed_ms"] > 0.3 * at10["backward_ms"]
     # what T4's text says (modelled: the v100 row of the compute model): about 56 ms saved at 10 Gb/s,
-    # most of the backward but not all of it
+    # less than half of the backward
     saved = at10["one_bucket"]["exposed_ms"] - at10["buckets"]["exposed_ms"]
-    assert saved == pytest.approx(56, abs=2) and 0.5 * at10["backward_ms"] < saved < at10["backward_ms"]
+    assert saved == pytest.approx(56, abs=2) and saved < 0.5 * at10["backward_ms"]
     assert (out / "modelled_overlap.plotly.json").is_file()
 
 

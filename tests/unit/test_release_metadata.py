@@ -76,5 +76,6 @@ def test_the_devcontainer_reproduces_and_make_lab_opens_the_notebooks():
 
     dc = json.loads((ROOT / ".devcontainer" / "devcontainer.json").read_text())
     assert dc["postCreateCommand"] == "make reproduce" and "python:3.11" in dc["image"]
-    lab = subprocess.run(["make", "-n", "lab"], cwd=ROOT, capture_output=True, text=True)
+    # --no-print-directory: under `make test` the parent's MAKEFLAGS would add "Entering directory" lines
+    lab = subprocess.run(["make", "--no-print-directory", "-n", "lab"], cwd=ROOT, capture_output=True, text=True)
     assert lab.returncode == 0 and lab.stdout.strip().splitlines()[-1] == ".venv/bin/python -m jupyterlab notebooks"
