@@ -44,11 +44,13 @@ MAX_AGGREGATE_MBIT = 1000.0
 
 # Payload scaling (replayed runs: 1/F of every message on links shaped to 1/F; the token bucket
 # scaled too, cluster.scaled_burst_bytes). Below MIN_MESSAGE_BYTES per-message costs (gloo's and
-# TCP's work per message), not bytes, set a message's time on a shaped link: a stream of messages
-# of that size or larger moves within 2 % of bytes / rate, smaller ones do not. Measured with
-# `python benchmarks/message_floor.py --rates 62.5 250 --payload-scale 16` (two emulated nodes,
-# gloo send/recv, MTU 9000; benchmarks/results/message_floor.json): see that file for the table.
-MIN_MESSAGE_BYTES = 65536
+# TCP's work per message, the bucket's burst after an idle spell), not bytes, set a message's time
+# on a shaped link: a stream of 8 messages of 256 KiB or more each moves within 2 % of bytes / rate
+# at 20, 62.5 and 250 Mbit/s (ratios 0.983-0.999), 128 KiB ones do not (0.958 at 62.5, 0.964 at 250).
+# Measured alone on the machine, 2026-12-07 00:30-00:33, MTU 9000, buckets for F = 16:
+# `python benchmarks/message_floor.py --rates 20 62.5 250 --reps 3 --payload-scale 16
+# --out benchmarks/results/message_floor.json` (the table is in that file).
+MIN_MESSAGE_BYTES = 262144
 # The slowest link rate the shaper is known to hold (Mbit/s): `check` measured every link within
 # 1 % of its set rate from 20 to 300 Mbit/s (cluster.burst_bytes). Below it a 20 ms sample of the
 # link check holds a few frames, and the check cannot judge the link; the run plan keeps a scaled
