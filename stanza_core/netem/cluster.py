@@ -42,6 +42,15 @@ def burst_bytes(rate_mbit: float, mtu: int = 1500) -> int:
     return max(10 * (mtu + 14), int(rate_mbit * 1e6 / 8 * 1e-3))
 
 
+TXQUEUELEN = 1000  # a veth's default queue length (packets): htb's default leaf pfifo holds this many
+
+
+def scaled_queue_packets(payload_scale: int) -> int:
+    """The packet limit of a scaled link's queue (payload scaling): the unscaled link's TXQUEUELEN
+    over F, so a full queue stands for the same line time; at least 4 packets."""
+    return max(4, -(-TXQUEUELEN // payload_scale))
+
+
 def scaled_burst_bytes(rate_mbit: float, mtu: int, payload_scale: int) -> int:
     """The token-bucket depth of a link that carries 1/F of every message at 1/F of the rate
     (payload scaling, comm/process_group.py): the bucket of the unscaled link (rate x F), scaled
@@ -158,6 +167,13 @@ class EmulatedCluster:
         sh(tc + ["class", "add", "dev", dev, "parent", "1:", "classid", "1:1", "htb",
                   "rate", f"{bits}bit", "ceil", f"{bits}bit", "burst", f"{burst}b",
                   "cburst", f"{burst}b", "quantum", "60000"])
+        if delay_ms == 0 and self.payload_scale > 1:
+            # The queue in front of the shaper, scaled like the bucket: unscaled, htb's leaf is a
+            # pfifo of the device's txqueuelen packets (1000 on a veth), which holds 1000 frames'
+            # line time at the rate x F; at the rate that is F times longer, and a reply queued
+            # behind another flow's data (a PS pull behind pushes) waits F times too long.
+            sh(tc + ["qdisc", "add", "dev", dev, "parent", "1:1", "handle", "10:", "pfifo", "limit",
+                     str(scaled_queue_packets(self.payload_scale))])
         if delay_ms > 0:
             # The delay line must hold a full bandwidth-delay product or it drops at full rate.
             limit = max(1000, int(2 * bits / 8 * delay_ms / 1e3 / self.mtu))
@@ -237,6 +253,8 @@ class EmulatedCluster:
     def describe(self) -> dict:
         return {"prefix": self.prefix, "rate_mbit": self.rate_mbit, "delay_ms": self.delay_ms,
                 "mtu": self.mtu, "payload_scale": self.payload_scale,
-                "burst_bytes": scaled_burst_bytes(self.rate_mbit, self.mtu, self.payload_scale), "subnet": self.subnet, "switch_netns": self.switch_netns, "bridge": self.bridge,
+                "burst_bytes": scaled_burst_bytes(self.rate_mbit, self.mtu, self.payload_scale),
+                "queue_packets": scaled_queue_packets(self.payload_scale) if self.payload_scale > 1 else TXQUEUELEN,
+                "subnet": self.subnet, "switch_netns": self.switch_netns, "bridge": self.bridge,
                 "nodes": [{"index": n.index, "netns": n.netns, "iface": n.iface,
                            "address": n.address} for n in self.nodes]}

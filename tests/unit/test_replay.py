@@ -513,3 +513,12 @@ def test_a_scaled_link_keeps_the_unscaled_token_bucket_in_line_time():
     assert scaled_burst_bytes(31.25, 9000, 8) == scaled_burst_bytes(62.5, 9000, 16) == 2 * 9014
     # 6.4 Gbit/s's bucket (1 ms: 800 kB) / 64: 1 ms at 100 Mbit/s, not the 10 frames a plain link would hold
     assert scaled_burst_bytes(100, 1500, 64) == burst_bytes(6400, 1500) // 64 == 12500 < burst_bytes(100, 1500)
+
+
+def test_a_scaled_link_keeps_the_unscaled_queue_in_line_time():
+    """The queue in front of a scaled link holds 1/F of the unscaled one's packets (a veth's 1000),
+    so a reply queued behind another flow's data waits the same line time; at least 4 packets."""
+    from stanza_core.netem.cluster import TXQUEUELEN, scaled_queue_packets
+
+    assert TXQUEUELEN == 1000 and scaled_queue_packets(12) == 84 and scaled_queue_packets(32) == 32
+    assert scaled_queue_packets(1000) == 4
