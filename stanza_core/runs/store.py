@@ -52,7 +52,9 @@ if TYPE_CHECKING:
 #   3: payload scaling (a replayed run sends 1/F of every message on links shaped to 1/F, F and
 #      D by runs.plan's rules; the token bucket scaled with F) and the V100 row v3 (compute model
 #      v3, fitted to DeepBench's V100 kernels; version 1 and 2 runs used the row now named v100-v2).
-MEASUREMENT_VERSION = 3
+#   4: a scaled link's queue holds txqueuelen / F packets (netem.cluster.scaled_queue_packets);
+#      the one version 3 entry (VGG-16 N=16 ps @ 100 Gb/s) was measured with the unscaled queue.
+MEASUREMENT_VERSION = 4
 MIN_TIMED_STEPS = 3  # steps - warmup of a stored run, from version 2 on
 
 STORE_DIR = Path(__file__).resolve().parents[2] / "benchmarks" / "results" / "full"
