@@ -22,18 +22,23 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def start_ranks(tmp_path, n, timeout_s, strategy="stanza", global_batch=8):
+def start_ranks(tmp_path, n, timeout_s, strategy="stanza", global_batch=8, extra=None, started=None):
+    """n ranks started by hand; returns once training has started: by default every rank has
+    written a checkpoint, or `started()` says so (with `extra` arguments that replace the
+    checkpoints, such as replayed compute)."""
     port, procs = free_port(), []
+    args = extra if extra is not None else ["--checkpoint-dir", str(tmp_path / "ck"), "--checkpoint-every", "20"]
     for r in range(n):
         env = rank_env()
         env.update(RANK=str(r), LOCAL_RANK=str(r), WORLD_SIZE=str(n), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
         procs.append(subprocess.Popen(
             [sys.executable, "-m", "stanza_core.train", "--strategy", strategy, "--model", "tiny_cnn",
              "--image-size", "32", "--global-batch", str(global_batch), "--steps", "100000", "--quiet", "--timeout-s",
-             str(timeout_s), "--checkpoint-dir", str(tmp_path / "ck"), "--checkpoint-every", "20", "--device", "cpu"],
+             str(timeout_s), *args, "--device", "cpu"],
             cwd=ROOT, env=env, stderr=subprocess.PIPE, text=True))
+    started = started or (lambda: (tmp_path / "ck").exists() and len(list((tmp_path / "ck").glob("*.pt"))) >= n)
     deadline = time.time() + 150  # generous: a loaded 2-core machine starts 3 ranks slowly
-    while not (tmp_path / "ck").exists() or len(list((tmp_path / "ck").glob("*.pt"))) < n:
+    while not started():
         assert time.time() < deadline, "training never started"
         assert all(p.poll() is None for p in procs), [p.stderr.read() for p in procs if p.poll() is not None]
         time.sleep(0.2)
@@ -52,6 +57,19 @@ def survivors_fail_in_one_line(survivors, t0: float, within: float):
         assert p.returncode not in (0, None) and p.returncode > 0, (p.returncode, err[-2000:])
         assert len(lines) <= 1, err[-3000:]
         assert all(ln.startswith("error: rank ") for ln in lines), err[-2000:]
+
+
+def kill_rank_1_and_judge(procs, within: float):
+    """SIGKILL rank 1 (a CONV worker, not rank 0 which hosts the store), then judge ranks 0 and 2
+    (survivors_fail_in_one_line); every rank left is ended afterwards."""
+    os.kill(procs[1].pid, signal.SIGKILL)
+    try:
+        survivors_fail_in_one_line([procs[0], procs[2]], time.time(), within)
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
 
 
 @pytest.mark.parametrize("sig,timeout_s,within", [(signal.SIGKILL, 60, 30), (signal.SIGSTOP, 8, 45)],
@@ -86,14 +104,7 @@ def test_killed_conv_worker_every_survivor_one_line(tmp_path, strategy):
     every survivor, whatever its role, exits non-zero within the timeout with one line on stderr."""
     timeout_s, within = 30, 45
     procs = start_ranks(tmp_path, 3, timeout_s, strategy, global_batch=6)
-    os.kill(procs[1].pid, signal.SIGKILL)
-    try:
-        survivors_fail_in_one_line([procs[0], procs[2]], time.time(), within)
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-                p.wait()
+    kill_rank_1_and_judge(procs, within)
 
 
 @pytest.mark.timeout(300)
@@ -101,30 +112,11 @@ def test_a_killed_worker_of_a_payload_scaled_replay_leaves_every_survivor_one_li
     """Replayed compute with payload scaling (F = 8: 1/8 of each message crosses): a CONV worker
     killed mid-run makes every survivor exit non-zero within the timeout with one line, as an
     unscaled run does. Rank 0's step log (--log-csv) says training has started."""
-    timeout_s, within, n = 30, 45, 3
-    port, procs, log = free_port(), [], tmp_path / "steps.csv"
-    for r in range(n):
-        env = rank_env()
-        env.update(RANK=str(r), LOCAL_RANK=str(r), WORLD_SIZE=str(n), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-        procs.append(subprocess.Popen(
-            [sys.executable, "-m", "stanza_core.train", "--strategy", "stanza", "--model", "tiny_cnn",
-             "--image-size", "32", "--global-batch", "8", "--steps", "100000", "--quiet", "--timeout-s",
-             str(timeout_s), "--compute", "replay", "--replay-device", "v100", "--dilation", "20",
-             "--payload-scale", "8", "--log-csv", str(log), "--device", "cpu"],
-            cwd=ROOT, env=env, stderr=subprocess.PIPE, text=True))
-    try:
-        deadline = time.time() + 150
-        while not (log.exists() and len(log.read_text().splitlines()) >= 3):  # a header and two steps
-            assert time.time() < deadline, "training never started"
-            assert all(p.poll() is None for p in procs), [p.stderr.read() for p in procs if p.poll() is not None]
-            time.sleep(0.2)
-        os.kill(procs[1].pid, signal.SIGKILL)
-        survivors_fail_in_one_line([procs[0], procs[2]], time.time(), within)
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-                p.wait()
+    timeout_s, within, log = 30, 45, tmp_path / "steps.csv"
+    procs = start_ranks(tmp_path, 3, timeout_s, extra=["--compute", "replay", "--replay-device", "v100",
+                                                       "--dilation", "20", "--payload-scale", "8", "--log-csv", str(log)],
+                        started=lambda: log.exists() and len(log.read_text().splitlines()) >= 3)  # header, 2 steps
+    kill_rank_1_and_judge(procs, within)
 
 
 def test_a_rank_that_never_starts_is_one_line_after_the_join_timeout(tmp_path):
