@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 from .. import atomic, procgroup
-from . import linkstats
+from . import linkstats, tcpstats
 from .cluster import EmulatedCluster
 from .host import NetemError
 
@@ -229,7 +229,9 @@ def train_on(cl: EmulatedCluster, train_args: list[str], *, timeout_s: float = 9
     arguments name it):
       netem      the cluster (prefix, rate, delay, addresses), the wall time, and per node the
                  kernel interface bytes of the whole run (``tx_bytes`` sent, ``rx_bytes``
-                 received; rendezvous, setup and the final gather included, headers included)
+                 received; rendezvous, setup and the final gather included, headers included),
+                 and ``losses``: TCP retransmissions, timeouts, loss probes and queue drops over
+                 the run (tcpstats)
       link_check what the shaped links carried during the timed steps against their set rate,
                  and ``slipped`` (linkstats: the rule, the 5 % tolerance)
       host_load  the host's CPU busy share over the timed steps and its load average
@@ -247,6 +249,7 @@ def train_on(cl: EmulatedCluster, train_args: list[str], *, timeout_s: float = 9
         metrics = os.path.abspath(metrics)
         gpu = gpu_plan(len(cl.nodes), _flag(train_args, "--device") or "auto")
         before = cl.counters()
+        losses_before = tcpstats.read(cl)
         with linkstats.Sampler(cl.queues()) as sampler:
             try:
                 wall = launch(cl, ["-m", "stanza_core.train", *train_args], timeout_s=timeout_s,
@@ -257,6 +260,7 @@ def train_on(cl: EmulatedCluster, train_args: list[str], *, timeout_s: float = 9
                           file=sys.stderr)
                 raise
         after = cl.counters()
+        losses = tcpstats.difference(losses_before, tcpstats.read(cl))
         try:
             result = json.loads(Path(metrics).read_text())
         except (OSError, ValueError) as e:
@@ -264,7 +268,8 @@ def train_on(cl: EmulatedCluster, train_args: list[str], *, timeout_s: float = 9
     kernel = [{"node": a["node"], "tx_bytes": a["tx_bytes"] - b["tx_bytes"],
                "rx_bytes": a["rx_bytes"] - b["rx_bytes"]} for a, b in zip(after, before)]
     result["netem"] = {**cl.describe(), "wall_s": wall, "kernel": kernel,
-                       "kernel_tx_bytes_total": sum(k["tx_bytes"] for k in kernel)}
+                       "kernel_tx_bytes_total": sum(k["tx_bytes"] for k in kernel),
+                       "losses": losses}
     result["link_check"], result["host_load"] = judge_run(cl, sampler, result)
     if given is not None:   # the user's metrics file carries what the launcher learned too
         atomic.write_text(metrics, json.dumps(result, indent=1))

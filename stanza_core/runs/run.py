@@ -71,7 +71,8 @@ def _run_once(cfg: RunConfig, timeout_s: float) -> dict[str, Any]:
             "throughput": m["throughput"], "step_time_median_s": m["step_time_median_s"],
             "steps_s": [s["time_s"] for s in m["steps"]],
             "bytes_per_step": m["bytes_per_step"], "ranks": m["ranks"], "kernel": m["netem"]["kernel"],
-            "wall_s": m["netem"]["wall_s"], "link_check": m["link_check"], "host_load": m["host_load"]}
+            "wall_s": m["netem"]["wall_s"], "losses": m["netem"].get("losses"),
+            "link_check": m["link_check"], "host_load": m["host_load"]}
 
 
 def target_step_s(model: str, image_size: int, num_classes: int, batch: int, device: str) -> float:
