@@ -15,6 +15,10 @@ median steps agree. The pairs run interleaved (unscaled first in even pairs, sca
 ones), each through runs.run.run_config (the grid's primitive: it makes and removes the emulated
 cluster, and re-runs a run whose links slipped).
 
+With --grid the scaled run is the one the grid makes (runs.plan.replayed_plan: F by its rules, D
+lowered by F at the same link rate): that is the use the grid relies on, judged on the emulated step
+(median step / D).
+
 Judged per pair: |median scaled / median unscaled - 1| <= max(2 %, the pair's spread), the spread
 being the larger of the two runs' (max - min) / median over their timed steps (measured in the
 same pair, never fitted). Also recorded: bytes per step (logical: must be equal), wire bytes, the
@@ -69,13 +73,16 @@ def config_of(model: str, nodes: int, variant: Variant) -> RunConfig:
                         steps=STEPS, warmup=WARMUP, link_mbit=UNSET_LINK_MBIT, compute="replay", replay_device="v100")
 
 
-def plans(cfg: RunConfig, target: float, cache, scale: int | None):
-    """(unscaled plan, scaled plan at the same D)."""
+def plans(cfg: RunConfig, target: float, cache, scale: int | None, grid: bool = False):
+    """(unscaled plan, scaled plan at the same D); with `grid`, the scaled plan is the grid's own
+    (runs.plan.replayed_plan: F and D by its rules, D lowered by F at the same link rate)."""
     from stanza_core.runs import plan
 
     from stanza_core.netem.facts import MIN_LINK_MBIT
 
     whole = plan.replayed_plan(cfg, target, cache, payload_scale=1)
+    if grid:
+        return whole, plan.replayed_plan(cfg, target, cache)
     f = scale or plan.replayed_plan(cfg, target, cache).link.payload_scale  # the grid's rule, its engine run
     # at the unscaled run's D the scaled link runs at its rate / F: at most F that keeps it at MIN_LINK_MBIT
     f = max(1, min(f, math.floor(whole.link.wire_mbit / MIN_LINK_MBIT)))
@@ -88,20 +95,23 @@ def spread(steps: list[float]) -> float:
 
 
 def run_one(p) -> dict[str, Any]:
+    """One replayed run of plan `p`; its step times in machine seconds, and `emulated_median_s`
+    (the median over D: the step the run stands for)."""
     from stanza_core.runs.run import run_config
 
     t0 = time.monotonic()
     row = run_config(p.config, timeout_s=p.timeout_s())
     timed = row["steps_s"][p.config.warmup:]
     return {"payload_scale": p.link.payload_scale, "link_mbit": p.link.wire_mbit, "steps_s": row["steps_s"],
-            "median_s": statistics.median(timed), "spread": spread(timed), "bytes_per_step": row["bytes_per_step"],
+            "dilation": p.dilation, "median_s": statistics.median(timed),
+            "emulated_median_s": statistics.median(timed) / p.dilation, "spread": spread(timed), "bytes_per_step": row["bytes_per_step"],
             "wire_bytes_per_step": sum(r.get("wire_bytes_sent", r["bytes_sent"]) for r in row["ranks"]),
-            "link_check": {k: v for k, v in row["link_check"].items() if k != "queues"},
+            "link_check": {k: v for k, v in row["link_check"].items() if k != "queues"}, "losses": row.get("losses"),
             "remeasured": "remeasured" in row, "machine_s": time.monotonic() - t0}
 
 
 def judge(unscaled: dict, scaled: dict) -> dict[str, Any]:
-    diff = scaled["median_s"] / unscaled["median_s"] - 1
+    diff = scaled["emulated_median_s"] / unscaled["emulated_median_s"] - 1
     bound = max(BOUND, unscaled["spread"], scaled["spread"])
     return {"difference": diff, "bound": bound, "holds": abs(diff) <= bound,
             "bytes_equal": unscaled["bytes_per_step"] == scaled["bytes_per_step"]}
@@ -116,6 +126,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--list", action="store_true", help="print the configurations and their plans (their engine runs only)")
     ap.add_argument("--configs", help="comma-separated shell patterns on the labels (default: all)")
     ap.add_argument("--scale", type=int, help="force this payload scale F (default: the grid's rule)")
+    ap.add_argument("--grid", action="store_true",
+                    help="scaled run as the grid plans it (F and D by runs.plan.replayed_plan: the same link "
+                         "rate, D lowered), judged on the emulated step (median / D)")
     ap.add_argument("--cache", default=str(ROOT / "reproductions" / "out" / "bench-cache"),
                     help="runs cache for the engine seconds (not for the runs: each is measured afresh)")
     ap.add_argument("--out", default=str(OUT))
@@ -140,11 +153,16 @@ def main(argv: list[str] | None = None) -> int:
     cache = Cache(a.cache)
     doc = {"command": "python benchmarks/payload_scaling.py " + " ".join(argv if argv is not None else sys.argv[1:]),
            "host": host(), "started": time.strftime("%Y-%m-%d %H:%M:%S"), "bound": BOUND,
-           "rule": "|median scaled / median unscaled - 1| <= max(2 %, the larger timed-step spread of the pair)",
+           "rule": "|median scaled / median unscaled - 1| <= max(2 %, the larger timed-step spread of the pair)"
+                   " (medians over D: the emulated step)",
+           "mode": "grid: the grid's F and D against F = 1" if a.grid else "same D",
            "steps": STEPS, "warmup": WARMUP, "pairs": []}
     for i, (label, cfg, target) in enumerate(chosen):
-        whole, scaled = plans(cfg, target, cache, a.scale)
-        head = (f"{label}: D = {whole.dilation:g}, F = {scaled.link.payload_scale}, links {whole.link.wire_mbit:.1f} / "
+        whole, scaled = plans(cfg, target, cache, a.scale, a.grid)
+        if a.grid and scaled.link.payload_scale == 1:
+            print(f"{label}: the grid runs it unscaled (F = 1): no pair", flush=True)
+            continue
+        head = (f"{label}: D = {whole.dilation:g}{f' / {scaled.dilation:g}' if a.grid else ''}, F = {scaled.link.payload_scale}, links {whole.link.wire_mbit:.1f} / "
                 f"{scaled.link.wire_mbit:.2f} Mbit/s, modelled step {whole.target_step_s * 1e3:.1f} ms")
         print(head, flush=True)
         if a.list:
@@ -154,6 +172,9 @@ def main(argv: list[str] | None = None) -> int:
         rec = {"label": label, "target_gbps": target, "dilation": whole.dilation, "target_step_s": whole.target_step_s,
                "engine_s": whole.engine_s, "first": order[i % 2][0], **runs, **judge(runs["unscaled"], runs["scaled"])}
         doc["pairs"].append(rec)
+        if a.grid:
+            print(f"  emulated step: unscaled {runs['unscaled']['emulated_median_s'] * 1e3:.1f} ms, scaled "
+                  f"{runs['scaled']['emulated_median_s'] * 1e3:.1f} ms", flush=True)
         print(f"  unscaled {runs['unscaled']['median_s']:.3f} s (spread {runs['unscaled']['spread']:.1%}, "
               f"{runs['unscaled']['machine_s']:.0f} s), scaled {runs['scaled']['median_s']:.3f} s (spread "
               f"{runs['scaled']['spread']:.1%}, {runs['scaled']['machine_s']:.0f} s): {rec['difference']:+.2%} "

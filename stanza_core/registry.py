@@ -52,6 +52,10 @@ class StrategySpec:
     simplicity: int = 0
     baseline: bool = False
     bucketed: bool | str = False
+    # Whether many ranks send to one at once (a parameter server's pushes, a Stanza FC worker's
+    # gather): a replayed run's payload scale is then bounded (netem.facts.MAX_PAYLOAD_SCALE_FAN_IN).
+    # True unless a strategy says otherwise: a plug-in strategy gets the safe bound.
+    fan_in: bool = True
 
     def engine_class(self) -> type:
         module, cls = self.engine.split(":")
@@ -179,7 +183,7 @@ register(StrategySpec(
 register(StrategySpec(
     name="ddp", summary="every rank trains the whole model; bucketed gradient allreduce overlaps the backward",
     roles=("worker",), color="#2ca02c", engine="stanza_core.strategies.ddp:DDP",
-    model="stanza_core.perf.strategies.ddp", simplicity=0, baseline=True, bucketed=True))
+    model="stanza_core.perf.strategies.ddp", simplicity=0, baseline=True, bucketed=True, fan_in=False))
 register(StrategySpec(
     name="stanza", summary="CONV workers train the CONV body, FC workers the FC head; activations and their "
                            "gradients cross the boundary, FC parameters never move",

@@ -12,6 +12,7 @@ The facts other modules need about the emulated cluster (and nothing else states
   MIN_MESSAGE_BYTES           the smallest message a shaped link moves at its rate (payload
                               scaling keeps a step's messages above it: perf.replay_payload_scale)
   MAX_PAYLOAD_SCALE           the largest payload scale F chosen without knowing the messages
+  MAX_PAYLOAD_SCALE_FAN_IN    the largest F where many ranks send to one at once
   MIN_LINK_MBIT               the slowest link rate the shaper is known to hold (F keeps above it)
 
 Mapping a *target* bandwidth to an emulated rate is the performance model's business
@@ -61,6 +62,18 @@ MIN_LINK_MBIT = 20.0
 # records them), F also keeps the step's byte-weighted 10th-percentile message at or above
 # MIN_MESSAGE_BYTES.
 MAX_PAYLOAD_SCALE = 32
+# The largest F where many ranks send to one at once (registry.StrategySpec.fan_in: a PS's
+# pushes, a Stanza FC worker's gather). Converging TCP flows keep a standing queue at the
+# receiver's download link that does not shrink with the payload: its size is set in packets
+# (the congestion control's minimum window and pacing quantum, BBR here), not bytes, so at F its
+# line time grows where the payload's does not. Three senders into one link of 252 / F Mbit/s,
+# 15 MB / F each, MTU 9000: median backlog 9.2 ms at F = 1, 40.1 ms at F = 4 (MTU 1500:
+# 4.0-5.5 ms at F = 1 and 2, 7-13 ms at 4, 12 at 8, 14-19 at 12, with drops from F = 4):
+# `python benchmarks/incast_queue.py` (benchmarks/results/incast_queue*.json). A reply that
+# arrives behind the backlog (a PS pull behind pushes) waits that much longer: AlexNet N=4 ps
+# @ 100 Gb/s at F = 12 ran +4.4 % / +5.0 % slower than at F = 1 (benchmarks/payload_scaling.py).
+# Until a queue that keeps its line time under scaling exists, such runs move whole messages.
+MAX_PAYLOAD_SCALE_FAN_IN = 1
 
 
 def max_link_mbit(mtu: int) -> float:

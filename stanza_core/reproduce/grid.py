@@ -98,7 +98,7 @@ def estimate_s(point: Point, engine_s: float | None = None, *, engine_run: bool 
     from ..runs.plan import replayed_plan
 
     cfg = point.config
-    scale = plan.payload_scale_of(point.target_gbps, cfg.cluster_nodes, mtu=cfg.mtu, ps_servers=cfg.ps_servers)
+    scale = plan.config_payload_scale(cfg, point.target_gbps)
     # F as the links ask for it (the messages, measured by the engine run, may lower it)
     p = replayed_plan(cfg, point.target_gbps, None, engine=point.engine and engine_s is not None,
                       min_dilation=point.min_dilation, engine_s=engine_s if point.engine else None,
@@ -122,11 +122,11 @@ def _engine_key(point: Point, payload_scale: int | None = None) -> str:
     """A configuration without its target, at payload scale F (by default the F its links ask
     for, runs.plan.payload_scale_of: its messages are not known before it is measured): the
     points whose engine seconds are the same."""
-    from ..runs.plan import payload_scale_of
+    from ..runs.plan import config_payload_scale
 
     c = point.config
     if payload_scale is None:
-        payload_scale = payload_scale_of(point.target_gbps, c.cluster_nodes, mtu=c.mtu, ps_servers=c.ps_servers)
+        payload_scale = config_payload_scale(c, point.target_gbps)
     key = point.key()
     return repr(sorted((k, v) for k, v in key.items() if k not in ("target_gbps", "dilation_floor", "repeat"))
                 + [("payload_scale", int(payload_scale))])

@@ -53,6 +53,7 @@ import sys
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
+from .. import registry
 from ..topology import Topology
 
 SETUP_S_PER_NODE = 10.0  # seconds per emulated node to start a run (namespaces, a Python + torch per rank): rough
@@ -181,17 +182,28 @@ def shaped_link(wire_mbit: float, mtu: int) -> Link:
 
 
 def payload_scale_of(target_gbps: float, nodes: int, *, mtu: int = 9000, ps_servers: int = 0,
-                     message_bytes: float | None = None) -> int:
+                     message_bytes: float | None = None, fan_in: bool = False) -> int:
     """F of a replayed run (perf.replay_payload_scale with the emulator's facts): the links' term
-    of D brought to 1, at most netem.facts.MAX_PAYLOAD_SCALE, and with `message_bytes` (the step's
-    byte-weighted 10th-percentile message, when measured) at most message_bytes / MIN_MESSAGE_BYTES."""
-    from ..netem.facts import MAX_AGGREGATE_MBIT, MAX_PAYLOAD_SCALE, MIN_MESSAGE_BYTES, max_link_mbit
+    of D brought to 1, at most netem.facts.MAX_PAYLOAD_SCALE (MAX_PAYLOAD_SCALE_FAN_IN for a
+    strategy whose ranks send to one at once, registry.StrategySpec.fan_in), and with
+    `message_bytes` (the step's byte-weighted 10th-percentile message, when measured) at most
+    message_bytes / MIN_MESSAGE_BYTES."""
+    from ..netem.facts import (MAX_AGGREGATE_MBIT, MAX_PAYLOAD_SCALE, MAX_PAYLOAD_SCALE_FAN_IN, MIN_MESSAGE_BYTES,
+                               max_link_mbit)
     from ..perf import replay_payload_scale
 
     return replay_payload_scale(target_gbps, nodes, max_link_mbit=max_link_mbit(mtu),
                                 max_aggregate_mbit=MAX_AGGREGATE_MBIT, ps_servers=ps_servers,
-                                max_scale=MAX_PAYLOAD_SCALE, message_bytes=message_bytes,
+                                max_scale=MAX_PAYLOAD_SCALE_FAN_IN if fan_in else MAX_PAYLOAD_SCALE,
+                                message_bytes=message_bytes,
                                 min_message_bytes=MIN_MESSAGE_BYTES)
+
+
+def config_payload_scale(cfg: "RunConfig", target_gbps: float, message_bytes: float | None = None) -> int:
+    """payload_scale_of for a configuration: its nodes, MTU, dedicated servers and its strategy's
+    fan-in (registry.StrategySpec.fan_in)."""
+    return payload_scale_of(target_gbps, cfg.cluster_nodes, mtu=cfg.mtu, ps_servers=cfg.ps_servers,
+                            message_bytes=message_bytes, fan_in=registry.get(cfg.strategy).fan_in)
 
 
 def replay_link(target_gbps: float, nodes: int, *, target_step_s: float | None = None, engine_s: float = 0.0,
@@ -335,7 +347,7 @@ def replayed_plan(cfg: RunConfig, target_gbps: float, cache: Any, *, engine: boo
     if payload_scale is not None:
         scale = payload_scale
     elif measure:  # the engine run measures the messages that bound F below
-        scale = payload_scale_of(target_gbps, base.cluster_nodes, mtu=base.mtu, ps_servers=base.ps_servers)
+        scale = config_payload_scale(base, target_gbps)
     else:  # messages unknown: none is made smaller than it is
         scale = 1
 
@@ -353,8 +365,7 @@ def replayed_plan(cfg: RunConfig, target_gbps: float, cache: Any, *, engine: boo
     link, secs, messages, when = link_at_scale(scale)
     if payload_scale is None:
         for _ in range(3):  # each bound only lowers F; a lower F's own D is measured again
-            bound = payload_scale_of(target_gbps, base.cluster_nodes, mtu=base.mtu, ps_servers=base.ps_servers,
-                                     message_bytes=messages)
+            bound = config_payload_scale(base, target_gbps, messages)
             if link.wire_mbit < MIN_LINK_MBIT:
                 bound = min(bound, max(1, math.floor(scale * link.wire_mbit / MIN_LINK_MBIT)))
             if bound >= scale:

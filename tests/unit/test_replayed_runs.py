@@ -12,7 +12,7 @@ import pytest
 
 pytest.importorskip("plotly", reason="figures and notebook helpers need plotly (some GPU VM images lack it)")
 
-from stanza_core import viz
+from stanza_core import registry, viz
 from stanza_core.runs import plan, replay_bench, replayed
 from stanza_core.experiments import validation
 from stanza_core.runs.cache import Cache
@@ -184,6 +184,8 @@ def test_each_configuration_runs_at_its_own_dilation_with_engine_seconds_measure
 
     monkeypatch.setattr(plan, "engine_run", engine_run)
     monkeypatch.setattr(facts, "MIN_MESSAGE_BYTES", 100_000)
+    # the fan-in bound lifted, so that every strategy here exercises the links' and the messages' rules
+    monkeypatch.setattr(facts, "MAX_PAYLOAD_SCALE_FAN_IN", MAX_PAYLOAD_SCALE)
     s = replayed.ReplaySet(models=["alexnet"], nodes=[4], strategies=["ps", "ddp", "stanza"], fc_workers=[1, 2],
                            target_gbps=[10.0])
     (spec,) = s.specs
@@ -230,6 +232,24 @@ def test_each_configuration_runs_at_its_own_dilation_with_engine_seconds_measure
     assert f"D = {', '.join(f'{d:g}' for d in sorted(set(got.values())))}, per configuration" in caption
     with pytest.raises(ValueError, match="^replay_engine must be true or false, got 'yes'$"):
         dataclasses.replace(s, engine="yes")
+
+
+def test_strategies_whose_ranks_send_to_one_move_whole_messages(tmp_path, monkeypatch):
+    # netem.facts.MAX_PAYLOAD_SCALE_FAN_IN: a PS's pushes and a Stanza FC worker's gather converge
+    # on one link, whose standing queue does not scale with the payload; DDP's ring does not fan in
+    assert registry.get("ddp").fan_in is False and registry.get("ps").fan_in and registry.get("stanza").fan_in
+    assert facts.MAX_PAYLOAD_SCALE_FAN_IN == 1
+
+    def engine_run(cfg, compute_only_s):
+        return {"seconds": 0.5 / cfg.payload_scale, "message_p10_bytes": 6e7}
+
+    monkeypatch.setattr(plan, "engine_run", engine_run)
+    s = replayed.ReplaySet(models=["alexnet"], nodes=[4], strategies=["ps", "ddp", "stanza"], fc_workers=[1],
+                           target_gbps=[10.0])
+    got = {p.label: p.link.payload_scale for p in s.specs[0].plans(Cache(tmp_path))}
+    assert got == {"ps": 1, "ddp": min(40, MAX_PAYLOAD_SCALE), "stanza k=1": 1}
+    cfg = dataclasses.replace(s.specs[0].plans(Cache(tmp_path))[0].config, payload_scale=1)
+    assert plan.config_payload_scale(cfg, 10.0) == 1
 
 
 @pytest.mark.parametrize("value", ["x", "-1", "nan", "inf", ""])
