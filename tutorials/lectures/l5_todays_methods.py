@@ -211,8 +211,9 @@ assert all(v["tensor parallel"] < v["replicated"] < v["head"] for v in tp.values
 
 # %% slideshow={"slide_type": "fragment"}
 sched = {s: methods.pipeline_schedule(stages, micro_batches, s) for s in methods.SCHEDULES}
+SCHEDULE_NAMES = {"gpipe": "GPipe", "1f1b": "1F1B"}
 fig_pipe = make_subplots(rows=2, cols=1, shared_xaxes=True, vertical_spacing=0.12,
-                         subplot_titles=[f"{s.upper() if s == 'gpipe' else s}: S = {stages}, M = {micro_batches}"
+                         subplot_titles=[f"{SCHEDULE_NAMES[s]}: S = {stages}, M = {micro_batches}"
                                          for s in methods.SCHEDULES])
 for row, (s, events) in enumerate(sched.items(), start=1):
     for kind, color in (("F", "#9ecae1"), ("B", "#fdae6b")):
