@@ -85,7 +85,8 @@ b, N = batch_per_worker, nodes
 #
 # **ZeRO** (Rajbhandari et al. 2020) shards these over the N data-parallel ranks instead:
 # stage 1 the optimizer state, stage 2 also the gradients, stage 3 also the parameters.
-# PyTorch **FSDP** with full sharding is stage 3. Per rank (`perf.methods.zero_memory_bytes`):
+# PyTorch **FSDP** with full sharding is stage 3. Per rank, activations not counted
+# (`perf.methods.zero_memory_bytes`):
 
 # %% slideshow={"slide_type": "fragment"}
 memory = {m: {opt: [float(methods.zero_memory_bytes(P[m], s, N, opt)) for s in methods.ZERO_STAGES]
