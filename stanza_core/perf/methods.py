@@ -124,6 +124,7 @@ def peak_in_flight(events: list[tuple], stage: int = 0) -> int:
 
 def stanza_over_ddp(profile, nodes: int, gbps: float, batch_per_worker: int = 32, device: str = "v100") -> float:
     """The best Stanza k's throughput (k = 1..N//2) over DDP's, modelled (perf.predict)."""
+    checks.positive_int("nodes", nodes, 2, what="a CONV and an FC worker")
     cluster = Cluster(nodes, gbps, device=device)
     ddp = predict(profile, cluster, "ddp", batch_per_worker=batch_per_worker).throughput
     return max(predict(profile, cluster, "stanza", k, batch_per_worker=batch_per_worker).throughput
