@@ -213,9 +213,11 @@ def _replayed_sharded(figure_id: str) -> str:
     return f"; replayed (V100 row v2{note}): {v:.2f}x"
 
 
-def paper_table() -> list[str]:
-    """One row per paper figure (tally.PAPER_FIGURES), from the one claim that counts it: ours under
-    the PS it states, ours against the workbench's sharded PS, how, the bound, the verdict."""
+def paper_rows() -> list[dict]:
+    """One report row per paper figure (tally.PAPER_FIGURES, in order), from the one claim that counts
+    it, evaluated by spec.evaluate_claims under the claim's own bound: the row's `status`, `ours`,
+    `sharded`, `ps` and `paper_figure` (what tally.figure_lines reads), plus `text` (the figure as the
+    paper states it), `how`, `bound`, `command`, `evidence` and `sharded_shown` (the table's cell)."""
     from stanza_core.reproduce.tally import PAPER_FIGURES, counts_figure
 
     counted = {}
@@ -224,8 +226,7 @@ def paper_table() -> list[str]:
         for c in spec.claims:
             if counts_figure(c):
                 counted[c["paper_figure"]] = (path, c)
-    rows = ["| paper figure | PS it is judged under | ours, that PS | ours, the sharded PS | how | bound | verdict | "
-            "command | shown in |", "|---|---|---|---|---|---|---|---|---|"]
+    out = []
     for fid, text in PAPER_FIGURES.items():
         path, c = counted[fid]
         value, how, command = _figure_value(c["ours"])
@@ -236,10 +237,22 @@ def paper_table() -> list[str]:
         one = load_spec(path)
         one.claims = [c]
         (r,), _ = evaluate_claims(one, results, "full")
-        status = r["status"] if "figure" in c else "not judged"
-        sharded = (r.get("sharded", "-") + (" (modelled)" if "sharded" in c else "")) + _replayed_sharded(fid)
-        rows.append(f"| {text} | {c['ps']} | {r['ours']} | {sharded} | {_how(c, how)} | {_fmt_figure_bound(c)} | "
-                    f"**{status}** | {command} | {', '.join(c['evidence'])} |")
+        if "figure" not in c:
+            r["status"] = "not judged"
+        r.update(text=text, how=_how(c, how), bound=_fmt_figure_bound(c), command=command, evidence=c["evidence"],
+                 sharded_shown=(r.get("sharded", "-") + (" (modelled)" if "sharded" in c else "")) + _replayed_sharded(fid))
+        out.append(r)
+    return out
+
+
+def paper_table() -> list[str]:
+    """One row per paper figure (paper_rows): ours under the PS it states, ours against the
+    workbench's sharded PS, how, the bound, the verdict."""
+    rows = ["| paper figure | PS it is judged under | ours, that PS | ours, the sharded PS | how | bound | verdict | "
+            "command | shown in |", "|---|---|---|---|---|---|---|---|---|"]
+    for r in paper_rows():
+        rows.append(f"| {r['text']} | {r['ps']} | {r['ours']} | {r['sharded_shown']} | {r['how']} | {r['bound']} | "
+                    f"**{r['status']}** | {r['command']} | {', '.join(r['evidence'])} |")
     return rows
 
 

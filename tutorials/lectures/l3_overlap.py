@@ -107,11 +107,8 @@ assert p_last3 > 0.4 and t_last3 < 0.15
 # %% [markdown] slideshow={"slide_type": "slide"}
 # ## Buckets, step by step
 #
-# 1. Before training, walk the CONV parameters in backward order and group them into buckets
-#    (PyTorch DDP's rule: a bucket closes once it holds at least `bucket_cap_mb`, 25 MiB by
-#    default, the first one 1 MiB; the engine's `--bucket-mb` closes one before it would exceed
-#    the cap, lab 4's exercise counts that rule, and lab 10's is DDP's. Same idea, variants of
-#    where the boundary falls).
+# 1. Before training, group the CONV parameters into buckets by the order their gradients
+#    arrive in the backward (the reverse of the order they were registered in, for a CNN).
 # 2. Register a hook on each parameter that fires when its gradient has been accumulated.
 # 3. When a bucket's last gradient arrives, launch its allreduce *asynchronously* and return:
 #    the backward continues with the next layers.
@@ -119,7 +116,16 @@ assert p_last3 > 0.4 and t_last3 < 0.15
 #    and run the optimizer.
 #
 # One message per bucket: fewer, larger messages than one per parameter (latency), earlier
-# starts than one for the whole gradient (overlap). PyTorch DDP does the same (Li et al. 2020).
+# starts than one for the whole gradient (overlap).
+#
+# **PyTorch DDP's rule** (Li et al. 2020; torch 2.14): take the parameters in the order their
+# gradients arrived in the first step, about reverse registration order, and close a bucket once
+# it holds *at least* `bucket_cap_mb`, 25 MiB by default; with the default cap the first bucket
+# closes at 1 MiB, so the first allreduce leaves early. (Without `find_unused_parameters`, the
+# first step reduces everything as one bucket while DDP records that order.) *Variants*, named
+# as such: the engine's `--bucket-mb` walks reverse registration order and closes a bucket
+# *before* it would exceed the cap (lab 4 counts it); lab 10 asks for DDP's closing rule with one
+# cap for every bucket, as DDP does when the cap is given explicitly.
 
 # %% [markdown] slideshow={"slide_type": "slide"}
 # ## Predict

@@ -308,11 +308,13 @@ fig_ratio
 # * R. Thakur, R. Rabenseifner, W. Gropp, *Optimization of Collective Communication Operations
 #   in MPICH*, IJHPCA 2005: the α-β cost of collectives.
 # * S. Rajbhandari et al., *ZeRO: Memory Optimizations Toward Training Trillion Parameter
-#   Models*, SC 2020: sharding the optimizer state, where the bytes of a step go next.
+#   Models*, SC 2020: sharding the optimizer state, gradients and parameters (memory, not bytes).
 # * X. Wu, H. Xu, B. Li, Y. Xiong, *Stanza: Layer Separation for Distributed Training in Deep
 #   Learning*, arXiv 1812.10624 (IEEE Transactions on Services Computing, 2020): its performance
 #   model and the choice of the node assignment.
 # * Tutorial T5 and lab 5 (the model, and choosing k); notebook 07 (model against measurement).
+# * Lecture 5: ZeRO, tensor and pipeline parallelism beside layer separation, and where it
+#   stops paying.
 
 # %% slideshow={"slide_type": "skip"}
 results = {"step_ms": step_ms, "best": {"strategy": choice.best.strategy, "fc_workers": choice.best.fc_workers},
