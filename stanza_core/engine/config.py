@@ -9,7 +9,7 @@ from .. import checks
 from ..errors import ConfigError  # noqa: F401 (the engine's modules import it from here)
 from .. import registry
 from ..models import MIN_IMAGE_SIZE
-from ..perf.model import DEFAULT_BUCKET_MB  # --bucket-mb's default, the model's too
+from ..buckets import DEFAULT_BUCKET_MB  # --bucket-mb's default, the model's too
 
 DEVICES = ("auto", "cpu", "cuda")
 BACKENDS = ("auto", "gloo", "nccl")

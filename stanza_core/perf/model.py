@@ -30,9 +30,11 @@ stanza  CONV workers forward b samples, send activations and labels (2 messages)
 from __future__ import annotations
 
 import dataclasses
+import itertools
 from typing import Any
 
 from .. import checks, registry
+from ..buckets import DEFAULT_BUCKET_MB, bucket_groups
 from ..anatomy import DTYPE_BYTES, Profile
 from .cluster import Cluster
 from .devices import DeviceProfile
@@ -40,7 +42,6 @@ from .resolve import device_profile
 from .traffic import (ModelCounts, StanzaOptions, check_config, data_workers, rank_bytes, stanza_options,
                       summary_bytes)
 
-DEFAULT_BUCKET_MB = 25.0  # gradient bucket cap, MiB: the engine's --bucket-mb default (torch DDP's too)
 DEFAULT_BATCH_PER_WORKER = 32
 
 @dataclasses.dataclass
@@ -117,19 +118,13 @@ def bucketed_backward(units: list[tuple[int, float]], cluster: Cluster, n: int, 
     Bucketing rule: torch DDP closes a bucket once it holds >= cap (close_at_cap=True); the
     engine's GradBuckets (stanza) starts a new bucket before one would exceed cap.
     Returns (backward end, allreduce end, total allreduce time, buckets), from the backward's start."""
-    t, size, buckets = 0.0, 0, []
-    for params, dt in units:
-        nbytes = DTYPE_BYTES * params
-        if not close_at_cap and size and size + nbytes > cap_bytes:
-            buckets.append((t, size))  # ready when the previous unit finished
-            size = 0
-        t += dt
-        size += nbytes
-        if close_at_cap and size >= cap_bytes:
-            buckets.append((t, size))
-            size = 0
-    if size:
-        buckets.append((t, size))
+    ends = list(itertools.accumulate(dt for _, dt in units))
+    t = ends[-1] if ends else 0.0
+    nbytes = [DTYPE_BYTES * params for params, _ in units]
+    # each bucket ready when its last unit's gradient exists
+    buckets = [(ends[g[-1]], sum(nbytes[i] for i in g))
+               for g in bucket_groups(nbytes, cap_bytes, close_at_cap=close_at_cap)]
+    buckets = [(ready, size) for ready, size in buckets if size]
     if n <= 1:
         return t, 0.0, 0.0, 0
     link_free, busy = 0.0, 0.0

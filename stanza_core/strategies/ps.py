@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import torch
 
+from ..buckets import bucket_groups
 from ..topology import WORKER
 from .base import Strategy, make_sgd
 
@@ -34,20 +35,14 @@ def shard_sizes(total: int, shards: int) -> list[int]:
 
 
 def bucket_ranges(numels: list[int], cap_bytes: int, elem_bytes: int = 4) -> list[slice]:
-    """Flat ranges of gradient buckets in backward order (reverse parameter order); a new
-    bucket starts before one would exceed the cap (the rule of stanza's GradBuckets)."""
+    """Flat ranges of gradient buckets in backward order (reverse parameter order), split by the
+    engine's bucket rule (buckets.bucket_groups)."""
     offsets = [sum(numels[:i]) for i in range(len(numels))]
-    out, stop, size = [], None, 0
-    for i in reversed(range(len(numels))):
-        nbytes = numels[i] * elem_bytes
-        if stop is not None and size and size + nbytes > cap_bytes:
-            out.append(slice(offsets[i] + numels[i], stop))
-            stop, size = None, 0
-        if stop is None:
-            stop = offsets[i] + numels[i]
-        size += nbytes
-    if stop is not None:
-        out.append(slice(0, stop))
+    order = list(reversed(range(len(numels))))
+    out = []
+    for g in bucket_groups([numels[i] * elem_bytes for i in order], cap_bytes):
+        first, last = order[g[-1]], order[g[0]]  # lowest and highest parameter index of the bucket
+        out.append(slice(offsets[first], offsets[last] + numels[last]))
     return [r for r in out if r.stop > r.start]
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import torch
 
+from ..buckets import bucket_groups
 from ..topology import CONV_WORKER
 from .base import Strategy, make_sgd, positions_of
 from .stanza_pipeline import Pipeline, hooked_buckets, uses_pipeline
@@ -36,15 +37,9 @@ class GradBuckets:
 
     def __init__(self, params, comm, group: str, category: str, bucket_mb: float, device):
         self.comm, self.group, self.category, self.lean = comm, group, category, False
-        cap = int(bucket_mb * 2**20)
-        self.buckets: list[list[torch.nn.Parameter]] = [[]]
-        size = 0
-        for p in reversed(list(params)):
-            if self.buckets[-1] and size + p.numel() * p.element_size() > cap:
-                self.buckets.append([])
-                size = 0
-            self.buckets[-1].append(p)
-            size += p.numel() * p.element_size()
+        order = list(reversed(list(params)))  # the backward's order
+        groups = bucket_groups([p.numel() * p.element_size() for p in order], int(bucket_mb * 2**20))
+        self.buckets: list[list[torch.nn.Parameter]] = [[order[i] for i in g] for g in groups] or [[]]
         self.bucket_of = {id(p): i for i, b in enumerate(self.buckets) for p in b}
         self.flat = [torch.empty(sum(p.numel() for p in b), device=device) for b in self.buckets]
         self.views = [_views_of(flat, b) for flat, b in zip(self.flat, self.buckets)]  # made once

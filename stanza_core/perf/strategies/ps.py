@@ -9,6 +9,7 @@ import bisect
 import itertools
 
 from ...anatomy import DTYPE_BYTES
+from ...buckets import bucket_groups
 from ..model import backward_units, predict
 from ..traffic import clean, data_workers, ps_shard_sizes, report
 
@@ -82,15 +83,12 @@ def _buckets(profile, dev, b, cap, overlap, bwd_total):
     if not overlap:
         return [(bwd_total, 0, P)]
     units = backward_units(profile, dev, ("conv", "fc"), b)
-    out, t, hi, size = [], 0.0, P, 0
-    for params, dt in units:  # engine rule (GradBuckets): a new bucket before one would exceed cap
-        if size and (size + params) * DTYPE_BYTES > cap:
-            out.append((t, hi - size, hi))
-            hi, size = hi - size, 0
-        t += dt
-        size += params
-    if size:
-        out.append((t, hi - size, hi))
+    ends = list(itertools.accumulate(dt for _, dt in units))
+    out, hi = [], P
+    for g in bucket_groups([params * DTYPE_BYTES for params, _ in units], cap):  # the engine's rule
+        size = sum(units[i][0] for i in g)
+        out.append((ends[g[-1]], hi - size, hi))
+        hi -= size
     return out
 
 
