@@ -28,7 +28,7 @@ from stanza_core.engine.config import TrainConfig
 from stanza_core.models import MIN_IMAGE_SIZE, get_model
 from stanza_core.perf import expected_bytes
 
-from dist_launch import assert_same_params, train
+from dist_launch import assert_same_params, train, train_many
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
@@ -61,8 +61,31 @@ def oracle(tmp_path_factory):
     return get
 
 
+def case_args(model: str, strategy: str) -> list[str]:
+    return ["--strategy", strategy, *(["--fc-workers", "1"] if strategy == "stanza" else []), *common(model)]
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    """runs(model, strategy, n) -> (metrics, saved state_dict) of that case: the cases with the same
+    N run one after another in one torchrun launch (dist_launch.train_many), launched when the
+    first of them is asked for; each case's results are handed out once (vgg16_bn's state is
+    ~0.5 GB)."""
+    made: dict[tuple, tuple] = {}
+
+    def get(model, strategy, n):
+        if (model, strategy, n) not in made:
+            same_n = [c for c in CASES if c[2] == n]
+            out = train_many(tmp_path_factory.mktemp(f"n{n}"), n, {f"{m}-{s}": case_args(m, s) for m, s, _ in same_n},
+                             timeout=600)
+            made.update({(m, s, n): out[f"{m}-{s}"] for m, s, _ in same_n})
+        return made.pop((model, strategy, n))
+
+    return get
+
+
 @pytest.mark.parametrize("model,strategy,n", CASES, ids=[f"{m}-{s}-N{n}" for m, s, n in CASES])
-def test_bn_model_equals_local(tmp_path, oracle, model, strategy, n):
+def test_bn_model_equals_local(runs, oracle, model, strategy, n):
     k = 1 if strategy == "stanza" else None
     data_workers = n - k if k else n
     torch.manual_seed(TrainConfig().seed)  # the initial parameters every rank starts from
@@ -73,8 +96,7 @@ def test_bn_model_equals_local(tmp_path, oracle, model, strategy, n):
     del net  # vgg16_bn: ~0.5 GB
 
     ref_metrics, ref_path = oracle(model)
-    extra = ["--fc-workers", "1"] if k else []
-    metrics, state, _ = train(tmp_path, strategy, n, "--strategy", strategy, *extra, *common(model))
+    metrics, state = runs(model, strategy, n)
     assert metrics["config"]["bn_stats"] == "global"
     assert any(key.endswith("running_var") for key in state)
     ref_state = torch.load(ref_path, weights_only=True)
