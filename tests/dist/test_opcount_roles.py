@@ -12,6 +12,7 @@ the plain loop and plain DDP: tests/unit/test_opcount.py. Figures: docs/benchmar
 import json
 import os
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -33,11 +34,10 @@ JOBS = [  # (model, strategy flags): every role of stanza and of both ps deploym
 ]
 
 
-@pytest.fixture(scope="module")
-def role_rows(tmp_path_factory):
-    """role_rows(i) -> each rank's row of JOBS[i]: every job a 3-rank `stanza_core.opcount` run,
-    all of them one after another in one torchrun launch (jobs_driver.py)."""
-    tmp = tmp_path_factory.mktemp("opcount")
+def all_role_rows(tmp: Path) -> list[list[dict]]:
+    """Each rank's row of every job of JOBS (in that order), each job a 3-rank `stanza_core.opcount`
+    run, all of them one after another in one torchrun launch (jobs_driver.py); `tmp` an empty
+    folder for their files. Also benchmarks/opcount_table.py's."""
     outs = [tmp / f"job{i}" for i in range(len(JOBS))]
     jobs = []
     for (model, flags), out in zip(JOBS, outs):
@@ -50,19 +50,21 @@ def role_rows(tmp_path_factory):
            os.path.join(ROOT, "tests", "dist", "jobs_driver.py"), str(spec)]
     p = procgroup.run(cmd, cwd=ROOT, env=rank_env(), capture_output=True, text=True, timeout_s=540)
     assert p.returncode == 0, p.stderr[-3000:]
-
-    def get(i: int) -> list[dict]:
-        rows = [json.loads(f.read_text()) for f in sorted(outs[i].glob("rank*.json"))]
+    per_job = [[json.loads(f.read_text()) for f in sorted(out.glob("rank*.json"))] for out in outs]
+    for rows in per_job:
         assert sorted(r["rank"] for r in rows) == [0, 1, 2], p.stdout[-2000:]
-        return rows
+    return per_job
 
-    return get
+
+@pytest.fixture(scope="module")
+def role_rows(tmp_path_factory):
+    return all_role_rows(tmp_path_factory.mktemp("opcount"))
 
 
 @pytest.mark.parametrize("i", range(len(JOBS)), ids=[f"{m}-{' '.join(f[1:])}" for m, f in JOBS])
 def test_each_role_costs_its_pieces_calls(role_rows, i):
     model, flags = JOBS[i]
-    rows = role_rows(i)
+    rows = role_rows[i]
     roles = {r["role"] for r in rows}
     assert roles == ({"conv_worker", "fc_worker"} if "stanza" in flags else
                      {"worker", "ps_server"} if "--ps-servers" in flags else {"worker"})

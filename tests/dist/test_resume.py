@@ -59,7 +59,8 @@ def test_save_every_writes_the_model_after_each_kth_step(tmp_path):
     """Stanza gathers the FC head from its FC worker for every saved model (a collective): the
     model saved after step 2 of a 4-step run is the model of a 2-step run, bit for bit."""
     args = ["--strategy", "stanza", "--fc-workers", "1", *COMMON]
-    out = train_many(tmp_path, 3, {"two": [*args, "--steps", "2"], "four": [*args, "--steps", "4", "--save-every", "2"]})
+    out = train_many(tmp_path, 3, {"two": [*args, "--steps", "2"],
+                                   "four": [*args, "--steps", "4", "--save-every", "2"]})
     two, four = out["two"][1], out["four"][1]
     at2 = torch.load(tmp_path / "four.step2.pt", weights_only=True)
     assert two.keys() == at2.keys() == four.keys()
