@@ -18,7 +18,7 @@ import pytest
 from stanza_core.models import get_model
 from stanza_core.split import split_model
 
-from dist_launch import assert_same_params, train_many
+from dist_launch import assert_same_params, grouped_runs
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
@@ -111,19 +111,9 @@ def oracle(local_run):
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
-    """runs(case id) -> (metrics, saved state_dict) of that case: the cases with the same N run
-    one after another in one torchrun launch (dist_launch.train_many), launched when the first of
-    them is asked for."""
-    made: dict[str, tuple] = {}
-
-    def get(case_id: str):
-        if case_id not in made:
-            n = CASES[IDS.index(case_id)][5]
-            same_n = {i: case_args(*c) for i, c in zip(IDS, CASES) if c[5] == n}
-            made.update(train_many(tmp_path_factory.mktemp(f"n{n}"), n, same_n, timeout=240 * len(same_n)))
-        return made[case_id]
-
-    return get
+    """runs(case id) -> (metrics, saved state_dict) of that case: the cases with the same N run one
+    after another in one torchrun launch (dist_launch.grouped_runs)."""
+    return grouped_runs(tmp_path_factory, {i: (c[5], case_args(*c)) for i, c in zip(IDS, CASES)})
 
 
 @pytest.mark.parametrize("model,image_size,g,steps,strategy,n,extra", CASES, ids=IDS)
