@@ -69,7 +69,8 @@ def grouped_runs(tmp_path_factory, jobs: dict[str, tuple[int, list[str]]], timeo
                  save: bool = True):
     """get(name) -> (metrics dict, saved state_dict) of jobs[name] = (ranks, training arguments):
     the first time a job is asked for, every job with its number of ranks not yet run goes in one
-    torchrun launch (train_many); each result is read once from disk and then shared, read-only."""
+    torchrun launch (train_many). Each result is handed out once and then dropped (saved models
+    of the larger zoo models are hundreds of MB); asked for again, a job runs again."""
     made: dict[str, tuple] = {}
 
     def get(name: str):
@@ -78,7 +79,7 @@ def grouped_runs(tmp_path_factory, jobs: dict[str, tuple[int, list[str]]], timeo
             same = {k: args for k, (m, args) in jobs.items() if m == n and k not in made}
             made.update(train_many(tmp_path_factory.mktemp(f"n{n}"), n, same, timeout=timeout_per_job * len(same),
                                    save=save))
-        return made[name]
+        return made.pop(name)
 
     return get
 
