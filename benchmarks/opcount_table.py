@@ -6,7 +6,7 @@ Counted, not timed (exact and machine-independent; on a GPU each call is a kerne
 issues, so the ratio is the engine's overhead on a launch-bound step). Rows:
   local, ddp   in this process (stanza_core.opcount.engine_vs_plain): the plain loop, and torch's
                DDP at world size 1 at the same bucket size with no comm hook;
-  roles        3-rank gloo jobs (`torchrun -m stanza_core.opcount`): every rank's step less the
+  roles        3-rank gloo jobs (`stanza_core.opcount`, all in one torchrun launch): every rank's step less the
                network's own calls, against the same model pieces run bare (opcount.bare_pieces).
 The same configurations as tests/unit/test_opcount.py and tests/dist/test_opcount_roles.py, which
 bound every ratio at 1.05; this prints the table docs/benchmarks.md carries.
@@ -17,6 +17,7 @@ import argparse
 import json
 import os
 import sys
+import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -48,10 +49,12 @@ def main(argv=None) -> int:
             ref = "plain DDP" if strategy == "ddp" else "plain loop"
             print(f"| {model} {size} px b{batch} | {strategy} (vs {ref}) | {r['engine']} | {r['plain']} | "
                   f"{r['ratio']:.3f} | {len(r['host_reads'])} |", flush=True)
-    from test_opcount_roles import JOBS, role_rows  # noqa: E402 (the test's own configurations)
+    from test_opcount_roles import JOBS, all_role_rows  # noqa: E402 (the test's own configurations)
 
-    for model, flags in JOBS:
-        for r in sorted(role_rows(model, flags), key=lambda r: r["rank"]):
+    with tempfile.TemporaryDirectory() as tmp:
+        per_job = all_role_rows(Path(tmp))
+    for (model, flags), job_rows in zip(JOBS, per_job):
+        for r in sorted(job_rows, key=lambda r: r["rank"]):
             rows.append({**r, "model": model, "flags": flags})
             print(f"| {model} | {' '.join(flags[1:])}: rank {r['rank']} {r['role']} | {r['engine']} "
                   f"(+{r['network']} network) | {r['bare']} (bare pieces) | {r['ratio']:.3f} | "

@@ -15,7 +15,7 @@ import pytest
 from stanza_core.comm import POWERSGD_START
 from stanza_core.perf import expected_bytes, named_profile
 
-from dist_launch import assert_same_params, train
+from dist_launch import assert_same_params, grouped_runs
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
@@ -43,11 +43,26 @@ def _args(extra):
     return out
 
 
-@pytest.mark.parametrize("n,extra", CASES, ids=["hybrid-k1-M2", "hybrid-k2-M4"])
-def test_hybrid_and_micro_batches_equal_local(tmp_path, oracle, n, extra):
+IDS = ["hybrid-k1-M2", "hybrid-k2-M4"]
+COMPRESSED = {"fc_workers": 1, "fc_conv_share": 0.25, "boundary_dtype": "bf16"}  # and --grad-compression
+COMPRESSED_STEPS = 4  # two vanilla PowerSGD steps, then two compressed ones
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    """Every stanza run of this file, those with the same N in one torchrun launch
+    (dist_launch.grouped_runs)."""
+    return grouped_runs(tmp_path_factory, {
+        **{i: (n, ["--strategy", "stanza", *COMMON, "--steps", str(STEPS), *_args(extra)])
+           for i, (n, extra) in zip(IDS, CASES)},
+        "powersgd": (3, ["--strategy", "stanza", *COMMON, "--steps", str(COMPRESSED_STEPS),
+                         *_args({**COMPRESSED, "grad_compression": "powersgd"})])})
+
+
+@pytest.mark.parametrize("n,extra", CASES, ids=IDS)
+def test_hybrid_and_micro_batches_equal_local(request, runs, oracle, n, extra):
     ref_metrics, ref_state, _ = oracle
-    metrics, state, _ = train(tmp_path, "stanza", n, "--strategy", "stanza", *COMMON, "--steps", str(STEPS),
-                              *_args(extra))
+    metrics, state = runs(request.node.callspec.id)
     assert_same_params(state, ref_state)
     for mine, ref in zip(metrics["steps"], ref_metrics["steps"]):
         assert mine["loss"] == pytest.approx(ref["loss"], rel=1e-5)
@@ -63,11 +78,9 @@ def test_hybrid_and_micro_batches_equal_local(tmp_path, oracle, n, extra):
 
 
 @pytest.mark.parametrize("compression", ["powersgd"])
-def test_compressed_traffic_equals_the_model(tmp_path, compression):
-    steps = 4  # two vanilla PowerSGD steps, then two compressed ones
-    extra = {"fc_workers": 1, "fc_conv_share": 0.25, "boundary_dtype": "bf16", "grad_compression": compression}
-    metrics, _, _ = train(tmp_path, "stanza", 3, "--strategy", "stanza", *COMMON, "--steps", str(steps),
-                          *_args(extra))
+def test_compressed_traffic_equals_the_model(runs, compression):
+    steps = COMPRESSED_STEPS
+    metrics, _ = runs(compression)
     profile = named_profile("tiny_cnn", 32, 10, G // 2)
     per_step = [expected_bytes(profile, "stanza", 3, 1, G, fc_conv_share=0.25, boundary_dtype="bf16",
                                grad_compression=compression, step=t) for t in range(steps)]

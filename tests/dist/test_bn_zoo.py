@@ -4,7 +4,7 @@ parameters and batch-norm running statistics — with the counted bytes equal to
 perf.expected_bytes, batch-norm statistics traffic (`bn_stats`) included.
 
 Kept cheap: 32x32 inputs (vgg16_bn's MIN_IMAGE_SIZE: five 2x2 max-pools), a global batch of 8,
-one shared oracle per model. Smaller is not cheaper in time (process start-up dominates) but is
+one shared oracle per model, the cases of one N in one torchrun launch. Smaller is not cheaper in time (process start-up dominates) but is
 ill-conditioned: with 4 samples, resnet18's last stages normalise 4 values per channel, and
 plain fp32 training then differs from fp64 by ~1e-3 relative in the gradients.
 
@@ -28,7 +28,7 @@ from stanza_core.engine.config import TrainConfig
 from stanza_core.models import MIN_IMAGE_SIZE, get_model
 from stanza_core.perf import expected_bytes
 
-from dist_launch import assert_same_params, train
+from dist_launch import assert_same_params, grouped_runs, train
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
@@ -61,8 +61,21 @@ def oracle(tmp_path_factory):
     return get
 
 
+def case_args(model: str, strategy: str) -> list[str]:
+    return ["--strategy", strategy, *(["--fc-workers", "1"] if strategy == "stanza" else []), *common(model)]
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    """The cases with the same N run one after another in one torchrun launch
+    (dist_launch.grouped_runs: each result handed out once, so vgg16_bn's ~0.5 GB state is not
+    kept after its test)."""
+    return grouped_runs(tmp_path_factory, {f"{m}-{s}-N{n}": (n, case_args(m, s)) for m, s, n in CASES},
+                        timeout_per_job=300)
+
+
 @pytest.mark.parametrize("model,strategy,n", CASES, ids=[f"{m}-{s}-N{n}" for m, s, n in CASES])
-def test_bn_model_equals_local(tmp_path, oracle, model, strategy, n):
+def test_bn_model_equals_local(runs, oracle, model, strategy, n):
     k = 1 if strategy == "stanza" else None
     data_workers = n - k if k else n
     torch.manual_seed(TrainConfig().seed)  # the initial parameters every rank starts from
@@ -73,8 +86,7 @@ def test_bn_model_equals_local(tmp_path, oracle, model, strategy, n):
     del net  # vgg16_bn: ~0.5 GB
 
     ref_metrics, ref_path = oracle(model)
-    extra = ["--fc-workers", "1"] if k else []
-    metrics, state, _ = train(tmp_path, strategy, n, "--strategy", strategy, *extra, *common(model))
+    metrics, state = runs(f"{model}-{strategy}-N{n}")
     assert metrics["config"]["bn_stats"] == "global"
     assert any(key.endswith("running_var") for key in state)
     ref_state = torch.load(ref_path, weights_only=True)

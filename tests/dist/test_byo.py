@@ -11,11 +11,12 @@ import torch.nn as nn
 from stanza_core.anatomy import profile_model
 from stanza_core.perf import expected_bytes
 
-from dist_launch import assert_same_params, train
+from dist_launch import assert_same_params, grouped_runs, train
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
 SPEC = "test_byo:bn_net"
+CASES = [("stanza", 3, ["--fc-workers", "1"]), ("ps", 3, []), ("ddp", 2, [])]
 COMMON = ["--model", SPEC, "--image-size", "16", "--global-batch", "12", "--steps", "4", "--lr", "0.05"]
 
 
@@ -44,10 +45,19 @@ def oracle(tmp_path_factory):  # the ranks import this module by name (dist_laun
     return train(tmp_path_factory.mktemp("oracle"), "local", 1, "--strategy", "local", *COMMON)
 
 
-@pytest.mark.parametrize("strategy,n,extra", [("stanza", 3, ["--fc-workers", "1"]), ("ps", 3, []), ("ddp", 2, [])])
-def test_own_bn_model_equals_local(tmp_path, oracle, strategy, n, extra):
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    """The strategies' runs, those with the same number of ranks in one torchrun launch
+    (dist_launch.grouped_runs)."""
+    return grouped_runs(tmp_path_factory, {
+        **{s: (n, ["--strategy", s, *extra, *COMMON]) for s, n, extra in CASES},
+        "ddp-local-bn": (2, ["--strategy", "ddp", "--bn-stats", "local", *COMMON])})
+
+
+@pytest.mark.parametrize("strategy,n,extra", CASES)
+def test_own_bn_model_equals_local(runs, oracle, strategy, n, extra):
     ref_metrics, ref_state, _ = oracle
-    metrics, state, _ = train(tmp_path, strategy, n, "--strategy", strategy, *extra, *COMMON)
+    metrics, state = runs(strategy)
     assert_same_params(state, ref_state)  # parameters and BN running statistics
     assert any(k.endswith("running_mean") for k in state)
     for mine, ref in zip(metrics["steps"], ref_metrics["steps"]):
@@ -59,9 +69,9 @@ def test_own_bn_model_equals_local(tmp_path, oracle, strategy, n, extra):
     assert all(r["sent"].get("bn_stats", 0) > 0 for r in got if r["role"] != "fc_worker")
 
 
-def test_local_bn_stats_is_per_worker_and_not_exact(tmp_path, oracle):
+def test_local_bn_stats_is_per_worker_and_not_exact(runs, oracle):
     """--bn-stats local: no statistics traffic, and (as documented) not equal to local."""
     _, ref_state, _ = oracle
-    metrics, state, _ = train(tmp_path, "ddp-local-bn", 2, "--strategy", "ddp", "--bn-stats", "local", *COMMON)
+    metrics, state = runs("ddp-local-bn")
     assert all("bn_stats" not in r["sent"] for r in metrics["ranks"])
     assert not torch.allclose(state["body.1.running_mean"], ref_state["body.1.running_mean"], rtol=1e-5, atol=1e-6)

@@ -20,7 +20,7 @@ import yaml
 from stanza_core.experiments import convergence
 from stanza_core.models import get_model
 
-from dist_launch import train
+from dist_launch import train, train_many
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
@@ -51,20 +51,24 @@ def spec():
 
 @pytest.fixture(scope="module")
 def losses(spec, tmp_path_factory):
-    """Each run's per-step loss over the window: local, the exact strategies, stanza bf16, the wrong gradient."""
+    """Each run's per-step loss over the window: local, the exact strategies, stanza bf16, the wrong
+    gradient. The four runs on t["nodes"] ranks share one torchrun launch (dist_launch.train_many)."""
     t = {**spec["quick"], **spec["tiny"]}
     common = ["--dataset", convergence.DATASET, "--global-batch", str(t["global_batch"]),
               "--steps", str(convergence.EXACT_WINDOW), "--lr", str(t["lr"]), "--momentum", str(t["momentum"]),
               "--image-size", "32", "--num-classes", "10"]
     stanza = ["--strategy", "stanza", "--fc-workers", str(t["fc_workers"])]
-    jobs = {"local": (1, t["model"], ["--strategy", "local"]),
-            **{s: (t["nodes"], t["model"], stanza if s == "stanza" else ["--strategy", s]) for s in EXACT},
-            "stanza_bf16": (t["nodes"], t["model"], [*stanza, "--boundary-dtype", "bf16"]),
-            "one_wrong_gradient": (1, "test_convergence_bounds_dist:one_wrong_gradient", ["--strategy", "local"])}
+    single = {"local": (t["model"], ["--strategy", "local"]),
+              "one_wrong_gradient": ("test_convergence_bounds_dist:one_wrong_gradient", ["--strategy", "local"])}
+    ranks = {**{s: stanza if s == "stanza" else ["--strategy", s] for s in EXACT},
+             "stanza_bf16": [*stanza, "--boundary-dtype", "bf16"]}
     out = {}
-    for name, (n, model, args) in jobs.items():
-        metrics, _, _ = train(tmp_path_factory.mktemp(name), name, n, "--model", model, *common, *args, timeout=120)
+    for name, (model, args) in single.items():
+        metrics, _, _ = train(tmp_path_factory.mktemp(name), name, 1, "--model", model, *common, *args, timeout=120)
         out[name] = [s["loss"] for s in metrics["steps"]]
+    runs = train_many(tmp_path_factory.mktemp("ranks"), t["nodes"],
+                      {name: ["--model", t["model"], *common, *args] for name, args in ranks.items()}, timeout=240)
+    out.update({name: [s["loss"] for s in metrics["steps"]] for name, (metrics, _) in runs.items()})
     return out
 
 

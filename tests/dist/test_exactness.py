@@ -18,7 +18,7 @@ import pytest
 from stanza_core.models import get_model
 from stanza_core.split import split_model
 
-from dist_launch import assert_same_params, train
+from dist_launch import assert_same_params, grouped_runs
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
@@ -87,6 +87,17 @@ CASES = [  # (model, image size, global batch, steps, strategy, N, extra args)
 ]
 
 
+IDS = [f"{c[0]}-{c[4]}-N{c[5]}-" + "-".join(f"{k}{v}" for k, v in c[6].items()) for c in CASES]
+
+
+def case_args(model, image_size, g, steps, strategy, n, extra) -> list[str]:
+    args = ["--strategy", strategy, "--model", model, "--image-size", str(image_size), "--global-batch", str(g),
+            "--steps", str(steps), "--lr", "0.05"]
+    for key, value in extra.items():
+        args += ["--" + key.replace("_", "-"), str(value)]
+    return args
+
+
 @pytest.fixture
 def oracle(local_run):
     """The local run of a case's model and batch (conftest.local_run: one per session, shared with
@@ -98,15 +109,17 @@ def oracle(local_run):
     return get
 
 
-@pytest.mark.parametrize("model,image_size,g,steps,strategy,n,extra", CASES,
-                         ids=[f"{c[0]}-{c[4]}-N{c[5]}-" + "-".join(f"{k}{v}" for k, v in c[6].items()) for c in CASES])
-def test_strategy_equals_local(tmp_path, oracle, model, image_size, g, steps, strategy, n, extra):
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    """runs(case id) -> (metrics, saved state_dict) of that case: the cases with the same N run one
+    after another in one torchrun launch (dist_launch.grouped_runs)."""
+    return grouped_runs(tmp_path_factory, {i: (c[5], case_args(*c)) for i, c in zip(IDS, CASES)})
+
+
+@pytest.mark.parametrize("model,image_size,g,steps,strategy,n,extra", CASES, ids=IDS)
+def test_strategy_equals_local(request, runs, oracle, model, image_size, g, steps, strategy, n, extra):
     ref_metrics, ref_state, _ = oracle(model, image_size, g, steps)
-    args = ["--strategy", strategy, "--model", model, "--image-size", str(image_size), "--global-batch", str(g),
-            "--steps", str(steps), "--lr", "0.05"]
-    for key, value in extra.items():
-        args += ["--" + key.replace("_", "-"), str(value)]
-    metrics, state, _ = train(tmp_path, strategy, n, *args)
+    metrics, state = runs(request.node.callspec.id)
     assert_same_params(state, ref_state)
     for mine, ref in zip(metrics["steps"], ref_metrics["steps"]):
         assert mine["loss"] == pytest.approx(ref["loss"], rel=1e-5)

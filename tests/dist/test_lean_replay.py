@@ -6,7 +6,7 @@ order) and the same point-to-point messages (peer, category, size), step by step
 
 The reference is the real run: replay holds no parameter values, no optimizer state and copies
 no gradient (replay.py), so what it must keep is exactly what a real step puts on the network.
-Every job runs in one torchrun launch (lean_replay_driver.py)."""
+Every job runs in one torchrun launch (jobs_driver.py)."""
 from __future__ import annotations
 
 import json
@@ -51,7 +51,7 @@ def runs(tmp_path_factory):
     spec = tmp / "jobs.json"
     spec.write_text(json.dumps(jobs))
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={N}",
-           "tests/dist/lean_replay_driver.py", str(spec)]
+           "tests/dist/jobs_driver.py", str(spec)]
     proc = subprocess.run(cmd, cwd=ROOT, env=rank_env(), capture_output=True, text=True, timeout=280)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return {key: json.loads(path.read_text()) for key, path in out.items()}

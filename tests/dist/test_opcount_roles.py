@@ -10,14 +10,13 @@ the plain loop and plain DDP: tests/unit/test_opcount.py. Figures: docs/benchmar
 "Operator calls per step".
 """
 import json
+import os
 import sys
-import tempfile
 from pathlib import Path
 
 import pytest
 
 from stanza_core import procgroup
-from stanza_core.opcount import OUT_ENV
 
 from dist_launch import ROOT, rank_env
 
@@ -35,22 +34,37 @@ JOBS = [  # (model, strategy flags): every role of stanza and of both ps deploym
 ]
 
 
-def role_rows(model: str, flags: list[str]) -> list[dict]:
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=3", "-m",
-           "stanza_core.opcount", "--model", model, *SIZES[model], "--num-classes", "10", "--device", "cpu",
-           "--quiet", *flags]
-    with tempfile.TemporaryDirectory() as out:
-        p = procgroup.run(cmd, cwd=ROOT, env={**rank_env(), OUT_ENV: out}, capture_output=True, text=True,
-                          timeout_s=420)
-        assert p.returncode == 0, p.stderr[-3000:]
-        rows = [json.loads(f.read_text()) for f in sorted(Path(out).glob("rank*.json"))]
-    assert sorted(r["rank"] for r in rows) == [0, 1, 2], p.stdout[-2000:]
-    return rows
+def all_role_rows(tmp: Path) -> list[list[dict]]:
+    """Each rank's row of every job of JOBS (in that order), each job a 3-rank `stanza_core.opcount`
+    run, all of them one after another in one torchrun launch (jobs_driver.py); `tmp` an empty
+    folder for their files. Also benchmarks/opcount_table.py's."""
+    outs = [tmp / f"job{i}" for i in range(len(JOBS))]
+    jobs = []
+    for (model, flags), out in zip(JOBS, outs):
+        out.mkdir()
+        jobs.append({"opcount": ["--model", model, *SIZES[model], "--num-classes", "10", "--device", "cpu", "--quiet",
+                                 *flags], "out": str(out)})
+    spec = tmp / "jobs.json"
+    spec.write_text(json.dumps(jobs))
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=3",
+           os.path.join(ROOT, "tests", "dist", "jobs_driver.py"), str(spec)]
+    p = procgroup.run(cmd, cwd=ROOT, env=rank_env(), capture_output=True, text=True, timeout_s=540)
+    assert p.returncode == 0, p.stderr[-3000:]
+    per_job = [[json.loads(f.read_text()) for f in sorted(out.glob("rank*.json"))] for out in outs]
+    for rows in per_job:
+        assert sorted(r["rank"] for r in rows) == [0, 1, 2], p.stdout[-2000:]
+    return per_job
 
 
-@pytest.mark.parametrize("model,flags", JOBS, ids=[f"{m}-{' '.join(f[1:])}" for m, f in JOBS])
-def test_each_role_costs_its_pieces_calls(model, flags):
-    rows = role_rows(model, flags)
+@pytest.fixture(scope="module")
+def role_rows(tmp_path_factory):
+    return all_role_rows(tmp_path_factory.mktemp("opcount"))
+
+
+@pytest.mark.parametrize("i", range(len(JOBS)), ids=[f"{m}-{' '.join(f[1:])}" for m, f in JOBS])
+def test_each_role_costs_its_pieces_calls(role_rows, i):
+    model, flags = JOBS[i]
+    rows = role_rows[i]
     roles = {r["role"] for r in rows}
     assert roles == ({"conv_worker", "fc_worker"} if "stanza" in flags else
                      {"worker", "ps_server"} if "--ps-servers" in flags else {"worker"})

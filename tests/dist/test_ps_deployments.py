@@ -14,7 +14,7 @@ import pytest
 from stanza_core.models import get_model
 from stanza_core.perf import expected_bytes, named_profile
 
-from dist_launch import assert_same_params, train
+from dist_launch import assert_same_params, grouped_runs
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
@@ -35,14 +35,24 @@ def oracle(local_run):
     return local_run(*COMMON)
 
 
-@pytest.mark.parametrize("world,servers,overlap", CASES,
-                         ids=[f"N{w - s}+S{s}{'-overlap' if o else ''}" for w, s, o in CASES])
-def test_ps_deployment_equals_local_and_counts_expected_bytes(tmp_path, oracle, world, servers, overlap):
+IDS = [f"N{w - s}+S{s}{'-overlap' if o else ''}" for w, s, o in CASES]
+
+
+def case_args(servers: int, overlap: bool) -> list[str]:
+    return ["--strategy", "ps", *COMMON, "--ps-servers", str(servers),
+            *(["--ps-overlap", "--bucket-mb", "0.005", "--timeline"] if overlap else [])]
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    """The cases with the same world size run in one torchrun launch (dist_launch.grouped_runs)."""
+    return grouped_runs(tmp_path_factory, {i: (w, case_args(s, o)) for i, (w, s, o) in zip(IDS, CASES)})
+
+
+@pytest.mark.parametrize("world,servers,overlap", CASES, ids=IDS)
+def test_ps_deployment_equals_local_and_counts_expected_bytes(request, runs, oracle, world, servers, overlap):
     ref_metrics, ref_state, _ = oracle
-    args = ["--strategy", "ps", *COMMON, "--ps-servers", str(servers)]
-    if overlap:
-        args += ["--ps-overlap", "--bucket-mb", "0.005", "--timeline"]
-    metrics, state, _ = train(tmp_path, "ps", world, *args)
+    metrics, state = runs(request.node.callspec.id)
     assert_same_params(state, ref_state)
     for mine, ref in zip(metrics["steps"], ref_metrics["steps"]):
         assert mine["loss"] == pytest.approx(ref["loss"], rel=1e-5)

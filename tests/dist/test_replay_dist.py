@@ -14,21 +14,32 @@ import pytest
 from stanza_core.anatomy import profile_model
 from stanza_core.perf import expected_bytes
 
-from dist_launch import ROOT, rank_env
+from dist_launch import ROOT, grouped_runs, rank_env
 from test_byo import bn_net
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
 
-@pytest.mark.parametrize("strategy,k", [("ddp", 0), ("ps", 0), ("stanza", 1)])
-def test_replay_run_moves_the_expected_bytes(tmp_path, strategy, k):
+CASES = [("ddp", 0), ("ps", 0), ("stanza", 1)]
+N, G, F = 3, 12, 8
+
+
+@pytest.fixture(scope="module")
+def scaled_runs(tmp_path_factory):
+    """The three replayed runs with payload scaling, in one torchrun launch (dist_launch.grouped_runs)."""
+    return grouped_runs(tmp_path_factory, {s: (N, [
+        "--strategy", s, "--model", "test_byo:bn_net", "--image-size", "16", "--global-batch", str(G), "--steps", "3",
+        "--dilation", "20", "--payload-scale", str(F), *(["--fc-workers", str(k)] if k else []),
+        "--compute", "replay", "--replay-device", "v100"]) for s, k in CASES}, save=False)
+
+
+@pytest.mark.parametrize("strategy,k", CASES)
+def test_replay_run_moves_the_expected_bytes(scaled_runs, strategy, k):
     """With payload scaling (F = 8): the counters still report the logical bytes, equal to the
     model's, and what crossed the wire is 1/F of them (each message rounded up to whole elements;
     the labels, integers, whole)."""
-    n, g, f = 3, 12, 8
-    m = _replay(tmp_path, n, "--strategy", strategy, "--model", "test_byo:bn_net", "--image-size", "16",
-                "--global-batch", str(g), "--steps", "3", "--dilation", "20", "--payload-scale", str(f),
-                *(["--fc-workers", str(k)] if k else []))
+    n, g, f = N, G, F
+    m, _ = scaled_runs(strategy)
     assert m["compute"] == "replay" and m["replay"]["dilation"] == 20 and m["config"]["payload_scale"] == f
     for r in m["ranks"]:
         labels = r["sent"].get("labels", 0)

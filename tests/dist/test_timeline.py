@@ -13,7 +13,7 @@ import pytest
 
 from stanza_core.engine.config import TrainConfig
 
-from dist_launch import train
+from dist_launch import grouped_runs, train
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
@@ -49,14 +49,20 @@ def test_timeline_records_the_overlap_and_matches_the_counters(tmp_path):
             assert first["send"] < last["forward_start"]  # first gradient back before the last chunk
 
 
+@pytest.fixture(scope="module")
+def two_rank_runs(tmp_path_factory):
+    """ps (overlapped push) and ddp on 2 ranks, both in one torchrun launch (dist_launch.grouped_runs)."""
+    return grouped_runs(tmp_path_factory, {
+        s: (2, ["--strategy", s, "--model", "tiny_cnn", "--global-batch", "4", "--steps", "2", "--bucket-mb", "0.001",
+                "--timeline", *(["--ps-overlap"] if s == "ps" else [])]) for s in ("ps", "ddp")})
+
+
 @pytest.mark.parametrize("strategy", ["ps", "ddp"])
-def test_ps_and_ddp_mark_their_compute_and_overlap_it_with_the_gradients(tmp_path, strategy):
+def test_ps_and_ddp_mark_their_compute_and_overlap_it_with_the_gradients(two_rank_runs, strategy):
     """ps with the overlapped push and ddp: forward, backward and the update are on the timeline;
     with tiny buckets the first gradient leaves while the backward still runs; a colocated
     server updates each piece of its shard once every push of it has arrived."""
-    extra = ("--ps-overlap",) if strategy == "ps" else ()
-    m, _, _ = train(tmp_path, strategy, 2, "--strategy", strategy, "--model", "tiny_cnn", "--global-batch", "4",
-                    "--steps", "2", "--bucket-mb", "0.001", "--timeline", *extra)
+    m, _ = two_rank_runs(strategy)
     for r in m["ranks"]:
         step0 = [e for e in r["timeline"] if e["step"] == 0]
         ev = Counter(e["event"] for e in step0)
