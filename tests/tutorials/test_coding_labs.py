@@ -92,6 +92,13 @@ PLANTED = {
           "        for h in handles:\n            h.wait()",
           "for x, out in zip(micro_batches, outputs):\n            dist.send(x, 1)\n            dist.recv(out, last)")],
         "in flight"),
+    "lab11 GPipe one micro-batch at a time": (  # exact gradients and bytes, but a pipeline with no overlap
+        "lab11", "gpipe_step",
+        [("    for m in range(plan.micro_batches):\n        if first:", "    def forward_of(m):\n        if first:"),
+         ("    for m in reversed(range(plan.micro_batches)):", "    def backward_of(m):"),
+         ("    for handle in pending:", "    for m in range(plan.micro_batches):\n        forward_of(m)\n"
+                                      "        backward_of(m)\n    for handle in pending:")],
+        "bubble"),
 }
 
 

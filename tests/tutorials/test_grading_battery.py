@@ -3,7 +3,8 @@
 full marks; honest alternatives (an FC worker that batches its slices, one flattened allreduce, a
 blocking even/odd ring, batch_isend_irecv) full marks on their cells; the cheating students
 (running the kit's reference sides, replacing gradekit's grade and run_lab, an overlap faked in
-the timeline, a DDP that synchronises its first step only) 0 on the cells they target. All in one grading run. (The formula labs' battery is
+the timeline, a DDP that synchronises its first step only, a pipeline that skips a micro-batch's
+backward) 0 on the cells they target; 1F1B and a GPipe with blocking sends full marks. All in one grading run. (The formula labs' battery is
 test_labs.py's.)"""
 import re
 import sys
@@ -14,6 +15,32 @@ import pytest
 from tutorials import course
 
 LABS = ["lab9", "lab10", "lab11"]
+
+# lab 11's pipeline: 1F1B (S - s - 1 warm-up forwards, then one forward one backward), and GPipe
+# with blocking sends; and GPipe that skips micro-batch 0's backward.
+_FORWARD = ("first, last, M = rank == 0, rank == world_size - 1, plan.micro_batches\n"
+            "ins, outs, pending = {}, {}, []\n"
+            "def fwd(m, send):\n"
+            "    h = plan.inputs[m] if first else torch.empty(plan.micro_batch, *plan.in_shape)\n"
+            "    if not first:\n        dist.recv(h, rank - 1)\n        h.requires_grad_(True)\n"
+            "    ins[m], outs[m] = h, stage(h)\n"
+            "    if not last:\n        send(outs[m].detach(), rank + 1)\n"
+            "def bwd(m, send):\n"
+            "    if last:\n"
+            "        (F.cross_entropy(outs[m], plan.targets[m], reduction='sum') / plan.global_batch).backward()\n"
+            "    else:\n        g = torch.empty_like(outs[m])\n        dist.recv(g, rank + 1)\n        outs[m].backward(g)\n"
+            "    if not first:\n        send(ins[m].grad, rank - 1)\n"
+            "isend = lambda t, peer: pending.append(dist.isend(t, peer))\n")
+ONE_F_ONE_B = _FORWARD + ("warm = min(world_size - rank - 1, M)\n"
+                          "for m in range(warm):\n    fwd(m, isend)\n"
+                          "for m in range(warm, M):\n    fwd(m, isend)\n    bwd(m - warm, isend)\n"
+                          "for m in range(M - warm, M):\n    bwd(m, isend)\n"
+                          "for h in pending:\n    h.wait()")
+BLOCKING_GPIPE = _FORWARD + ("for m in range(M):\n    fwd(m, dist.send)\n"
+                             "for m in reversed(range(M)):\n    bwd(m, dist.send)")
+SKIPS_A_BACKWARD = _FORWARD + ("for m in range(M):\n    fwd(m, isend)\n"
+                               "for m in reversed(range(1, M)):\n    bwd(m, isend)\n"
+                               "for h in pending:\n    h.wait()")
 
 HONEST = {
     "honest": {
@@ -34,13 +61,15 @@ HONEST = {
         "lab11": {
             "ring_shift": "got = torch.empty_like(x)\nright, left = (rank + 1) % world_size, (rank - 1) % world_size\n"
                           "if rank % 2 == 0:\n    dist.send(x, right)\n    dist.recv(got, left)\n"
-                          "else:\n    dist.recv(got, left)\n    dist.send(x, right)\nreturn got"}},
+                          "else:\n    dist.recv(got, left)\n    dist.send(x, right)\nreturn got",
+            "gpipe_step": ONE_F_ONE_B}},
     "honest_batched": {
         "lab11": {
             "ring_shift": "got = torch.empty_like(x)\n"
                           "ops = [dist.P2POp(dist.isend, x, (rank + 1) % world_size), "
                           "dist.P2POp(dist.irecv, got, (rank - 1) % world_size)]\n"
-                          "for req in dist.batch_isend_irecv(ops):\n    req.wait()\nreturn got"}},
+                          "for req in dist.batch_isend_irecv(ops):\n    req.wait()\nreturn got",
+            "gpipe_step": BLOCKING_GPIPE}},
 }
 CHEATS = {
     "first_step_only": {"lab10": {  # a DDP that synchronises its first step only (full marks when lab 10 ran one step)
@@ -54,6 +83,7 @@ CHEATS = {
                                        "        timeline.append(('end', i, time.perf_counter()))\n"
                                        "        p.grad /= dist.get_world_size()\n    launched.clear()\n    done.append(1)\n"
                                        "return finish"}},
+    "skips_a_backward": {"lab11": {"gpipe_step": SKIPS_A_BACKWARD}},  # micro-batch 0's gradients never computed
     "runs_kit_sides": {"lab9": {
         "conv_worker": "from tutorials.labs.source.lab9.grader import _conv_side\nreturn _conv_side(conv, x, y, plan)"}},
     "replaces_gradekit": {"lab11": {

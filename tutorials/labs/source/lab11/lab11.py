@@ -5,6 +5,8 @@
 #     text_representation:
 #       extension: .py
 #       format_name: percent
+#       format_version: '1.3'
+#       jupytext_version: 1.19.6
 #   kernelspec:
 #     display_name: Python 3 (ipykernel)
 #     language: python
@@ -12,7 +14,7 @@
 # ---
 
 # %% [markdown] nbgrader={"grade": false, "grade_id": "intro", "locked": true, "schema_version": 3, "solution": false, "task": false}
-# # Lab 11 · Deadlocks, fixed with isend and irecv (goes with tutorials T3 and T7)
+# # Lab 11 · Deadlocks fixed with isend and irecv, and a real pipeline (goes with tutorials T3 and T7)
 #
 # Under gloo a blocking `dist.send` returns only once the receiver has posted the matching
 # receive (T3, T7). Programs that look symmetric and harmless therefore hang: every rank sends,
@@ -27,6 +29,12 @@
 # operation each rank is blocked in. The graded tests run more ranks and more data than you see,
 # and check every value and every byte moved.
 #
+# Exercises 1-3 are exchanges that hang; exercise 4 is a pipeline that trains: GPipe, with its
+# backward and its micro-batches, exact against one process, its bubble measured.
+#
+# **Expected time for a graduate student: 4 hours** (exercises 1-3: 1.5 h; exercise 4: 2 h; the
+# questions: 0.5 h).
+#
 # Fill in every region marked `YOUR CODE HERE` (delete the `raise NotImplementedError()`), then
 # run the test cells below it. Do not change the test cells.
 
@@ -36,6 +44,7 @@ from pathlib import Path
 
 import torch
 import torch.distributed as dist
+import torch.nn.functional as F
 
 import stanza_core  # the course's repository, installed with `pip install -e .`: its tutorials/ runs your ranks
 sys.path.append(str(Path(stanza_core.__file__).resolve().parents[1]))
@@ -191,6 +200,83 @@ print("rank 0's operations:", [f"{c['op']}({c['peer']})" for c in ranks[0].calls
 assert [out[0].item() for out in ranks[0].value] == [1.0, 21.0, 41.0]  # 2 x micro-batch + 1 (stage 1)
 ### BEGIN HIDDEN TESTS
 verdict = gradekit.grade("lab11", "run_pipeline", run_pipeline=run_pipeline)
+assert len(verdict) == 4
+for check, outcome in verdict.items():
+    assert outcome == "ok", f"{check}: {outcome}"
+### END HIDDEN TESTS
+
+# %% [markdown] nbgrader={"grade": false, "grade_id": "ex4_text", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# ## Exercise 4 (6 points): a real pipeline, GPipe, with its backward
+#
+# Exercise 3's stages only passed tensors along. Now the stages are a model: an MLP cut into
+# S = N stages, rank s holding stage s (`stage`, an `nn.Module`; stage 0 takes the inputs, the
+# last stage returns the logits). The global batch of G = M x b samples is cut into M
+# micro-batches of b. Write `gpipe_step(stage, rank, world_size, plan)`, one training step's
+# forward and backward, GPipe's schedule:
+#
+# 1. **Forward, every micro-batch in turn.** Stage 0 takes `plan.inputs[m]`; a later stage
+#    receives the micro-batch's activations from rank - 1 (`plan.micro_batch` rows of
+#    `plan.in_shape`) and makes them require a gradient. Run `out = stage(h)`, send `out` (detached)
+#    to rank + 1 unless this is the last stage, and keep `h` and `out` for the backward.
+# 2. **Backward, every micro-batch** (GPipe runs them last micro-batch first). The last stage's
+#    loss for micro-batch m is `F.cross_entropy(out, plan.targets[m], reduction="sum") /
+#    plan.global_batch` (the micro-batches' losses add up to the mean over G); the other stages
+#    receive the gradient of their `out` from rank + 1 and call `out.backward(grad)`. Every stage
+#    but the first sends `h.grad` back to rank - 1.
+#
+# Leave the gradients in the parameters' `.grad` (they add up over the micro-batches); the test
+# takes the SGD step, three steps in all. The graded tests compare the parameters after three
+# steps with the same steps of the whole model on the whole batches in one process (1e-6), count
+# the bytes each rank moved (each activation and each gradient crosses once), and read the
+# stages' timelines: each forward and backward of one micro-batch takes 20 ms (the stage sleeps,
+# standing in for a larger layer), and the bubble fraction, the share of the S stages' time
+# spent idle, must be GPipe's (S - 1) / (M + S - 1), both for the order your stages ran their
+# work in (replayed with equal times) and, nearer it than to one micro-batch at a time's
+# 1 - 1/S, on the clocks. 1F1B (one forward, one backward, after S - s - 1 warm-up forwards) has
+# the same bubble with less memory: it is accepted too.
+
+# %% nbgrader={"grade": false, "grade_id": "gpipe_step", "locked": false, "schema_version": 3, "solution": true, "task": false}
+def gpipe_step(stage, rank, world_size, plan):
+    ### BEGIN SOLUTION
+    first, last = rank == 0, rank == world_size - 1
+    inputs, outputs, pending = [], [], []
+    for m in range(plan.micro_batches):
+        if first:
+            h = plan.inputs[m]
+        else:
+            h = torch.empty(plan.micro_batch, *plan.in_shape)
+            dist.recv(h, rank - 1)
+            h.requires_grad_(True)
+        out = stage(h)
+        if not last:
+            pending.append(dist.isend(out.detach(), rank + 1))
+        inputs.append(h)
+        outputs.append(out)
+    for m in reversed(range(plan.micro_batches)):
+        if last:
+            (F.cross_entropy(outputs[m], plan.targets[m], reduction="sum") / plan.global_batch).backward()
+        else:
+            grad = torch.empty_like(outputs[m])
+            dist.recv(grad, rank + 1)
+            outputs[m].backward(grad)
+        if not first:
+            pending.append(dist.isend(inputs[m].grad, rank - 1))
+    for handle in pending:  # a sent tensor must stay alive until its transfer is done
+        handle.wait()
+    ### END SOLUTION
+
+
+# %% nbgrader={"grade": true, "grade_id": "test_gpipe_step", "locked": true, "points": 6, "schema_version": 3, "solution": false, "task": false}
+# your gpipe_step on 2 stages, 3 micro-batches of 2 samples, three steps
+ranks = gradekit.run_lab("lab11", "try_gpipe", gpipe_step=gpipe_step)
+t_start = min(e[2] for r in ranks for e in r.value["timeline"])
+for r in ranks:  # the last step: ["F" or "B", micro-batch, start, end]
+    print(f"stage {r.rank}:", " ".join(f"{k}{m} {1e3 * (t0 - t_start):.0f}-{1e3 * (t1 - t_start):.0f} ms"
+                                       for k, m, t0, t1 in r.value["timeline"][r.value["marks"][-2]:]))
+assert [sorted(k for k, m, t0, t1 in r.value["timeline"]) for r in ranks] == [["B"] * 9 + ["F"] * 9] * 2
+assert all(len(r.value["params"]) == 2 + 2 * r.rank for r in ranks)  # stage 1 holds two Linear layers
+### BEGIN HIDDEN TESTS
+verdict = gradekit.grade("lab11", "gpipe_step", gpipe_step=gpipe_step)
 assert len(verdict) == 4
 for check, outcome in verdict.items():
     assert outcome == "ok", f"{check}: {outcome}"
