@@ -56,7 +56,8 @@ GRACE_S = 0.5  # after one rank fails, for the others to report, before all are 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 P2P_PEER = {"send": "dst", "isend": "dst", "recv": "src", "irecv": "src"}
 COLLECTIVES = ("all_reduce", "broadcast", "reduce", "all_gather", "all_gather_into_tensor", "gather", "scatter",
-               "reduce_scatter", "reduce_scatter_tensor", "all_to_all", "all_to_all_single", "barrier")
+               "reduce_scatter", "reduce_scatter_tensor", "all_to_all", "all_to_all_single", "barrier",
+               "all_gather_single", "reduce_scatter_single")
 _FRESH = False  # True in the launcher: it may fork ranks itself
 _GRADES: dict = {}  # (lab, part, hash of the student's functions) -> verdicts, shared by test cells
 

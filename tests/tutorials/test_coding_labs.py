@@ -86,6 +86,9 @@ PLANTED = {
         "lab9", "fc_worker", [("reduction=\"sum\") / plan.global_batch", ")")], "parameters"),
     "lab10 no division by the world size": (
         "lab10", "attach_bucketed_allreduce", [("            flat /= world\n", "")], "equal to one process"),
+    "lab10 DDP without the initial broadcast": (  # every rank trains its own initial model
+        "lab10", "DDP", [("                dist.broadcast(p, 0)\n", "                pass\n")],
+        ("equal to one process", "broadcast")),
     "lab11 one micro-batch at a time": (  # never hangs, never a pipeline
         "lab11", "run_pipeline",
         [("handles = [dist.irecv(out, last) for out in outputs] + [dist.isend(x, 1) for x in micro_batches]\n"
