@@ -1,7 +1,8 @@
 """The coding labs (tutorials/labs/source/lab9-11) and their runner, tutorials.gradekit (the
 reference solutions' full marks are test_grading_battery.py's): a planted wrong implementation
 of each lab fails the checks of its own mistake and passes the others; a hang, an exception and a killed rank each end the run within its budget with a one-line
-message and leave no process behind; patching the graders from the notebook's process changes no
+message and leave no process behind; a collective called without its group= names the rank
+that did not join; patching the graders from the notebook's process changes no
 verdict. The hidden tests and the cases agree with the graders' PARTS.
 
 The students' code is taken from the instructor's notebooks (the solution cells), executed as a
@@ -149,6 +150,36 @@ def test_a_deadlocked_pipeline_is_ended_within_its_budget():
     assert "rank 0 blocked in send(dst=1)" in first and "rank 1 blocked in send(dst=0)" in first and "deadlock" in first
     assert all(v.startswith("not run: the 2-rank run failed first") for c, v in verdict.items() if c != "2 ranks x 4 micro-batches")
     assert took < grader.CASES["pipe2"]["budget_s"] + gradekit.STARTUP_S, took
+
+
+def _no_group(rank, world_size, wait_in_recv):
+    import torch
+    import torch.distributed as dist
+    if rank < world_size - 1:
+        dist.all_reduce(torch.ones(3))  # meant for ranks 0..N-2, called without their group=
+    elif wait_in_recv:
+        dist.recv(torch.zeros(1), 0)
+    return rank
+
+
+@pytest.mark.slow
+def test_a_collective_without_its_group_names_the_rank_that_did_not_join():
+    """Lab 9's classic mistake, an allreduce meant for the CONV workers called on the default
+    group: the rank that stayed out returned (its peers' connections break) or waits elsewhere
+    (the run times out); either way the line names it first."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    def failure(wait_in_recv):
+        with pytest.raises(gradekit.RankFailure) as e:
+            gradekit.run_ranks(_no_group, 3, wait_in_recv, budget_s=2.0)
+        return str(e.value)
+
+    with ThreadPoolExecutor(2) as pool:
+        returned, waiting = pool.map(failure, (False, True))
+    said = "rank 2 did not join the all_reduce over all 3 ranks that ranks 0, 1 called"
+    assert returned.startswith(said) and "\n" not in returned, returned
+    assert waiting.startswith("timed out") and "rank 2 blocked in recv(src=0)" in waiting, waiting
+    assert waiting.endswith(said + " (a collective without the group= of the ranks meant to join it?)"), waiting
 
 
 def _spin(rank, world_size, pid_dir):
