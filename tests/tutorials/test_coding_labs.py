@@ -63,7 +63,7 @@ def test_hidden_tests_match_the_graders_parts(lab):
         hidden = test.source.split("### BEGIN HIDDEN TESTS")[1]
         assert _meta(test).get("grade") and f'gradekit.grade("{lab}", "{part}", {part}={part})' in hidden
         assert f"assert len(verdict) == {len(grader.PARTS[part])}" in hidden
-        assert all(grader.CASES[case]["world_size"] in (2, 3, 4) for case in grader.PARTS[part].values())
+        assert all(grader.CASES[case]["world_size"] in (2, 3, 4, 5) for case in grader.PARTS[part].values())
     seen = "\n".join(re.sub(r"### BEGIN SOLUTION.*?### END SOLUTION", "", c.source.split("### BEGIN HIDDEN TESTS")[0],
                             flags=re.S) for c in cells)
     for internal in ("grader", "reference(", "_side", "_judge", "run_checks", "params_off", "expected_bytes"):
@@ -85,6 +85,10 @@ PLANTED = {
           "dist.all_reduce(p.grad, group=plan.conv_group)\n        p.grad /= len(plan.conv_ranks)")], "parameters"),
     "lab9 FC loss over b, not G": (
         "lab9", "fc_worker", [("reduction=\"sum\") / plan.global_batch", ")")], "parameters"),
+    "lab9 k FC workers average their FC gradients": (  # each FC worker's loss is already over G
+        "lab9", "fc_worker_k",
+        [("        dist.all_reduce(p.grad, group=plan.fc_group)",
+          "        dist.all_reduce(p.grad, group=plan.fc_group)\n        p.grad /= len(plan.fc_ranks)")], "parameters"),
     "lab10 no division by the world size": (
         "lab10", "attach_bucketed_allreduce", [("            flat /= world\n", "")], "equal to one process"),
     "lab10 DDP without the initial broadcast": (  # every rank trains its own initial model

@@ -2,11 +2,12 @@
 (tutorials.sandbox), the checks run in the grading process on their results. Every student but
 the reference answers only the cells named (its other cells fail at once: cheap). The reference
 gets full marks; honest alternatives full marks on their cells (an FC worker that batches its
-slices, one flattened allreduce, a blocking even/odd ring, batch_isend_irecv, a DDP that
+slices, one flattened allreduce, k = 2 FC workers served in rank order, a blocking even/odd ring, batch_isend_irecv, a DDP that
 broadcasts one flattened tensor, ZeRO-1 over an allreduce, 1F1B, GPipe with blocking sends); the
 cheating or wrong students 0 on the cells they target (running the kit's reference sides,
 replacing gradekit's grade and run_lab, an overlap faked in the timeline, a DDP that synchronises
-its first step only, a DDP that keeps its buckets' state across steps, ZeRO-1 with the whole
+its first step only, k = 2 FC workers without their FC allreduce, a DDP that keeps its
+buckets' state across steps, ZeRO-1 with the whole
 momentum on every rank, a pipeline that skips a micro-batch's backward). All in one grading run.
 (The formula labs' battery is test_labs.py's.)"""
 import re
@@ -103,6 +104,18 @@ HONEST = {
                           "else:\n    dist.recv(got, left)\n    dist.send(x, right)\nreturn got",
             "gpipe_step": ONE_F_ONE_B}},
     "honest_batched": {
+        "lab9": {  # k = 2 FC workers: its CONV workers in rank order, blocking, one backward, one flat FC allreduce
+            "fc_worker_k": "acts, ys = [], []\nfor i in plan.served:\n"
+                           "    a = torch.empty(plan.batch, *plan.boundary)\n"
+                           "    y = torch.empty(plan.batch, dtype=torch.int64)\n"
+                           "    dist.recv(a, i)\n    dist.recv(y, i)\n    acts.append(a)\n    ys.append(y)\n"
+                           "a = torch.cat(acts).requires_grad_(True)\n"
+                           "(F.cross_entropy(fc(a), torch.cat(ys), reduction='sum') / plan.global_batch).backward()\n"
+                           "for k, i in enumerate(plan.served):\n"
+                           "    dist.send(a.grad[k * plan.batch:(k + 1) * plan.batch].contiguous(), i)\n"
+                           "grads = [p.grad for p in fc.parameters()]\nflat = torch.cat([g.flatten() for g in grads])\n"
+                           "dist.all_reduce(flat, group=plan.fc_group)\noff = 0\n"
+                           "for g in grads:\n    g.copy_(flat[off:off + g.numel()].view_as(g))\n    off += g.numel()"},
         "lab11": {
             "ring_shift": "got = torch.empty_like(x)\n"
                           "ops = [dist.P2POp(dist.isend, x, (rank + 1) % world_size), "
@@ -124,6 +137,8 @@ CHEATS = {
                                        "        p.grad /= dist.get_world_size()\n    launched.clear()\n    done.append(1)\n"
                                        "return finish"}},
     "skips_a_backward": {"lab11": {"gpipe_step": SKIPS_A_BACKWARD}},  # micro-batch 0's gradients never computed
+    "fc_no_allreduce": {"lab9": {"fc_worker_k": _reference("lab9", "fc_worker_k", (
+        "    for p in fc.parameters():", "    for p in []:"))}},  # each FC worker keeps its own slices' gradient
     "ddp_no_reset": {"lab10": {"DDP": NO_RESET}},  # step 2 waits on step 1's handles and copies its sums
     "zero_full_state": {"lab10": {"zero1_step": ZERO_FULL_STATE}},  # exact, but no optimizer state sharded
     "runs_kit_sides": {"lab9": {
