@@ -84,7 +84,7 @@ PLANTED = {
         [("dist.all_reduce(p.grad, group=plan.conv_group)",
           "dist.all_reduce(p.grad, group=plan.conv_group)\n        p.grad /= len(plan.conv_ranks)")], "parameters"),
     "lab9 FC loss over b, not G": (
-        "lab9", "fc_worker", [("reduction=\"sum\") / plan.global_batch", ")")], "parameters"),
+        "lab9", "fc_worker", [("reduction=\"sum\") / plan.global_batch  #", ")  #")], "parameters"),
     "lab9 k FC workers average their FC gradients": (  # each FC worker's loss is already over G
         "lab9", "fc_worker_k",
         [("        dist.all_reduce(p.grad, group=plan.fc_group)",
