@@ -100,6 +100,12 @@ PLANTED = {
           "        for h in handles:\n            h.wait()",
           "for x, out in zip(micro_batches, outputs):\n            dist.send(x, 1)\n            dist.recv(out, last)")],
         "in flight"),
+    "lab11 parameter server pushing after the backward": (  # exact, the right bytes, no overlap
+        "lab11", "attach_sharded_ps",
+        [("        p.register_post_accumulate_grad_hook(hook)", "        pass"),
+         ("        mine = [j for j in range(len(params)) if j % world == rank]",
+          "        for p in params:\n            hook(p)\n        mine = [j for j in range(len(params)) if j % world == rank]")],
+        "backward"),
     "lab11 GPipe one micro-batch at a time": (  # exact gradients and bytes, but a pipeline with no overlap
         "lab11", "gpipe_step",
         [("    for m in range(plan.micro_batches):\n        if first:", "    def forward_of(m):\n        if first:"),

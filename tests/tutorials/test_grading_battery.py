@@ -3,12 +3,14 @@
 the reference answers only the cells named (its other cells fail at once: cheap). The reference
 gets full marks; honest alternatives full marks on their cells (an FC worker that batches its
 slices, one flattened allreduce, k = 2 FC workers served in rank order, a blocking even/odd ring, batch_isend_irecv, a DDP that
-broadcasts one flattened tensor, ZeRO-1 over an allreduce, 1F1B, GPipe with blocking sends); the
+broadcasts one flattened tensor, ZeRO-1 over an allreduce, 1F1B, GPipe with blocking sends, a parameter server whose owner
+receives blocking); the
 cheating or wrong students 0 on the cells they target (running the kit's reference sides,
 replacing gradekit's grade and run_lab, an overlap faked in the timeline, a DDP that synchronises
 its first step only, k = 2 FC workers without their FC allreduce, a DDP that keeps its
 buckets' state across steps, ZeRO-1 with the whole
-momentum on every rank, a pipeline that skips a micro-batch's backward). All in one grading run.
+momentum on every rank, a pipeline that skips a micro-batch's backward, a parameter server that
+pushes after the backward). All in one grading run.
 (The formula labs' battery is test_labs.py's.)"""
 import re
 import sys
@@ -121,7 +123,12 @@ HONEST = {
                           "ops = [dist.P2POp(dist.isend, x, (rank + 1) % world_size), "
                           "dist.P2POp(dist.irecv, got, (rank - 1) % world_size)]\n"
                           "for req in dist.batch_isend_irecv(ops):\n    req.wait()\nreturn got",
-            "gpipe_step": BLOCKING_GPIPE}},
+            "gpipe_step": BLOCKING_GPIPE,
+            "attach_sharded_ps": _reference("lab11", "attach_sharded_ps", (  # the owner receives blocking
+                "        handles = [dist.irecv(t, r, tag=j) for (j, r), t in got.items()]\n"
+                "        for h in handles + pushed:\n            h.wait()",
+                "        for (j, r), t in got.items():\n            dist.recv(t, r, tag=j)\n"
+                "        for h in pushed:\n            h.wait()"))}},
     "honest_trainer": {"lab10": {"DDP": FLAT_BROADCAST, "zero1_step": ZERO_ALLREDUCE}},
 }
 CHEATS = {
@@ -139,6 +146,10 @@ CHEATS = {
     "skips_a_backward": {"lab11": {"gpipe_step": SKIPS_A_BACKWARD}},  # micro-batch 0's gradients never computed
     "fc_no_allreduce": {"lab9": {"fc_worker_k": _reference("lab9", "fc_worker_k", (
         "    for p in fc.parameters():", "    for p in []:"))}},  # each FC worker keeps its own slices' gradient
+    "ps_push_after_backward": {"lab11": {"attach_sharded_ps": _reference("lab11", "attach_sharded_ps", (
+        "        p.register_post_accumulate_grad_hook(hook)", "        pass"), (
+        "        mine = [j for j in range(len(params)) if j % world == rank]",
+        "        for p in params:\n            hook(p)\n        mine = [j for j in range(len(params)) if j % world == rank]"))}},
     "ddp_no_reset": {"lab10": {"DDP": NO_RESET}},  # step 2 waits on step 1's handles and copies its sums
     "zero_full_state": {"lab10": {"zero1_step": ZERO_FULL_STATE}},  # exact, but no optimizer state sharded
     "runs_kit_sides": {"lab9": {

@@ -14,6 +14,12 @@ gpipe     a real pipeline: an MLP cut into S = N stages, rank s holds stage s; t
           mean loss over the global batch in the stage's `.grad`; this program takes STEPS SGD
           steps. Each stage's forward and backward of one micro-batch take STAGE_S seconds (a
           sleep inside the stage, logged by this program on the rank's timeline).
+ps        a sharded parameter server, colocated: parameter j of the MLP lives on rank j mod N. The
+          student's `attach_sharded_ps(model, lr)` registers hooks once and returns `finish`; each
+          step every rank pushes each gradient to its owner from inside the backward (isend), the
+          owner averages and updates, and every rank pulls the updated parameters. Checks: the
+          parameters after STEPS steps equal one process; the bytes pushed and pulled point to
+          point; in every step a push started before the backward ended (the counters' log).
 
 Checks, in the grading process: the run finishes within its budget; the values equal what this
 module computes from the same inputs (exactly: small integers in fp32); every rank sent and
@@ -55,6 +61,10 @@ CASES = {  # a correct exchange takes milliseconds: the budget is for a loaded l
     "try_gpipe": dict(exercise="gpipe", world_size=2, micro_batches=3, micro_batch=2, seed=0, budget_s=20.0),
     "gpipe2": dict(exercise="gpipe", world_size=2, micro_batches=4, micro_batch=3, seed=49, budget_s=20.0),
     "gpipe3": dict(exercise="gpipe", world_size=3, micro_batches=4, micro_batch=2, seed=50, budget_s=20.0),
+    # ps: the MLP's parameters sharded over the ranks (parameter j on rank j mod N), STEPS steps
+    "try_ps": dict(exercise="ps", world_size=2, global_batch=4, seed=0, budget_s=20.0),
+    "ps2": dict(exercise="ps", world_size=2, global_batch=6, seed=51, budget_s=20.0),
+    "ps3": dict(exercise="ps", world_size=3, global_batch=6, seed=52, budget_s=20.0),
 }
 PARTS = {
     "ring_shift": {"2 ranks": "ring2", "3 ranks": "ring3", "4 ranks": "ring4"},
@@ -64,6 +74,8 @@ PARTS = {
     "gpipe_step": {"2 stages x 4 micro-batches: equal to one process": "gpipe2",
                    "3 stages x 4 micro-batches: equal to one process": "gpipe3",
                    "3 stages x 4 micro-batches: bytes": "gpipe3", "3 stages x 4 micro-batches: bubble": "gpipe3"},
+    "attach_sharded_ps": {"2 ranks: equal to one process": "ps2", "3 ranks: equal to one process": "ps3",
+                          "3 ranks: bytes": "ps3", "3 ranks: push overlapped with the backward": "ps3"},
 }
 CHECKS = [c for part in PARTS.values() for c in part]
 TIME_LIMIT_S = 240
@@ -161,9 +173,27 @@ def _gpipe(rank: int, world_size: int, case: dict, fn) -> dict:
             "marks": marks}
 
 
+def _ps(rank: int, world_size: int, case: dict, fn) -> dict:
+    model = nn.Sequential(*build(case["seed"], 2))
+    b, backward = case["global_batch"] // world_size, []
+    finish = fn(model, LR)  # once: the hooks serve every step
+    for step in range(STEPS):
+        x, y = gpipe_batch(case["seed"] + step, case["global_batch"])
+        for p in model.parameters():
+            p.grad = None
+        loss = F.cross_entropy(model(x[rank * b:(rank + 1) * b]), y[rank * b:(rank + 1) * b])
+        t0 = time.perf_counter()
+        loss.backward()
+        backward.append([t0, time.perf_counter()])
+        finish()
+    return {"params": {n: p.detach().clone() for n, p in model.named_parameters()}, "backward": backward}
+
+
 def program(rank: int, world_size: int, case: dict, student: gradekit.StudentCode):
     """One rank (runs in a rank's process)."""
     fns = student.load()
+    if case["exercise"] == "ps":
+        return _ps(rank, world_size, case, fns["attach_sharded_ps"])
     if case["exercise"] == "gpipe":
         return _gpipe(rank, world_size, case, fns["gpipe_step"])
     if case["exercise"] == "ring":
@@ -243,17 +273,48 @@ def _in_flight(results, case) -> str:
 
 
 def reference(case: dict) -> list[dict]:
-    """Each stage's parameters after STEPS SGD steps of the whole model on the whole global batches."""
-    stages = build(case["seed"], case["world_size"])
+    """Each stage's parameters (ps: the model's, in a list of one) after STEPS SGD steps of the whole
+    model on the whole global batches."""
+    stages = build(case["seed"], 2 if case["exercise"] == "ps" else case["world_size"])
     model = nn.Sequential(*stages)
     for step in range(STEPS):
-        x, y = gpipe_batch(case["seed"] + step, case["micro_batches"] * case["micro_batch"])
+        g = case["global_batch"] if case["exercise"] == "ps" else case["micro_batches"] * case["micro_batch"]
+        x, y = gpipe_batch(case["seed"] + step, g)
         model.zero_grad(set_to_none=True)
         F.cross_entropy(model(x), y).backward()
         with torch.no_grad():
             for p in model.parameters():
                 p -= LR * p.grad
+    if case["exercise"] == "ps":
+        return [{n: p.detach().clone() for n, p in model.named_parameters()}]
     return [{n: p.detach().clone() for n, p in s.named_parameters()} for s in stages]
+
+
+def _ps_equal(results, case) -> str:
+    want = reference(case)[0]
+    for r in results:
+        off = gradekit.params_off(r.value["params"], want, TOL)
+        if off:
+            return (f"rank {r.rank}: after {STEPS} steps {off}, against the same steps on the whole global batch in "
+                    "one process")
+    return "ok"
+
+
+def _ps_bytes(results, case) -> str:
+    n = case["world_size"]
+    sizes = [p.numel() * p.element_size() for p in nn.Sequential(*build(case["seed"], 2)).parameters()]
+    owned = [sum(b for j, b in enumerate(sizes) if j % n == r) for r in range(n)]
+    per_rank = [STEPS * (sum(sizes) - owned[r] + (n - 1) * owned[r]) for r in range(n)]  # push + pull, both ways
+    return _traffic(results, per_rank, per_rank)
+
+
+def _ps_overlap(results, case) -> str:
+    for r in results:
+        for step, (t0, t1) in enumerate(r.value["backward"]):
+            if not any(c["op"] == "isend" and t0 <= c["t0"] < t1 for c in r.calls):
+                return (f"rank {r.rank}, step {step}: no gradient was pushed (isend) before the backward ended: "
+                        "the push does not overlap the backward")
+    return "ok"
 
 
 def _gpipe_equal(results, case) -> str:
@@ -341,6 +402,10 @@ def _gpipe_bubble(results, case) -> str:
 
 
 def _judge(check: str, results, case) -> str:
+    if case["exercise"] == "ps":
+        if check.endswith("backward"):
+            return _ps_overlap(results, case)
+        return _ps_bytes(results, case) if check.endswith("bytes") else _ps_equal(results, case)
     if case["exercise"] == "gpipe":
         if check.endswith("bubble"):
             return _gpipe_bubble(results, case)

@@ -12,7 +12,7 @@
 # ---
 
 # %% [markdown] nbgrader={"grade": false, "grade_id": "intro", "locked": true, "schema_version": 3, "solution": false, "task": false}
-# # Lab 11 · Deadlocks fixed with isend and irecv, and a real pipeline (goes with tutorials T3 and T7)
+# # Lab 11 · Deadlocks fixed with isend and irecv; a real pipeline and a parameter server (goes with tutorials T3 and T7)
 #
 # Under gloo a blocking `dist.send` returns only once the receiver has posted the matching
 # receive (T3, T7). Programs that look symmetric and harmless therefore hang: every rank sends,
@@ -27,11 +27,12 @@
 # operation each rank is blocked in. The graded tests run more ranks and more data than you see,
 # and check every value and every byte moved.
 #
-# Exercises 1-3 are exchanges that hang; exercise 4 is a pipeline that trains: GPipe, with its
-# backward and its micro-batches, exact against one process, its bubble measured.
+# Exercises 1-3 are exchanges that hang; exercises 4 and 5 train: GPipe, with its backward and
+# its micro-batches, its bubble measured; a sharded parameter server whose push overlaps the
+# backward; each exact against one process.
 #
-# **Expected time for a graduate student: 4 hours** (exercises 1-3: 1.5 h; exercise 4: 2 h; the
-# questions: 0.5 h).
+# **Expected time for a graduate student: 5.5 hours** (exercises 1-3: 1.5 h; exercise 4: 2 h;
+# exercise 5: 1.5 h; the questions: 0.5 h).
 #
 # Fill in every region marked `YOUR CODE HERE` (delete the `raise NotImplementedError()`), then
 # run the test cells below it. Do not change the test cells.
@@ -275,6 +276,89 @@ assert [sorted(k for k, m, t0, t1 in r.value["timeline"]) for r in ranks] == [["
 assert all(len(r.value["params"]) == 2 + 2 * r.rank for r in ranks)  # stage 1 holds two Linear layers
 ### BEGIN HIDDEN TESTS
 verdict = gradekit.grade("lab11", "gpipe_step", gpipe_step=gpipe_step)
+assert len(verdict) == 4
+for check, outcome in verdict.items():
+    assert outcome == "ok", f"{check}: {outcome}"
+### END HIDDEN TESTS
+
+# %% [markdown] nbgrader={"grade": false, "grade_id": "ex5_text", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# ## Exercise 5 (5 points): a sharded parameter server, its push overlapped with the backward
+#
+# Exercise 2's everyone-to-everyone exchange is a sharded parameter server's traffic. Here it
+# trains: every rank is a worker (the whole MLP, b = G / N samples, the mean loss over them) and
+# the server of one shard: parameter j of `list(model.parameters())` lives on rank j mod N. Write
+# `attach_sharded_ps(model, lr)`, called once before the first step; it registers hooks and
+# returns `finish`, which the test calls after each `loss.backward()` (three steps):
+#
+# 1. **Push, from inside the backward.** In a `register_post_accumulate_grad_hook` hook, send
+#    parameter j's gradient to its owner with `dist.isend(p.grad, owner, tag=j)` (unless this rank
+#    owns it): the push crosses the network while the backward computes the earlier layers.
+#    Several tensors go between the same two ranks; the tag says which is which.
+# 2. **Update, on the owner** (in `finish`): receive the other N - 1 gradients of each parameter
+#    it owns (`dist.irecv(..., tag=j)`), wait for them and for this rank's own pushes, and take the
+#    SGD step `p -= lr * (sum of the N gradients) / N`.
+# 3. **Pull.** Every owner sends each updated parameter to the N - 1 other ranks; every rank
+#    receives the parameters it does not own into them (`dist.irecv(p.detach(), owner, tag=j)`).
+#
+# `finish` must leave the hooks ready for the next step. The graded tests compare the parameters
+# after three steps with one process, count the bytes each rank pushed and pulled point to
+# point, and read the call log: in every step, a push must start before the backward ends. A
+# sharded PS moves what a ring allreduce moves; what it lacks without this overlap is the time
+# the backward could have hidden.
+
+# %% nbgrader={"grade": false, "grade_id": "attach_sharded_ps", "locked": false, "schema_version": 3, "solution": true, "task": false}
+def attach_sharded_ps(model, lr):
+    ### BEGIN SOLUTION
+    rank, world = dist.get_rank(), dist.get_world_size()
+    params = list(model.parameters())
+    number = {id(p): j for j, p in enumerate(params)}
+    pushed = []  # this step's push handles
+
+    def hook(p):  # push the gradient to its owner while the backward goes on
+        j = number[id(p)]
+        if j % world != rank:
+            pushed.append(dist.isend(p.grad, j % world, tag=j))
+
+    for p in params:
+        p.register_post_accumulate_grad_hook(hook)
+
+    def finish():
+        mine = [j for j in range(len(params)) if j % world == rank]
+        got = {(j, r): torch.empty_like(params[j]) for j in mine for r in range(world) if r != rank}
+        handles = [dist.irecv(t, r, tag=j) for (j, r), t in got.items()]
+        for h in handles + pushed:
+            h.wait()
+        pushed.clear()  # ready for the next step
+        with torch.no_grad():
+            for j in mine:  # the owner averages the N gradients and updates
+                total = params[j].grad.clone()
+                for r in range(world):
+                    if r != rank:
+                        total += got[(j, r)]
+                params[j] -= lr * total / world
+        pulls = []
+        for j, p in enumerate(params):  # every rank pulls the updated parameters from their owners
+            if j % world == rank:
+                pulls += [dist.isend(p.detach(), r, tag=j) for r in range(world) if r != rank]
+            else:
+                pulls.append(dist.irecv(p.detach(), j % world, tag=j))
+        for h in pulls:
+            h.wait()
+
+    return finish
+    ### END SOLUTION
+
+
+# %% nbgrader={"grade": true, "grade_id": "test_attach_sharded_ps", "locked": true, "points": 5, "schema_version": 3, "solution": false, "task": false}
+# your attach_sharded_ps(model, lr) on 2 ranks, three steps
+ranks = gradekit.run_lab("lab11", "try_ps", attach_sharded_ps=attach_sharded_ps)
+for r in ranks:
+    t0, t1 = r.value["backward"][0]
+    print(f"rank {r.rank}: backward {1e3 * (t1 - t0):.2f} ms;",
+          ", ".join(f"{c['op']}({c['peer']}) at {1e3 * (c['t0'] - t0):+.2f} ms" for c in r.calls[:6]))
+assert all(torch.equal(ranks[0].value["params"][n], ranks[1].value["params"][n]) for n in ranks[0].value["params"])
+### BEGIN HIDDEN TESTS
+verdict = gradekit.grade("lab11", "attach_sharded_ps", attach_sharded_ps=attach_sharded_ps)
 assert len(verdict) == 4
 for check, outcome in verdict.items():
     assert outcome == "ok", f"{check}: {outcome}"
