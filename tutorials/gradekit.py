@@ -40,6 +40,7 @@ import importlib
 import inspect
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -56,7 +57,8 @@ GRACE_S = 0.5  # after one rank fails, for the others to report, before all are 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 P2P_PEER = {"send": "dst", "isend": "dst", "recv": "src", "irecv": "src"}
 COLLECTIVES = ("all_reduce", "broadcast", "reduce", "all_gather", "all_gather_into_tensor", "gather", "scatter",
-               "reduce_scatter", "reduce_scatter_tensor", "all_to_all", "all_to_all_single", "barrier")
+               "reduce_scatter", "reduce_scatter_tensor", "all_to_all", "all_to_all_single", "barrier",
+               "all_gather_single", "reduce_scatter_single")
 _FRESH = False  # True in the launcher: it may fork ranks itself
 _GRADES: dict = {}  # (lab, part, hash of the student's functions) -> verdicts, shared by test cells
 
@@ -279,9 +281,29 @@ def _died(rank: int, code: int) -> str:
     return f"rank {rank} exited with status {code} before it returned"
 
 
+def _not_joined(run_dir: Path, world: int) -> str:
+    """'' or the ranks that did not join a collective over all `world` ranks that others are (or
+    were, when it failed) in: most often a collective called without the group= that names the
+    ranks meant to join it."""
+    inside: dict = {}
+    for r in range(world):
+        op = (run_dir / f"op{r}.txt").read_text() if (run_dir / f"op{r}.txt").exists() else ""
+        m = re.match(r"(\w+)\(group of (\d+)\)", op)
+        if m and int(m.group(2)) == world:
+            inside.setdefault(m.group(1), []).append(r)
+    for name, ranks in inside.items():
+        out = [r for r in range(world) if r not in ranks]
+        if out and len(ranks) < world:
+            who = lambda rs: f"rank{'s' if len(rs) > 1 else ''} {', '.join(map(str, rs))}"  # noqa: E731
+            return (f"{who(out)} did not join the {name} over all {world} ranks that {who(ranks)} called "
+                    f"(a collective without the group= of the ranks meant to join it?)")
+    return ""
+
+
 def _failure(run_dir: Path, procs: list, finished: set) -> str:
     """The run's one line: the ranks' own errors first, then deaths, then errors that communication
-    raised (most often a peer that failed first)."""
+    raised (most often a peer that failed first, or a rank that never joined a collective: then
+    that is named first)."""
     own, deaths, comm = [], [], []
     for r, p in enumerate(procs):
         err = run_dir / f"err{r}.json"
@@ -290,7 +312,8 @@ def _failure(run_dir: Path, procs: list, finished: set) -> str:
             (comm if why["comm"] else own).append(why["msg"])
         elif r not in finished and p.poll() is not None:
             deaths.append(_died(r, p.returncode))
-    return "; ".join(own + deaths + comm)
+    joined = _not_joined(run_dir, len(procs)) if comm and not own and not deaths else ""
+    return "; ".join(([joined] if joined else []) + own + deaths + comm)
 
 
 def _launch_here(program, args: tuple, world: int, budget_s: float, startup_s: float) -> list[RankResult]:
@@ -360,7 +383,8 @@ def _wait(run_dir: Path, procs: list, budget_s: float, startup_s: float) -> str 
                 waiting.append(f"rank {r} blocked in {op}" if op else f"rank {r} busy in its own code")
             return (f"timed out: not finished {budget_s:g} s after the ranks started: {', '.join(waiting)}"
                     + (f" (ranks {sorted(finished)} had returned)" if finished else "")
-                    + (" - a deadlock?" if any("blocked" in w for w in waiting) else ""))
+                    + (" - a deadlock?" if any("blocked" in w for w in waiting) else "")
+                    + (f"; {joined}" if (joined := _not_joined(run_dir, len(procs))) else ""))
         time.sleep(0.01)
 
 

@@ -1,7 +1,8 @@
 """The coding labs (tutorials/labs/source/lab9-11) and their runner, tutorials.gradekit (the
 reference solutions' full marks are test_grading_battery.py's): a planted wrong implementation
 of each lab fails the checks of its own mistake and passes the others; a hang, an exception and a killed rank each end the run within its budget with a one-line
-message and leave no process behind; patching the graders from the notebook's process changes no
+message and leave no process behind; a collective called without its group= names the rank
+that did not join; patching the graders from the notebook's process changes no
 verdict. The hidden tests and the cases agree with the graders' PARTS.
 
 The students' code is taken from the instructor's notebooks (the solution cells), executed as a
@@ -62,7 +63,7 @@ def test_hidden_tests_match_the_graders_parts(lab):
         hidden = test.source.split("### BEGIN HIDDEN TESTS")[1]
         assert _meta(test).get("grade") and f'gradekit.grade("{lab}", "{part}", {part}={part})' in hidden
         assert f"assert len(verdict) == {len(grader.PARTS[part])}" in hidden
-        assert all(grader.CASES[case]["world_size"] in (2, 3, 4) for case in grader.PARTS[part].values())
+        assert all(grader.CASES[case]["world_size"] in (2, 3, 4, 5) for case in grader.PARTS[part].values())
     seen = "\n".join(re.sub(r"### BEGIN SOLUTION.*?### END SOLUTION", "", c.source.split("### BEGIN HIDDEN TESTS")[0],
                             flags=re.S) for c in cells)
     for internal in ("grader", "reference(", "_side", "_judge", "run_checks", "params_off", "expected_bytes"):
@@ -83,15 +84,35 @@ PLANTED = {
         [("dist.all_reduce(p.grad, group=plan.conv_group)",
           "dist.all_reduce(p.grad, group=plan.conv_group)\n        p.grad /= len(plan.conv_ranks)")], "parameters"),
     "lab9 FC loss over b, not G": (
-        "lab9", "fc_worker", [("reduction=\"sum\") / plan.global_batch", ")")], "parameters"),
+        "lab9", "fc_worker", [("reduction=\"sum\") / plan.global_batch  #", ")  #")], "parameters"),
+    "lab9 k FC workers average their FC gradients": (  # each FC worker's loss is already over G
+        "lab9", "fc_worker_k",
+        [("        dist.all_reduce(p.grad, group=plan.fc_group)",
+          "        dist.all_reduce(p.grad, group=plan.fc_group)\n        p.grad /= len(plan.fc_ranks)")], "parameters"),
     "lab10 no division by the world size": (
         "lab10", "attach_bucketed_allreduce", [("            flat /= world\n", "")], "equal to one process"),
+    "lab10 DDP without the initial broadcast": (  # every rank trains its own initial model
+        "lab10", "DDP", [("                dist.broadcast(p, 0)\n", "                pass\n")],
+        ("equal to one process", "broadcast")),
     "lab11 one micro-batch at a time": (  # never hangs, never a pipeline
         "lab11", "run_pipeline",
         [("handles = [dist.irecv(out, last) for out in outputs] + [dist.isend(x, 1) for x in micro_batches]\n"
           "        for h in handles:\n            h.wait()",
           "for x, out in zip(micro_batches, outputs):\n            dist.send(x, 1)\n            dist.recv(out, last)")],
         "in flight"),
+    "lab11 parameter server pushing after the backward": (  # exact, the right bytes, no overlap
+        "lab11", "attach_sharded_ps",
+        [("        p.register_post_accumulate_grad_hook(hook)", "        pass"),
+         ("        mine = [j for j in range(len(params)) if j % world == rank]",
+          "        for p in params:\n            hook(p)\n        mine = [j for j in range(len(params)) if j % world == rank]")],
+        "backward"),
+    "lab11 GPipe one micro-batch at a time": (  # exact gradients and bytes, but a pipeline with no overlap
+        "lab11", "gpipe_step",
+        [("    for m in range(plan.micro_batches):\n        if first:", "    def forward_of(m):\n        if first:"),
+         ("    for m in reversed(range(plan.micro_batches)):", "    def backward_of(m):"),
+         ("    for handle in pending:", "    for m in range(plan.micro_batches):\n        forward_of(m)\n"
+                                      "        backward_of(m)\n    for handle in pending:")],
+        "bubble"),
 }
 
 
@@ -139,6 +160,36 @@ def test_a_deadlocked_pipeline_is_ended_within_its_budget():
     assert "rank 0 blocked in send(dst=1)" in first and "rank 1 blocked in send(dst=0)" in first and "deadlock" in first
     assert all(v.startswith("not run: the 2-rank run failed first") for c, v in verdict.items() if c != "2 ranks x 4 micro-batches")
     assert took < grader.CASES["pipe2"]["budget_s"] + gradekit.STARTUP_S, took
+
+
+def _no_group(rank, world_size, wait_in_recv):
+    import torch
+    import torch.distributed as dist
+    if rank < world_size - 1:
+        dist.all_reduce(torch.ones(3))  # meant for ranks 0..N-2, called without their group=
+    elif wait_in_recv:
+        dist.recv(torch.zeros(1), 0)
+    return rank
+
+
+@pytest.mark.slow
+def test_a_collective_without_its_group_names_the_rank_that_did_not_join():
+    """Lab 9's classic mistake, an allreduce meant for the CONV workers called on the default
+    group: the rank that stayed out returned (its peers' connections break) or waits elsewhere
+    (the run times out); either way the line names it first."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    def failure(wait_in_recv):
+        with pytest.raises(gradekit.RankFailure) as e:
+            gradekit.run_ranks(_no_group, 3, wait_in_recv, budget_s=2.0)
+        return str(e.value)
+
+    with ThreadPoolExecutor(2) as pool:
+        returned, waiting = pool.map(failure, (False, True))
+    said = "rank 2 did not join the all_reduce over all 3 ranks that ranks 0, 1 called"
+    assert returned.startswith(said) and "\n" not in returned, returned
+    assert waiting.startswith("timed out") and "rank 2 blocked in recv(src=0)" in waiting, waiting
+    assert waiting.endswith(said + " (a collective without the group= of the ranks meant to join it?)"), waiting
 
 
 def _spin(rank, world_size, pid_dir):

@@ -175,7 +175,7 @@ def test_every_graded_function_is_named_in_its_exercise_text(lab):
         if not c.metadata["nbgrader"].get("solution") or c.cell_type != "code":
             continue
         text = next(cells[j].source for j in range(i - 1, -1, -1) if cells[j].cell_type == "markdown")
-        defined = [n.name for n in ast.parse(c.source).body if isinstance(n, ast.FunctionDef)]
+        defined = [n.name for n in ast.parse(c.source).body if isinstance(n, (ast.FunctionDef, ast.ClassDef))]
         assert defined, f"{lab}: solution cell {_grade_id(c)} defines no function"
         for name in defined:
             assert f"`{name}(" in text, f"{lab}: {name} is not named in its exercise's text"

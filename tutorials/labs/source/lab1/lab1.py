@@ -27,6 +27,8 @@
 # |---|---|---|---|
 # | VGG-16 | 138,357,544 | 14,714,688 | 25,088 |
 # | ResNet-50 | 25,557,032 | 23,508,032 | 2,048 |
+#
+# **Expected time for a graduate student: 1.5 hours (three short exercises: 1 h; the question: 0.5 h).**
 
 # %% nbgrader={"grade": false, "grade_id": "setup", "locked": true, "schema_version": 3, "solution": false, "task": false}
 import torch

@@ -15,6 +15,18 @@ same model on the whole global batches in one process; the allreduces each rank 
 rule (parameters in reverse order, a bucket closes once it holds at least the cap); at least one
 bucket's allreduce started before the backward ended, by the student's timeline and by the
 counters' own log of the calls.
+
+ddp    the student's class `DDP(model, bucket_cap_bytes, timeline)` with `finish()`: every rank
+       builds the model with an unused parameter from its own seed (seed + 7919 rank), so DDP
+       must broadcast rank 0's parameters first; DDP_STEPS steps. Checks: parameters equal the
+       one-process steps from rank 0's initial model; each rank broadcast the model's bytes
+       once, before its first allreduce; the buckets (unused parameter included) and the overlap
+       as above, in every step.
+zero1  the student's `zero1_step(model, state, lr, momentum)` after each backward: SGD with
+       momentum, its momentum sharded over the ranks (ZeRO stage 1); DDP_STEPS steps. Checks:
+       parameters equal torch.optim.SGD(momentum=MOMENTUM) in one process on the whole batches;
+       every rank's `state` holds at most its share of the momentum (the model's numel / N, plus
+       one element per parameter of rounding), every step.
 """
 from __future__ import annotations
 
@@ -28,6 +40,8 @@ from tutorials import gradekit
 
 LR = 0.1
 STEPS = 3  # every case trains this many steps: hooks attached once must serve every step
+DDP_STEPS = 5  # the DDP class and ZeRO-1
+MOMENTUM = 0.9
 TOL = 1e-6  # fp32: ranks and bucket boundaries change the order of the sums (measured: up to 1.5e-8)
 # exercise: plain (allreduce_gradients after the backward), overlap (one allreduce per gradient,
 # launched from hooks), buckets (attach_bucketed_allreduce). cap: the bucket cap in bytes (1: every
@@ -40,14 +54,25 @@ CASES = {
     "overlap3": dict(exercise="overlap", world_size=3, global_batch=9, seed=32, cap=1, steps=STEPS, budget_s=20.0),
     "buckets2": dict(exercise="buckets", world_size=2, global_batch=8, seed=33, cap=20000, steps=STEPS, budget_s=20.0),
     "buckets3": dict(exercise="buckets", world_size=3, global_batch=6, seed=34, cap=2000, steps=STEPS, budget_s=20.0),
+    "try_ddp": dict(exercise="ddp", world_size=2, global_batch=4, seed=3, cap=8192, steps=DDP_STEPS, budget_s=20.0),
+    "ddp2": dict(exercise="ddp", world_size=2, global_batch=6, seed=35, cap=20000, steps=DDP_STEPS, budget_s=20.0),
+    "ddp3": dict(exercise="ddp", world_size=3, global_batch=6, seed=36, cap=2000, steps=DDP_STEPS, budget_s=20.0),
+    "try_zero1": dict(exercise="zero1", world_size=2, global_batch=4, seed=4, cap=1, steps=DDP_STEPS, budget_s=20.0),
+    "zero2": dict(exercise="zero1", world_size=2, global_batch=6, seed=37, cap=1, steps=DDP_STEPS, budget_s=20.0),
+    "zero3": dict(exercise="zero1", world_size=3, global_batch=9, seed=38, cap=1, steps=DDP_STEPS, budget_s=20.0),
 }
-FUNCTION = {"plain": "allreduce_gradients", "overlap": "attach_overlapped_allreduce", "buckets": "attach_bucketed_allreduce"}
+FUNCTION = {"plain": "allreduce_gradients", "overlap": "attach_overlapped_allreduce", "buckets": "attach_bucketed_allreduce",
+            "ddp": "DDP", "zero1": "zero1_step"}
 PARTS = {
     "allreduce_gradients": {"3 ranks: equal to one process": "plain3", "3 ranks: one allreduce per gradient": "plain3"},
     "attach_overlapped_allreduce": {"3 ranks: equal to one process": "overlap3",
                                     "3 ranks: one allreduce per gradient": "overlap3", "3 ranks: overlap": "overlap3"},
     "attach_bucketed_allreduce": {"2 ranks: equal to one process": "buckets2", "3 ranks: equal to one process": "buckets3",
                                   "3 ranks: bucket sizes": "buckets3", "3 ranks: overlap": "buckets3"},
+    "DDP": {"2 ranks: equal to one process": "ddp2", "3 ranks: equal to one process": "ddp3",
+            "3 ranks: broadcast": "ddp3", "3 ranks: bucket sizes": "ddp3", "3 ranks: overlap": "ddp3"},
+    "zero1_step": {"2 ranks: equal to one process": "zero2", "3 ranks: equal to one process": "zero3",
+                   "3 ranks: optimizer state sharded": "zero3"},
 }
 CHECKS = [c for part in PARTS.values() for c in part]
 TIME_LIMIT_S = 240
@@ -57,6 +82,24 @@ def build(seed: int) -> nn.Module:
     torch.manual_seed(seed)
     return nn.Sequential(nn.Linear(32, 64), nn.Tanh(), nn.Linear(64, 64), nn.Tanh(), nn.Linear(64, 48), nn.Tanh(),
                          nn.Linear(48, 10))
+
+
+class WithUnused(nn.Module):
+    """The DDP exercise's model: `unused` takes part in no forward (its gradient stays None)."""
+
+    def __init__(self):
+        super().__init__()
+        self.l1, self.unused, self.l2, self.l3 = nn.Linear(32, 64), nn.Linear(64, 64), nn.Linear(64, 48), nn.Linear(48, 10)
+
+    def forward(self, x):
+        return self.l3(torch.tanh(self.l2(torch.tanh(self.l1(x)))))
+
+
+def build_case(case: dict, rank: int = 0) -> nn.Module:
+    if case["exercise"] != "ddp":
+        return build(case["seed"])
+    torch.manual_seed(case["seed"] + 7919 * rank)  # every rank its own initial parameters
+    return WithUnused()
 
 
 def batch(seed: int, g: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -78,9 +121,10 @@ def program(rank: int, world_size: int, case: dict, student: gradekit.StudentCod
     as zero_grad does)."""
     ex = case["exercise"]
     fn = student.load()[FUNCTION[ex]]
-    model, timeline, marks, backward = build(case["seed"]), [], [], []
+    model, timeline, marks, backward, state, held = build_case(case, rank), [], [], [], {}, []
     b = case["global_batch"] // world_size
-    finish = fn(model, case["cap"], timeline) if ex == "buckets" else fn(model, timeline) if ex == "overlap" else None
+    finish = (fn(model, case["cap"], timeline) if ex == "buckets" else fn(model, timeline) if ex == "overlap"
+              else fn(model, case["cap"], timeline).finish if ex == "ddp" else None)
     for step in range(case["steps"]):
         x, y = batch(case["seed"] + step, case["global_batch"])
         for p in model.parameters():
@@ -89,32 +133,48 @@ def program(rank: int, world_size: int, case: dict, student: gradekit.StudentCod
         t0 = time.perf_counter()
         loss.backward()
         t1 = time.perf_counter()
-        if ex == "plain":
-            fn(model)
+        if ex == "zero1":
+            fn(model, state, LR, MOMENTUM)  # the student's optimizer step
+            params = {n: p.detach().clone() for n, p in model.named_parameters()}
+            held.append(_numel(state))
         else:
-            finish()
-        params = sgd(model)
+            fn(model) if ex == "plain" else finish()
+            params = sgd(model)
         marks.append(len(timeline))
         backward.append([t0, t1])
     return {"params": params, "timeline": [list(e) if isinstance(e, (tuple, list)) else e for e in timeline],
-            "marks": marks, "backward": backward}
+            "marks": marks, "backward": backward, "held": held}
+
+
+def _numel(value) -> int:
+    """Elements of the tensors in `value` (dicts, lists and tuples of them)."""
+    if isinstance(value, torch.Tensor):
+        return value.numel()
+    if isinstance(value, dict):
+        return sum(_numel(v) for v in value.values())
+    return sum(_numel(v) for v in value) if isinstance(value, (list, tuple)) else 0
 
 
 def reference(case: dict) -> dict:
-    model = build(case["seed"])
+    model = build_case(case)
+    opt = torch.optim.SGD(model.parameters(), lr=LR, momentum=MOMENTUM) if case["exercise"] == "zero1" else None
     for step in range(case["steps"]):
         x, y = batch(case["seed"] + step, case["global_batch"])
         for p in model.parameters():
             p.grad = None
         F.cross_entropy(model(x), y).backward()
-        params = sgd(model)
+        if opt:
+            opt.step()
+            params = {n: p.detach().clone() for n, p in model.named_parameters()}
+        else:
+            params = sgd(model)
     return params
 
 
 def bucket_bytes(case: dict) -> list[int]:
     """The rule's bucket sizes in bytes, in the order they fill."""
     sizes, current = [], 0
-    for p in reversed(list(build(case["seed"]).parameters())):
+    for p in reversed(list(build_case(case).parameters())):
         current += p.numel() * p.element_size()
         if current >= case["cap"]:
             sizes.append(current)
@@ -135,10 +195,10 @@ def _equal(results, case) -> str:
 def _buckets(results, case) -> str:
     want = bucket_bytes(case) * case["steps"]
     for r in results:
-        other = [c["op"] for c in r.calls if c["op"] != "all_reduce"]
+        other = [c["op"] for c in r.calls if c["op"] != "all_reduce" and not (c["op"] == "broadcast" and case["exercise"] == "ddp")]
         if other:
             return f"rank {r.rank} called {other[0]}: the gradients need only allreduces"
-        got = [c["bytes"] for c in r.calls]
+        got = [c["bytes"] for c in r.calls if c["op"] == "all_reduce"]
         if sorted(got) != sorted(want):
             what = f"the buckets of {case['cap']} bytes hold" if case["cap"] > 1 else "the gradients hold"
             return (f"rank {r.rank} allreduced {len(got)} tensors of {sorted(got)} bytes in {case['steps']} steps; "
@@ -171,7 +231,35 @@ def _overlap(results, case) -> str:
     return "ok"
 
 
+def _broadcast(results, case) -> str:
+    """Rank 0's parameters, broadcast once, before any allreduce."""
+    want = sum(p.numel() * p.element_size() for p in build_case(case).parameters())
+    for r in results:
+        sent = [c for c in r.calls if c["op"] == "broadcast"]
+        if sum(c["bytes"] for c in sent) != want:
+            return f"rank {r.rank} broadcast {sum(c['bytes'] for c in sent)} bytes; the model's parameters hold {want}"
+        first = next((c["t0"] for c in r.calls if c["op"] == "all_reduce"), float("inf"))
+        if max(c["t0"] for c in sent) > first:
+            return f"rank {r.rank} broadcast parameters after its first allreduce: the first step ran on unequal models"
+    return "ok"
+
+
+def _sharded(results, case) -> str:
+    n = sum(p.numel() for p in build_case(case).parameters())
+    share = -(-n // case["world_size"]) + len(list(build_case(case).parameters()))
+    for r in results:
+        held = r.value["held"]
+        if not held or max(held) > share or min(held) == 0:
+            return (f"rank {r.rank}'s state held {held} elements after each step; its share of the momentum of {n} "
+                    f"parameters over {case['world_size']} ranks is at most {share}")
+    return "ok"
+
+
 def _judge(check: str, results, case) -> str:
+    if check.endswith("broadcast"):
+        return _broadcast(results, case)
+    if check.endswith("sharded"):
+        return _sharded(results, case)
     if check.endswith("overlap"):
         return _overlap(results, case)
     return _equal(results, case) if check.endswith("equal to one process") else _buckets(results, case)

@@ -26,6 +26,13 @@
 # run other rank counts, batches and bucket sizes than you see, compare the parameters after the
 # step with the same step taken in one process, count the allreduces, and read your timeline.
 #
+# Exercises 4 and 5 make it a trainer: a DDP class (initial broadcast, an unused parameter, five
+# steps) and ZeRO stage 1 (the optimizer's momentum sharded over the ranks), each exact against
+# one process.
+#
+# **Expected time for a graduate student: 6 hours** (exercises 1-3: 2 h; exercise 4: 2 h;
+# exercise 5: 1.5 h; the questions: 0.5 h).
+#
 # Fill in every region marked `YOUR CODE HERE` (delete the `raise NotImplementedError()`), then
 # run the test cell below it. Do not change the test cells.
 
@@ -233,6 +240,172 @@ assert all(torch.equal(ranks[0].value["params"][n], ranks[1].value["params"][n])
 ### BEGIN HIDDEN TESTS
 verdict = gradekit.grade("lab10", "attach_bucketed_allreduce", attach_bucketed_allreduce=attach_bucketed_allreduce)
 assert len(verdict) == 4
+for check, outcome in verdict.items():
+    assert outcome == "ok", f"{check}: {outcome}"
+### END HIDDEN TESTS
+
+# %% [markdown] nbgrader={"grade": false, "grade_id": "ex4_text", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# ## Exercise 4 (5 points): a DDP class
+#
+# Put exercise 3 into the shape PyTorch's `DistributedDataParallel` has, and handle what a real
+# model and a real training loop bring. Write a class `DDP(model, bucket_cap_bytes, timeline)`
+# with a method `finish()`; the test runs, on every rank:
+#
+# ```python
+# ddp = DDP(model, bucket_cap_bytes, timeline)    # once
+# for step in range(5):
+#     model.zero_grad(set_to_none=True); loss = F.cross_entropy(model(x_rank), y_rank); loss.backward()
+#     ddp.finish()
+#     # one SGD step with the parameters' .grad (a parameter whose .grad is None is left alone)
+# ```
+#
+# * **Initial parameters.** Every rank built its model from a seed of its own: the constructor
+#   broadcasts rank 0's parameters (`dist.broadcast(tensor, 0)`, in place) before anything else.
+# * **Buckets.** DDP's one rule, exercise 3's: parameters in reverse order, a bucket closes once
+#   it holds at least `bucket_cap_bytes` bytes (DDP also caps its first bucket at 1 MiB, which
+#   these small models never reach, and after the first step re-orders the parameters in the
+#   order their gradients arrived; the engine's `--bucket-mb` and lecture 3's "closes before it
+#   would exceed" are other rules, not DDP's). Launch a bucket's allreduce from the hooks, as in
+#   exercise 3, logging ("start", bucket, time) and ("end", bucket, time).
+# * **An unused parameter.** The model has a layer, `model.unused`, that no forward uses: its
+#   hook never fires, so its bucket never completes on its own (DDP's `find_unused_parameters`).
+#   `finish()` launches every bucket that has not started, with zeros for a gradient that is
+#   `None`, before it waits.
+# * **State reset.** After `finish()`, every bucket must wait for its gradients again and no
+#   handle may be left over: the test trains five steps and compares every one.
+#
+# The graded tests compare the parameters after five steps with one process (starting from rank
+# 0's initial parameters), check the broadcast (the model's bytes, before the first allreduce),
+# the buckets' sizes in every step and that one bucket started inside every backward.
+
+# %% nbgrader={"grade": false, "grade_id": "DDP", "locked": false, "schema_version": 3, "solution": true, "task": false}
+class DDP:
+    ### BEGIN SOLUTION
+    def __init__(self, model, bucket_cap_bytes, timeline):
+        self.timeline, self.world = timeline, dist.get_world_size()
+        with torch.no_grad():
+            for p in model.parameters():  # every rank starts from rank 0's parameters
+                dist.broadcast(p, 0)
+        self.buckets, current, size = [], [], 0
+        for p in list(model.parameters())[::-1]:  # DDP's rule: a bucket closes once it holds >= the cap
+            current.append(p)
+            size += p.numel() * p.element_size()
+            if size >= bucket_cap_bytes:
+                self.buckets.append(current)
+                current, size = [], 0
+        if current:
+            self.buckets.append(current)
+        self.bucket_of = {id(p): i for i, bucket in enumerate(self.buckets) for p in bucket}
+        self.reset()
+        for p in model.parameters():
+            p.register_post_accumulate_grad_hook(self.hook)
+
+    def reset(self):
+        self.missing = [len(bucket) for bucket in self.buckets]
+        self.launched = {}
+
+    def launch(self, i):
+        flat = torch.cat([q.grad.reshape(-1) if q.grad is not None else q.new_zeros(q.numel())
+                          for q in self.buckets[i]])
+        self.timeline.append(("start", i, time.perf_counter()))
+        self.launched[i] = (flat, dist.all_reduce(flat, async_op=True))
+
+    def hook(self, p):
+        i = self.bucket_of[id(p)]
+        self.missing[i] -= 1
+        if self.missing[i] == 0:
+            self.launch(i)
+
+    def finish(self):
+        for i in range(len(self.buckets)):  # a bucket with an unused parameter: launched now, zeros for it
+            if i not in self.launched:
+                self.launch(i)
+        for i, (flat, handle) in sorted(self.launched.items()):
+            handle.wait()
+            self.timeline.append(("end", i, time.perf_counter()))
+            flat /= self.world
+            offset = 0
+            for q in self.buckets[i]:
+                q.grad = flat[offset:offset + q.numel()].view_as(q).clone()
+                offset += q.numel()
+        self.reset()
+    ### END SOLUTION
+
+
+# %% nbgrader={"grade": true, "grade_id": "test_DDP", "locked": true, "points": 5, "schema_version": 3, "solution": false, "task": false}
+# your DDP(model, 8192, timeline) on 2 ranks, five steps
+ranks = gradekit.run_lab("lab10", "try_ddp", DDP=DDP)
+print("rank 0's first operations:", [f"{c['op']}({c['bytes']} B)" for c in ranks[0].calls][:12])
+assert all(torch.equal(ranks[0].value["params"][n], ranks[1].value["params"][n]) for n in ranks[0].value["params"])
+assert ranks[0].calls[0]["op"] == "broadcast"
+assert len([e for e in ranks[0].value["timeline"] if e[0] == "start"]) == 3 * 5  # three buckets, five steps
+### BEGIN HIDDEN TESTS
+verdict = gradekit.grade("lab10", "DDP", DDP=DDP)
+assert len(verdict) == 5
+for check, outcome in verdict.items():
+    assert outcome == "ok", f"{check}: {outcome}"
+### END HIDDEN TESTS
+
+# %% [markdown] nbgrader={"grade": false, "grade_id": "ex5_text", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# ## Exercise 5 (5 points): ZeRO stage 1, the optimizer state sharded
+#
+# SGD with momentum keeps one buffer as large as the model; Adam keeps two. In plain data
+# parallelism every rank keeps all of it. ZeRO stage 1 (Rajbhandari et al., 2020) shards it: rank
+# r owns one N-th of the flattened parameters, keeps the momentum of that shard only, updates
+# that shard only, and the ranks then gather the updated shards. Write `zero1_step(model, state,
+# lr, momentum)`, called on every rank after `loss.backward()` (the gradients of this rank's mean
+# loss in `.grad`); `state` is a dict the test keeps for you across steps (empty at the first):
+#
+# 1. Flatten the gradients (in `model.parameters()` order) and pad them to a multiple of N; sum
+#    them over the ranks so that each rank gets its own shard (`dist.reduce_scatter_single`),
+#    and divide by N.
+# 2. Momentum on the shard, as `torch.optim.SGD(momentum=m)` does: the first step `buf = g`,
+#    then `buf = m * buf + g`; the shard's parameters become `w - lr * buf`. Keep `buf` in `state`.
+# 3. Gather the updated shards from every rank (`dist.all_gather_single`) and copy them
+#    into the parameters.
+#
+# The graded tests compare the parameters after five steps with `torch.optim.SGD(lr, momentum)`
+# in one process on the whole batches, and count the elements your `state` holds after every
+# step: at most the model's numel / N (plus one per parameter, for rounding).
+
+# %% nbgrader={"grade": false, "grade_id": "zero1_step", "locked": false, "schema_version": 3, "solution": true, "task": false}
+def zero1_step(model, state, lr, momentum):
+    ### BEGIN SOLUTION
+    rank, world = dist.get_rank(), dist.get_world_size()
+    params = list(model.parameters())
+    flat = torch.cat([p.grad.reshape(-1) for p in params])
+    n = flat.numel()
+    shard = -(-n // world)
+    flat = torch.cat([flat, flat.new_zeros(shard * world - n)])
+    mine = torch.empty(shard)
+    dist.reduce_scatter_single(mine, flat)  # the sum over the ranks of my shard of the gradients
+    mine /= world
+    lo = rank * shard
+    weights = torch.cat([p.detach().reshape(-1) for p in params] + [flat.new_zeros(shard * world - n)])
+    if "momentum" not in state:
+        state["momentum"] = mine.clone()
+    else:
+        state["momentum"].mul_(momentum).add_(mine)
+    updated = weights[lo:lo + shard] - lr * state["momentum"]
+    gathered = torch.empty(shard * world)
+    dist.all_gather_single(gathered, updated)
+    offset = 0
+    with torch.no_grad():
+        for p in params:
+            p.copy_(gathered[offset:offset + p.numel()].view_as(p))
+            offset += p.numel()
+    ### END SOLUTION
+
+
+# %% nbgrader={"grade": true, "grade_id": "test_zero1_step", "locked": true, "points": 5, "schema_version": 3, "solution": false, "task": false}
+# your zero1_step on 2 ranks, five steps
+ranks = gradekit.run_lab("lab10", "try_zero1", zero1_step=zero1_step)
+print("elements each rank's state held after each step:", [r.value["held"] for r in ranks])
+assert all(torch.equal(ranks[0].value["params"][n], ranks[1].value["params"][n]) for n in ranks[0].value["params"])
+assert all(0 < h <= 9882 // 2 + 8 for r in ranks for h in r.value["held"])  # 9882 parameters, 8 tensors
+### BEGIN HIDDEN TESTS
+verdict = gradekit.grade("lab10", "zero1_step", zero1_step=zero1_step)
+assert len(verdict) == 3
 for check, outcome in verdict.items():
     assert outcome == "ok", f"{check}: {outcome}"
 ### END HIDDEN TESTS

@@ -12,7 +12,7 @@
 # ---
 
 # %% [markdown] nbgrader={"grade": false, "grade_id": "intro", "locked": true, "schema_version": 3, "solution": false, "task": false}
-# # Lab 11 · Deadlocks, fixed with isend and irecv (goes with tutorials T3 and T7)
+# # Lab 11 · Deadlocks fixed with isend and irecv; a real pipeline and a parameter server (goes with tutorials T3 and T7)
 #
 # Under gloo a blocking `dist.send` returns only once the receiver has posted the matching
 # receive (T3, T7). Programs that look symmetric and harmless therefore hang: every rank sends,
@@ -27,6 +27,13 @@
 # operation each rank is blocked in. The graded tests run more ranks and more data than you see,
 # and check every value and every byte moved.
 #
+# Exercises 1-3 are exchanges that hang; exercises 4 and 5 train: GPipe, with its backward and
+# its micro-batches, its bubble measured; a sharded parameter server whose push overlaps the
+# backward; each exact against one process.
+#
+# **Expected time for a graduate student: 5.5 hours** (exercises 1-3: 1.5 h; exercise 4: 2 h;
+# exercise 5: 1.5 h; the questions: 0.5 h).
+#
 # Fill in every region marked `YOUR CODE HERE` (delete the `raise NotImplementedError()`), then
 # run the test cells below it. Do not change the test cells.
 
@@ -36,6 +43,7 @@ from pathlib import Path
 
 import torch
 import torch.distributed as dist
+import torch.nn.functional as F
 
 import stanza_core  # the course's repository, installed with `pip install -e .`: its tutorials/ runs your ranks
 sys.path.append(str(Path(stanza_core.__file__).resolve().parents[1]))
@@ -191,6 +199,166 @@ print("rank 0's operations:", [f"{c['op']}({c['peer']})" for c in ranks[0].calls
 assert [out[0].item() for out in ranks[0].value] == [1.0, 21.0, 41.0]  # 2 x micro-batch + 1 (stage 1)
 ### BEGIN HIDDEN TESTS
 verdict = gradekit.grade("lab11", "run_pipeline", run_pipeline=run_pipeline)
+assert len(verdict) == 4
+for check, outcome in verdict.items():
+    assert outcome == "ok", f"{check}: {outcome}"
+### END HIDDEN TESTS
+
+# %% [markdown] nbgrader={"grade": false, "grade_id": "ex4_text", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# ## Exercise 4 (6 points): a real pipeline, GPipe, with its backward
+#
+# Exercise 3's stages only passed tensors along. Now the stages are a model: an MLP cut into
+# S = N stages, rank s holding stage s (`stage`, an `nn.Module`; stage 0 takes the inputs, the
+# last stage returns the logits). The global batch of G = M x b samples is cut into M
+# micro-batches of b. Write `gpipe_step(stage, rank, world_size, plan)`, one training step's
+# forward and backward, GPipe's schedule:
+#
+# 1. **Forward, every micro-batch in turn.** Stage 0 takes `plan.inputs[m]`; a later stage
+#    receives the micro-batch's activations from rank - 1 (`plan.micro_batch` rows of
+#    `plan.in_shape`) and makes them require a gradient. Run `out = stage(h)`, send `out` (detached)
+#    to rank + 1 unless this is the last stage, and keep `h` and `out` for the backward.
+# 2. **Backward, every micro-batch** (GPipe runs them last micro-batch first). The last stage's
+#    loss for micro-batch m is `F.cross_entropy(out, plan.targets[m], reduction="sum") /
+#    plan.global_batch` (the micro-batches' losses add up to the mean over G); the other stages
+#    receive the gradient of their `out` from rank + 1 and call `out.backward(grad)`. Every stage
+#    but the first sends `h.grad` back to rank - 1.
+#
+# Leave the gradients in the parameters' `.grad` (they add up over the micro-batches); the test
+# takes the SGD step, three steps in all. The graded tests compare the parameters after three
+# steps with the same steps of the whole model on the whole batches in one process (1e-6), count
+# the bytes each rank moved (each activation and each gradient crosses once), and read the
+# stages' timelines: each forward and backward of one micro-batch takes 20 ms (the stage sleeps,
+# standing in for a larger layer), and the bubble fraction, the share of the S stages' time
+# spent idle, must be GPipe's (S - 1) / (M + S - 1), both for the order your stages ran their
+# work in (replayed with equal times) and, nearer it than to one micro-batch at a time's
+# 1 - 1/S, on the clocks. 1F1B (one forward, one backward, after S - s - 1 warm-up forwards) has
+# the same bubble with less memory: it is accepted too.
+
+# %% nbgrader={"grade": false, "grade_id": "gpipe_step", "locked": false, "schema_version": 3, "solution": true, "task": false}
+def gpipe_step(stage, rank, world_size, plan):
+    ### BEGIN SOLUTION
+    first, last = rank == 0, rank == world_size - 1
+    inputs, outputs, pending = [], [], []
+    for m in range(plan.micro_batches):
+        if first:
+            h = plan.inputs[m]
+        else:
+            h = torch.empty(plan.micro_batch, *plan.in_shape)
+            dist.recv(h, rank - 1)
+            h.requires_grad_(True)
+        out = stage(h)
+        if not last:
+            pending.append(dist.isend(out.detach(), rank + 1))
+        inputs.append(h)
+        outputs.append(out)
+    for m in reversed(range(plan.micro_batches)):
+        if last:
+            (F.cross_entropy(outputs[m], plan.targets[m], reduction="sum") / plan.global_batch).backward()
+        else:
+            grad = torch.empty_like(outputs[m])
+            dist.recv(grad, rank + 1)
+            outputs[m].backward(grad)
+        if not first:
+            pending.append(dist.isend(inputs[m].grad, rank - 1))
+    for handle in pending:  # a sent tensor must stay alive until its transfer is done
+        handle.wait()
+    ### END SOLUTION
+
+
+# %% nbgrader={"grade": true, "grade_id": "test_gpipe_step", "locked": true, "points": 6, "schema_version": 3, "solution": false, "task": false}
+# your gpipe_step on 2 stages, 3 micro-batches of 2 samples, three steps
+ranks = gradekit.run_lab("lab11", "try_gpipe", gpipe_step=gpipe_step)
+t_start = min(e[2] for r in ranks for e in r.value["timeline"])
+for r in ranks:  # the last step: ["F" or "B", micro-batch, start, end]
+    print(f"stage {r.rank}:", " ".join(f"{k}{m} {1e3 * (t0 - t_start):.0f}-{1e3 * (t1 - t_start):.0f} ms"
+                                       for k, m, t0, t1 in r.value["timeline"][r.value["marks"][-2]:]))
+assert [sorted(k for k, m, t0, t1 in r.value["timeline"]) for r in ranks] == [["B"] * 9 + ["F"] * 9] * 2
+assert all(len(r.value["params"]) == 2 + 2 * r.rank for r in ranks)  # stage 1 holds two Linear layers
+### BEGIN HIDDEN TESTS
+verdict = gradekit.grade("lab11", "gpipe_step", gpipe_step=gpipe_step)
+assert len(verdict) == 4
+for check, outcome in verdict.items():
+    assert outcome == "ok", f"{check}: {outcome}"
+### END HIDDEN TESTS
+
+# %% [markdown] nbgrader={"grade": false, "grade_id": "ex5_text", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# ## Exercise 5 (5 points): a sharded parameter server, its push overlapped with the backward
+#
+# Exercise 2's everyone-to-everyone exchange is a sharded parameter server's traffic. Here it
+# trains: every rank is a worker (the whole MLP, b = G / N samples, the mean loss over them) and
+# the server of one shard: parameter j of `list(model.parameters())` lives on rank j mod N. Write
+# `attach_sharded_ps(model, lr)`, called once before the first step; it registers hooks and
+# returns `finish`, which the test calls after each `loss.backward()` (three steps):
+#
+# 1. **Push, from inside the backward.** In a `register_post_accumulate_grad_hook` hook, send
+#    parameter j's gradient to its owner with `dist.isend(p.grad, owner, tag=j)` (unless this rank
+#    owns it): the push crosses the network while the backward computes the earlier layers.
+#    Several tensors go between the same two ranks; the tag says which is which.
+# 2. **Update, on the owner** (in `finish`): receive the other N - 1 gradients of each parameter
+#    it owns (`dist.irecv(..., tag=j)`), wait for them and for this rank's own pushes, and take the
+#    SGD step `p -= lr * (sum of the N gradients) / N`.
+# 3. **Pull.** Every owner sends each updated parameter to the N - 1 other ranks; every rank
+#    receives the parameters it does not own into them (`dist.irecv(p.detach(), owner, tag=j)`).
+#
+# `finish` must leave the hooks ready for the next step. The graded tests compare the parameters
+# after three steps with one process, count the bytes each rank pushed and pulled point to
+# point, and read the call log: in every step, a push must start before the backward ends. A
+# sharded PS moves what a ring allreduce moves; what it lacks without this overlap is the time
+# the backward could have hidden.
+
+# %% nbgrader={"grade": false, "grade_id": "attach_sharded_ps", "locked": false, "schema_version": 3, "solution": true, "task": false}
+def attach_sharded_ps(model, lr):
+    ### BEGIN SOLUTION
+    rank, world = dist.get_rank(), dist.get_world_size()
+    params = list(model.parameters())
+    number = {id(p): j for j, p in enumerate(params)}
+    pushed = []  # this step's push handles
+
+    def hook(p):  # push the gradient to its owner while the backward goes on
+        j = number[id(p)]
+        if j % world != rank:
+            pushed.append(dist.isend(p.grad, j % world, tag=j))
+
+    for p in params:
+        p.register_post_accumulate_grad_hook(hook)
+
+    def finish():
+        mine = [j for j in range(len(params)) if j % world == rank]
+        got = {(j, r): torch.empty_like(params[j]) for j in mine for r in range(world) if r != rank}
+        handles = [dist.irecv(t, r, tag=j) for (j, r), t in got.items()]
+        for h in handles + pushed:
+            h.wait()
+        pushed.clear()  # ready for the next step
+        with torch.no_grad():
+            for j in mine:  # the owner averages the N gradients and updates
+                total = params[j].grad.clone()
+                for r in range(world):
+                    if r != rank:
+                        total += got[(j, r)]
+                params[j] -= lr * total / world
+        pulls = []
+        for j, p in enumerate(params):  # every rank pulls the updated parameters from their owners
+            if j % world == rank:
+                pulls += [dist.isend(p.detach(), r, tag=j) for r in range(world) if r != rank]
+            else:
+                pulls.append(dist.irecv(p.detach(), j % world, tag=j))
+        for h in pulls:
+            h.wait()
+
+    return finish
+    ### END SOLUTION
+
+
+# %% nbgrader={"grade": true, "grade_id": "test_attach_sharded_ps", "locked": true, "points": 5, "schema_version": 3, "solution": false, "task": false}
+# your attach_sharded_ps(model, lr) on 2 ranks, three steps
+ranks = gradekit.run_lab("lab11", "try_ps", attach_sharded_ps=attach_sharded_ps)
+for r in ranks:
+    t0, t1 = r.value["backward"][0]
+    print(f"rank {r.rank}: backward {1e3 * (t1 - t0):.2f} ms;",
+          ", ".join(f"{c['op']}({c['peer']}) at {1e3 * (c['t0'] - t0):+.2f} ms" for c in r.calls[:6]))
+assert all(torch.equal(ranks[0].value["params"][n], ranks[1].value["params"][n]) for n in ranks[0].value["params"])
+### BEGIN HIDDEN TESTS
+verdict = gradekit.grade("lab11", "attach_sharded_ps", attach_sharded_ps=attach_sharded_ps)
 assert len(verdict) == 4
 for check, outcome in verdict.items():
     assert outcome == "ok", f"{check}: {outcome}"

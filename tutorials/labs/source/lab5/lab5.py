@@ -23,6 +23,8 @@
 #
 # VGG-16's counts (224 x 224): P = 138,357,544 parameters, P_c = 14,714,688 of them in the CONV
 # body, A = 25,088 boundary values per sample.
+#
+# **Expected time for a graduate student: 2 hours (three exercises with the performance model: 1.5 h; the question: 0.5 h).**
 
 # %% nbgrader={"grade": false, "grade_id": "setup", "locked": true, "schema_version": 3, "solution": false, "task": false}
 from stanza_core import perf

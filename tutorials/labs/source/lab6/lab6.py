@@ -20,6 +20,8 @@
 # was released. Write each answer yourself: an answer that calls the library function that
 # computes the same quantity gets no points. Answer the "why" question in your own words: it is
 # graded by hand. Do not change the test cells.
+#
+# **Expected time for a graduate student: 1.5 hours (three short exercises: 1 h; the question: 0.5 h).**
 
 # %% nbgrader={"grade": false, "grade_id": "setup", "locked": true, "schema_version": 3, "solution": false, "task": false}
 import torch

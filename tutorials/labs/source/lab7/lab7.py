@@ -18,6 +18,8 @@
 # run the test cell below it. The tests you see are a first check; more run when the lab is
 # graded, at inputs you do not see. Answer the "why" question in your own words: it is graded by
 # hand. Do not change the test cells.
+#
+# **Expected time for a graduate student: 1.5 hours (three short exercises: 1 h; the question: 0.5 h).**
 
 # %% nbgrader={"grade": false, "grade_id": "setup", "locked": true, "schema_version": 3, "solution": false, "task": false}
 import itertools

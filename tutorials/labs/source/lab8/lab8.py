@@ -23,6 +23,8 @@
 #
 # The H200 records are in `stanza_core/perf/records/h200/` (`plain_fwd_bwd_s`, seconds of one
 # forward + backward of the whole model at the file's batch, measured).
+#
+# **Expected time for a graduate student: 1.5 hours (three short exercises: 1 h; the question: 0.5 h).**
 
 # %% nbgrader={"grade": false, "grade_id": "setup", "locked": true, "schema_version": 3, "solution": false, "task": false}
 import json

@@ -8,6 +8,11 @@ this module's own, so each exercise is graded on its function alone. Then this p
 SGD step (lr LR) on each rank's part with the gradients left in `.grad`, and returns the part's
 parameters.
 
+fc_worker_k: Stanza with k = 2 FC workers (stanza_core.topology's layout): CONV worker i sends to
+FC worker Nc + i mod k; each FC worker serves several CONV workers, whose activations arrive in
+reverse rank order (CONV worker i waits ARRIVAL_S x (Nc - 1 - i) first), and the FC workers
+allreduce their FC gradients among themselves (plan.fc_group).
+
 Checks, computed in the grading process: the parameters equal one SGD step of the whole model on
 the whole global batch (mean cross-entropy over G) taken in one process; the bytes each rank sent
 and received point to point, and its ring share of the CONV allreduce, equal
@@ -15,6 +20,7 @@ stanza_core.perf.expected_bytes for the same model, N, k = 1 and G.
 """
 from __future__ import annotations
 
+import time
 import types
 
 import torch
@@ -40,10 +46,16 @@ CASES = {
     "fc4": dict(world_size=4, global_batch=6, seed=24, mine=("fc_worker",), budget_s=20.0),
     "allreduce3": dict(world_size=3, global_batch=8, seed=25, mine=("allreduce_conv_grads",), budget_s=20.0),
     "allreduce4": dict(world_size=4, global_batch=6, seed=26, mine=("allreduce_conv_grads",), budget_s=20.0),
+    "try_fc_k": dict(world_size=4, global_batch=4, seed=3, fc_workers=2, mine=("fc_worker_k",), budget_s=20.0),
+    "fck4": dict(world_size=4, global_batch=6, seed=27, fc_workers=2, mine=("fc_worker_k",), budget_s=20.0),
+    "fck5": dict(world_size=5, global_batch=6, seed=28, fc_workers=2, mine=("fc_worker_k",), budget_s=20.0),
 }
+ARRIVAL_S = 0.05  # k FC workers: CONV worker i sends after ARRIVAL_S x (Nc - 1 - i), the last first
 PARTS = {part: {f"{part}, {CASES[c]['world_size']} ranks: {what}": c for c in cases for what in ("parameters", "bytes")}
          for part, cases in (("conv_worker", ("conv2", "conv4")), ("fc_worker", ("fc2", "fc4")),
                              ("allreduce_conv_grads", ("allreduce3", "allreduce4")))}
+PARTS["fc_worker_k"] = {f"fc_worker_k, {CASES[c]['world_size']} ranks, k = 2: {what}": c for c in ("fck4", "fck5")
+                        for what in ("parameters", "bytes")}
 CHECKS = [c for part in PARTS.values() for c in part]
 TIME_LIMIT_S = 240  # the whole grading process (nbgrader gives a cell 300 s)
 
@@ -105,17 +117,23 @@ def program(rank: int, world_size: int, case: dict, student: gradekit.StudentCod
     own = OWN
     fns = {**own, **{name: fn for name, fn in student.load().items() if name in case["mine"] or name not in own}}
     conv, fc = build(case["seed"])
-    nc, g = world_size - 1, case["global_batch"]
+    k = case.get("fc_workers", 1)
+    nc, g = world_size - k, case["global_batch"]
     b = g // nc
     conv_group = dist.new_group(list(range(nc)))  # every rank creates every group
-    plan = types.SimpleNamespace(rank=rank, world_size=world_size, conv_ranks=list(range(nc)), fc_rank=nc,
-                                 batch=b, boundary=(32,), global_batch=g, conv_group=conv_group)
+    fc_group = dist.new_group(list(range(nc, world_size))) if k > 1 else None
+    plan = types.SimpleNamespace(rank=rank, world_size=world_size, conv_ranks=list(range(nc)),
+                                 fc_rank=nc + rank % k if rank < nc else nc, batch=b, boundary=(32,), global_batch=g,
+                                 conv_group=conv_group, fc_ranks=list(range(nc, world_size)), fc_group=fc_group,
+                                 served=list(range(rank - nc, nc, k)) if rank >= nc else [])
     if rank < nc:
         x, y = batch(case["seed"], g)
+        if k > 1:
+            time.sleep(ARRIVAL_S * (nc - 1 - rank))
         fns["conv_worker"](conv, x[rank * b:(rank + 1) * b], y[rank * b:(rank + 1) * b], plan)
         fns["allreduce_conv_grads"](conv, plan)
         return sgd(conv)
-    fns["fc_worker"](fc, plan)
+    fns["fc_worker_k" if k > 1 else "fc_worker"](fc, plan)
     return sgd(fc)
 
 
@@ -132,12 +150,12 @@ def expected(case: dict) -> list[dict]:
     conv, fc = build(case["seed"])
     counts = {"conv_params": sum(p.numel() for p in conv.parameters()),
               "fc_params": sum(p.numel() for p in fc.parameters()), "boundary_values": 32}
-    return expected_bytes(counts, "stanza", case["world_size"], 1, global_batch=case["global_batch"])
+    return expected_bytes(counts, "stanza", case["world_size"], case.get("fc_workers", 1), global_batch=case["global_batch"])
 
 
 def _params_check(results, case) -> str:
     want_conv, want_fc = reference(case)
-    nc = case["world_size"] - 1
+    nc = case["world_size"] - case.get("fc_workers", 1)
     for r in range(case["world_size"]):
         role, want = ("CONV worker", want_conv) if r < nc else ("FC worker", want_fc)
         off = gradekit.params_off(results[r].value, want, TOL)
@@ -151,9 +169,10 @@ def _bytes_check(results, case) -> str:
         role = row["role"].replace("_", " ").replace("conv", "CONV").replace("fc", "FC")
         got = {"sent point to point": r.bytes("send", "isend"), "received point to point": r.bytes("recv", "irecv"),
                "moved in allreduces (ring share)": round(r.ring_bytes())}
-        want = {"sent point to point": sum(v for c, v in row["sent"].items() if c != "conv_grads"),
-                "received point to point": sum(v for c, v in row["recv"].items() if c != "conv_grads"),
-                "moved in allreduces (ring share)": row["sent"].get("conv_grads", 0)}
+        ring = ("conv_grads", "fc_grads")
+        want = {"sent point to point": sum(v for c, v in row["sent"].items() if c not in ring),
+                "received point to point": sum(v for c, v in row["recv"].items() if c not in ring),
+                "moved in allreduces (ring share)": sum(row["sent"].get(c, 0) for c in ring)}
         for what in got:
             if got[what] != want[what]:
                 return f"rank {r.rank} ({role}) {what} {got[what]} bytes, expected {want[what]}"

@@ -28,6 +28,9 @@
 # Fill in every region marked `YOUR CODE HERE` (delete the `raise NotImplementedError()`), then
 # run the test cell below it. Do not change the test cells. To try things on your own ranks,
 # `gradekit.run_ranks(f, world_size, ...)` runs any `f(rank, world_size, ...)` the same way.
+#
+# **Expected time for a graduate student: 4 hours (exercises 1-3 on gloo ranks: 2.5 h; exercise 4, k = 2 FC
+# workers: 1 h; the question: 0.5 h).**
 
 # %% nbgrader={"grade": false, "grade_id": "setup", "locked": true, "schema_version": 3, "solution": false, "task": false}
 import sys
@@ -159,6 +162,56 @@ ranks = gradekit.run_lab("lab9", "try_allreduce", conv_worker=conv_worker, fc_wo
 assert all(torch.equal(ranks[0].value[n], ranks[1].value[n]) for n in ranks[0].value)  # the CONV workers agree
 ### BEGIN HIDDEN TESTS
 verdict = gradekit.grade("lab9", "allreduce_conv_grads", allreduce_conv_grads=allreduce_conv_grads)
+assert len(verdict) == 4
+for check, outcome in verdict.items():
+    assert outcome == "ok", f"{check}: {outcome}"
+### END HIDDEN TESTS
+
+# %% [markdown] nbgrader={"grade": false, "grade_id": "ex4_text", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# ## Exercise 4 (4 points): k = 2 FC workers
+#
+# One FC worker serializes every CONV worker's slice. With k FC workers the engine's layout
+# (`stanza_core.topology`) sends CONV worker i's activations to FC worker Nc + (i mod k) (Nc = N - k
+# CONV workers), so each FC worker serves `plan.served` (a list of CONV ranks), holds the whole
+# FC layers, and computes the gradient of its own slices only. Write `fc_worker_k(fc, plan)`:
+#
+# * receive the activations and labels of every CONV worker in `plan.served` and, for each slice,
+#   take the loss `F.cross_entropy(fc(a), y, reduction="sum") / plan.global_batch`, backward, and
+#   send the activations' gradient back. The slices do not arrive in rank order: in the tests the
+#   CONV workers send last rank first, 50 ms apart. Serve them in the order they arrive
+#   (`src = dist.recv(a)`, without a source, receives from whichever rank sends first and returns
+#   its rank; then receive that rank's labels), or in any order that cannot hang;
+# * then sum the FC gradients over the k FC workers: `plan.fc_group` is their process group
+#   (the CONV workers are not in it; `plan.fc_ranks` lists them).
+#
+# The CONV workers run the kit's own `conv_worker` and `allreduce_conv_grads` (yours, exercises 1
+# and 3, do the same). The graded tests run 4 ranks (2 CONV, 2 FC) and 5 ranks (3 CONV, 2 FC: FC
+# worker 3 serves CONV workers 0 and 2), compare every rank's parameters after the step with one
+# process, and count each rank's bytes, the FC allreduce's included, against the engine's model.
+
+# %% nbgrader={"grade": false, "grade_id": "fc_worker_k", "locked": false, "schema_version": 3, "solution": true, "task": false}
+def fc_worker_k(fc, plan):
+    ### BEGIN SOLUTION
+    for _ in plan.served:  # in the order the slices arrive: a receive without a source takes the first
+        a, y = torch.empty(plan.batch, *plan.boundary), torch.empty(plan.batch, dtype=torch.int64)
+        i = dist.recv(a)  # returns the sender's rank
+        dist.recv(y, i)
+        a.requires_grad_(True)
+        (F.cross_entropy(fc(a), y, reduction="sum") / plan.global_batch).backward()
+        dist.send(a.grad, i)
+    for p in fc.parameters():  # each FC worker's losses are already over G: the sum is the gradient
+        dist.all_reduce(p.grad, group=plan.fc_group)
+    ### END SOLUTION
+
+
+# %% nbgrader={"grade": true, "grade_id": "test_fc_worker_k", "locked": true, "points": 4, "schema_version": 3, "solution": false, "task": false}
+# your fc_worker_k(fc, plan) on 4 ranks: CONV workers 0 and 1, FC workers 2 and 3
+ranks = gradekit.run_lab("lab9", "try_fc_k", fc_worker_k=fc_worker_k)
+for r in ranks[2:]:
+    print(f"FC worker {r.rank}: (operation, peer, bytes)", [(c["op"], c["peer"], c["bytes"]) for c in r.calls])
+assert all(torch.equal(ranks[2].value[n], ranks[3].value[n]) for n in ranks[2].value)  # the FC workers agree
+### BEGIN HIDDEN TESTS
+verdict = gradekit.grade("lab9", "fc_worker_k", fc_worker_k=fc_worker_k)
 assert len(verdict) == 4
 for check, outcome in verdict.items():
     assert outcome == "ok", f"{check}: {outcome}"
