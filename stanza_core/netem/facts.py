@@ -67,11 +67,15 @@ MAX_PAYLOAD_SCALE = 32
 # receiver's download link that does not shrink with the payload: its size is set in packets
 # (the congestion control's minimum window and pacing quantum, BBR here), not bytes, so at F its
 # line time grows where the payload's does not. Three senders into one link of 252 / F Mbit/s,
-# 15 MB / F each, MTU 9000: median backlog 9.2 ms at F = 1, 40.1 ms at F = 4 (MTU 1500:
-# 4.0-5.5 ms at F = 1 and 2, 7-13 ms at 4, 12 at 8, 14-19 at 12, with drops from F = 4):
-# `python benchmarks/incast_queue.py` (benchmarks/results/incast_queue*.json). A reply that
-# arrives behind the backlog (a PS pull behind pushes) waits that much longer: AlexNet N=4 ps
-# @ 100 Gb/s at F = 12 ran +4.4 % / +5.0 % slower than at F = 1 (benchmarks/payload_scaling.py).
+# 15 MB / F each, median backlog over 3 repetitions, measured alone on the machine 2026-12-07
+# 02:42-02:43: MTU 9000 (the grid's) 8.0 ms at F = 1, 16.6-18.3 at 2, 38.9-48.1 at 4, 108-112
+# at 8; MTU 1500 3.4-4.0 ms at F = 1, 3.6-3.7 at 2, 5.6-5.8 at 4, 8.7-10.4 at 8, 16-19 at 12,
+# with queue drops from F = 4 (`python benchmarks/incast_queue.py [--mtu 9000 --scales 1 2 4 8]`,
+# benchmarks/results/incast_queue.json, incast_queue_mtu9000.json). A message that arrives
+# behind the backlog (a PS pull behind pushes) waits that much longer: AlexNet N=4 ps @ 100 Gb/s
+# at F = 12 ran +4.4 % / +5.0 % slower than at F = 1, and, checked after this bound was set,
+# AlexNet N=4 stanza k=2 @ 100 Gb/s at F = 12 +5.4 % (122 queue drops against none unscaled;
+# benchmarks/payload_scaling.py, benchmarks/results/payload_scaling_fan_in.json).
 # Until a queue that keeps its line time under scaling exists, such runs move whole messages.
 MAX_PAYLOAD_SCALE_FAN_IN = 1
 
