@@ -168,6 +168,14 @@ def test_source_pair_in_sync_and_cells_marked(lab):
         assert "**Model answer.**" in region and "**Rubric.**" in region
 
 
+@pytest.mark.parametrize("lab", FORMULA_LABS)
+def test_every_formula_lab_draws_hidden_inputs_from_the_term(lab):
+    # course.freeze seeds __term__ from the term's secret: a lab without it has the same hidden
+    # inputs every term, so a leaked feedback file or last year's answers would carry over
+    hidden = [c.source.split("### BEGIN HIDDEN TESTS")[1] for c in _graded_code(_source(lab))]
+    assert any("__term__" in h for h in hidden), f"{lab}: no hidden test draws from __term__"
+
+
 @pytest.mark.parametrize("lab", LABS)
 def test_every_graded_function_is_named_in_its_exercise_text(lab):
     cells = _source(lab).cells

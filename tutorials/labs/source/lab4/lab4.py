@@ -71,6 +71,11 @@ assert abs(hidden_fraction([bar("forward", 0.0, 1.0), bar("backward", 1.0, 5.0),
 assert hidden_fraction([bar("backward", 0.0, 1.0)]) == 0.0
 assert hidden_fraction([bar("allreduce", 0.0, 1.0)]) == 0.0
 assert abs(hidden_fraction([bar("backward", 0.0, 10.0), bar("allreduce", 2.0, 3.0)]) - 1.0) < 1e-12
+term_bars = __frozen__([(0.0, round(__term__.uniform(2.0, 6.0), 3))] + [  # this term's backward and allreduces
+    (round(s, 3), round(s + __term__.uniform(0.2, 2.0), 3)) for s in [__term__.uniform(0.0, 7.0) for _ in range(3)]])
+(b0, b1), *ars = term_bars
+want = sum(max(0.0, min(e, b1) - max(s, b0)) for s, e in ars) / sum(e - s for s, e in ars)
+assert abs(hidden_fraction([bar("backward", b0, b1)] + [bar("allreduce", s, e) for s, e in ars]) - want) < 1e-12
 ### END HIDDEN TESTS
 
 # %% [markdown] nbgrader={"grade": false, "grade_id": "ex2_text", "locked": true, "schema_version": 3, "solution": false, "task": false}
@@ -106,6 +111,9 @@ assert pipeline_order(fake_run([1, 0]), 0) == [1, 0]
 assert pipeline_order(fake_run([2, 0, 1], step=3), 3) == [2, 0, 1]
 assert pipeline_order(fake_run([0, 2, 1, 3], step=1), 1) == [0, 2, 1, 3]
 assert pipeline_order(fake_run([2, 0, 1], step=3), 0) == []
+term_run = __frozen__((__term__.sample(range(6), __term__.randint(3, 6)), __term__.randint(1, 5)))  # this term's
+term_order, term_step = term_run                                                                    # order, step
+assert pipeline_order(fake_run(term_order, step=term_step), term_step) == term_order
 ### END HIDDEN TESTS
 
 # %% [markdown] nbgrader={"grade": false, "grade_id": "ex3_text", "locked": true, "schema_version": 3, "solution": false, "task": false}
@@ -144,7 +152,9 @@ cases = __frozen__([((name, mb, size), len(GradBuckets(list(split_model(get_mode
                                                           .conv.parameters()), None, "conv", "conv_grads", mb,
                                                      torch.device("cpu")).buckets))
     for name, size, mb in (("cifar_alexnet", 32, 0.05), ("cifar_alexnet", 32, 0.5), ("cifar_alexnet", 32, 0.3),
-                           ("cifar_alexnet", 32, 1.1), ("tiny_cnn", 16, 0.001), ("tiny_cnn", 16, 0.01))])
+                           ("cifar_alexnet", 32, 1.1), ("tiny_cnn", 16, 0.001), ("tiny_cnn", 16, 0.01),
+                           ("cifar_alexnet", 32, round(__term__.uniform(0.02, 1.5), 3)),  # this term's caps
+                           ("tiny_cnn", 16, round(__term__.uniform(0.0005, 0.02), 4)))])
 for (name, mb, size), want in cases:
     assert __graded__(bucket_count, forbid, name, mb, image_size=size) == want, (name, mb)
 ### END HIDDEN TESTS

@@ -52,7 +52,10 @@ assert bandwidth_for_allreduce(553e6, 16, 0.1, 5e-5) > 0
 ### BEGIN HIDDEN TESTS
 cases = __frozen__([((nbytes, n, perf.Cluster(n, gbps, lat).ring_allreduce_s(nbytes, n), lat), gbps)
                     for nbytes, n, gbps, lat in ((553e6, 16, 37.5, 5e-5), (58.9e6, 2, 10.0, 0.0), (1e9, 64, 100.0, 1e-4),
-                                                 (4e6, 8, 2.5, 2e-5), (7.7e7, 3, 0.8, 1e-3))])
+                                                 (4e6, 8, 2.5, 2e-5), (7.7e7, 3, 0.8, 1e-3),
+                                                 (__term__.choice((4e6, 58.9e6, 2.5e8, 5.53e8)), __term__.randint(2, 64),
+                                                  __term__.choice((1.0, 10.0, 25.0, 100.0)),  # this term's case
+                                                  __term__.choice((0.0, 1e-5, 5e-5))))])
 for args, gbps in cases:
     assert abs(bandwidth_for_allreduce(*args) / gbps - 1) < 1e-9, args
 ### END HIDDEN TESTS
@@ -82,13 +85,13 @@ def best_stanza_k(profile, cluster, batch_per_worker: int = 32) -> int:
 assert 1 <= best_stanza_k(perf.named_profile("vgg16", image_size=32), perf.Cluster(8, 10.0)) <= 4
 ### BEGIN HIDDEN TESTS
 forbid = [perf.best_assignment, perf.Assignment.best_stanza]
-specs = (("vgg16", 32, 16, 10.0, 32), ("alexnet", 64, 8, 1.0, 32), ("vgg16", 32, 32, 100.0, 32),
-         ("alexnet", 64, 12, 40.0, 8), ("vgg16", 32, 24, 1.0, 4))
+specs = __frozen__((("vgg16", 32, 16, 10.0, 32), ("alexnet", 64, 8, 1.0, 32), ("vgg16", 32, 32, 100.0, 32),
+                    ("alexnet", 64, 12, 40.0, 8), ("vgg16", 32, 24, 1.0, 4),
+                    __term__.choice((("vgg16", 32), ("alexnet", 64)))  # this term's cluster
+                    + (__term__.randint(4, 32), __term__.choice((1.0, 10.0, 40.0, 100.0)), __term__.choice((4, 8, 32)))))
 want = __frozen__([perf.best_assignment(perf.named_profile(m, image_size=s), perf.Cluster(n, g, device="v100"),
                                         batch_per_worker=b).best_stanza().fc_workers
-                   for m, s, n, g, b in (("vgg16", 32, 16, 10.0, 32), ("alexnet", 64, 8, 1.0, 32),
-                                         ("vgg16", 32, 32, 100.0, 32), ("alexnet", 64, 12, 40.0, 8),
-                                         ("vgg16", 32, 24, 1.0, 4))])
+                   for m, s, n, g, b in specs])
 for (model, size, nodes, gbps, b), k in zip(specs, want, strict=True):
     prof, cluster = perf.named_profile(model, image_size=size), perf.Cluster(nodes, gbps, device="v100")
     assert __graded__(best_stanza_k, forbid, prof, cluster, b) == k, (model, nodes, gbps)
@@ -121,7 +124,7 @@ cases = __frozen__([((P, Pc, A, b), perf.totals(perf.expected_bytes(perf.ModelCo
                                                        global_batch=b * 1023))["bytes_per_step"])
                     for P, Pc, A in ((138_357_544, 14_714_688, 25_088), (25_557_032, 23_508_032, 2_048),
                                      (61_100_840, 2_469_696, 9_216))
-                    for b in (1, 32, 128)])
+                    for b in (1, 32, 128, __term__.randint(2, 256))])  # and this term's batch
 for args, ratio in cases:
     assert abs(__graded__(ps_over_stanza_limit, forbid, *args) / ratio - 1) < 2e-3, args
 ### END HIDDEN TESTS

@@ -59,6 +59,10 @@ assert abs(t0 - 1.0) < 1e-12 and abs(c - 2.0) < 1e-12
 for b1, b2, t0_, c_ in ((16, 32, 0.004, 1e-5), (128, 64, 0.001, 5.25e-5), (3, 7, 0.0, 2.5), (10, 1, 7.0, -0.5)):
     got = fixed_and_per_sample(b1, t0_ + b1 * c_, b2, t0_ + b2 * c_)
     assert abs(got[0] - t0_) < 1e-9 and abs(got[1] - c_) < 1e-12, (b1, b2, got)
+b1, b2, t0_, c_ = __frozen__((__term__.randint(1, 64), __term__.randint(65, 256),  # this term's line
+                              round(__term__.uniform(0.0, 0.01), 6), round(__term__.uniform(1e-6, 1e-3), 9)))
+got = fixed_and_per_sample(b1, t0_ + b1 * c_, b2, t0_ + b2 * c_)
+assert abs(got[0] - t0_) < 1e-9 and abs(got[1] - c_) < 1e-12, (b1, b2, got)
 a64, a128 = record("alexnet", 64)["plain_fwd_bwd_s"], record("alexnet", 128)["plain_fwd_bwd_s"]
 t0, c = fixed_and_per_sample(64, a64, 128, a128)
 assert abs(t0 + 64 * c - a64) < 1e-12 and abs(t0 + 128 * c - a128) < 1e-12
@@ -81,7 +85,8 @@ def launch_bound_batch(t0: float, c: float) -> float:
 # %% nbgrader={"grade": true, "grade_id": "test_launch_bound_batch", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
 assert abs(launch_bound_batch(1.0, 0.5) - 2.0) < 1e-12
 ### BEGIN HIDDEN TESTS
-for t0, c in ((0.001, 5.25e-5), (3.25e-3, 6.9e-4), (7.0, 0.25)):
+for t0, c in ((0.001, 5.25e-5), (3.25e-3, 6.9e-4), (7.0, 0.25),
+              __frozen__((round(__term__.uniform(1e-4, 1e-2), 7), round(__term__.uniform(1e-6, 1e-3), 9)))):
     b = launch_bound_batch(t0, c)
     assert abs(t0 - b * c) < 1e-9 * max(t0, 1), (t0, c)  # at b the two parts are equal
 ### END HIDDEN TESTS
@@ -127,7 +132,8 @@ def _schedule(gbps):  # the model's own schedule: a bucket per layer of VGG-16's
     return ready, comm, bwd_end, max(0.0, ar_end - bwd_end)
 
 
-cases = __frozen__([_schedule(gbps) for gbps in (1.0, 10.0, 100.0, 400.0)])
+cases = __frozen__([_schedule(gbps) for gbps in (1.0, 10.0, 100.0, 400.0,
+                                                round(__term__.uniform(0.5, 200.0), 2))])  # and this term's link
 for ready, comm, bwd_end, want in cases:
     assert abs(__graded__(exposed_after_backward, forbid, ready, comm, bwd_end) - want) < 1e-12, bwd_end
 ### END HIDDEN TESTS
