@@ -91,7 +91,7 @@ forbid = [perf.expected_bytes, perf.traffic.rank_bytes]
 cases = __frozen__([((N, k, G), {r["rank"]: r["recv"]["activations"] // 4  # A = 1: bytes / 4 = samples
                                  for r in perf.expected_bytes(perf.ModelCounts(10, 10, 1), "stanza", N, k, G)
                                  if r["role"] == "fc_worker"})
-                    for N, k, G in [(4, 2, 8), (3, 1, 6)] + __term__.sample(
+                    for N, k, G in [(4, 2, 8), (3, 1, 6), (5, 2, 6)] + __term__.sample(  # (5, 2): served 2 and 1
                         [(N, k, (N - k) * m) for N in range(3, 13) for k in range(1, N // 2 + 1) for m in (1, 2, 4)], 4)])
 for args, want in cases:
     assert dict(__graded__(samples_per_fc_worker, forbid, *args)) == want, args
