@@ -15,9 +15,9 @@ median steps agree. The pairs run interleaved (unscaled first in even pairs, sca
 ones), each through runs.run.run_config (the grid's primitive: it makes and removes the emulated
 cluster, and re-runs a run whose links slipped).
 
-With --grid the scaled run is the one the grid makes (runs.plan.replayed_plan: F by its rules, D
-lowered by F at the same link rate): that is the use the grid relies on, judged on the emulated step
-(median step / D).
+With --grid the scaled run is the one the grid makes (runs.plan.replayed_plan: F and D by its
+rules, D lowered by F, or only to the engine term's floor, whose link then runs faster than the
+unscaled one's): that is the use the grid relies on, judged on the emulated step (median step / D).
 
 Judged per pair: |median scaled / median unscaled - 1| <= max(2 %, the pair's spread), the spread
 being the larger of the two runs' (max - min) / median over their timed steps (measured in the
@@ -75,7 +75,7 @@ def config_of(model: str, nodes: int, variant: Variant) -> RunConfig:
 
 def plans(cfg: RunConfig, target: float, cache, scale: int | None, grid: bool = False):
     """(unscaled plan, scaled plan at the same D); with `grid`, the scaled plan is the grid's own
-    (runs.plan.replayed_plan: F and D by its rules, D lowered by F at the same link rate)."""
+    (runs.plan.replayed_plan: F and D by its rules, D lowered by F or to the engine term's floor)."""
     from stanza_core.runs import plan
 
     from stanza_core.netem.facts import MIN_LINK_MBIT
@@ -127,8 +127,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--configs", help="comma-separated shell patterns on the labels (default: all)")
     ap.add_argument("--scale", type=int, help="force this payload scale F (default: the grid's rule)")
     ap.add_argument("--grid", action="store_true",
-                    help="scaled run as the grid plans it (F and D by runs.plan.replayed_plan: the same link "
-                         "rate, D lowered), judged on the emulated step (median / D)")
+                    help="scaled run as the grid plans it (F and D by runs.plan.replayed_plan, D lowered), "
+                         "judged on the emulated step (median / D)")
     ap.add_argument("--cache", default=str(ROOT / "reproductions" / "out" / "bench-cache"),
                     help="runs cache for the engine seconds (not for the runs: each is measured afresh)")
     ap.add_argument("--out", default=str(OUT))
