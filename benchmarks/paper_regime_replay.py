@@ -5,8 +5,14 @@ worker, V100 compute (perf device table) replayed, every byte crossing emulated 
         --configs ps,ps_s1,ps_ov,ddp,stanza1 --out benchmarks/results/paper_regime_replay.json
 
 Configurations: ps (one shard colocated with every worker), ps_s1 (one dedicated server node
-beside the N workers), ps_ov / ps_s1_ov (the same with each gradient bucket pushed as the
-backward produces it), ddp, stanza1 / stanza2 (k FC workers among the N nodes).
+beside the N workers), ps_sN (N dedicated server nodes beside the N workers: the stated PS of
+experiments/paper_ps.py, 2N ranks), ps_ov / ps_s1_ov / ps_sN_ov (the same with each gradient
+bucket pushed as the backward produces it), ddp, stanza1 / stanza2 (k FC workers among the N
+nodes). The stated PS's own check (notebook 05, "What the paper must have assumed"):
+
+    python benchmarks/paper_regime_replay.py --models alexnet --nodes 16 --target-gbps 100 \
+        --configs ps_sN,stanza1 --batch-per-worker 16 --steps 5 --warmup 2 --engine-s auto \
+        --out benchmarks/results/paper_ps_replay.json
 
 Per run, the dilation D from `perf.replay_dilation` (`runs.plan.replayed_plan`): the emulator must hold every link at
 target / D with all the cluster's links busy at once, and the engine's own CPU seconds per step
@@ -43,12 +49,26 @@ from stanza_core.runs.plan import replayed_plan
 from stanza_core.experiments.validation import engine_apart
 from stanza_core.runs.replay_bench import run_plans
 from stanza_core.runs.runconfig import RunConfig
-from stanza_core.variant import bench_variants
+from stanza_core.variant import Variant, bench_variants
 from stanza_core.netem import MAX_AGGREGATE_MBIT
 from stanza_core.topology import global_batch_for
 
 CONFIGS = bench_variants()  # name -> Variant: every named configuration of the benchmarks
 PAPER = "1.34x-13.9x over PS at 10 Gb/s; 1.55x AlexNet, 1.72x VGG-16 at 100 Gb/s (PAPER.md)"
+
+
+PER_N = {"ps_sN": False, "ps_sN_ov": True}  # S = N dedicated servers (overlapped push or not), per cluster size
+
+
+def variants_at(names: str) -> dict:
+    """name -> Variant, or -> a function of N for the per-N names (PER_N); one-line ValueError
+    for an unknown name."""
+    wanted = [n for n in names.split(",") if n]
+    if bad := [n for n in wanted if n not in PER_N and n not in bench_variants()]:
+        raise ValueError(f"unknown configuration(s) {', '.join(bad)}; expected some of "
+                         f"{', '.join([*bench_variants(), *PER_N])}")
+    return {n: (lambda N, o=PER_N[n]: Variant(strategy="ps", ps_servers=N, ps_overlap=o)) if n in PER_N
+            else bench_variants([n])[n] for n in wanted}
 
 
 def row_key(r: dict) -> tuple:
@@ -80,7 +100,7 @@ def main(argv=None) -> int:
     if not a.out:
         ap.error("--out is required (or --table)")
     try:
-        variants = bench_variants(a.configs)
+        variants = variants_at(a.configs)
         planner.check_engine_s_arg(a.engine_s)
     except ValueError as e:
         ap.error(str(e))
@@ -98,6 +118,7 @@ def main(argv=None) -> int:
                 for name, v in variants.items():
                     if (model, n, gbps, name) in kept:
                         continue
+                    v = v(n) if callable(v) else v
                     cfg = RunConfig.of(v, model=model, image_size=224, num_classes=1000, nodes=n,
                                        global_batch=global_batch_for(v.strategy, n, v.fc_workers, a.batch_per_worker),
                                        steps=a.steps, warmup=a.warmup, link_mbit=planner.UNSET_LINK_MBIT, mtu=a.mtu,

@@ -11,11 +11,17 @@ top of paper_ps (the assumptions, the search, the rule).
                    on 4 nodes at the set's batch; both at 10 Gb/s, stanza at its best k
     replay_set     the stated PS and stanza at its best k as runs.replayed.ReplaySet, for the
                    replayed 16-node check of the model
-All modelled (perf.predict, the device table's V100 row): seconds.
+    replayed       that check as committed (benchmarks/paper_regime_replay.py's results file:
+                   the real engine over emulated links, V100 row compute replayed): per model, the
+                   replayed speedup beside the model's for the same runs, or why there is none
+All else modelled (perf.predict, the device table's V100 row): seconds.
 """
 from __future__ import annotations
 
 import dataclasses
+import json
+import os
+import statistics
 from typing import Any
 
 from .paper_ps import (PAPER_100, RULE, SHARDED, TOLERANCE, PsAssumption, Speedups, choose, ps_prediction,
@@ -84,8 +90,59 @@ def replay_set(a: PsAssumption, ks: dict[str, int], nodes: int = 16, gbps: float
                       ps_servers=[v.ps_servers], ps_overlap=[v.ps_overlap]) for m, k in ks.items()]
 
 
+def _stated_rows(runs: list[dict], a: PsAssumption, model: str, nodes: int, gbps: float) -> tuple[list, list]:
+    """The ps runs under `a` and the plain stanza runs (any k) of `model` at N = nodes, gbps x goodput."""
+    same = [r for r in runs if r["model"] == model and r["nodes"] == nodes and r["batch_per_worker"] == a.batch_per_worker
+            and abs(r["target_gbps"] - gbps * a.goodput) < 1e-9 and not r.get("same_as")]
+    servers = a.servers(nodes) if a.placement == "dedicated" else 0
+    ps = [r for r in same if r["strategy"] == "ps" and r["ps_servers"] == servers and r["ps_overlap"] == a.overlap
+          and (servers or a.server_share == 1.0)]
+    stanza = [r for r in same if r["strategy"] == "stanza" and not r.get("fc_batch") and r.get("micro_batches", 1) == 1]
+    return ps, stanza
+
+
+def _run_summary(r: dict) -> dict[str, Any]:
+    return {"label": r["label"], "dilation": r["dilation"], "link_mbit": r["link_mbit"],
+            "timed_steps": len(r.get("target_steps_s") or []), "target_step_s": r["target_step_s"],
+            "predicted_step_s": r["predicted_step_s"], "error": r["error"],
+            "target_samples_per_s": r["target_samples_per_s"], "predicted_samples_per_s": r["predicted_samples_per_s"],
+            "bytes_equal_model": r["bytes_per_step"] == r["expected_bytes_per_step"],
+            "finished_at": r.get("finished_at"), "git_commit": r.get("git_commit")}
+
+
+def replayed(path: str | None, a: PsAssumption, models=tuple(PAPER_100), nodes: int = 16,
+             gbps: float = 100.0) -> dict[str, Any]:
+    """The committed replay of the stated PS (benchmarks/paper_regime_replay.py --configs ps_sN,...):
+    per model, ps under `a` and stanza at its best replayed k, the replayed speedup (samples/s on
+    the target: measured x D) beside the model's for the same configurations, or `missing` saying
+    which run is not in the file. `path` empty or absent: every model missing."""
+    runs: list[dict] = []
+    if path and os.path.isfile(path):
+        with open(path) as fh:
+            runs = json.load(fh)["runs"]
+    out: dict[str, Any] = {"source": path or None, "ps": a.label, "nodes": nodes, "target_gbps": gbps * a.goodput,
+                           "by_model": {}}
+    for m in models:
+        ps, stanza = _stated_rows(runs, a, m, nodes, gbps)
+        if not ps or not stanza:
+            out["by_model"][m] = {"missing": ", ".join(w for w, rows in (("ps", ps), ("stanza", stanza)) if not rows)
+                                  + f" not replayed under this PS ({a.label}) at N = {nodes}"}
+            continue
+        p = max(ps, key=lambda r: r["target_samples_per_s"])
+        s = max(stanza, key=lambda r: r["target_samples_per_s"])
+        replay_x = s["target_samples_per_s"] / p["target_samples_per_s"]
+        model_x = s["predicted_samples_per_s"] / p["predicted_samples_per_s"]
+        out["by_model"][m] = {"ps_run": _run_summary(p), "stanza_run": _run_summary(s), "stanza_k": s["fc_workers"],
+                              "speedup_replayed": replay_x, "speedup_modelled": model_x,
+                              "speedup_error": replay_x / model_x - 1, "paper": PAPER_100.get(m)}
+    done = [v for v in out["by_model"].values() if "missing" not in v]
+    out["median_abs_step_error"] = (statistics.median(abs(v[k]["error"]) for v in done for k in ("ps_run", "stanza_run"))
+                                    if done else None)
+    return out
+
+
 def results(stated: PsAssumption, nodes: int = 16, gbps: float = 100.0, device: str = "v100",
-            range_10: bool = True) -> dict[str, Any]:
+            range_10: bool = True, replayed_json: str | None = None) -> dict[str, Any]:
     """results.json's `paper_ps`: the search, the rule's pick, both figures under the stated and
     the sharded PS, the decomposition, the 10 Gb/s range's ends under both, the replay to run."""
     sp = Speedups(list(PAPER_100), None, device)
@@ -109,6 +166,7 @@ def results(stated: PsAssumption, nodes: int = 16, gbps: float = 100.0, device: 
                        "ps_global_batch": nodes * stated.batch_per_worker, "stanza": f"stanza k={at[m]['stated_k']}",
                        "stanza_global_batch": (nodes - at[m]["stated_k"]) * stated.batch_per_worker}
                       for m in PAPER_100] if stated.runnable else []}
+    out["replayed"] = replayed(replayed_json, stated, tuple(PAPER_100), nodes, gbps)
     if range_10:
         r, sh = range_ends(stated, device), range_ends(SHARDED, device)
         out["range_10"] = {**r, "sharded_ends": sh["ends"], "sharded": sh}

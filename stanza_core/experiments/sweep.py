@@ -65,10 +65,12 @@ class SweepParams(ReplayParams):
     paper_ps_batch: int = 32  # the stated PS: samples per worker (both strategies)
     paper_ps_goodput: float = 1.0  # the stated PS: share of the line rate every transfer gets
     paper_ps_range: bool = True  # also the 10 Gb/s range's ends under the stated PS (seconds)
+    paper_ps_replayed: str = ""  # the committed replay of the stated PS (paper_regime_replay.py --out; "": none)
     stated_ps: PsAssumption = dataclasses.field(init=False)  # the paper_ps_* parameters as one value
     paper: replayed.ReplaySet = dataclasses.field(init=False)  # replay_models on paper_nodes at paper_replay_gbps
     measured: MeasureSpec | None = dataclasses.field(init=False)  # the measured targets (None: none)
     predicted: MeasureSpec = dataclasses.field(init=False)  # every target: what the model continues to
+    PATHS = ("paper_ps_replayed",)
 
     def __post_init__(self):
         self.target_gbps = checks.positive_floats("target_gbps", self.target_gbps)
@@ -197,17 +199,19 @@ def paper_ps(p: SweepParams) -> dict[str, Any] | None:
 
     if not {"alexnet", "vgg16"} <= set(p.paper_models):
         return None
-    return paper_ps_report.results(p.stated_ps, p.paper_nodes, 100.0, p.paper_device, range_10=p.paper_ps_range)
+    return paper_ps_report.results(p.stated_ps, p.paper_nodes, 100.0, p.paper_device, range_10=p.paper_ps_range,
+                                   replayed_json=p.paper_ps_replayed)
 
 
 def paper_ps_summary(pp: dict[str, Any] | None, part: str | None = None) -> dict[str, Any] | None:
     """What the notebook prints of paper_ps: the stated set, the rule's pick, both 100 Gb/s
-    figures under the stated and the sharded PS, the replay to run; or one part of it (range_10)."""
+    figures under the stated and the sharded PS, the replay to run and the committed replay; or one
+    part of it (range_10)."""
     if pp is None:
         return None
     if part is not None:
         return pp.get(part)
-    return {k: pp[k] for k in ("stated", "rule_pick", "rule_picks_stated", "at_100", "replay")}
+    return {k: pp[k] for k in ("stated", "rule_pick", "rule_picks_stated", "at_100", "replay", "replayed")}
 
 
 def sweep_results(p: SweepParams, bench: Measurement | None, emu: dict[str, Any], paper: dict[str, Any], swept: dict[str, Any],

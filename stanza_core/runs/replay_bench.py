@@ -45,6 +45,8 @@ def plan_row(plan: RunPlan, m: dict[str, Any], wall_s: float) -> dict[str, Any]:
             "predicted_samples_per_s": pred.throughput, "bytes_per_step": m["bytes_per_step"],
             "expected_bytes_per_step": expected_bytes_per_step(cfg),
             "peak_rss_mib": [r.get("peak_rss_mib") for r in m.get("ranks", [])], "wall_s": wall_s,
+            "git_commit": m.get("git_commit"), "git_dirty": m.get("git_dirty"), "host_load": m.get("host_load"),
+            "losses": m.get("losses"), "link_check": m.get("link_check"),
             "finished_at": time.strftime("%Y-%m-%d %H:%M:%S")}
 
 

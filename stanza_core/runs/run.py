@@ -72,7 +72,8 @@ def _run_once(cfg: RunConfig, timeout_s: float) -> dict[str, Any]:
             "steps_s": [s["time_s"] for s in m["steps"]],
             "bytes_per_step": m["bytes_per_step"], "ranks": m["ranks"], "kernel": m["netem"]["kernel"],
             "wall_s": m["netem"]["wall_s"], "losses": m["netem"].get("losses"),
-            "link_check": m["link_check"], "host_load": m["host_load"]}
+            "link_check": m["link_check"], "host_load": m["host_load"],
+            "git_commit": m["config"].get("git_commit"), "git_dirty": m["config"].get("git_dirty")}
 
 
 def target_step_s(model: str, image_size: int, num_classes: int, batch: int, device: str) -> float:

@@ -2,6 +2,7 @@
 label, the PS it predicts, the rule that chooses the stated set, and that the set
 reproductions/bandwidth_sweep.yaml states is the one the rule picks with today's compute model.
 Modelled only (perf.predict): a few seconds."""
+import json
 from pathlib import Path
 
 import pytest
@@ -116,3 +117,33 @@ def test_the_section_results_and_figures(section):
     from stanza_core.viz import paper_ps_figures
 
     assert set(paper_ps_figures(r)) == {"ps_decomposition", "ps_sweep", "ps_region"}
+
+
+def _replay_row(model, strategy, sps, predicted_sps, **kw):
+    base = {"model": model, "nodes": 16, "target_gbps": 100.0, "batch_per_worker": 16, "strategy": strategy,
+            "fc_workers": 0, "ps_servers": 0, "ps_overlap": False, "label": strategy, "dilation": 3200.0,
+            "link_mbit": 31.5, "target_steps_s": [0.1, 0.1, 0.1], "target_step_s": 0.1, "predicted_step_s": 0.1,
+            "error": 0.0, "target_samples_per_s": sps, "predicted_samples_per_s": predicted_sps,
+            "bytes_per_step": 1, "expected_bytes_per_step": 1}
+    return {**base, **kw}
+
+
+def test_the_committed_replay_is_read_under_the_stated_ps_only(tmp_path):
+    from stanza_core.experiments.paper_ps_report import replayed
+    stated = PsAssumption(server_share=1.0, placement="dedicated", batch_per_worker=16)
+    runs = [_replay_row("alexnet", "ps", 1000.0, 1100.0, ps_servers=16),
+            _replay_row("alexnet", "ps", 5000.0, 5000.0),  # colocated: another PS, never the stated one's
+            _replay_row("alexnet", "ps", 9000.0, 9000.0, ps_servers=16, batch_per_worker=32),  # another batch
+            _replay_row("alexnet", "stanza", 1800.0, 2200.0, fc_workers=1),
+            _replay_row("alexnet", "stanza", 1500.0, 2000.0, fc_workers=2),
+            _replay_row("alexnet", "stanza", 9000.0, 9000.0, fc_workers=1, fc_batch=4),  # hybrid: not the paper's stanza
+            _replay_row("vgg16", "stanza", 800.0, 800.0, fc_workers=2)]  # vgg16's ps not replayed
+    path = tmp_path / "replay.json"
+    path.write_text(json.dumps({"runs": runs}))
+    out = replayed(str(path), stated)
+    a = out["by_model"]["alexnet"]
+    assert (a["stanza_k"], a["ps_run"]["target_samples_per_s"]) == (1, 1000.0)
+    assert a["speedup_replayed"] == pytest.approx(1.8) and a["speedup_modelled"] == pytest.approx(2.0)
+    assert a["speedup_error"] == pytest.approx(-0.1)
+    assert out["by_model"]["vgg16"] == {"missing": f"ps not replayed under this PS ({stated.label}) at N = 16"}
+    assert all("missing" in v for v in replayed("", stated)["by_model"].values())
