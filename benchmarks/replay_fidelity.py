@@ -21,7 +21,7 @@ keeps each in one bucket). The bucket counts of every configuration, by the engi
 (strategies.ps.bucket_ranges: stanza's GradBuckets and the PS; torch's DDP reducer buckets by
 the same cap, its first bucket capped at 1 MiB), are written to the output and checked against
 --min-buckets before anything runs. Run on an idle machine (9 minutes on 2 cores; results and
-table in docs/benchmarks.md):
+table in lab/LOG.md):
 
     python benchmarks/replay_fidelity.py --model cifar_alexnet --image-size 32 --nodes 4 \\
         --global-batch 96 --link-mbit 125 --steps 8 --warmup 2 --repeats 3 --bucket-mb 0.5 \\

@@ -29,7 +29,6 @@ from stanza_core.reproduce.spec import evaluate_claims, load_spec  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results"
 PAGE = ROOT / "docs" / "results.md"
-BENCH = "benchmarks.md"  # the full log the page links into
 FULL = "make reproduce FULL=1"
 
 
@@ -512,12 +511,16 @@ def slug(heading: str) -> str:
     return text.replace(" ", "-")
 
 
-def broken_links(page: str) -> list[str]:
-    """Links of the page into docs/*.md#anchor whose heading does not exist."""
+def broken_links(page: str, base: Path = ROOT / "docs") -> list[str]:
+    """Links of a page in folder `base` (docs/results.md's by default) to a markdown file of the
+    repository (x.md, ../lab/LOG.md) that is not there, or to an #anchor whose heading the file
+    does not have."""
     out = []
-    for doc, anchor in re.findall(r"\]\(([\w\-]+\.md)#([^)]+)\)", page):
-        heads = {slug(h) for h in re.findall(r"^#+ .*$", (ROOT / "docs" / doc).read_text(), re.M)}
-        if anchor not in heads:
+    for doc, anchor in re.findall(r"\]\(((?:\.\./)?(?:[\w\-]+/)*[\w\-]+\.md)(?:#([^)]+))?\)", page):
+        path = base / doc
+        if not path.is_file():
+            out.append(doc + (f"#{anchor}" if anchor else ""))
+        elif anchor and anchor not in {slug(h) for h in re.findall(r"^#+ .*$", path.read_text(), re.M)}:
             out.append(f"{doc}#{anchor}")
     return out
 

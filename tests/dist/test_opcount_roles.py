@@ -7,7 +7,7 @@ backward and SGD of what the rank trains; a ps server's sum of the pushes and SG
 engine may add on top (copies into buckets and send buffers, the bucket copies back) is bounded
 at 5 % of the pieces' own calls; no host read inside the step. The local and ddp steps against
 the plain loop and plain DDP: tests/unit/test_opcount.py. Figures: docs/benchmarks.md,
-"Operator calls per step".
+"The engine at its pieces' cost".
 """
 import json
 import os

@@ -276,7 +276,7 @@ def test_the_venv_holds_the_closure_and_nothing_else(run):
 
 def test_every_shipped_module_imports_with_the_base_dependencies(run):
     assert "stanza_core.__main__" in run["shipped"] and not any(
-        m.startswith(("tests", "tutorials", "benchmarks", "scripts", "notebooks")) for m in run["shipped"])
+        m.startswith(("tests", "tutorials", "benchmarks", "lab", "scripts", "notebooks")) for m in run["shipped"])
     bad = _failures(run, run["shipped"])
     assert bad == [], "in a venv with pyproject.toml's base dependencies only:\n" + "\n".join(bad)
 

@@ -7,7 +7,7 @@ one `local` step is set against a plain loop (zero_grad, forward, cross_entropy,
 and one `ddp` step at world size 1 against torch's DDP at the same bucket size with no comm hook
 (the engine's counting hook, its wait and the timeline marks are the difference). Bound 1.05x,
 and no host read (`.item()`, `float(t)`, a device-to-host copy) inside the step. Figures of the
-last run: docs/benchmarks.md, "Operator calls per step".
+last run: docs/benchmarks.md, "The engine at its pieces' cost".
 """
 import pytest
 

@@ -72,7 +72,7 @@ def test_every_base_dependency_is_imported_or_says_why_not():
     assert unused == set(), f"base dependencies nothing imports: {sorted(unused)}"
 
 
-FOLDERS = ["tests", "benchmarks", "scripts", "tutorials", "notebooks"]
+FOLDERS = ["tests", "benchmarks", "lab", "scripts", "tutorials", "notebooks"]
 
 
 @pytest.mark.parametrize("folder", FOLDERS)

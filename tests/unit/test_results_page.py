@@ -58,3 +58,16 @@ def test_links_into_the_docs_resolve(page_and_render):
     page, _ = page_and_render
     assert results_page.broken_links(page) == []
     assert results_page.broken_links("[x](benchmarks.md#no-such-heading)") == ["benchmarks.md#no-such-heading"]
+    assert results_page.broken_links("[x](../lab/LOG.md#no-such-heading)") == ["../lab/LOG.md#no-such-heading"]
+    assert results_page.broken_links("[x](../lab/NOSUCH.md) [y](nosuch.md#a)") == ["../lab/NOSUCH.md", "nosuch.md#a"]
+    assert results_page.broken_links("[x](../lab/LOG.md#fidelity-replay-against-real-compute)") == []
+
+
+@pytest.mark.parametrize("doc", ["README.md", "docs", "lab"])
+def test_links_between_the_repositorys_markdown_files_resolve(doc):
+    """Every relative link of README.md, docs/*.md and lab/*.md to a markdown file, and its
+    #anchor, resolves (the rule above, from each file's own folder)."""
+    paths = [ROOT / doc] if doc.endswith(".md") else sorted((ROOT / doc).glob("*.md"))
+    assert paths
+    bad = {p.name: b for p in paths if (b := results_page.broken_links(p.read_text(), p.parent))}
+    assert bad == {}

@@ -1,11 +1,11 @@
 """The network's own floor under a replayed ddp step: a plain gloo allreduce of VGG-16's gradients.
 
-    torchrun --standalone --nproc-per-node 4 benchmarks/gloo_floor.py [--params 138357544] [--bucket-mb 25]
+    torchrun --standalone --nproc-per-node 4 lab/gloo_floor.py [--params 138357544] [--bucket-mb 25]
 
 The same bytes as DDP's buckets of VGG-16 (1000 classes: 138,357,544 float32 values, 553 MB) in
 --bucket-mb buckets, allreduced asynchronously over gloo by the ranks of this job, 5 times; rank 0
 prints each time and the median after the first. Replay keeps every byte crossing for real, so a
-replayed ddp step cannot take less than this on the same machine (docs/benchmarks.md, replay engine
+replayed ddp step cannot take less than this on the same machine (lab/LOG.md, replay engine
 seconds). Measured, never modelled.
 """
 import argparse

@@ -1,6 +1,6 @@
 """The engine's local step against a plain PyTorch loop, on CPU: host time and operator calls.
 
-    python benchmarks/engine_step_overhead.py [--models alexnet,vgg16] [--image-size 64]
+    python lab/engine_step_overhead.py [--models alexnet,vgg16] [--image-size 64]
         [--batch 8] [--steps 5] [--out FILE.json]
 
 Per model, side by side in one process, on the same model and the same batch:

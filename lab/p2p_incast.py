@@ -1,6 +1,6 @@
 """Point-to-point latency on the emulated cluster without the engine: N - 1 senders to one receiver.
 
-    python benchmarks/p2p_incast.py --nodes 4 --link-mbit 125 --out benchmarks/results/p2p_incast.json
+    python lab/p2p_incast.py --nodes 4 --link-mbit 125 --out benchmarks/results/p2p_incast.json
 
 The message pattern of stanza k = 1's activations, in plain torch.distributed (gloo) on a
 fresh emulated cluster (netem: the same shaped links as a training run; needs root): every

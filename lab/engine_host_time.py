@@ -1,6 +1,6 @@
 """Host time of one engine `local` step against a plain PyTorch step, on the meta device.
 
-    python benchmarks/engine_host_time.py [STANZA_CHECKOUT] [--steps 15]
+    python lab/engine_host_time.py [STANZA_CHECKOUT] [--steps 15]
 
 On the meta device every operator is dispatched and nothing is computed, so a step's time is
 what the host spends issuing it: the part of a GPU step that the engine can add to. Per model
