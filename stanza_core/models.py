@@ -367,12 +367,20 @@ def _one_line(e: BaseException) -> str:
     return text.splitlines()[0] if text else type(e).__name__
 
 
-def get_model(name: str, num_classes: int = 1000) -> nn.Module:
+def get_model(name: str, num_classes: int = 1000, device: str | None = None) -> nn.Module:
     """A randomly initialised model (weights are never downloaded), with SampleDropout.
 
     `name` is a zoo name (MODEL_NAMES) or `package.module:factory`: a callable returning an
     nn.Module, given `num_classes=` when its signature accepts it (e.g. `torchvision.models:resnet34`
-    or `mypkg.nets:build`). Every nn.Dropout becomes a SampleDropout in both cases."""
+    or `mypkg.nets:build`). Every nn.Dropout becomes a SampleDropout in both cases. `device`
+    ("meta": shapes, no values): the zoo model is built under that default device; torchvision
+    is imported before it is set (under a meta default device, torch 2.7's import of
+    torch._dynamo, which torchvision.ops pulls in, runs tensor ops and fails on a circular import)."""
+    if device is not None:
+        if name in MODEL_NAMES and name not in _SMALL:
+            import torchvision.models  # noqa: F401 - before the default device (docstring); ~3 s, zoo models only
+        with torch.device(device):
+            return get_model(name, num_classes)
     if not isinstance(num_classes, int) or num_classes < 1:
         raise ValueError(f"num_classes must be a positive integer, got {num_classes!r}")
     if is_factory_spec(name):

@@ -177,10 +177,7 @@ def _build_model(cfg: TrainConfig) -> torch.nn.Module:
     """The model, randomly initialised. Replayed compute never reads a parameter's value: the model
     is built on the meta device (and later given uninitialised storage, which holds no page until
     something writes it), so a replayed rank keeps only what crosses the network (replay.py)."""
-    if cfg.compute != "replay":
-        return get_model(cfg.model, cfg.num_classes)
-    with torch.device("meta"):
-        return get_model(cfg.model, cfg.num_classes)
+    return get_model(cfg.model, cfg.num_classes, device="meta" if cfg.compute == "replay" else None)
 
 
 def run(cfg: TrainConfig) -> dict | None:

@@ -17,10 +17,7 @@ from ..models import MIN_IMAGE_SIZE, MODEL_NAMES, get_model
 def shape_model(name: str, num_classes: int = 1000) -> torch.nn.Module:
     """Model `name` for counting, not training: zoo models on the meta device (shapes, no values);
     a user's `package.module:factory` or pickled model on the CPU (it may need real tensors)."""
-    if name in MODEL_NAMES:
-        with torch.device("meta"):
-            return get_model(name, num_classes)
-    return get_model(name, num_classes)
+    return get_model(name, num_classes, device="meta" if name in MODEL_NAMES else None)
 
 
 @functools.lru_cache(maxsize=32)
