@@ -11,7 +11,9 @@ stops starting new ones after M minutes (the notebooks run only once the grid is
 nothing. Nothing is committed: the new files are left for a person to commit.
 
 Each experiment is one YAML file in `reproductions/` (its stem is the experiment's name and the
-folder `<out>/<name>/` its notebook writes into). Schema, every key checked on load:
+folder `<out>/<name>/` its notebook writes into). Schema, every key checked on load (the
+structure by the JSON Schema `reproduce/spec.schema.json`, which editors can use too; the rest by
+reproduce.spec.load_spec):
 
     title: Layer anatomy            # one line for the report
     notebook: notebooks/01_x.ipynb  # path from the repository root (the specs folder's parent)

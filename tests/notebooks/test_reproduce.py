@@ -136,17 +136,21 @@ X = {"claim": "x", "kind": "measured", "paper": "y", "ours": "v"}  # a well-form
 
 
 @pytest.mark.parametrize("change, message", [
-    ({"colour": "red"}, "unknown keys ['colour']"),
+    ({"colour": "red"}, "top level: Additional properties are not allowed ('colour' was unexpected)"),
     ({"quick": {"scael": 2}}, "quick sets ['scael'], not parameters of notebooks/good.ipynb"),
     ({"tiny": {"out_dir": "/tmp"}}, "tiny sets out_dir: it is chosen by the runner"),
+    ({"quick": [1]}, "quick: must be a mapping of notebook parameters"),
+    ({"timeout_s": 0}, "timeout_s: must be a positive integer"),
+    ({"claims": []}, "claims: must be a non-empty list of claims"),
+    ({"claims": [{**X, "modes": ["slow"]}]}, "claim 0 modes 0: must be drawn from quick, full, tiny"),
     ({"notebook": "notebooks/missing.ipynb"}, "does not exist"),
-    ({"claims": [{"claim": "x", "paper": "y"}]}, "claim 0 needs claim, kind, paper and ours"),
-    ({"claims": [{"claim": "x", "paper": "y", "ours": "v"}]}, "claim 0 needs claim, kind, paper and ours"),
+    ({"claims": [{"claim": "x", "paper": "y"}]}, "claim 0: needs claim, kind, paper and ours"),
+    ({"claims": [{"claim": "x", "paper": "y", "ours": "v"}]}, "claim 0: needs claim, kind, paper and ours"),
     ({"claims": [{**X, "kind": "replayed"}]}, "claim 0 (x): kind must be"),  # replayed from which profile?
-    ({"claims": [{**X, "expect": "big"}]}, "expect must be a number"),
-    ({"requires": ["gpu"]}, "requires must be a list drawn from"),
-    ({"claims": [{**X, "expect": {"fast": 1.0}}]}, "expect by mode must map"),
-    ({"claims": [{**X, "expect": {"quick": "big"}}]}, "expect must be a number"),
+    ({"claims": [{**X, "expect": "big"}]}, "claim 0 expect: must be a number or [low, high]"),
+    ({"requires": ["gpu"]}, "requires 0: must be a list drawn from"),
+    ({"claims": [{**X, "expect": {"fast": 1.0}}]}, "claim 0 expect: must be a number or [low, high], or a mapping of some of quick, full, tiny"),
+    ({"claims": [{**X, "expect": {"quick": "big"}}]}, "claim 0 expect quick: must be a number"),
     ({"claims": [{**X, "paper": "1.5x", "figure": 1.5, "paper_figure": "alexnet_100gbps", "evidence": ["good"], "ps": "-"}]},
      "claim 0 (x): has the paper's figure"),
     ({"claims": [{**X, "paper": "-", "expect": 1.0}]}, "neither figure"),

@@ -107,3 +107,21 @@ def test_the_report_shows_each_claims_kind_in_its_own_column(tmp_path):
     assert "<td>planted counted</td><td class='kind'>counted</td>" in page
     index = json.loads((tmp_path / "index.json").read_text())
     assert [c["kind"] for c in index["experiments"][0]["claims"]] == ["replayed (v100 profile)", "counted"]
+
+
+def test_the_schema_is_valid_and_names_the_checks_values():
+    """spec.schema.json is a valid JSON Schema whose enums are the code's (REQUIREMENTS, MODES)
+    and every committed reproduction fits it."""
+    import json
+
+    import jsonschema
+
+    from stanza_core.reproduce.spec import MODES, REQUIREMENTS, SCHEMA_PATH, schema_problem
+    schema = json.loads(SCHEMA_PATH.read_text())
+    jsonschema.Draft202012Validator.check_schema(schema)
+    assert schema["properties"]["requires"]["items"]["enum"] == list(REQUIREMENTS)
+    assert schema["$defs"]["claim"]["properties"]["modes"]["items"]["enum"] == list(MODES)
+    assert set(schema["required"]) | {"requires", "timeout_s", "tiny"} == set(schema["properties"])
+    for path in sorted((REPO_ROOT / "reproductions").glob("*.yaml")):
+        assert schema_problem(yaml.safe_load(path.read_text())) is None, path.name
+    assert schema_problem({"title": "t"}) == "top level: 'notebook' is a required property"
