@@ -272,8 +272,8 @@ def check_layout(cfg: TrainConfig, topo) -> list[str]:
                    "is written")
     if cfg.save_every and cfg.save_every >= cfg.steps:
         out.append(f"--save-every {cfg.save_every} >= --steps {cfg.steps}: only the final --save is written")
-    if cfg.overwrite and not (cfg.save or cfg.metrics):
-        out.append("--overwrite has no effect without --save or --metrics")
+    if cfg.overwrite and not (cfg.save or cfg.metrics or cfg.checkpoint_dir):
+        out.append("--overwrite has no effect without --save, --metrics or --checkpoint-dir")
     if cfg.compute == "replay":
         unused = [f"--{n.replace('_', '-')}" for n in ("lr", "momentum", "weight_decay") if given(n)]
         if cfg.dataset != defaults["dataset"]:
