@@ -13,15 +13,15 @@ With NCCL, DCP's own collectives (plans, results) go over a gloo group made at t
 load (every rank saves and loads at the same points, so the group forms in the same order)."""
 from __future__ import annotations
 
+import functools
 import pickle
 import warnings
 
 import torch
 import torch.distributed as dist
-import torch.distributed.checkpoint as dcp
-from torch.distributed.checkpoint import FileSystemReader, FileSystemWriter
-from torch.distributed.checkpoint.metadata import StorageMeta, TensorStorageMetadata
 
+# torch.distributed.checkpoint is imported where it is used: it takes seconds to import, and
+# most runs save no checkpoint.
 _METADATA_MODULE = "torch.distributed.checkpoint.metadata"
 _ALLOWED = {("torch.distributed.checkpoint.filesystem", "_StorageInfo"), ("torch", "Size"),
             ("torch.serialization", "_get_layout"), ("pathlib", "PosixPath"), ("pathlib", "PurePosixPath"),
@@ -36,18 +36,24 @@ class _MetadataUnpickler(pickle.Unpickler):
         raise pickle.UnpicklingError(f"{module}.{name} is not part of a checkpoint's metadata")
 
 
-class SafeReader(FileSystemReader):
+@functools.cache
+def _safe_reader():
     """DCP's file reader, reading `.metadata` with an unpickler limited to DCP's metadata classes
     (tensor data is read with torch.load(weights_only=True) by DCP itself)."""
+    from torch.distributed.checkpoint import FileSystemReader
+    from torch.distributed.checkpoint.metadata import StorageMeta
 
-    def read_metadata(self, *args, **kwargs):
-        rank = kwargs.get("rank")
-        with self.fs.create_stream(self._get_metadata_path(rank), "rb") as fh:
-            metadata = _MetadataUnpickler(fh).load()
-        if getattr(metadata, "storage_meta", None) is None:
-            metadata.storage_meta = StorageMeta()
-        metadata.storage_meta.load_id = self.load_id
-        return metadata
+    class SafeReader(FileSystemReader):
+        def read_metadata(self, *args, **kwargs):
+            rank = kwargs.get("rank")
+            with self.fs.create_stream(self._get_metadata_path(rank), "rb") as fh:
+                metadata = _MetadataUnpickler(fh).load()
+            if getattr(metadata, "storage_meta", None) is None:
+                metadata.storage_meta = StorageMeta()
+            metadata.storage_meta.load_id = self.load_id
+            return metadata
+
+    return SafeReader
 
 
 def _group(comm):
@@ -67,16 +73,20 @@ def save(state: dict[str, torch.Tensor], folder: str, comm) -> None:
     bad = [k for k, v in state.items() if not isinstance(v, torch.Tensor)]
     if bad:
         raise TypeError(f"checkpoint state holds non-tensor values (would be pickled): {bad[:3]}")
+    import torch.distributed.checkpoint as dcp
+
     group, no_dist = _group(comm)
     with warnings.catch_warnings():  # no_dist on one process: DCP warns that it runs alone
         warnings.simplefilter("ignore", UserWarning)
-        dcp.save(state, storage_writer=FileSystemWriter(folder, sync_files=True), process_group=group,
+        dcp.save(state, storage_writer=dcp.FileSystemWriter(folder, sync_files=True), process_group=group,
                  no_dist=no_dist)
 
 
 def tensors(folder: str) -> dict[str, tuple[tuple[int, ...], torch.dtype]]:
     """{key: (shape, dtype)} of the tensors stored in `folder` (read on this rank alone)."""
-    md = SafeReader(folder).read_metadata()
+    from torch.distributed.checkpoint.metadata import TensorStorageMetadata
+
+    md = _safe_reader()(folder).read_metadata()
     return {k: (tuple(m.size), m.properties.dtype) for k, m in md.state_dict_metadata.items()
             if isinstance(m, TensorStorageMetadata)}
 
@@ -84,8 +94,10 @@ def tensors(folder: str) -> dict[str, tuple[tuple[int, ...], torch.dtype]]:
 def load(state: dict[str, torch.Tensor], folder: str, comm) -> None:
     """Collective: fill `state`'s tensors in place from `folder` (each rank asks for its own keys,
     any subset of what is stored)."""
+    import torch.distributed.checkpoint as dcp
+
     group, no_dist = _group(comm)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)
-        dcp.load(state, storage_reader=SafeReader(folder), process_group=group, no_dist=no_dist)
+        dcp.load(state, storage_reader=_safe_reader()(folder), process_group=group, no_dist=no_dist)
 

@@ -25,6 +25,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import pickle
 import shutil
 
 from .. import atomic
@@ -113,7 +114,7 @@ def locate(directory: str, world_size: int, cfg_dict: dict) -> Resume:
         with open(os.path.join(folder, INFO)) as fh:
             info = json.load(fh)
         keys = checkpoint_io.tensors(folder)
-    except (OSError, ValueError, EOFError) as e:
+    except (OSError, ValueError, EOFError, pickle.UnpicklingError) as e:
         raise ConfigError(f"--resume: checkpoint {folder} is unreadable ({type(e).__name__}: {e})", scope="rank") from None
     layout = {k: cfg_dict[k] for k in LAYOUT_FIELDS}
     diff = [k for k in LAYOUT_FIELDS if info["layout"].get(k) != layout[k]]

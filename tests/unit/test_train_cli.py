@@ -311,6 +311,31 @@ def test_resume_at_another_world_size_with_per_rank_state_is_one_line(as_rank0_o
     assert not dist.is_initialized()
 
 
+def test_checkpoint_metadata_is_read_without_running_code(as_rank0_of, capsys, tmp_path):
+    """DCP's .metadata is a pickle: one that would call a function is refused in one line, not run."""
+    import os
+    import pickle
+
+    from stanza_core.comm import Comm
+    from stanza_core.engine import checkpoint
+
+    as_rank0_of(1)
+    args = ["--strategy", "local", "--global-batch", "4", "--checkpoint-dir", str(tmp_path), *CPU]
+    checkpoint.save(str(tmp_path), Comm(), 1, 1, train.parse_config(args).to_dict(), {"model.x": torch.zeros(2)})
+    marker = tmp_path / "ran"
+
+    class Payload:
+        def __reduce__(self):
+            return os.system, (f"touch {marker}",)
+
+    (tmp_path / "step-00000001" / ".metadata").write_bytes(pickle.dumps(Payload()))
+    assert train.main(args + ["--resume", "--quiet"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"error: rank 0: --resume: checkpoint {tmp_path / 'step-00000001'} is unreadable "
+                          "(UnpicklingError: posix.system is not part of a checkpoint's metadata)"), err
+    assert len(err.splitlines()) == 1 and not marker.exists()
+
+
 def test_bn_statistics_are_kept_per_rank_only_when_local():
     """Under --bn-stats local a batch-norm buffer gets a per-rank key; parameters and momentum
     keep the model's names (stored once); under global every key is the model's."""
