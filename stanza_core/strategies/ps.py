@@ -26,12 +26,9 @@ from __future__ import annotations
 import torch
 
 from ..buckets import bucket_groups
-from ..errors import ConfigError
 from ..topology import WORKER
 from . import state
 from .base import Strategy, make_sgd
-
-FLAT_MOMENTUM = "momentum_flat."  # a server's momentum of one piece of the flat parameter vector
 
 
 def shard_sizes(total: int, shards: int) -> list[int]:
@@ -272,37 +269,21 @@ class ParameterServer(Strategy):
             buf = self.optimizers[i].state.get(self.slots[i], {}).get("momentum_buffer")
             if buf is not None:
                 r = self.pieces[i][2]
-                out[f"{FLAT_MOMENTUM}{r.start}-{r.stop}"] = buf
+                out[state.flat_momentum_key(r)] = buf
         return out
 
     def load_checkpoint_state(self, reader):
         """The model on every rank (a dedicated server: its parameters, whose flat buffer holds its
-        shard), then each owned piece's momentum from the stored ranges that cover it."""
-        names = self.state_names()
-        targets = state.module_targets([self.model], names, self.rank, self.bn_local, params_only=not self.is_worker)
-        stored = {}  # flat range -> key of each stored momentum piece
-        for k in reader.keys:
-            if k.startswith(FLAT_MOMENTUM):
-                a, b = k[len(FLAT_MOMENTUM):].split("-")
-                stored[int(a), int(b)] = k
-        wanted = {}
-        for i in self.mine:
-            r = self.pieces[i][2]
-            cover = [(a, b) for a, b in stored if a < r.stop and b > r.start]
-            if stored and sum(min(b, r.stop) - max(a, r.start) for a, b in cover) != r.stop - r.start:
-                raise ConfigError(f"--resume: the checkpoint's momentum does not cover parameters {r.start}-{r.stop}")
-            wanted[i] = cover
-        for a, b in {ab for cover in wanted.values() for ab in cover}:
-            targets[stored[a, b]] = torch.empty(b - a, dtype=self.flat.dtype)
+        shard), then each owned piece's momentum cut from the stored ranges that cover it."""
+        targets = state.module_targets([self.model], self.state_names(), self.rank, self.bn_local,
+                                       params_only=not self.is_worker)
+        ranges = {i: self.pieces[i][2] for i in self.mine}
+        pieces, covers = state.flat_momentum_targets(reader.keys, ranges, self.flat.dtype)
+        targets.update(pieces)
         with torch.no_grad():
             reader.load(targets)
-            for i, cover in wanted.items():
-                r = self.pieces[i][2]
-                if not self.slots[i].data_ptr() == self.flat[r].data_ptr():  # a colocated server's own copy
+            for i, r in ranges.items():
+                if self.slots[i].data_ptr() != self.flat[r].data_ptr():  # a colocated server's own copy
                     self.slots[i].copy_(self.flat[r])
-                if cover:
-                    buf = torch.empty_like(self.slot_data[i])
-                    for a, b in cover:
-                        lo, hi = max(a, r.start), min(b, r.stop)
-                        buf[lo - r.start:hi - r.start] = targets[stored[a, b]][lo - a:hi - a]
-                    self.optimizers[i].state[self.slots[i]]["momentum_buffer"] = buf
+                if covers[i]:
+                    self.optimizers[i].state[self.slots[i]]["momentum_buffer"] = state.cut(r, covers[i], pieces, self.slot_data[i])

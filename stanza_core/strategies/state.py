@@ -4,6 +4,8 @@ qualified names (engine/checkpoint.py stores them through torch.distributed.chec
     model.<fqn>                 a parameter or buffer of the model
     momentum.<fqn>              SGD's momentum buffer of that parameter
     per_rank.bn_stats.rank<r>.model.<fqn>   a batch-norm buffer under --bn-stats local
+    momentum_flat.<start>-<stop>   ps: a server's momentum of one piece of the flat parameter
+                                vector, cut anew for another shard layout (SGD is elementwise)
 
 Every rank that holds a tensor writes it under the same key (equal values, by BSP: a data-parallel
 model, stanza's CONV body on each CONV worker), so it is stored once and any rank of another
@@ -14,8 +16,9 @@ from __future__ import annotations
 import torch
 
 from ..engine.checkpoint import per_rank_key
+from ..errors import ConfigError
 
-MODEL, MOMENTUM = "model.", "momentum."
+MODEL, MOMENTUM, FLAT_MOMENTUM = "model.", "momentum.", "momentum_flat."
 
 
 def tensor_names(model: torch.nn.Module) -> dict[int, str]:
@@ -84,6 +87,38 @@ def load_modules(reader, parts, names, optimizer, rank: int, bn_local: bool, ext
         reader.load(targets)
     set_momentum(optimizer, names, targets)
     return targets
+
+
+def flat_momentum_key(r: slice) -> str:
+    return f"{FLAT_MOMENTUM}{r.start}-{r.stop}"
+
+
+def flat_momentum_targets(stored_keys, ranges: dict[int, slice], dtype) -> tuple[dict, dict]:
+    """(new tensors for the stored momentum pieces that overlap `ranges`, by key; {piece: its
+    cover, the (key, start, stop) of those pieces}). Empty covers where none is stored (momentum 0)."""
+    stored = {}
+    for k in stored_keys:
+        if k.startswith(FLAT_MOMENTUM):
+            a, b = k[len(FLAT_MOMENTUM):].split("-")
+            stored[k] = int(a), int(b)
+    covers, targets = {}, {}
+    for i, r in ranges.items():
+        covers[i] = [(k, a, b) for k, (a, b) in stored.items() if a < r.stop and b > r.start]
+        if stored and sum(min(b, r.stop) - max(a, r.start) for _, a, b in covers[i]) != r.stop - r.start:
+            raise ConfigError(f"--resume: the checkpoint's momentum does not cover parameters {r.start}-{r.stop}")
+        for k, a, b in covers[i]:
+            targets.setdefault(k, torch.empty(b - a, dtype=dtype))
+    return targets, covers
+
+
+def cut(r: slice, cover, loaded: dict, like: torch.Tensor) -> torch.Tensor:
+    """The momentum of flat range `r` from the loaded pieces that cover it (shaped and placed
+    as `like`, the piece's parameter)."""
+    out = torch.empty_like(like)
+    for k, a, b in cover:
+        lo, hi = max(a, r.start), min(b, r.stop)
+        out[lo - r.start:hi - r.start] = loaded[k][lo - a:hi - a]
+    return out
 
 
 def to_bytes(obj) -> torch.Tensor:

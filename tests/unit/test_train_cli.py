@@ -336,6 +336,27 @@ def test_checkpoint_metadata_is_read_without_running_code(as_rank0_of, capsys, t
     assert len(err.splitlines()) == 1 and not marker.exists()
 
 
+def test_ps_momentum_is_cut_anew_for_another_shard_layout():
+    """Momentum pieces stored by flat range under one shard layout (3 shards, buckets of 40) read
+    back exactly under another (2 shards, one bucket); a layout the pieces do not cover is refused."""
+    from stanza_core.errors import ConfigError
+    from stanza_core.strategies import ps, state
+
+    flat = torch.arange(100, dtype=torch.float32)
+    shards3 = [slice(a, a + n) for a, n in zip((0, 34, 67), ps.shard_sizes(100, 3))]
+    saved = [r for _, _, r in ps.pieces_of([slice(0, 40), slice(40, 80), slice(80, 100)], shards3)]
+    keys = {state.flat_momentum_key(r): flat[r] for r in saved}
+    ranges = {0: slice(0, 50), 1: slice(50, 100)}
+    targets, covers = state.flat_momentum_targets(keys, ranges, torch.float32)
+    for k, t in targets.items():
+        t.copy_(keys[k])
+    for i, r in ranges.items():
+        assert torch.equal(state.cut(r, covers[i], targets, flat[r]), flat[r])
+    assert len(covers[0]) == 3 and len(targets) == len(saved)
+    with pytest.raises(ConfigError, match="does not cover parameters 0-110"):
+        state.flat_momentum_targets(keys, {0: slice(0, 110)}, torch.float32)
+
+
 def test_bn_statistics_are_kept_per_rank_only_when_local():
     """Under --bn-stats local a batch-norm buffer gets a per-rank key; parameters and momentum
     keep the model's names (stored once); under global every key is the model's."""
