@@ -69,7 +69,7 @@ def save(directory: str, comm, world_size: int, step: int, cfg_dict: dict, state
         return
     info = {"step": step, "world_size": world_size, "layout": {k: cfg_dict[k] for k in LAYOUT_FIELDS}}
     atomic.write_text(os.path.join(tmp, INFO), json.dumps(info, indent=1))
-    trash = None
+    atomic.fsync_dir(tmp)  # the folder's entries, before it moves into place
     if os.path.exists(target):  # the same step saved again (--overwrite, or resumed at the end)
         trash = os.path.join(directory, f".{name}.old")
         shutil.rmtree(trash, ignore_errors=True)
@@ -77,8 +77,9 @@ def save(directory: str, comm, world_size: int, step: int, cfg_dict: dict, state
     os.replace(tmp, target)
     atomic.fsync_dir(directory)
     atomic.write_text(os.path.join(directory, LATEST), name + "\n")
-    for old in os.listdir(directory):  # only now: until `latest` moved, the previous one is the checkpoint
-        if old != name and (old.startswith("step-") or old.endswith(".old")):
+    # only now, with `latest` moved: the other folders (older steps, leftovers of a crashed save)
+    for old in os.listdir(directory):
+        if old != name and old.startswith(("step-", ".step-")):
             shutil.rmtree(os.path.join(directory, old), ignore_errors=True)
 
 
@@ -115,12 +116,14 @@ def locate(directory: str, world_size: int, cfg_dict: dict) -> Resume:
             info = json.load(fh)
         keys = checkpoint_io.tensors(folder)
     except (OSError, ValueError, EOFError, pickle.UnpicklingError) as e:
-        raise ConfigError(f"--resume: checkpoint {folder} is unreadable ({type(e).__name__}: {e})", scope="rank") from None
+        raise ConfigError(f"--resume: checkpoint {folder} is unreadable ({type(e).__name__}: {e})",
+                          scope="rank") from None
     layout = {k: cfg_dict[k] for k in LAYOUT_FIELDS}
     diff = [k for k in LAYOUT_FIELDS if info["layout"].get(k) != layout[k]]
     if diff:
         k = diff[0]
-        raise ConfigError(f"--resume: checkpoint was made with {k}={info['layout'].get(k)!r}, this run has {layout[k]!r}")
+        raise ConfigError(f"--resume: checkpoint was made with {k}={info['layout'].get(k)!r}, "
+                          f"this run has {layout[k]!r}")
     made = int(info["world_size"])
     if made != world_size:
         whys = sorted({k[len(PER_RANK):].split(".", 1)[0] for k in keys if k.startswith(PER_RANK)})
