@@ -2,7 +2,7 @@
 renamed over it (os.replace), so a reader (a resumed run, a notebook sharing the runs cache)
 sees the old file or the new one, never half of one.
 
-    with replacing("ckpt/rank0000-of-0004.pt") as fh: torch.save(state, fh)
+    with replacing("out/model.pt") as fh: torch.save(state, fh)
     write_text("out/metrics.json", json.dumps(metrics))
     torch_save(model.state_dict(), "out/model.pt")
 """
@@ -43,3 +43,17 @@ def torch_save(obj: Any, path: str | os.PathLike) -> None:
 
     with replacing(path) as fh:
         torch.save(obj, fh)
+
+
+def fsync_dir(path: str | os.PathLike) -> None:
+    """Make the renames inside folder `path` durable (a no-op where a folder cannot be opened)."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)

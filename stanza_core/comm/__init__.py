@@ -8,6 +8,8 @@
   staged.py         P2P of CUDA tensors over gloo, through host copies
   hooks.py          DDP and its comm hooks: counted gradient buckets, fp16 / bf16 / PowerSGD
                     compression of the engine's buckets, PowerSGD state per group
+  checkpoint_io.py  checkpoint folders through torch.distributed.checkpoint (replicated tensors
+                    stored once, loadable at any world size), metadata read without arbitrary pickles
 
 Strategies reach the network through `Comm` only; the names below are the package's surface.
 """

@@ -63,6 +63,7 @@ class Comm:
         self.messages: list[int] = []  # logical bytes of each message this rank posted in steps
         self._counting = False
         self.groups: dict[str, object] = {}
+        self.checkpoint_pg = None  # gloo group for checkpoint collectives under NCCL (checkpoint_io.py)
         self.group_ranks: dict[str, list[int]] = {}
         self.staged_p2p = False  # gloo + CUDA tensors: P2P goes through host copies
         self.ddp_works: list = []  # works of the DDP comm hook in this backward (host-side waits)

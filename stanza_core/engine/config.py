@@ -52,12 +52,12 @@ class TrainConfig:
     save: str | None = None  # write the final full-model state_dict here (rank 0)
     save_every: int = 0  # with --save: also the full model after every K-th step, to PATH.stepK (before its suffix)
     metrics: str | None = None  # write the metrics JSON here (rank 0)
-    checkpoint_dir: str | None = None  # per-rank checkpoints (atomic) go here
+    checkpoint_dir: str | None = None  # checkpoints (torch.distributed.checkpoint, atomic) go here
     checkpoint_every: int = 0  # checkpoint every K steps (0: only at the end, if a dir is given)
     resume: bool = False  # continue from the checkpoints in checkpoint_dir
     timeout_s: float = 120.0  # collective / point-to-point timeout: a dead peer fails this fast
     bucket_mb: float = DEFAULT_BUCKET_MB  # gradient bucket size for overlapped allreduce (stanza, ddp)
-    overwrite: bool = False  # allow --save/--metrics to replace existing files
+    overwrite: bool = False  # allow --save/--metrics/--checkpoint-dir to replace existing files
     quiet: bool = False  # -q: no progress bar and no summary, warnings and errors only
     verbose: bool = False  # -v: also one log line per --log-every window (loss, samples/s, step time)
     tensorboard: str | None = None  # write loss, samples/s and step time as TensorBoard event files into this folder (rank 0; the "tensorboard" extra)
@@ -127,6 +127,12 @@ class TrainConfig:
             path = step_save_path(self.save, step)
             if os.path.exists(path) and not self.overwrite and not self.resume:
                 raise ConfigError(f"--save-every: {path} already exists; pass --overwrite to replace it")
+        if self.checkpoint_dir and not self.overwrite and not self.resume:
+            from .checkpoint import existing  # late: it imports torch.distributed.checkpoint
+
+            if (name := existing(self.checkpoint_dir)) is not None:
+                raise ConfigError(f"--checkpoint-dir {self.checkpoint_dir} already holds checkpoint {name}; pass --resume "
+                                  "to continue it or --overwrite to replace it")
 
         checks.one_of("--compile-mode", self.compile_mode, COMPILE_MODES)
         if self.compile_mode != "default" and not self.compile:
@@ -266,8 +272,8 @@ def check_layout(cfg: TrainConfig, topo) -> list[str]:
                    "is written")
     if cfg.save_every and cfg.save_every >= cfg.steps:
         out.append(f"--save-every {cfg.save_every} >= --steps {cfg.steps}: only the final --save is written")
-    if cfg.overwrite and not (cfg.save or cfg.metrics):
-        out.append("--overwrite has no effect without --save or --metrics")
+    if cfg.overwrite and not (cfg.save or cfg.metrics or cfg.checkpoint_dir):
+        out.append("--overwrite has no effect without --save, --metrics or --checkpoint-dir")
     if cfg.compute == "replay":
         unused = [f"--{n.replace('_', '-')}" for n in ("lr", "momentum", "weight_decay") if given(n)]
         if cfg.dataset != defaults["dataset"]:

@@ -125,7 +125,7 @@ class Prepared:
     dataset: object
     model: torch.nn.Module  # on `device`, the same initial parameters on every rank
     split: SplitModel | None  # built once here (stanza), handed to the strategy
-    resumed: tuple[int, dict] | None  # (next step, strategy state) when resuming
+    resumed: checkpoint.Resume | None  # the checkpoint to continue from (checked, not yet read)
     bn_sync: bool = False  # batch-norm statistics over the global batch (process group "bn")
 
 
@@ -162,7 +162,7 @@ def prepare(cfg: TrainConfig) -> Prepared:
         require("tensorboard", "--tensorboard")
     resumed = None
     if cfg.resume:
-        resumed = checkpoint.load(cfg.checkpoint_dir, rank, world, dataclasses.asdict(cfg))
+        resumed = checkpoint.locate(cfg.checkpoint_dir, world, dataclasses.asdict(cfg))
     replay.prepare(cfg, model, topo.worker_batch(cfg.global_batch), rank, world)  # --compute replay: waits, no arithmetic
     if split is not None and (unused := unused_part(topo, rank)):  # built whole (same init everywhere),
         split.release(unused)  # then a rank keeps only what it trains, before it reaches the device
@@ -213,8 +213,8 @@ def _train(cfg, prep: Prepared, comm) -> dict | None:
     strategy = registry.get(cfg.strategy).engine_class()(model, cfg, topo, comm, device, prep.split)
     start = 0
     if prep.resumed is not None:
-        start, state = prep.resumed
-        strategy.load_checkpoint_state(state)
+        start = prep.resumed.step  # collective: each rank reads its state, at any allowed world size
+        strategy.load_checkpoint_state(checkpoint.Reader(prep.resumed, comm))
     model.train()
     replayer = replay.replayer_of(model)
     if replayer:
@@ -263,7 +263,7 @@ def _train(cfg, prep: Prepared, comm) -> dict | None:
             first = t + 1
         watch.step_done()
         if checkpoint_due:
-            checkpoint.save(cfg.checkpoint_dir, comm.rank, topo.world_size, t + 1, cfg.to_dict(), strategy.checkpoint_state())
+            checkpoint.save(cfg.checkpoint_dir, comm, topo.world_size, t + 1, cfg.to_dict(), strategy.checkpoint_state())
         if t + 1 in save_steps:  # collective: every rank takes part, rank 0 writes
             state = strategy.full_state_dict()
             if comm.rank == 0:
@@ -271,7 +271,7 @@ def _train(cfg, prep: Prepared, comm) -> dict | None:
     rss.steps_done()
     watch.close()
     if cfg.checkpoint_dir:
-        checkpoint.save(cfg.checkpoint_dir, comm.rank, topo.world_size, cfg.steps, cfg.to_dict(), strategy.checkpoint_state())
+        checkpoint.save(cfg.checkpoint_dir, comm, topo.world_size, cfg.steps, cfg.to_dict(), strategy.checkpoint_state())
     state = strategy.full_state_dict()
     everyone = comm.all_gather_object(rank_record(comm, strategy, log, replayer, rss))
     if comm.rank != 0:

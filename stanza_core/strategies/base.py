@@ -28,6 +28,7 @@ from ..engine.config import TrainConfig
 from ..models import sample_keys
 from ..split import SplitModel
 from ..topology import FC_WORKER, LOCAL, PS_SERVER, Topology
+from . import state
 
 
 def make_sgd(params, cfg: TrainConfig) -> torch.optim.SGD:
@@ -88,9 +89,19 @@ class Strategy:
         """The unsplit model's state_dict on rank 0 (collective: every rank must call it)."""
         return {k: v.detach().cpu().clone() for k, v in self.model.state_dict().items()} if self.rank == 0 else None
 
-    def checkpoint_state(self) -> dict:
-        return {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict()}
+    def checkpoint_state(self) -> dict[str, torch.Tensor]:
+        """This rank's training state as tensors keyed by name (state.py): a tensor other ranks
+        hold too goes under the same key, so it is stored once (engine/checkpoint.py)."""
+        return state.module_state([self.model], self.state_names(), self.optimizer, self.rank, self.bn_local)
 
-    def load_checkpoint_state(self, state: dict):
-        self.model.load_state_dict(state["model"])
-        self.optimizer.load_state_dict(state["optimizer"])
+    def load_checkpoint_state(self, reader):
+        """Fill this rank's state from a checkpoint (`reader.load` is collective: called once)."""
+        state.load_modules(reader, [self.model], self.state_names(), self.optimizer, self.rank, self.bn_local)
+
+    def state_names(self) -> dict[int, str]:
+        return state.tensor_names(self.model)
+
+    @property
+    def bn_local(self) -> bool:
+        """Batch-norm statistics per data worker: kept per rank in a checkpoint."""
+        return self.cfg.bn_stats == "local"

@@ -27,6 +27,7 @@ import torch
 
 from ..buckets import bucket_groups
 from ..topology import WORKER
+from . import state
 from .base import Strategy, make_sgd
 
 
@@ -258,18 +259,31 @@ class ParameterServer(Strategy):
         return share
 
     def checkpoint_state(self):
-        state = {"model": self.model.state_dict()}  # parameters are views of self.flat
-        if self.owned is not None:
-            state["shard"] = self.flat[self.ranges[self.owned]].clone()
-            state["optimizers"] = [self.optimizers[i].state_dict() for i in self.mine]
-        return state
+        """Workers: the model (parameters are views of self.flat), under the model's names, the same
+        on every worker. Servers: the momentum of each piece they own, keyed by its flat range
+        (`momentum_flat.<start>-<stop>`), so another shard layout can read it back (SGD is
+        elementwise). A dedicated server's model is stale outside its shard: it writes none."""
+        out = state.module_state([self.model], self.state_names(), self.optimizer, self.rank, self.bn_local) \
+            if self.is_worker else {}
+        for i in self.mine:
+            buf = self.optimizers[i].state.get(self.slots[i], {}).get("momentum_buffer")
+            if buf is not None:
+                r = self.pieces[i][2]
+                out[state.flat_momentum_key(r)] = buf
+        return out
 
-    def load_checkpoint_state(self, state):
-        self.model.load_state_dict(state["model"])  # copies in place, into self.flat
-        if self.owned is not None:
-            base = self.ranges[self.owned].start
-            with torch.no_grad():
-                for i, opt in zip(self.mine, state["optimizers"]):
-                    r = self.pieces[i][2]
-                    self.slots[i].copy_(state["shard"][r.start - base:r.stop - base])
-                    self.optimizers[i].load_state_dict(opt)
+    def load_checkpoint_state(self, reader):
+        """The model on every rank (a dedicated server: its parameters, whose flat buffer holds its
+        shard), then each owned piece's momentum cut from the stored ranges that cover it."""
+        targets = state.module_targets([self.model], self.state_names(), self.rank, self.bn_local,
+                                       params_only=not self.is_worker)
+        ranges = {i: self.pieces[i][2] for i in self.mine}
+        pieces, covers = state.flat_momentum_targets(reader.keys, ranges, self.flat.dtype)
+        targets.update(pieces)
+        with torch.no_grad():
+            reader.load(targets)
+            for i, r in ranges.items():
+                if self.slots[i].data_ptr() != self.flat[r].data_ptr():  # a colocated server's own copy
+                    self.slots[i].copy_(self.flat[r])
+                if covers[i]:
+                    self.optimizers[i].state[self.slots[i]]["momentum_buffer"] = state.cut(r, covers[i], pieces, self.slot_data[i])

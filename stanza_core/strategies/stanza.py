@@ -17,7 +17,9 @@ from __future__ import annotations
 import torch
 
 from ..buckets import bucket_groups
+from ..engine.checkpoint import per_rank_key
 from ..topology import CONV_WORKER
+from . import state
 from .base import Strategy, make_sgd, positions_of
 from .stanza_pipeline import Pipeline, hooked_buckets, uses_pipeline
 
@@ -237,18 +239,25 @@ class Stanza(Strategy):
         return {k: received[k] if k in received else v.detach().cpu().clone()
                 for k, v in self.model.state_dict().items()}
 
-    def checkpoint_state(self):
-        state = {"model": self.part.state_dict(), "optimizer": self.optimizer.state_dict()}
-        if self.hybrid_buckets is not None:
-            state["conv"] = self.split.conv.state_dict()
-        if self.cfg.grad_compression == "powersgd":  # error feedback and step count survive a resume
-            state["powersgd"] = self.comm.powersgd_states()
-        return state
+    def _state_parts(self) -> list:
+        return [self.part] + ([self.split.conv] if self.hybrid_buckets is not None else [])
 
-    def load_checkpoint_state(self, state):
-        self.part.load_state_dict(state["model"])
-        if self.hybrid_buckets is not None:
-            self.split.conv.load_state_dict(state["conv"])
-        if "powersgd" in state:
-            self.comm.load_powersgd_states(state["powersgd"])
-        self.optimizer.load_state_dict(state["optimizer"])
+    def checkpoint_state(self):
+        """The part this rank trains (a hybrid FC worker's CONV body too) and its momentum, under
+        the unsplit model's names: stored once however many CONV (FC) workers hold it."""
+        out = state.module_state(self._state_parts(), self.state_names(), self.optimizer, self.rank, self.bn_local)
+        if self.cfg.grad_compression == "powersgd":  # error feedback and step count survive a resume
+            out[self._powersgd_key()] = state.to_bytes(self.comm.powersgd_states())
+        return out
+
+    def load_checkpoint_state(self, reader):
+        key, extra = self._powersgd_key(), {}
+        if key in reader.keys:
+            extra[key] = torch.empty(reader.keys[key][0], dtype=torch.uint8)
+        loaded = state.load_modules(reader, self._state_parts(), self.state_names(), self.optimizer, self.rank,
+                                    self.bn_local, extra)
+        if key in loaded:
+            self.comm.load_powersgd_states(state.from_bytes(loaded[key]))
+
+    def _powersgd_key(self) -> str:
+        return per_rank_key("powersgd", self.rank, "states")

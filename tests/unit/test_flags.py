@@ -138,7 +138,7 @@ CASES = [  # (flags, strategy, world size, outcome, fragment)
     (["--save-every", "10", "--save", "{tmp}/m.pt"], "ddp", 4, W, "--save-every 10 >= --steps 10"),
     (["--save-every", "5", "--save", "{tmp}/m.pt"], "ps", 4, OK, None),
     ([*REPLAY, "--save", "{tmp}/m.pt"], "ddp", 4, E, "--save is refused with --compute replay"),
-    (["--overwrite"], "stanza", 4, W, "--overwrite has no effect without --save or --metrics"),
+    (["--overwrite"], "stanza", 4, W, "--overwrite has no effect without --save, --metrics or --checkpoint-dir"),
     (["--overwrite", "--metrics", "{tmp}/m.json"], "ddp", 4, OK, None),
     (["--save", "{tmp}/same", "--metrics", "{tmp}/same"], "local", 1, E, "--save and --metrics name the same file"),
     # the compiled step

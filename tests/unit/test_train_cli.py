@@ -179,12 +179,28 @@ def test_missing_output_folders_are_created(as_rank0_of, tmp_path):
     assert m.is_file()
 
 
+def _snapshot(folder):
+    return {p.relative_to(folder): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def _read_checkpoint(directory):
+    """(step, {key: tensor}) of the checkpoint `latest` names in `directory`."""
+    import json
+
+    from stanza_core.comm import checkpoint_io
+
+    folder = directory / (directory / "latest").read_text().strip()
+    state = {k: torch.empty(shape, dtype=dtype) for k, (shape, dtype) in checkpoint_io.tensors(str(folder)).items()}
+    checkpoint_io.load(state, str(folder), None)
+    return json.loads((folder / "stanza.json").read_text())["step"], state
+
+
 def test_non_finite_loss_stops_naming_the_step_and_keeps_the_checkpoint(as_rank0_of, capsys, tmp_path):
     as_rank0_of(1)
     ck, m = tmp_path / "ck", tmp_path / "m.json"
     args = ["--strategy", "local", "--global-batch", "4", "--checkpoint-dir", str(ck), "--quiet", "--metrics", str(m), *CPU]
     assert train.main(args + ["--steps", "2", "--lr", "0.01"]) == 0
-    good = (ck / "rank0000-of-0001.pt").read_bytes()
+    good = _snapshot(ck)
     # resumed at a learning rate that diverges: refused as another layout, so diverge from scratch in a new dir
     ck2 = tmp_path / "ck2"
     args2 = ["--strategy", "local", "--global-batch", "4", "--checkpoint-dir", str(ck2), "--checkpoint-every", "1",
@@ -194,10 +210,29 @@ def test_non_finite_loss_stops_naming_the_step_and_keeps_the_checkpoint(as_rank0
     assert len(err.splitlines()) == 1 and err.startswith("error: the loss is ") and " at step " in err, err
     step = int(err.split(" at step ")[1].split(":")[0])
     import torch
-    saved = torch.load(ck2 / "rank0000-of-0001.pt", weights_only=True)
-    assert saved["step"] == step  # the checkpoint before the bad step, intact
-    assert all(torch.isfinite(v).all() for v in saved["state"]["model"].values() if v.is_floating_point())
-    assert (ck / "rank0000-of-0001.pt").read_bytes() == good and not m.with_suffix(".json.tmp").exists()
+    saved_step, saved = _read_checkpoint(ck2)
+    assert saved_step == step  # the checkpoint before the bad step, intact
+    assert any(k.startswith("model.") for k in saved)
+    assert all(torch.isfinite(v).all() for k, v in saved.items() if k.startswith("model.") and v.is_floating_point())
+    assert sorted(p.name for p in ck2.iterdir()) == ["latest", f"step-{step:08d}"]  # no temporary folder left
+    assert _snapshot(ck) == good and not m.with_suffix(".json.tmp").exists()
+
+
+def test_checkpoint_dir_holding_a_checkpoint_is_not_overwritten(as_rank0_of, capsys, tmp_path):
+    """A fresh run into a folder with a checkpoint is refused before training (one line naming
+    --resume and --overwrite); --overwrite replaces it."""
+    as_rank0_of(1)
+    ck = tmp_path / "ck"
+    args = ["--strategy", "local", "--global-batch", "4", "--steps", "2", "--checkpoint-dir", str(ck), "--quiet", *CPU]
+    assert train.main(args) == 0
+    before = _snapshot(ck)
+    assert train.main(args + ["--steps", "3"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == (f"error: --checkpoint-dir {ck} already holds checkpoint step-00000002; pass --resume to continue "
+                   "it or --overwrite to replace it"), err
+    assert _snapshot(ck) == before
+    assert train.main(args + ["--steps", "3", "--overwrite"]) == 0
+    assert sorted(p.name for p in ck.iterdir()) == ["latest", "step-00000003"]
 
 
 def test_existing_outputs_are_not_overwritten(as_rank0_of, capsys, tmp_path):
@@ -235,20 +270,112 @@ def test_save_steps_and_their_paths():
 def test_missing_checkpoint_is_one_line(as_rank0_of, capsys, tmp_path):
     as_rank0_of(1)
     assert train.main(["--strategy", "local", "--checkpoint-dir", str(tmp_path), "--resume", "--quiet", *CPU]) == 2
-    assert "no checkpoint rank0000-of-0001.pt" in capsys.readouterr().err
+    assert f"error: rank 0: --resume: no checkpoint in {tmp_path}: no latest file" in capsys.readouterr().err
 
 
 def test_resume_with_other_bn_stats_is_one_line(as_rank0_of, capsys, tmp_path):
     """A checkpoint trained with global batch-norm statistics does not continue per worker."""
+    from stanza_core.comm import Comm
     from stanza_core.engine import checkpoint
 
     as_rank0_of(2)
     args = ["--strategy", "ddp", "--model", "resnet18", "--image-size", "32", "--checkpoint-dir", str(tmp_path), *CPU]
-    checkpoint.save(str(tmp_path), 0, 2, 1, train.parse_config(args).to_dict(), {})
+    checkpoint.save(str(tmp_path), Comm(), 2, 1, train.parse_config(args).to_dict(), {})
     assert train.main(args + ["--bn-stats", "local", "--resume", "--quiet"]) == 2
     err = capsys.readouterr().err.strip()
     assert err == "error: --resume: checkpoint was made with bn_stats='global', this run has 'local'"
     assert not dist.is_initialized()
+
+
+@pytest.mark.parametrize("why,args,says", [
+    ("bn_stats", ["--strategy", "ddp", "--model", "resnet18", "--bn-stats", "local"],
+     "its batch-norm statistics are per data worker (--bn-stats local: a worker's batch, and so the training, "
+     "depends on the world size): resume at world size 2"),
+    ("powersgd", ["--strategy", "stanza", "--grad-compression", "powersgd"],
+     "its PowerSGD error feedback is per rank (--grad-compression powersgd): resume at world size 2")])
+def test_resume_at_another_world_size_with_per_rank_state_is_one_line(as_rank0_of, capsys, tmp_path, why, args, says):
+    """State kept per rank ties a checkpoint to its world size: refused before any group forms."""
+    from stanza_core.comm import Comm
+    from stanza_core.engine import checkpoint
+
+    args = [*args, "--image-size", "32", "--global-batch", "12", "--checkpoint-dir", str(tmp_path), *CPU]
+    cfg = train.parse_config(args).to_dict()
+    checkpoint.save(str(tmp_path), Comm(), 2, 1, cfg, {"model.x": torch.zeros(2),
+                                                     checkpoint.per_rank_key(why, 0, "x"): torch.zeros(1)})
+    as_rank0_of(2)  # the same world size: accepted (fails later, reaching for a process group)
+    assert checkpoint.locate(str(tmp_path), 2, cfg).step == 1
+    as_rank0_of(3)
+    assert train.main(args + ["--resume", "--quiet"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == f"error: --resume: checkpoint was made at world size 2, this run has 3, and {says}", err
+    assert not dist.is_initialized()
+
+
+def test_checkpoint_metadata_is_read_without_running_code(as_rank0_of, capsys, tmp_path):
+    """DCP's .metadata is a pickle: one that would call a function is refused in one line, not run."""
+    import os
+    import pickle
+
+    from stanza_core.comm import Comm
+    from stanza_core.engine import checkpoint
+
+    as_rank0_of(1)
+    args = ["--strategy", "local", "--global-batch", "4", "--checkpoint-dir", str(tmp_path), *CPU]
+    checkpoint.save(str(tmp_path), Comm(), 1, 1, train.parse_config(args).to_dict(), {"model.x": torch.zeros(2)})
+    marker = tmp_path / "ran"
+
+    class Payload:
+        def __reduce__(self):
+            return os.system, (f"touch {marker}",)
+
+    (tmp_path / "step-00000001" / ".metadata").write_bytes(pickle.dumps(Payload()))
+    assert train.main(args + ["--resume", "--quiet"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"error: rank 0: --resume: checkpoint {tmp_path / 'step-00000001'} is unreadable "
+                          "(UnpicklingError: posix.system is not part of a checkpoint's metadata)"), err
+    assert len(err.splitlines()) == 1 and not marker.exists()
+
+
+def test_ps_momentum_is_cut_anew_for_another_shard_layout():
+    """Momentum pieces stored by flat range under one shard layout (3 shards, buckets of 40) read
+    back exactly under another (2 shards, one bucket); a layout the pieces do not cover is refused."""
+    from stanza_core.errors import ConfigError
+    from stanza_core.strategies import ps, state
+
+    flat = torch.arange(100, dtype=torch.float32)
+    shards3 = [slice(a, a + n) for a, n in zip((0, 34, 67), ps.shard_sizes(100, 3))]
+    saved = [r for _, _, r in ps.pieces_of([slice(0, 40), slice(40, 80), slice(80, 100)], shards3)]
+    keys = {state.flat_momentum_key(r): flat[r] for r in saved}
+    ranges = {0: slice(0, 50), 1: slice(50, 100)}
+    targets, covers = state.flat_momentum_targets(keys, ranges, torch.float32)
+    for k, t in targets.items():
+        t.copy_(keys[k])
+    for i, r in ranges.items():
+        assert torch.equal(state.cut(r, covers[i], targets, flat[r]), flat[r])
+    assert len(covers[0]) == 3 and len(targets) == len(saved)
+    with pytest.raises(ConfigError, match="does not cover parameters 0-110"):
+        state.flat_momentum_targets(keys, {0: slice(0, 110)}, torch.float32)
+
+
+def test_bn_statistics_are_kept_per_rank_only_when_local():
+    """Under --bn-stats local a batch-norm buffer gets a per-rank key; parameters and momentum
+    keep the model's names (stored once); under global every key is the model's."""
+    from stanza_core.strategies import state
+
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.BatchNorm2d(4))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    model(torch.randn(2, 3, 8, 8)).sum().backward()
+    opt.step()
+    names = state.tensor_names(model)
+    local = state.module_state([model], names, opt, 3, bn_local=True)
+    assert sorted(local) == sorted(["model.0.weight", "model.0.bias", "model.1.weight", "model.1.bias",
+                                    "per_rank.bn_stats.rank0003.model.1.running_mean",
+                                    "per_rank.bn_stats.rank0003.model.1.running_var",
+                                    "per_rank.bn_stats.rank0003.model.1.num_batches_tracked",
+                                    "momentum.0.weight", "momentum.0.bias", "momentum.1.weight", "momentum.1.bias"])
+    assert sorted(state.module_state([model], names, opt, 3, bn_local=False)) == sorted(
+        k.replace("per_rank.bn_stats.rank0003.", "") for k in local)
+    assert torch.equal(local["momentum.0.weight"], opt.state[model[0].weight]["momentum_buffer"])
 
 
 def test_local_run_in_process(as_rank0_of, tmp_path):
