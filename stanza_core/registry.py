@@ -19,6 +19,13 @@ A record (`StrategySpec`) says what a strategy is to every part of the workbench
   bucketed          whether it exchanges gradient buckets (--bucket-mb): True, False, or the name
                     of the option that turns them on
   simplicity        the optimiser's tie-break: on equal throughput the lower wins
+  layout            "module:Class" of its rank layout (a topology.Layout: its ranks' roles, groups
+                    and layout rules); empty: plain data parallelism, every rank a worker
+  split             whether its engine trains the CONV body and the FC head apart (the engine
+                    splits the model once for it, split.split_model)
+  exchange          how its ranks exchange gradients, as the figures draw it: "allreduce" (a ring
+                    among the workers), "parameter_server" (push to and pull from shards),
+                    "layer_separation" (CONV and FC workers), or "" (drawn as its ranks' bytes alone)
   order             where lists and figures place it (lower first; equal: in registration order)
 
 A performance model module provides these functions; perf reads them through the registry alone:
@@ -75,6 +82,9 @@ class StrategySpec:
     # gather): a replayed run's payload scale is then bounded (netem.facts.MAX_PAYLOAD_SCALE_FAN_IN).
     # True unless a strategy says otherwise: a plug-in strategy gets the safe bound.
     fan_in: bool = True
+    layout: str = ""
+    split: bool = False
+    exchange: str = ""
     order: int = 100
 
     def engine_class(self) -> type:
@@ -85,6 +95,7 @@ class StrategySpec:
         return importlib.import_module(self.model)
 
 
+EXCHANGES = ("allreduce", "parameter_server", "layer_separation", "")  # StrategySpec.exchange's values
 _REGISTRY: dict[str, StrategySpec] = {}
 _plugins_loaded = False
 _builtins_loaded = False
@@ -95,6 +106,8 @@ def register(spec: StrategySpec) -> StrategySpec:
     """Add a strategy; a second record under a taken name is refused."""
     if not isinstance(spec, StrategySpec):
         raise TypeError(f"register takes a StrategySpec, got {type(spec).__name__}")
+    if spec.exchange not in EXCHANGES:
+        raise ValueError(f"exchange {spec.exchange!r} of {spec.name}; expected one of {EXCHANGES}")
     _load_builtins()  # a plug-in's name is checked against the built-in ones
     if spec.name in _REGISTRY:
         raise ValueError(f"a strategy named {spec.name!r} is registered already")
@@ -168,9 +181,16 @@ def baselines() -> tuple[str, ...]:
     return tuple(s.name for s in specs() if s.baseline)
 
 
+def in_words(names: tuple[str, ...] | list[str]) -> str:
+    """Names as a sentence lists them: "ps, ddp and stanza" (help texts)."""
+    return " and ".join([", ".join(names[:-1]), names[-1]] if len(names) > 1 else list(names))
+
+
 def get(name: str) -> StrategySpec:
     """The record of `name`; a one-line ConfigError for a name nobody registered."""
-    spec = {s.name: s for s in specs()}.get(name)
+    _load_builtins()
+    _load_plugins()
+    spec = _REGISTRY.get(name)
     if spec is None:
         raise ConfigError(f"unknown strategy {name!r}; expected one of {', '.join(names())}")
     return spec

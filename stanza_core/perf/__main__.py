@@ -18,7 +18,7 @@ import json
 import sys
 from pathlib import Path
 
-from .. import DIST_NAME, __version__, checks
+from .. import DIST_NAME, __version__, checks, registry
 from ..errors import OneLineParser, command_name
 from .cluster import DEFAULT_LATENCY_S, Cluster
 from .devices import DeviceProfile
@@ -54,7 +54,8 @@ def _ints(text: str) -> list[int]:
 
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog=command_name("stanza_core.perf"), usage="%(prog)s [options]\n       %(prog)s calibrate [options]",
-                description="Rank ps, ddp and stanza (every k) for a model on a cluster, by the performance model.")
+                description=f"Rank {registry.in_words(registry.compared())} (each in every configuration it "
+                            "offers) for a model on a cluster, by the performance model.")
     p.add_argument("--version", action="version", version=f"{DIST_NAME} {__version__}")
     # calibrate parses its own options (perf/calibrate.py): everything after the word goes to it.
     sub = p.add_subparsers(dest="command", title="commands", metavar="COMMAND")

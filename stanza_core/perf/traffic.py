@@ -16,7 +16,7 @@ from fractions import Fraction
 
 from .. import checks, registry
 from ..anatomy import DTYPE_BYTES, LABEL_BYTES, Profile
-from ..topology import Topology, resolve_layout
+from ..topology import Topology, plain_topology, resolve_layout
 
 
 _COUNTS_CACHE: dict[int, tuple] = {}
@@ -144,8 +144,7 @@ def ps_shard_sizes(params: int, shards: int) -> list[int]:
 
 def layout(strategy: str, nodes: int, fc_workers: int | None, ps_servers: int = 0) -> Topology:
     """The engine's rank layout of a configuration (topology.Topology: who computes, who serves)."""
-    return Topology(strategy, nodes, fc_workers or 0 if strategy == "stanza" else 0, 0,
-                    ps_servers=ps_servers if strategy == "ps" else 0)
+    return plain_topology(strategy, nodes, fc_workers, ps_servers)
 
 
 def data_workers(strategy: str, nodes: int, fc_workers: int | None, ps_servers: int = 0) -> int:

@@ -23,7 +23,7 @@ import time
 from typing import Any
 
 from ..perf import DeviceProfile
-from ..topology import Topology
+from ..topology import plain_topology
 
 PARTS = ("conv_fwd", "conv_bwd", "fc_fwd", "fc_bwd")
 
@@ -178,7 +178,7 @@ def config_rounds(strategy: str, nodes: int, fc_workers: int, global_batch: int,
     `lone`: every piece at level 1."""
     if lone:
         return {p: (1, b) for p, (_, b) in config_rounds(strategy, nodes, fc_workers, global_batch).items()}
-    topo = Topology(strategy, nodes, fc_workers if strategy == "stanza" else 0, 0)
+    topo = plain_topology(strategy, nodes, fc_workers)
     b = topo.worker_batch(global_batch)
     if strategy == "stanza":
         conv, fc = (len(topo.conv_ranks), b), (len(topo.fc_ranks), b)

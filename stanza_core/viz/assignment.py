@@ -179,8 +179,9 @@ def assignment_diagram(p: Prediction) -> go.Figure:
         raise ValueError("assignment_diagram needs a Prediction made with with_ranks=True")
     fig = go.Figure()
     ranks = p.ranks
-    if p.strategy == "stanza":
-        topo = Topology("stanza", p.nodes, p.fc_workers, 0)
+    exchange = registry.get(p.strategy).exchange  # what the record says its ranks exchange, and how
+    if exchange == "layer_separation":
+        topo = Topology(p.strategy, p.nodes, p.fc_workers, 0)
         nc = topo.data_workers
         height = max(1.0, 0.5 * (nc - 1))  # half a unit between CONV workers
         pos = _column(nc, 0.0, height) + _column(p.fc_workers, 3.0, height * (p.fc_workers - 1) / max(nc - 1, 1))
@@ -223,12 +224,12 @@ def assignment_diagram(p: Prediction) -> go.Figure:
                  f"{p.fc_workers} FC worker{'s' if p.fc_workers > 1 else ''} (squares)")
     else:
         pos = _circle(p.nodes)
-        if p.strategy == "ddp":
+        if exchange == "allreduce":
             g = ranks[0]["sent"].get("grads", 0)
             fig.add_trace(_ring_trace(pos, "gradient allreduce (ring, whole model)", CATEGORY_COLORS["grads"], g))
             _legend_text(fig, ["per step, every worker:", f"allreduce of all gradients: {si(g, 'B')} sent"])
-            title = f"DDP: {p.nodes} workers allreduce the whole model's gradients in a ring"
-        else:
+            title = f"{p.strategy}: {p.nodes} workers allreduce the whole model's gradients in a ring"
+        elif exchange == "parameter_server":
             xs, ys = [], []
             for i in range(p.nodes):
                 for j in range(i + 1, p.nodes):
@@ -243,6 +244,12 @@ def assignment_diagram(p: Prediction) -> go.Figure:
                                f"serves its shard: {si(r0['sent'].get('params', 0), 'B')} out"])
             title = (f"Parameter server: each of {p.nodes} workers pushes gradients to and pulls parameters from "
                      f"the {p.ps_shards} shards (one per rank)")
+        else:  # a strategy whose record states no exchange: its ranks and their bytes, no guessed edges
+            r0 = ranks[0]
+            _legend_text(fig, [f"per step, rank 0 ({ROLE_LABELS.get(r0['role'], r0['role'])}):",
+                               f"sends {si(sum(r0['sent'].values()), 'B')}",
+                               f"receives {si(sum(r0['recv'].values()), 'B')}"])
+            title = f"{p.strategy}: {p.nodes} ranks (hover a rank for its bytes per step)"
     fig.add_scatter(x=[x for x, _ in pos], y=[y for _, y in pos], mode="markers+text", name="nodes",
                     text=[("C" if r["role"] == "conv_worker" else "F" if r["role"] == "fc_worker" else "W") + str(r["rank"])
                           for r in ranks], textposition="middle center",

@@ -5,4 +5,5 @@ from ... import registry
 SPEC = registry.register(registry.StrategySpec(
     name="local", summary="one process, the whole global batch: the oracle every strategy must equal",
     roles=("local",), color="#7f7f7f", engine=f"{__name__}.engine:Local", model=f"{__name__}.model",
+    layout=f"{__name__}.layout:LocalLayout",
     compared=False, simplicity=0, order=0))
