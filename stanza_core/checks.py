@@ -161,6 +161,6 @@ def batch_divides(global_batch: int, strategy: str, nodes: int, k: int = 0) -> N
     """The global batch splits evenly over the configuration's data workers (topology)."""
     workers = plain_topology(strategy, nodes, k).data_workers
     if global_batch % workers:
-        label = strategy + (f" k={k}" if strategy == "stanza" else "")
+        label = strategy + (f" k={k}" if registry.owns(strategy, "fc_workers") else "")
         raise ConfigError(f"global_batch {global_batch} is not divisible by the {workers} data workers "
                          f"of {label} on {nodes} nodes")

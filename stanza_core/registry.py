@@ -26,6 +26,8 @@ A record (`StrategySpec`) says what a strategy is to every part of the workbench
   exchange          how its ranks exchange gradients, as the figures draw it: "allreduce" (a ring
                     among the workers), "parameter_server" (push to and pull from shards),
                     "layer_separation" (CONV and FC workers), or "" (drawn as its ranks' bytes alone)
+  label_parts       "module:function" giving its options' parts of a configuration's label and key
+                    (labels.py: "ps S=2 overlap", "stanza_k1_M2"); empty: the name alone
   order             where lists and figures place it (lower first; equal: in registration order)
 
 A performance model module provides these functions; perf reads them through the registry alone:
@@ -85,6 +87,7 @@ class StrategySpec:
     layout: str = ""
     split: bool = False
     exchange: str = ""
+    label_parts: str = ""
     order: int = 100
 
     def engine_class(self) -> type:
@@ -174,6 +177,17 @@ def names() -> tuple[str, ...]:
 def compared() -> tuple[str, ...]:
     """The strategies an experiment measures and compares (all but the single-process oracle)."""
     return tuple(s.name for s in specs() if s.compared)
+
+
+def oracle() -> str:
+    """The single-process oracle every strategy is compared with (the record with compared=False)."""
+    return next(s.name for s in specs() if not s.compared)
+
+
+def owns(strategy: str, option: str) -> bool:
+    """Whether `option` is one of `strategy`'s own (its record's options): what a layout, a label or
+    a check of that option applies to (k: the strategies with FC workers)."""
+    return option in get(strategy).options
 
 
 def baselines() -> tuple[str, ...]:

@@ -19,7 +19,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from . import checks
+from . import checks, registry
 from .labels import config_key, config_label
 
 FIELDS = ("strategy", "fc_workers", "ps_servers", "ps_overlap", "fc_conv_share", "micro_batches")
@@ -45,7 +45,7 @@ class Variant:
         check_strategy_options(self.strategy, {"fc_workers": self.fc_workers, "ps_servers": self.ps_servers,
                                                "ps_overlap": self.ps_overlap}, spell=str,
                                defaults={f.name: f.default for f in dataclasses.fields(self)})
-        if self.strategy == "stanza":
+        if registry.owns(self.strategy, "fc_workers"):
             checks.positive_int("fc_workers", self.fc_workers)
         checks.positive_int("ps_servers", self.ps_servers, 0)
         if not isinstance(self.ps_overlap, bool):

@@ -10,6 +10,7 @@ from ..errors import ConfigError  # noqa: F401 (the engine's modules import it f
 from .. import registry
 from ..models import MIN_IMAGE_SIZE
 from ..buckets import DEFAULT_BUCKET_MB  # --bucket-mb's default, the model's too
+from ..batchnorm import BN_LOCAL, BN_STATS  # noqa: F401 (--bn-stats' values, the model's too)
 
 DEVICES = ("auto", "cpu", "cuda")
 BACKENDS = ("auto", "gloo", "nccl")
@@ -19,8 +20,6 @@ COMPUTE = ("real", "replay")
 REPLAY_WAITS = ("sleep", "spin", "cpu")
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune")
 
-
-BN_STATS = ("global", "local")
 MAX_SEED = 2**23  # seeds are mixed with step and position into 64-bit generator keys
 MAX_TIMEOUT_S = 7 * 86400.0
 MAX_BUCKET_MB = 1e5
@@ -111,8 +110,8 @@ class TrainConfig:
             raise ConfigError("--checkpoint-every needs --checkpoint-dir")
         if self.save_every and not self.save:
             raise ConfigError("--save-every needs --save (the path the step files are named after)")
-        if self.strategy == "stanza" and self.fc_workers < 1:
-            raise ConfigError(f"--fc-workers must be >= 1 with stanza, got {self.fc_workers}")
+        if registry.owns(self.strategy, "fc_workers") and self.fc_workers < 1:
+            raise ConfigError(f"--fc-workers must be >= 1 with {self.strategy}, got {self.fc_workers}")
         check_stanza_options(self.strategy, fc_conv_share=self.fc_conv_share, micro_batches=self.micro_batches,
                              boundary_dtype=self.boundary_dtype, grad_compression=self.grad_compression)
         check_strategy_options(self.strategy, {f.name: getattr(self, f.name) for f in dataclasses.fields(self)})
@@ -253,11 +252,12 @@ def check_layout(cfg: TrainConfig, topo) -> list[str]:
     buckets = bool(getattr(cfg, bucketed)) if isinstance(bucketed, str) else bucketed
     if given("bucket_mb") and not (buckets and world_size > 1):
         where = "on one process" if buckets else (
-            "with ps without --ps-overlap" if cfg.strategy == "ps" else f"with {cfg.strategy}")
+            f"with {cfg.strategy} without --{bucketed.replace('_', '-')}" if isinstance(bucketed, str)
+            else f"with {cfg.strategy}")
         out.append(f"--bucket-mb has no effect {where}: no gradient buckets are exchanged")
-    if cfg.boundary is not None and cfg.strategy != "stanza":
-        out.append(f"--boundary has no effect with {cfg.strategy}: only stanza splits the model")
-    if cfg.bn_stats == "local" and data_workers <= 1:
+    if cfg.boundary is not None and not registry.get(cfg.strategy).split:
+        out.append(f"--boundary has no effect with {cfg.strategy}: it does not split the model")
+    if cfg.bn_stats == BN_LOCAL and data_workers <= 1:
         out.append("--bn-stats local has no effect with one data worker: its statistics are the global ones")
     if cfg.exact and cfg.device == "cpu":
         out.append("--exact has no effect with --device cpu: CPU numerics are already fp32 and deterministic")

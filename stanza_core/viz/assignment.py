@@ -57,7 +57,7 @@ def cluster_text(p: Prediction) -> str:
 def throughput_vs_k(a: Assignment, chosen_k: int | None = None) -> go.Figure:
     """Predicted samples/s of stanza for each k (bars), ddp and ps (horizontal lines); the
     optimiser's best stanza k is outlined in black, the chosen k hatched."""
-    everything = [p for p in a.ranking if p.strategy == "stanza"]  # fastest first
+    everything = [p for p in a.ranking if registry.owns(p.strategy, "fc_workers")]  # fastest first
     by_k: dict[int, Prediction] = {}
     for p in everything:  # the fastest stanza at each k (with its share / M / compression)
         by_k.setdefault(p.fc_workers, p)
@@ -86,7 +86,7 @@ def throughput_vs_k(a: Assignment, chosen_k: int | None = None) -> go.Figure:
     for base in (a.ddp, a.ps):
         fig.add_scatter(x=span, y=[base.throughput] * 2, mode="lines", name=f"{base.strategy} (all N train the whole model)",
                         line=dict(color=STRATEGY_COLORS[base.strategy], width=3,
-                                  dash="dash" if base.strategy == "ddp" else "dot"),
+                                  dash="dash" if registry.get(base.strategy).exchange == "allreduce" else "dot"),
                         hovertemplate=f"{base.strategy}: %{{y:,.0f}} samples/s<extra></extra>")
     fig.update_xaxes(title_text="k, FC workers (the other N - k nodes are CONV workers)", dtick=1)
     fig.update_yaxes(title_text="predicted throughput (samples/s)", rangemode="tozero")
@@ -125,11 +125,11 @@ def recommendation_html(a: Assignment, chosen: Prediction | None = None) -> str:
     lines = [f"<b>Recommended: {html.escape(describe(b))}</b> &mdash; {b.throughput:,.0f} samples/s, "
              f"{b.iteration_s * 1e3:.2f} ms per step, {si(b.max_node_sent, 'B')} sent by the busiest node per step.",
              f"Speedup over DDP {a.speedup_vs_ddp:.2f}x, over the parameter server {a.speedup_vs_ps:.2f}x."]
-    if b.strategy == "stanza":
+    if registry.owns(b.strategy, "fc_workers"):
         lines.append(f"{b.nodes - b.fc_workers} CONV workers train the convolutional body data-parallel; "
                      f"{b.fc_workers} FC worker{'s train' if b.fc_workers > 1 else ' trains'} the FC head.")
     paper = a.paper_stanza()
-    if paper is not None and paper is not b and b.strategy == "stanza":
+    if paper is not None and paper is not b and registry.owns(b.strategy, "fc_workers"):
         lines.append(f"Against the paper's Stanza ({html.escape(describe(paper))}, {paper.throughput:,.0f} samples/s): "
                      f"{b.throughput / paper.throughput:.2f}x.")
     if chosen is not None and describe(chosen) != describe(b):
@@ -316,7 +316,7 @@ def assignment_paper_scale(results: dict[str, Any]) -> go.Figure:
                             legendgroup=g, showlegend=(col == 1), line=dict(color=STRATEGY_COLORS["stanza"],
                                                                             dash=dashes[gi % len(dashes)]),
                             hovertemplate=f"{g} Gb/s, k=%{{x}}: %{{y:.0f}} samples/s<extra></extra>", row=1, col=col)
-            for s in [name for name in registry.compared() if name != "stanza" and name in d]:  # the baselines
+            for s in [name for name in registry.baselines() if name in d]:  # the baselines
                 fig.add_scatter(x=[ks[0], ks[-1]], y=[d[s]] * 2, mode="lines", name=f"{s}, {g} Gb/s",
                                 legendgroup=g, showlegend=(col == 1),
                                 line=dict(color=STRATEGY_COLORS[s], dash=dashes[gi % len(dashes)], width=1),

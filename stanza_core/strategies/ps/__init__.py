@@ -6,6 +6,7 @@ SPEC = registry.register(registry.StrategySpec(
     name="ps", summary="every worker trains the whole model; gradients pushed to sharded parameter servers, "
                        "parameters pulled back",
     roles=("worker", "ps_server"), color="#ff7f0e", engine=f"{__name__}.engine:ParameterServer",
-    model=f"{__name__}.model", layout=f"{__name__}.layout:PSLayout",
+    model=f"{__name__}.model", label_parts=f"{__name__}.options:label_parts",
+    layout=f"{__name__}.layout:PSLayout",
     options=("ps_shards", "ps_servers", "ps_overlap"), simplicity=1, baseline=True, bucketed="ps_overlap",
     exchange="parameter_server", order=1))
