@@ -28,6 +28,8 @@ A record (`StrategySpec`) says what a strategy is to every part of the workbench
                     "layer_separation" (CONV and FC workers), or "" (drawn as its ranks' bytes alone)
   label_parts       "module:function" giving its options' parts of a configuration's label and key
                     (labels.py: "ps S=2 overlap", "stanza_k1_M2"); empty: the name alone
+  bare_pieces       "module:function" giving the model pieces a rank of it runs, bare (callables),
+                    for the engine's operator-call budget (opcount.bare_pieces); empty: none
   order             where lists and figures place it (lower first; equal: in registration order)
 
 A performance model module provides these functions; perf reads them through the registry alone:
@@ -88,6 +90,7 @@ class StrategySpec:
     split: bool = False
     exchange: str = ""
     label_parts: str = ""
+    bare_pieces: str = ""
     order: int = 100
 
     def engine_class(self) -> type:

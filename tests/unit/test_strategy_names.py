@@ -19,11 +19,7 @@ from stanza_core import registry
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = ROOT / "stanza_core"
 
-REMAINING = {  # (file, stripped line text): Assignment.ddp and the op counts' plain counterparts
-    ("stanza_core/opcount.py", 'comm = Comm.from_env(60.0, prep.device, "gloo") if strategy == "ddp" else Comm(0, 1)'),
-    ("stanza_core/opcount.py", 'if strategy == "ddp":'),
-    ("stanza_core/opcount.py", 'if strategy.name == "ps":'),
-    ("stanza_core/opcount.py", 'if strategy.name == "stanza":'),
+REMAINING = {  # (file, stripped line text); Assignment.ddp is the ddp candidate by its field's name
     ("stanza_core/perf/optimize.py", 'ddp = next(p for p in cands if p.strategy == "ddp")'),
 }
 

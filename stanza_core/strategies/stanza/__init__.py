@@ -8,6 +8,7 @@ SPEC = registry.register(registry.StrategySpec(
                            "gradients cross the boundary, FC parameters never move",
     roles=("conv_worker", "fc_worker"), color="#9467bd", engine=f"{__name__}.engine:Stanza",
     model=f"{__name__}.model", label_parts=f"{__name__}.options:label_parts",
+    bare_pieces=f"{__name__}.opcount:bare_pieces",
     layout=f"{__name__}.layout:StanzaLayout",
     options=("fc_workers", "fc_conv_share", "micro_batches", "boundary_dtype", "grad_compression"), simplicity=2,
     bucketed=True, split=True, exchange="layer_separation", order=3))
