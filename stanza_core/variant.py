@@ -23,6 +23,37 @@ from . import checks, registry
 from .labels import config_key, config_label
 
 FIELDS = ("strategy", "fc_workers", "ps_servers", "ps_overlap", "fc_conv_share", "micro_batches")
+BOUNDARY_DTYPES = ("fp32", "bf16", "fp16")  # --boundary-dtype (stanza)
+GRAD_COMPRESSIONS = ("none", "fp16", "bf16", "powersgd")  # --grad-compression (stanza)
+STANZA_DEFAULTS = {"fc_conv_share": 0.0, "micro_batches": 1, "boundary_dtype": "fp32", "grad_compression": "none"}
+
+
+def _flag(field: str) -> str:
+    return "--" + field.replace("_", "-")
+
+
+def check_strategy_options(strategy: str, values: dict[str, Any], *, defaults: dict[str, Any], spell=None) -> None:
+    """One-line ConfigError for an option set away from its default (`defaults`) under a strategy
+    it does not belong to (the registry says which; fc_workers 0 counts as unset too). `spell`:
+    the CLI's flags by default, `str` for the Python API's names."""
+    given = registry.set_options(values, defaults)
+    if given.get("fc_workers") == 0:
+        del given["fc_workers"]
+    registry.check_options(strategy, given, spell=spell or _flag)
+
+
+def check_stanza_options(strategy: str, *, fc_conv_share: float = 0.0, micro_batches: int = 1,
+                         boundary_dtype: str = "fp32", grad_compression: str = "none") -> None:
+    """One-line ConfigError unless stanza's options beyond the paper hold valid values and are
+    left at their defaults by every other strategy (the training CLI's check; the experiments'
+    RunConfig makes the same one)."""
+    checks.positive_int("--micro-batches", micro_batches)
+    checks.in_interval("--fc-conv-share", fc_conv_share, 0, 1)
+    checks.one_of("--boundary-dtype", boundary_dtype, BOUNDARY_DTYPES)
+    checks.one_of("--grad-compression", grad_compression, GRAD_COMPRESSIONS)
+    check_strategy_options(strategy, {"fc_conv_share": fc_conv_share, "micro_batches": micro_batches,
+                                      "boundary_dtype": boundary_dtype, "grad_compression": grad_compression},
+                           defaults=STANZA_DEFAULTS)
 
 
 @dataclasses.dataclass(kw_only=True, frozen=True)
@@ -38,8 +69,6 @@ class Variant:
     micro_batches: int = 1  # stanza: M chunks per CONV worker, exchanged as a pipeline (1: whole batch)
 
     def __post_init__(self):
-        from .engine.config import check_stanza_options, check_strategy_options
-
         checks.strategies([self.strategy])
         check_stanza_options(self.strategy, fc_conv_share=self.fc_conv_share, micro_batches=self.micro_batches)
         check_strategy_options(self.strategy, {"fc_workers": self.fc_workers, "ps_servers": self.ps_servers,

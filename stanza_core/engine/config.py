@@ -11,11 +11,11 @@ from .. import registry
 from ..models import MIN_IMAGE_SIZE
 from ..buckets import DEFAULT_BUCKET_MB  # --bucket-mb's default, the model's too
 from ..batchnorm import BN_LOCAL, BN_STATS  # noqa: F401 (--bn-stats' values, the model's too)
+from ..variant import BOUNDARY_DTYPES, GRAD_COMPRESSIONS, check_stanza_options  # noqa: F401 (stanza's option values)
+from ..variant import check_strategy_options as _check_strategy_options
 
 DEVICES = ("auto", "cpu", "cuda")
 BACKENDS = ("auto", "gloo", "nccl")
-BOUNDARY_DTYPES = ("fp32", "bf16", "fp16")
-GRAD_COMPRESSIONS = ("none", "fp16", "bf16", "powersgd")
 COMPUTE = ("real", "replay")
 REPLAY_WAITS = ("sleep", "spin", "cpu")
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune")
@@ -285,27 +285,9 @@ def _flag(field: str) -> str:
 _DEFAULTS = {f.name: f.default for f in dataclasses.fields(TrainConfig)}
 
 
-def check_stanza_options(strategy: str, *, fc_conv_share: float = 0.0, micro_batches: int = 1,
-                         boundary_dtype: str = "fp32", grad_compression: str = "none") -> None:
-    """One-line ConfigError unless stanza's options beyond the paper hold valid values and are
-    left at their defaults by every other strategy (the training CLI's check; the experiments'
-    RunConfig makes the same one)."""
-    checks.positive_int("--micro-batches", micro_batches)
-    checks.in_interval("--fc-conv-share", fc_conv_share, 0, 1)
-    checks.one_of("--boundary-dtype", boundary_dtype, BOUNDARY_DTYPES)
-    checks.one_of("--grad-compression", grad_compression, GRAD_COMPRESSIONS)
-    check_strategy_options(strategy, {"fc_conv_share": fc_conv_share, "micro_batches": micro_batches,
-                                      "boundary_dtype": boundary_dtype, "grad_compression": grad_compression})
-
-
 def check_strategy_options(strategy: str, values: dict[str, Any], *, spell=None, defaults=None) -> None:
-    """One-line ConfigError for an option set away from its default (TrainConfig's, or
-    `defaults`) under a strategy it does not belong to (the registry says which; fc_workers 0
-    counts as unset too). `spell`: the CLI's flags by default, `str` for the Python API's names."""
-    given = registry.set_options(values, _DEFAULTS if defaults is None else defaults)
-    if given.get("fc_workers") == 0:
-        del given["fc_workers"]
-    registry.check_options(strategy, given, spell=spell or _flag)
+    """variant.check_strategy_options against TrainConfig's defaults unless `defaults` are given."""
+    _check_strategy_options(strategy, values, spell=spell, defaults=_DEFAULTS if defaults is None else defaults)
 
 
 def step_save_path(path: str, step: int) -> str:

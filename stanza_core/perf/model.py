@@ -34,6 +34,8 @@ import itertools
 from typing import Any
 
 from .. import checks, registry
+from ..labels import config_label
+from ..variant import model_call
 from ..buckets import DEFAULT_BUCKET_MB, bucket_groups
 from ..anatomy import DTYPE_BYTES, Profile
 from .cluster import Cluster
@@ -76,8 +78,6 @@ class Prediction:
     @property
     def label(self) -> str:
         """labels.config_label of this configuration: "ddp", "ps S=2 overlap", "stanza k=1 share=0.25 M=4"."""
-        from ..labels import config_label
-
         return config_label(self.strategy, self.fc_workers, ps_servers=self.ps_servers, ps_overlap=self.ps_overlap,
                             fc_conv_share=self.fc_conv_share, micro_batches=self.micro_batches,
                             boundary_dtype=self.boundary_dtype, grad_compression=self.grad_compression)
@@ -187,8 +187,6 @@ def predict(profile: Profile, cluster: Cluster, strategy: "str | Variant", fc_wo
     batch, the engine's --fc-conv-share), micro_batches, boundary_dtype, grad_compression.
     `strategy` may be a stanza_core.variant.Variant instead of a name: it then gives fc_workers,
     ps_servers, ps_overlap, fc_conv_share and micro_batches (leave those at their defaults)."""
-    from ..variant import model_call
-
     strategy, fc_workers, o = model_call(strategy, fc_workers, dict(
         fc_conv_share=fc_conv_share, micro_batches=micro_batches, ps_servers=ps_servers, ps_overlap=ps_overlap),
         _LAYOUT_DEFAULTS)

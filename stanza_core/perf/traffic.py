@@ -17,7 +17,8 @@ from fractions import Fraction
 from .. import checks, registry
 from ..anatomy import DTYPE_BYTES, LABEL_BYTES, Profile
 from ..batchnorm import BN_LOCAL
-from ..topology import Topology, plain_topology, resolve_layout
+from ..topology import Topology, hybrid_batches, plain_topology, resolve_layout
+from ..variant import GRAD_COMPRESSIONS, model_call
 
 
 _COUNTS_CACHE: dict[int, tuple] = {}
@@ -69,7 +70,6 @@ class ModelCounts:
 
 
 WIRE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}  # bytes per value of each boundary / gradient dtype
-GRAD_COMPRESSIONS = ("none", "fp16", "bf16", "powersgd")
 POWERSGD_START = 2  # as comm.hooks.POWERSGD_START: steps of vanilla allreduce before PowerSGD compresses
 
 
@@ -239,8 +239,6 @@ def stanza_options(strategy: str, nodes: int, fc_workers: int | None, global_bat
     """Validated options and the CONV workers' batches, with the engine's own batch rule
     (topology.hybrid_batches) for a hybrid FC worker's share of the global batch."""
     from ..errors import ConfigError
-    from ..topology import hybrid_batches
-
     registry.check_options(strategy, registry.set_options(
         {"fc_conv_share": fc_conv_share, "micro_batches": micro_batches, "boundary_dtype": boundary_dtype,
          "grad_compression": grad_compression}, dataclasses.asdict(StanzaOptions()) | {"fc_conv_share": 0.0}))
@@ -273,8 +271,6 @@ def expected_bytes(profile_or_counts, strategy: "str | Variant", nodes: int, fc_
     None: the steady state). bn_stats as the engine's --bn-stats ("local": no batch-norm traffic).
     `strategy` may be a stanza_core.variant.Variant instead of a name: it then gives fc_workers,
     ps_servers, fc_conv_share and micro_batches (leave those at their defaults)."""
-    from ..variant import model_call
-
     strategy, fc_workers, o = model_call(strategy, fc_workers, dict(
         fc_conv_share=fc_conv_share, micro_batches=micro_batches, ps_servers=ps_servers),
         {"fc_conv_share": 0.0, "micro_batches": 1, "ps_servers": 0})
