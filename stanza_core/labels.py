@@ -12,8 +12,6 @@ M = micro-batches, then "boundary dtype|gradient compression" when either is not
 """
 from __future__ import annotations
 
-import importlib
-
 from . import registry
 
 
@@ -24,9 +22,7 @@ def _parts(strategy: str, fc_workers: int | None, ps_servers: int, ps_overlap: b
     path = registry.get(strategy).label_parts if strategy in registry.names() else ""
     if not path:
         return []
-    module, name = path.split(":")
-    parts = getattr(importlib.import_module(module), name)
-    return parts(fc_workers=fc_workers, ps_servers=ps_servers, ps_overlap=ps_overlap, **options)
+    return registry.load(path)(fc_workers=fc_workers, ps_servers=ps_servers, ps_overlap=ps_overlap, **options)
 
 
 def config_label(strategy: str, fc_workers: int | None = 0, *, ps_servers: int = 0, ps_overlap: bool = False,

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import importlib
 import os
 import socket
 from collections import Counter
@@ -188,9 +187,8 @@ def bare_pieces(strategy, batch) -> Counter:
     if not path:
         raise ValueError(f"bare pieces of {strategy.name}: its record names none (use engine_vs_plain for "
                          f"one process)")
-    module, name = path.split(":")
     total = Counter()
-    for fn in getattr(importlib.import_module(module), name)(strategy, batch):
+    for fn in registry.load(path)(strategy, batch):
         fn()
         total += _bare(fn)
     return total

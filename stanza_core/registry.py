@@ -94,8 +94,7 @@ class StrategySpec:
     order: int = 100
 
     def engine_class(self) -> type:
-        module, cls = self.engine.split(":")
-        return getattr(importlib.import_module(module), cls)
+        return load(self.engine)
 
     def model_module(self):
         return importlib.import_module(self.model)
@@ -103,6 +102,13 @@ class StrategySpec:
 
 EXCHANGES = ("allreduce", "parameter_server", "layer_separation", "")  # StrategySpec.exchange's values
 _REGISTRY: dict[str, StrategySpec] = {}
+
+
+def load(path: str) -> Any:
+    """What a record's "module:name" names (its engine class, layout, label parts, ...), imported
+    when first asked for."""
+    module, name = path.split(":")
+    return getattr(importlib.import_module(module), name)
 _plugins_loaded = False
 _builtins_loaded = False
 BUILTINS = "stanza_core.strategies"  # the package whose subpackages are the built-in strategies

@@ -38,7 +38,6 @@ both call it (the model adds only its arguments' types).
 from __future__ import annotations
 
 import dataclasses
-import importlib
 
 from . import registry
 from .errors import ConfigError
@@ -90,8 +89,7 @@ def layout_of(strategy: str) -> Layout:
     if not path:
         return _DEFAULT
     if path not in _layouts:
-        module, cls = path.split(":")
-        _layouts[path] = getattr(importlib.import_module(module), cls)()
+        _layouts[path] = registry.load(path)()
     return _layouts[path]
 
 
