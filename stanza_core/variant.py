@@ -128,19 +128,21 @@ class Variant:
 
 
 # The benchmarks' named configurations (benchmarks/paper_regime_replay.py, replay_fidelity.py,
-# replay_engine.py: each takes those it can run): one table, one shape.
-BENCH_VARIANTS: dict[str, Variant] = {
-    "ps": Variant(strategy="ps"), "ps_s1": Variant(strategy="ps", ps_servers=1),
-    "ps_ov": Variant(strategy="ps", ps_overlap=True), "ps_s1_ov": Variant(strategy="ps", ps_servers=1, ps_overlap=True),
-    "ddp": Variant(strategy="ddp"),
-    "stanza1": Variant(strategy="stanza", fc_workers=1), "stanza2": Variant(strategy="stanza", fc_workers=2)}
+# replay_engine.py: each takes those it can run): one table, one shape. Made into Variants when
+# asked for (bench_variants), not on import: a Variant reads the registry, whose plug-ins may
+# import the engine, which imports this module.
+_BENCH = {
+    "ps": dict(strategy="ps"), "ps_s1": dict(strategy="ps", ps_servers=1),
+    "ps_ov": dict(strategy="ps", ps_overlap=True), "ps_s1_ov": dict(strategy="ps", ps_servers=1, ps_overlap=True),
+    "ddp": dict(strategy="ddp"),
+    "stanza1": dict(strategy="stanza", fc_workers=1), "stanza2": dict(strategy="stanza", fc_workers=2)}
 
 
 def bench_variants(names: str | list[str] | None = None, *, among: list[str] | None = None) -> dict[str, Variant]:
     """name -> Variant of the benchmarks' named configurations ("ps", "ps_s1", "ps_ov", "ps_s1_ov",
     "ddp", "stanza1", "stanza2"): all of them (or those `among`), or those `names` lists (a list
     or "a,b,c"), in its order; an unknown name is a one-line ValueError naming the known ones."""
-    table = BENCH_VARIANTS
+    table = {n: Variant(**kw) for n, kw in _BENCH.items()}
     known = list(table) if among is None else list(among)
     if names is None:
         return {n: table[n] for n in known}
