@@ -114,7 +114,7 @@ def engine(model_name, device, batch, image_size, num_classes):
     from stanza_core.comm import Comm
     from stanza_core.engine.config import TrainConfig
     from stanza_core.engine.train import prepare
-    from stanza_core.strategies.local import Local
+    from stanza_core.strategies.local.engine import Local
     from stanza_core.engine.batch import Batch, positions_of
     from stanza_core.data import batch_indices
 

@@ -18,7 +18,7 @@ Where overlap matters: the multi-bucket anchor. With --bucket-mb 0.5 cifar_alexn
 travel in 8 buckets (ddp, ps with the overlapped push) and stanza's CONV body's in 4, so the
 backward/allreduce overlap that decides DDP at high bandwidth is exercised (the default 25 MB
 keeps each in one bucket). The bucket counts of every configuration, by the engine's rule
-(strategies.ps.bucket_ranges: stanza's GradBuckets and the PS; torch's DDP reducer buckets by
+(strategies.ps.engine.bucket_ranges: stanza's GradBuckets and the PS; torch's DDP reducer buckets by
 the same cap, its first bucket capped at 1 MiB), are written to the output and checked against
 --min-buckets before anything runs. Run on an idle machine (9 minutes on 2 cores; results and
 table in lab/LOG.md):
@@ -107,7 +107,7 @@ def bucket_counts(model: str, image_size: int, num_classes: int, bucket_mb: floa
     """Gradient buckets per step by the engine's rule: the whole model's (ddp, ps with the
     overlapped push) and the CONV body's (stanza's CONV workers)."""
     from stanza_core.split import split_model
-    from stanza_core.strategies.ps import bucket_ranges
+    from stanza_core.strategies.ps.engine import bucket_ranges
 
     m = get_model(model, num_classes)
     conv = split_model(m, input_shape=(3, image_size, image_size)).conv

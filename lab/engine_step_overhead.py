@@ -4,7 +4,7 @@
         [--batch 8] [--steps 5] [--out FILE.json]
 
 Per model, side by side in one process, on the same model and the same batch:
-  engine  `stanza_core.strategies.local.Local.step` as `stanza_core.train` runs it (inside
+  engine  `stanza_core.strategies.local.engine.Local.step` as `stanza_core.train` runs it (inside
           `comm.counting()`, per-sample dropout keys; the loss left on the device, as the training
           loop leaves it until it reads the step, where the plain loop reads it as a float);
   plain   zero_grad, forward, cross_entropy, backward, SGD step: the loop a PyTorch user writes.

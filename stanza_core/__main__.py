@@ -2,11 +2,12 @@
 pyproject.toml ([project.scripts]) start here or at the commands' own `main`."""
 import sys
 
-from . import DIST_NAME, __version__
+from . import DIST_NAME, __version__, registry
 
-COMMANDS = (  # (console script, the same with python -m, what it does)
+COMMANDS = (  # (console script, the same with python -m, what it does); the strategies are the registry's
     ("stanza-train", "python -m stanza_core.train", "train one configuration (torchrun for several ranks)"),
-    ("stanza-perf", "python -m stanza_core.perf", "rank ps, ddp and stanza by the performance model; calibrate"),
+    ("stanza-perf", "python -m stanza_core.perf",
+     f"rank {registry.in_words(registry.compared())} by the performance model; calibrate"),
     ("stanza-reproduce", "python -m stanza_core.reproduce", "run the paper's experiments and write the report"),
 )
 

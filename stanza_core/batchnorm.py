@@ -27,6 +27,9 @@ from typing import Callable
 import torch
 import torch.nn as nn
 
+BN_STATS = ("global", "local")  # --bn-stats: over the global batch (SyncBatchNorm's) | per data worker
+BN_GLOBAL, BN_LOCAL = BN_STATS
+
 BN_TYPES = (nn.BatchNorm1d, nn.BatchNorm2d, nn.BatchNorm3d)
 
 

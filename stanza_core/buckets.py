@@ -1,6 +1,6 @@
-"""The gradient-bucket rule, in one place: the engine's buckets (strategies.stanza.GradBuckets,
+"""The gradient-bucket rule, in one place: the engine's buckets (strategies.stanza.engine.GradBuckets,
 the parameter server's push buckets) and the performance model's (perf.model.bucketed_backward,
-perf.strategies.ps) all split by it. Imports nothing of the workbench, so anything may import it.
+strategies.ps.model) all split by it. Imports nothing of the workbench, so anything may import it.
 
 Two rules, both over tensors (or layers) in the order the backward produces their gradients:
   engine (default)   a new bucket starts before one would exceed the cap (the engine's own

@@ -17,6 +17,7 @@ from collections.abc import Iterable
 from . import registry
 from .errors import ConfigError
 from .models import MIN_IMAGE_SIZE, MODEL_NAMES, known_model
+from .topology import fc_worker_choices, plain_topology
 
 
 def _items(values) -> list:
@@ -130,8 +131,6 @@ def strategies(values, allowed: tuple[str, ...] | None = None) -> list[str]:
 
 def fc_workers(k, nodes: int, *, name: str = "fc_workers") -> int:
     """k FC workers on `nodes` ranks: one of topology.fc_worker_choices (k <= N - k)."""
-    from .topology import fc_worker_choices
-
     fits = fc_worker_choices(nodes)
     if not _is_int(k) or k not in fits:
         raise ConfigError(f"{name} {k!r} with {nodes} nodes: expected 1 <= k <= {fits[-1]} "
@@ -141,8 +140,6 @@ def fc_workers(k, nodes: int, *, name: str = "fc_workers") -> int:
 
 def fc_workers_on_every(k: int, nodes: list[int], *, name: str = "fc_workers") -> int:
     """k FC workers fit every cluster size of `nodes` (topology.fc_worker_choices)."""
-    from .topology import fc_worker_choices
-
     if too_small := [n for n in nodes if k not in fc_worker_choices(n)]:
         raise ConfigError(f"{name} {k} needs nodes >= {2 * k} (every FC worker serves at least one CONV worker); "
                          f"nodes has {too_small[0]}")
@@ -152,8 +149,6 @@ def fc_workers_on_every(k: int, nodes: list[int], *, name: str = "fc_workers") -
 def fc_workers_that_fit(ks, nodes: int, *, name: str = "fc_workers", needed: bool = True) -> list[int]:
     """The k of `ks` that fit `nodes` ranks (topology.fc_worker_choices), in the order given;
     with `needed`, a one-line error when none does."""
-    from .topology import fc_worker_choices
-
     fits = fc_worker_choices(nodes)
     ks = _items(ks)
     out = [k for k in ks if _is_int(k) and k in fits]
@@ -164,10 +159,8 @@ def fc_workers_that_fit(ks, nodes: int, *, name: str = "fc_workers", needed: boo
 
 def batch_divides(global_batch: int, strategy: str, nodes: int, k: int = 0) -> None:
     """The global batch splits evenly over the configuration's data workers (topology)."""
-    from .topology import Topology
-
-    workers = Topology(strategy, nodes, k if strategy == "stanza" else 0, 0).data_workers
+    workers = plain_topology(strategy, nodes, k).data_workers
     if global_batch % workers:
-        label = strategy + (f" k={k}" if strategy == "stanza" else "")
+        label = strategy + (f" k={k}" if registry.owns(strategy, "fc_workers") else "")
         raise ConfigError(f"global_batch {global_batch} is not divisible by the {workers} data workers "
                          f"of {label} on {nodes} nodes")

@@ -12,38 +12,30 @@ M = micro-batches, then "boundary dtype|gradient compression" when either is not
 """
 from __future__ import annotations
 
+from . import registry
 
-def _parts(strategy: str, fc_workers: int | None, ps_servers: int, ps_overlap: bool, fc_conv_share: float = 0.0,
-           micro_batches: int = 1, boundary_dtype: str = "fp32", grad_compression: str = "none") -> list[tuple[str, str]]:
-    if strategy == "stanza":
-        out = [("k", str(fc_workers or 1))]
-        if fc_conv_share:
-            out.append(("share", f"{fc_conv_share:.3g}"))
-        if micro_batches > 1:
-            out.append(("M", str(micro_batches)))
-        if (boundary_dtype, grad_compression) != ("fp32", "none"):
-            out.append((f"{boundary_dtype}|{grad_compression}", ""))
-        return out
-    out = []
-    if strategy == "ps":
-        if ps_servers:
-            out.append(("S", str(ps_servers)))
-        if ps_overlap:
-            out.append(("overlap", ""))
-    return out
+
+def _parts(strategy: str, fc_workers: int | None, ps_servers: int, ps_overlap: bool,
+           **options) -> list[tuple[str, str]]:
+    """The label parts of a configuration: its strategy's (the record's `label_parts` function,
+    in the strategy's folder); none for a strategy that states none or that is not registered."""
+    path = registry.get(strategy).label_parts if strategy in registry.names() else ""
+    if not path:
+        return []
+    return registry.load(path)(fc_workers=fc_workers, ps_servers=ps_servers, ps_overlap=ps_overlap, **options)
 
 
 def config_label(strategy: str, fc_workers: int | None = 0, *, ps_servers: int = 0, ps_overlap: bool = False,
-                 **stanza_options) -> str:
+                 **options) -> str:
     """The label a person reads: "ddp", "ps", "ps S=1 overlap", "stanza k=2", "stanza k=1 M=4"."""
-    parts = _parts(strategy, fc_workers, ps_servers, ps_overlap, **stanza_options)
+    parts = _parts(strategy, fc_workers, ps_servers, ps_overlap, **options)
     return " ".join([strategy] + [f"{a}={b}" if b else a for a, b in parts])
 
 
 def config_key(strategy: str, fc_workers: int | None = 0, *, ps_servers: int = 0, ps_overlap: bool = False,
-               **stanza_options) -> str:
+               **options) -> str:
     """The same name as a key (no spaces or '='): "ddp", "ps_S1_overlap", "stanza_k2", "stanza_k1_M2"."""
-    parts = _parts(strategy, fc_workers, ps_servers, ps_overlap, **stanza_options)
+    parts = _parts(strategy, fc_workers, ps_servers, ps_overlap, **options)
     return "_".join([strategy] + [f"{a}{b}" for a, b in parts])
 
 

@@ -22,7 +22,7 @@ import subprocess
 import sys
 import tempfile
 
-from . import procgroup
+from . import procgroup, registry
 from .engine import rank_errors
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -86,7 +86,7 @@ def run_job(nodes: int, workdir: str | None = None, timeout_s: float = 1800, thr
     flags.setdefault("quiet", True)
     flags.setdefault("overwrite", True)
     args = cli_args(**flags)
-    if strategy == "local":
+    if not registry.get(strategy).compared:  # the oracle: one process
         cmd = [sys.executable, "-m", "stanza_core.train", *args]
     else:
         cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nodes}",
@@ -146,7 +146,7 @@ def train_model(model, *, nodes: int = 2, strategy: str = "stanza", image_size: 
                          f"{tuple(out.shape) if isinstance(out, torch.Tensor) else ''}")
     num_classes = flags.setdefault("num_classes", int(out.shape[1]))
     check_model(probe, shape, num_classes, "the model")
-    if strategy == "stanza":
+    if registry.get(strategy).split:
         split_model(probe, flags.get("boundary"), input_shape=shape)  # SplitError: one line, nothing launched
     own_dir = workdir is None
     workdir = workdir or tempfile.mkdtemp(prefix="stanza-model-")

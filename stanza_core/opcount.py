@@ -28,6 +28,8 @@ from collections import Counter
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from . import registry
+
 HOST_READ_OPS = ("aten._local_scalar_dense",)
 
 
@@ -132,19 +134,19 @@ def engine_vs_plain(model_name: str, strategy: str, *, image_size: int, batch: i
     from .engine import train
     from .comm import Comm
     from .engine.config import TrainConfig
-    from . import registry
 
     cfg = TrainConfig(strategy=strategy, model=model_name, image_size=image_size, global_batch=batch,
                       num_classes=num_classes, device="cpu", steps=1000, quiet=True, lr=0.01, momentum=0.9)
     prep = train.prepare(cfg)
-    comm = Comm.from_env(60.0, prep.device, "gloo") if strategy == "ddp" else Comm(0, 1)
-    if strategy == "ddp":
+    spec = registry.get(strategy)
+    comm = Comm.from_env(60.0, prep.device, "gloo") if spec.compared else Comm(0, 1)  # the oracle: no group
+    if spec.compared:
         comm.new_groups(dict(prep.topo.groups()), prep.device)
     plain_model = copy.deepcopy(prep.model)  # the same initial parameters, before the engine steps
     engine = registry.get(strategy).engine_class()(prep.model, cfg, prep.topo, comm, prep.device, prep.split)
     engine_step, b = engine_stepper(engine, prep, comm)
     x, y = b.x, b.y
-    if strategy == "ddp":
+    if spec.exchange == "allreduce":  # the plain counterpart of an allreduce strategy: torch's DDP
         from torch.nn.parallel import DistributedDataParallel as DDP
 
         import warnings
@@ -178,68 +180,18 @@ def _bare(fn) -> Counter:
 
 def bare_pieces(strategy, batch) -> Counter:
     """Operator calls of the model pieces this rank runs, bare: its forward and backward passes
-    (CE mean) and its SGD update, with no communication, no buckets and no bookkeeping.
-
-      ddp / ps worker   zero_grad, forward, loss, backward of the whole model (ddp: and its SGD)
-      ps server         per piece of its shard: the sum of the W workers' pushes, SGD (momentum)
-      CONV worker       zero_grad, conv forward, conv backward from the boundary gradient, SGD
-      FC worker         zero_grad, per served CONV worker: FC forward, loss, backward; SGD"""
-    from .topology import CONV_WORKER, FC_WORKER, PS_SERVER, WORKER
-
-    role, cfg = strategy.role, strategy.cfg
-    if strategy.name == "ps":
-        total = Counter()
-        if role == WORKER:
-            model = copy.deepcopy(strategy.model).train()
-            for p in model.parameters():
-                p.grad = None
-
-            def worker():
-                model.zero_grad(set_to_none=True)
-                torch.nn.functional.cross_entropy(model(batch.x), batch.y).backward()
-            worker()
-            total += _bare(worker)
-        if strategy.owned is not None or role == PS_SERVER:  # per piece: sum the W pushes, SGD
-            slots = [torch.nn.Parameter(s.detach().clone()) for s in strategy.slots.values()]
-            opts = [torch.optim.SGD([p], lr=cfg.lr, momentum=cfg.momentum) for p in slots]
-            pushes = [[torch.ones_like(p) for _ in strategy.workers] for p in slots]
-
-            def server():
-                for p, opt, parts in zip(slots, opts, pushes):
-                    total = parts[0]
-                    for g in parts[1:]:
-                        total = total + g
-                    p.grad = total
-                    opt.step()
-            server()
-            total += _bare(server)
-        return total
-    if strategy.name == "stanza":
-        part = copy.deepcopy(strategy.part).train()
-        opt = torch.optim.SGD(part.parameters(), lr=cfg.lr, momentum=cfg.momentum)
-        if role == CONV_WORKER:
-            g = torch.ones((len(batch), *strategy.boundary_shape))
-
-            def conv():
-                opt.zero_grad(set_to_none=True)
-                part(batch.x).backward(g)
-                opt.step()
-            conv()
-            return _bare(conv)
-        assert role == FC_WORKER
-        b = strategy.b
-        acts = [torch.randn((b, *strategy.boundary_shape)) for _ in strategy.served]
-        ys = torch.zeros(b, dtype=torch.int64)
-
-        def fc():
-            opt.zero_grad(set_to_none=True)
-            for a in acts:
-                a = a.detach().requires_grad_(True)
-                torch.nn.functional.cross_entropy(part(a), ys).backward()
-            opt.step()
-        fc()
-        return _bare(fc)
-    raise ValueError(f"bare pieces of {strategy.name}: use engine_vs_plain for local and ddp")
+    (CE mean) and its SGD update, with no communication, no buckets and no bookkeeping. The
+    pieces are the strategy's own (its record's `bare_pieces`: strategies/<name>/opcount.py);
+    each runs once before it is counted."""
+    path = registry.get(strategy.name).bare_pieces
+    if not path:
+        raise ValueError(f"bare pieces of {strategy.name}: its record names none (use engine_vs_plain for "
+                         f"one process)")
+    total = Counter()
+    for fn in registry.load(path)(strategy, batch):
+        fn()
+        total += _bare(fn)
+    return total
 
 
 def role_counts(argv: list[str], warmup: int = 1) -> dict:
@@ -248,7 +200,6 @@ def role_counts(argv: list[str], warmup: int = 1) -> dict:
     against the bare pieces of its role; and the step's host reads."""
     from .engine import train
     from .comm import Comm
-    from . import registry
 
     cfg = train.parse_config(argv)
     prep = train.prepare(cfg)

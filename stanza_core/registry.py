@@ -1,5 +1,10 @@
 """The strategies, one record each: the only place their names, options and facts are listed.
 
+Each built-in strategy is a folder, stanza_core/strategies/<name>/: its `__init__.py` registers
+its record, `engine.py` is its engine, `model.py` its performance model. The registry reads the
+folders (every subpackage of stanza_core/strategies) when it is first asked; a plug-in is the
+same folder outside the package, named in STANZA_PLUGINS.
+
 A record (`StrategySpec`) says what a strategy is to every part of the workbench:
 
   name, summary     the `--strategy` value and one line on what its step does
@@ -8,20 +13,44 @@ A record (`StrategySpec`) says what a strategy is to every part of the workbench
                     names); any other strategy given one of them is refused, in one line
   color             its colour in every figure
   engine            "module:Class" of its training engine (a strategies.base.Strategy)
-  model             "module" of its performance model: the functions `rank_rows`, `summary`,
-                    `step_time` and `candidates` (perf/strategies/__init__.py says what each does)
+  model             "module" of its performance model (below)
   compared          False for the single-process oracle (what the others are compared with)
   baseline          one of the strategies stanza is compared against (the paper's ps and ddp)
   bucketed          whether it exchanges gradient buckets (--bucket-mb): True, False, or the name
                     of the option that turns them on
   simplicity        the optimiser's tie-break: on equal throughput the lower wins
+  layout            "module:Class" of its rank layout (a topology.Layout: its ranks' roles, groups
+                    and layout rules); empty: plain data parallelism, every rank a worker
+  split             whether its engine trains the CONV body and the FC head apart (the engine
+                    splits the model once for it, split.split_model)
+  exchange          how its ranks exchange gradients, as the figures draw it: "allreduce" (a ring
+                    among the workers), "parameter_server" (push to and pull from shards),
+                    "layer_separation" (CONV and FC workers), or "" (drawn as its ranks' bytes alone)
+  label_parts       "module:function" giving its options' parts of a configuration's label and key
+                    (labels.py: "ps S=2 overlap", "stanza_k1_M2"); empty: the name alone
+  bare_pieces       "module:function" giving the model pieces a rank of it runs, bare (callables),
+                    for the engine's operator-call budget (opcount.bare_pieces); empty: none
+  order             where lists and figures place it (lower first; equal: in registration order)
 
-The engine class and the model module are imported when first asked for, so this module stays
-at the bottom of the import graph: the CLI, the config checks, the performance model, the
-optimiser, the figures and the widgets read it, and it reads none of them.
+A performance model module provides these functions; perf reads them through the registry alone:
 
-Adding a strategy: write its engine module and its model module, and `register` a record (here
-for a built-in one; from any module for a plug-in: the modules named in STANZA_PLUGINS,
+  rank_rows(case: TrafficCase, ranks) -> [{rank, role, sent: {category: bytes}, recv: {...}}]
+        what each rank in `ranks` sends and receives per step (the engine's counters equal it)
+  summary(case: TrafficCase) -> {bytes_per_step, max_node_sent, max_node_recv}
+        the same in O(1) (sweeps over thousands of nodes); called for N >= 2 only
+  step_time(case: StepCase) -> (step seconds, the step with free communication, terms)
+        one BSP step on the cluster's links (perf/model.py's module docstring has the rules)
+  overlap(case: StepCase) -> str
+        what the model lets overlap, in words
+  candidates(space: Space) -> [Prediction]
+        the configurations of this strategy the node-assignment optimiser ranks (perf/optimize.py)
+
+The folders, the engine class and the model module are imported when first asked for, so this
+module stays at the bottom of the import graph: the CLI, the config checks, the performance
+model, the optimiser, the figures and the widgets read it, and it reads none of them.
+
+Adding a strategy: a folder with its record, its engine and its model (in stanza_core/strategies/
+for a built-in one; anywhere on the path for a plug-in: the modules named in STANZA_PLUGINS,
 comma-separated, are imported when the registry is first read, in every process, torchrun's
 ranks included). docs/architecture.md, "Adding a strategy", walks through one.
 """
@@ -30,6 +59,7 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import os
+import pkgutil
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
@@ -56,23 +86,41 @@ class StrategySpec:
     # gather): a replayed run's payload scale is then bounded (netem.facts.MAX_PAYLOAD_SCALE_FAN_IN).
     # True unless a strategy says otherwise: a plug-in strategy gets the safe bound.
     fan_in: bool = True
+    layout: str = ""
+    split: bool = False
+    exchange: str = ""
+    label_parts: str = ""
+    bare_pieces: str = ""
+    order: int = 100
 
     def engine_class(self) -> type:
-        module, cls = self.engine.split(":")
-        return getattr(importlib.import_module(module), cls)
+        return load(self.engine)
 
     def model_module(self):
         return importlib.import_module(self.model)
 
 
+EXCHANGES = ("allreduce", "parameter_server", "layer_separation", "")  # StrategySpec.exchange's values
 _REGISTRY: dict[str, StrategySpec] = {}
+
+
+def load(path: str) -> Any:
+    """What a record's "module:name" names (its engine class, layout, label parts, ...), imported
+    when first asked for."""
+    module, name = path.split(":")
+    return getattr(importlib.import_module(module), name)
 _plugins_loaded = False
+_builtins_loaded = False
+BUILTINS = "stanza_core.strategies"  # the package whose subpackages are the built-in strategies
 
 
 def register(spec: StrategySpec) -> StrategySpec:
     """Add a strategy; a second record under a taken name is refused."""
     if not isinstance(spec, StrategySpec):
         raise TypeError(f"register takes a StrategySpec, got {type(spec).__name__}")
+    if spec.exchange not in EXCHANGES:
+        raise ValueError(f"exchange {spec.exchange!r} of {spec.name}; expected one of {EXCHANGES}")
+    _load_builtins()  # a plug-in's name is checked against the built-in ones
     if spec.name in _REGISTRY:
         raise ValueError(f"a strategy named {spec.name!r} is registered already")
     taken = {o: s.name for s in _REGISTRY.values() for o in s.options}
@@ -98,6 +146,19 @@ def registered(spec: StrategySpec) -> Iterator[StrategySpec]:
         _REGISTRY.pop(spec.name, None)
 
 
+def _load_builtins() -> None:
+    """Import every folder of stanza_core/strategies (each registers its record). The folders are
+    found on disk, so that reading the registry imports no engine."""
+    global _builtins_loaded
+    if _builtins_loaded:
+        return
+    _builtins_loaded = True
+    folder = os.path.join(os.path.dirname(os.path.abspath(__file__)), "strategies")
+    for info in sorted(pkgutil.iter_modules([folder]), key=lambda m: m.name):
+        if info.ispkg:
+            importlib.import_module(f"{BUILTINS}.{info.name}")
+
+
 def _load_plugins() -> None:
     global _plugins_loaded
     if _plugins_loaded:
@@ -111,12 +172,14 @@ def _load_plugins() -> None:
 
 
 def specs() -> tuple[StrategySpec, ...]:
+    """Every record, built-in and plug-in, in `order` (equal orders: in registration order)."""
+    _load_builtins()
     _load_plugins()
-    return tuple(_REGISTRY.values())
+    return tuple(sorted(_REGISTRY.values(), key=lambda s: s.order))
 
 
 def names() -> tuple[str, ...]:
-    """Every strategy the engine runs, in registration order."""
+    """Every strategy the engine runs, in `order`."""
     return tuple(s.name for s in specs())
 
 
@@ -125,14 +188,32 @@ def compared() -> tuple[str, ...]:
     return tuple(s.name for s in specs() if s.compared)
 
 
+def oracle() -> str:
+    """The single-process oracle every strategy is compared with (the record with compared=False)."""
+    return next(s.name for s in specs() if not s.compared)
+
+
+def owns(strategy: str, option: str) -> bool:
+    """Whether `option` is one of `strategy`'s own (its record's options): what a layout, a label or
+    a check of that option applies to (k: the strategies with FC workers)."""
+    return option in get(strategy).options
+
+
 def baselines() -> tuple[str, ...]:
     """The strategies stanza's speedups are measured against (speedup_vs_<name> in the results)."""
     return tuple(s.name for s in specs() if s.baseline)
 
 
+def in_words(names: tuple[str, ...] | list[str]) -> str:
+    """Names as a sentence lists them: "ps, ddp and stanza" (help texts)."""
+    return " and ".join([", ".join(names[:-1]), names[-1]] if len(names) > 1 else list(names))
+
+
 def get(name: str) -> StrategySpec:
     """The record of `name`; a one-line ConfigError for a name nobody registered."""
-    spec = {s.name: s for s in specs()}.get(name)
+    _load_builtins()
+    _load_plugins()
+    spec = _REGISTRY.get(name)
     if spec is None:
         raise ConfigError(f"unknown strategy {name!r}; expected one of {', '.join(names())}")
     return spec
@@ -165,29 +246,3 @@ def check_options(strategy: str, given: Mapping[str, Any], *, spell=str) -> None
 def set_options(values: Mapping[str, Any], defaults: Mapping[str, Any]) -> dict[str, Any]:
     """The entries of `values` that differ from `defaults` (what check_options takes)."""
     return {k: v for k, v in values.items() if v != defaults.get(k)}
-
-
-# The built-in strategies, in the order lists and figures show them (the oracle, the two
-# baselines, stanza). Their roles are topology.py's role names (spelled here so that this
-# module imports nothing of the engine).
-register(StrategySpec(
-    name="local", summary="one process, the whole global batch: the oracle every strategy must equal",
-    roles=("local",), color="#7f7f7f", engine="stanza_core.strategies.local:Local",
-    model="stanza_core.perf.strategies.local", compared=False, simplicity=0))
-register(StrategySpec(
-    name="ps", summary="every worker trains the whole model; gradients pushed to sharded parameter servers, "
-                       "parameters pulled back",
-    roles=("worker", "ps_server"), color="#ff7f0e", engine="stanza_core.strategies.ps:ParameterServer",
-    model="stanza_core.perf.strategies.ps", options=("ps_shards", "ps_servers", "ps_overlap"), simplicity=1,
-    baseline=True, bucketed="ps_overlap"))
-register(StrategySpec(
-    name="ddp", summary="every rank trains the whole model; bucketed gradient allreduce overlaps the backward",
-    roles=("worker",), color="#2ca02c", engine="stanza_core.strategies.ddp:DDP",
-    model="stanza_core.perf.strategies.ddp", simplicity=0, baseline=True, bucketed=True, fan_in=False))
-register(StrategySpec(
-    name="stanza", summary="CONV workers train the CONV body, FC workers the FC head; activations and their "
-                           "gradients cross the boundary, FC parameters never move",
-    roles=("conv_worker", "fc_worker"), color="#9467bd", engine="stanza_core.strategies.stanza:Stanza",
-    model="stanza_core.perf.strategies.stanza",
-    options=("fc_workers", "fc_conv_share", "micro_batches", "boundary_dtype", "grad_compression"), simplicity=2,
-    bucketed=True))

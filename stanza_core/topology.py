@@ -23,6 +23,11 @@ rank order: CONV worker i takes positions [i*bc, (i+1)*bc), FC worker j (rank Nc
 both must be whole numbers (`hybrid_batches`). Micro-batches split a worker's slice into M
 contiguous chunks, the first b % M one sample larger (`chunk_slices`).
 
+Each layout is its strategy's: the record names a `Layout` subclass (StrategySpec.layout, in the
+strategy's folder: strategies/<name>/layout.py), which says its ranks' roles, its groups and its
+rules; `Topology` and `resolve_layout` ask it and branch on no strategy name. A record that names
+none gets `Layout`, plain data parallelism (every rank a WORKER).
+
 The k that fit N ranks, `fc_worker_choices(N)` = 1..N//2, is the one statement of the rule
 k <= N - k (with CONV worker i served by FC worker i % k, a larger k leaves an FC worker with no
 CONV worker); the engine, the performance model, the optimiser and every experiment ask it.
@@ -40,6 +45,54 @@ from .errors import ConfigError
 LOCAL, WORKER, CONV_WORKER, FC_WORKER, PS_SERVER = "local", "worker", "conv_worker", "fc_worker", "ps_server"
 
 
+class Layout:
+    """A strategy's rank layout; this base is plain data parallelism: every rank a WORKER that
+    computes the whole model on an equal slice of the global batch, no process group beyond WORLD.
+    A strategy's own layout overrides what differs (strategies/<name>/layout.py)."""
+
+    def resolve(self, strategy: str, world_size: int, fc_workers: int, ps_shards: int, ps_servers: int,
+                unit: str, name) -> tuple[int, int]:
+        """(k, S) as the engine lays them out, or a one-line ConfigError (see resolve_layout)."""
+        registry.check_options(strategy, {"ps_servers": ps_servers} if ps_servers else {}, spell=name)
+        return 0, 0
+
+    def fc_batch(self, global_batch: int, world_size: int, fc_workers: int, fc_conv_share: float) -> int:
+        """Samples each FC worker also runs the CONV body on (hybrid FC workers), else 0."""
+        return 0
+
+    def check(self, topo: "Topology", global_batch: int, micro_batches: int) -> None:
+        """The layout's rules on a built topology beyond the batch's split (one-line ConfigError)."""
+
+    def conv_ranks(self, t: "Topology") -> list[int]:
+        return list(range(t.world_size - t.ps_servers))
+
+    def fc_ranks(self, t: "Topology") -> list[int]:
+        return list(range(t.world_size - t.ps_servers))
+
+    def conv_group(self, t: "Topology") -> list[int]:
+        return t.conv_ranks
+
+    def role(self, t: "Topology", rank: int) -> str:
+        return WORKER
+
+    def groups(self, t: "Topology") -> dict[str, list[int]]:
+        return {}
+
+
+_DEFAULT = Layout()
+_layouts: dict[str, Layout] = {}
+
+
+def layout_of(strategy: str) -> Layout:
+    """The layout of `strategy`, from its record (one instance per layout class)."""
+    path = registry.get(strategy).layout
+    if not path:
+        return _DEFAULT
+    if path not in _layouts:
+        _layouts[path] = registry.load(path)()
+    return _layouts[path]
+
+
 @dataclasses.dataclass(frozen=True)
 class Topology:
     strategy: str
@@ -50,17 +103,17 @@ class Topology:
     ps_servers: int = 0  # dedicated server ranks (ps), the last ones; 0: shards colocated with workers
 
     @property
+    def layout(self) -> Layout:
+        return layout_of(self.strategy)
+
+    @property
     def conv_ranks(self) -> list[int]:
         """Ranks that compute the CONV body on data (every data worker for local/ddp/ps)."""
-        if self.strategy == "stanza":
-            return list(range(self.world_size - self.fc_workers))
-        return list(range(self.world_size - self.ps_servers))
+        return self.layout.conv_ranks(self)
 
     @property
     def fc_ranks(self) -> list[int]:
-        if self.strategy == "stanza":
-            return list(range(self.world_size - self.fc_workers, self.world_size))
-        return list(range(self.world_size - self.ps_servers))
+        return self.layout.fc_ranks(self)
 
     @property
     def server_ranks(self) -> list[int]:
@@ -80,19 +133,11 @@ class Topology:
     @property
     def conv_group(self) -> list[int]:
         """Ranks whose CONV gradients are allreduced together (hybrid FC workers included)."""
-        if self.strategy == "stanza" and self.fc_batch:
-            return list(range(self.world_size))
-        return self.conv_ranks
+        return self.layout.conv_group(self)
 
     def role(self, rank: int) -> str:
         self._check_rank(rank)
-        if self.strategy == "local":
-            return LOCAL
-        if self.strategy == "ps" and rank >= self.world_size - self.ps_servers:
-            return PS_SERVER
-        if self.strategy == "stanza":
-            return CONV_WORKER if rank < self.world_size - self.fc_workers else FC_WORKER
-        return WORKER  # a data-parallel worker: ddp, ps and any strategy that trains the whole model
+        return self.layout.role(self, rank)
 
     def fc_worker_of(self, conv_rank: int) -> int:
         """The FC worker that serves CONV worker `conv_rank` (stanza)."""
@@ -118,16 +163,9 @@ class Topology:
         return slice(i * b, (i + 1) * b)
 
     def groups(self) -> dict[str, list[int]]:
-        """Process groups beyond WORLD, by name, in creation order (identical on every rank).
-
-        Stanza also gets one two-rank group per CONV-FC pair (`pair_group`), which carries that
-        pair's activations and activation gradients: on NCCL each group is its own
-        communicator and stream, so an FC worker's exchanges with different CONV workers do
-        not run in posting order behind each other."""
-        if self.strategy != "stanza":
-            return {}
-        pairs = {self.pair_group(i): [i, self.fc_worker_of(i)] for i in self.conv_ranks}
-        return {"conv": self.conv_group, "fc": self.fc_ranks, **pairs}
+        """Process groups beyond WORLD, by name, in creation order (identical on every rank): the
+        layout's (stanza's: strategies/stanza/layout.py)."""
+        return self.layout.groups(self)
 
     def pair_group(self, conv_rank: int) -> str:
         """Name of the process group of CONV worker `conv_rank` and the FC worker serving it."""
@@ -150,10 +188,18 @@ class Topology:
             raise ValueError(f"rank {rank} out of range for world size {self.world_size}")
 
 
+def plain_topology(strategy: str, nodes: int, fc_workers: int | None = 0, ps_servers: int = 0) -> Topology:
+    """The layout of a configuration without its checks (the model's, the optimiser's): k counts
+    for the strategy whose option it is, dedicated servers for the one whose option they are."""
+    options = registry.get(strategy).options
+    return Topology(strategy, nodes, (fc_workers or 0) if "fc_workers" in options else 0, 0,
+                    ps_servers=ps_servers if "ps_servers" in options else 0)
+
+
 def global_batch_for(strategy: str, nodes: int, fc_workers: int | None, batch_per_worker: int) -> int:
     """G that gives each data worker `batch_per_worker` samples (k counts for stanza only;
     dedicated ps servers are nodes beside the `nodes` workers)."""
-    return batch_per_worker * Topology(strategy, nodes, (fc_workers or 0) if strategy == "stanza" else 0, 0).data_workers
+    return batch_per_worker * plain_topology(strategy, nodes, fc_workers).data_workers
 
 
 def fc_worker_choices(nodes: int) -> range:
@@ -202,51 +248,18 @@ def _flag(name: str) -> str:
 
 def resolve_layout(strategy: str, world_size: int, fc_workers: int = 1, ps_shards: int = 0, ps_servers: int = 0,
                  *, unit: str = "ranks", name=_flag) -> tuple[int, int]:
-    """The layout rules, stated once: one-line ConfigError for a strategy, world size, k, S and
-    dedicated-server count that do not fit together; else (k, S) as the engine lays them out
-    (k = 0 unless stanza; S = 0 unless ps, S = N when not given, S = ps_servers with dedicated
-    servers). `unit` and `name` only word the message: the engine's flags and ranks
-    (make_topology), or the performance model's arguments and nodes (perf.traffic.check_config)."""
+    """The layout rules, stated once per strategy (its Layout.resolve): one-line ConfigError for a
+    strategy, world size, k, S and dedicated-server count that do not fit together; else (k, S)
+    as the engine lays them out (k = 0 unless stanza; S = 0 unless ps, S = N when not given,
+    S = ps_servers with dedicated servers). `unit` and `name` only word the message: the engine's
+    flags and ranks (make_topology), or the performance model's arguments and nodes
+    (perf.traffic.check_config)."""
     registry.get(strategy)
     if world_size < 1:
         raise ConfigError(f"world size must be >= 1, got {world_size}")
-    if strategy == "local" and world_size != 1:
-        raise ConfigError(f"strategy local runs in one process (1 {unit[:-1]}), got {world_size} {unit} "
-                          f"(use ddp, ps or stanza)")
-    k = name("fc_workers")
-    if strategy == "stanza":
-        if world_size < 2:
-            raise ConfigError(f"stanza needs at least 2 {unit} (1 CONV worker + 1 FC worker), got {world_size}")
-        fits = fc_worker_choices(world_size)
-        if fc_workers < 1:
-            raise ConfigError(f"{k} must be >= 1 with stanza, got {fc_workers}; expected 1 <= k <= {fits[-1]}")
-        if fc_workers >= world_size:
-            raise ConfigError(f"{k} {fc_workers} leaves no CONV worker with {world_size} {unit}; "
-                              f"expected 1 <= k <= {fits[-1]}")
-        if fc_workers not in fits:
-            raise ConfigError(f"{k} {fc_workers} on {world_size} {unit} leaves an FC worker with no CONV "
-                              f"worker to serve; expected k <= N - k, i.e. k <= {fits[-1]}")
-    else:
-        fc_workers = 0
-    servers, shards = name("ps_servers"), name("ps_shards")
     if ps_servers < 0:
-        raise ConfigError(f"{servers} must be >= 0, got {ps_servers}")
-    if strategy == "ps" and ps_servers:
-        if ps_servers >= world_size:
-            raise ConfigError(f"{servers} {ps_servers} leaves no data worker among {world_size} {unit} "
-                              f"(data workers + servers); expected S <= {world_size - 1}")
-        if ps_shards not in (0, ps_servers):
-            raise ConfigError(f"{shards} {ps_shards} with {servers} {ps_servers}: each dedicated server "
-                              f"holds one shard; leave {shards} unset or set it to {ps_servers}")
-        return fc_workers, ps_servers
-    if strategy == "ps":
-        ps_shards = ps_shards or world_size
-        if not 1 <= ps_shards <= world_size:
-            raise ConfigError(f"{shards} {ps_shards} exceeds the {world_size} {unit} that serve them; "
-                              f"expected 1..{world_size} (one shard per {unit[:-1]} at most)")
-        return fc_workers, ps_shards
-    registry.check_options(strategy, {"ps_servers": ps_servers} if ps_servers else {}, spell=name)
-    return fc_workers, 0
+        raise ConfigError(f"{name('ps_servers')} must be >= 0, got {ps_servers}")
+    return layout_of(strategy).resolve(strategy, world_size, fc_workers, ps_shards, ps_servers, unit, name)
 
 
 def make_topology(strategy: str, world_size: int, global_batch: int, fc_workers: int = 1,
@@ -254,20 +267,14 @@ def make_topology(strategy: str, world_size: int, global_batch: int, fc_workers:
                   ps_servers: int = 0) -> Topology:
     """Validate a layout; every error is one line saying what is wrong and what is expected."""
     fc_workers, ps_shards = resolve_layout(strategy, world_size, fc_workers, ps_shards, ps_servers)
-    fc_batch = 0
-    if strategy == "stanza" and fc_conv_share:
-        _, fc_batch = hybrid_batches(global_batch, world_size - fc_workers, fc_workers, fc_conv_share)
-    topo = Topology(strategy, world_size, fc_workers, ps_shards, fc_batch,
-                    ps_servers=ps_servers if strategy == "ps" else 0)
+    layout = layout_of(strategy)
+    fc_batch = layout.fc_batch(global_batch, world_size, fc_workers, fc_conv_share)
+    topo = Topology(strategy, world_size, fc_workers, ps_shards, fc_batch, ps_servers=ps_servers)
     if not fc_batch and global_batch % topo.data_workers:
         servers = f" ({topo.ps_servers} of them dedicated servers)" if topo.ps_servers else ""
         raise ConfigError(f"--global-batch {global_batch} is not divisible by the {topo.data_workers} data "
                           f"workers of {strategy} on {world_size} ranks{servers}")
-    if strategy == "stanza":
-        smallest = min(b for b in (topo.worker_batch(global_batch), fc_batch) if b)
-        if micro_batches > smallest:
-            raise ConfigError(f"--micro-batches {micro_batches} exceeds the {smallest} samples of the smallest "
-                              f"worker batch; expected 1..{smallest}")
+    layout.check(topo, global_batch, micro_batches)
     return topo
 
 

@@ -19,10 +19,41 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from . import checks
+from . import checks, registry
 from .labels import config_key, config_label
 
 FIELDS = ("strategy", "fc_workers", "ps_servers", "ps_overlap", "fc_conv_share", "micro_batches")
+BOUNDARY_DTYPES = ("fp32", "bf16", "fp16")  # --boundary-dtype (stanza)
+GRAD_COMPRESSIONS = ("none", "fp16", "bf16", "powersgd")  # --grad-compression (stanza)
+STANZA_DEFAULTS = {"fc_conv_share": 0.0, "micro_batches": 1, "boundary_dtype": "fp32", "grad_compression": "none"}
+
+
+def _flag(field: str) -> str:
+    return "--" + field.replace("_", "-")
+
+
+def check_strategy_options(strategy: str, values: dict[str, Any], *, defaults: dict[str, Any], spell=None) -> None:
+    """One-line ConfigError for an option set away from its default (`defaults`) under a strategy
+    it does not belong to (the registry says which; fc_workers 0 counts as unset too). `spell`:
+    the CLI's flags by default, `str` for the Python API's names."""
+    given = registry.set_options(values, defaults)
+    if given.get("fc_workers") == 0:
+        del given["fc_workers"]
+    registry.check_options(strategy, given, spell=spell or _flag)
+
+
+def check_stanza_options(strategy: str, *, fc_conv_share: float = 0.0, micro_batches: int = 1,
+                         boundary_dtype: str = "fp32", grad_compression: str = "none") -> None:
+    """One-line ConfigError unless stanza's options beyond the paper hold valid values and are
+    left at their defaults by every other strategy (the training CLI's check; the experiments'
+    RunConfig makes the same one)."""
+    checks.positive_int("--micro-batches", micro_batches)
+    checks.in_interval("--fc-conv-share", fc_conv_share, 0, 1)
+    checks.one_of("--boundary-dtype", boundary_dtype, BOUNDARY_DTYPES)
+    checks.one_of("--grad-compression", grad_compression, GRAD_COMPRESSIONS)
+    check_strategy_options(strategy, {"fc_conv_share": fc_conv_share, "micro_batches": micro_batches,
+                                      "boundary_dtype": boundary_dtype, "grad_compression": grad_compression},
+                           defaults=STANZA_DEFAULTS)
 
 
 @dataclasses.dataclass(kw_only=True, frozen=True)
@@ -38,14 +69,12 @@ class Variant:
     micro_batches: int = 1  # stanza: M chunks per CONV worker, exchanged as a pipeline (1: whole batch)
 
     def __post_init__(self):
-        from .engine.config import check_stanza_options, check_strategy_options
-
         checks.strategies([self.strategy])
         check_stanza_options(self.strategy, fc_conv_share=self.fc_conv_share, micro_batches=self.micro_batches)
         check_strategy_options(self.strategy, {"fc_workers": self.fc_workers, "ps_servers": self.ps_servers,
                                                "ps_overlap": self.ps_overlap}, spell=str,
                                defaults={f.name: f.default for f in dataclasses.fields(self)})
-        if self.strategy == "stanza":
+        if registry.owns(self.strategy, "fc_workers"):
             checks.positive_int("fc_workers", self.fc_workers)
         checks.positive_int("ps_servers", self.ps_servers, 0)
         if not isinstance(self.ps_overlap, bool):
@@ -99,19 +128,21 @@ class Variant:
 
 
 # The benchmarks' named configurations (benchmarks/paper_regime_replay.py, replay_fidelity.py,
-# replay_engine.py: each takes those it can run): one table, one shape.
-BENCH_VARIANTS: dict[str, Variant] = {
-    "ps": Variant(strategy="ps"), "ps_s1": Variant(strategy="ps", ps_servers=1),
-    "ps_ov": Variant(strategy="ps", ps_overlap=True), "ps_s1_ov": Variant(strategy="ps", ps_servers=1, ps_overlap=True),
-    "ddp": Variant(strategy="ddp"),
-    "stanza1": Variant(strategy="stanza", fc_workers=1), "stanza2": Variant(strategy="stanza", fc_workers=2)}
+# replay_engine.py: each takes those it can run): one table, one shape. Made into Variants when
+# asked for (bench_variants), not on import: a Variant reads the registry, whose plug-ins may
+# import the engine, which imports this module.
+_BENCH = {
+    "ps": dict(strategy="ps"), "ps_s1": dict(strategy="ps", ps_servers=1),
+    "ps_ov": dict(strategy="ps", ps_overlap=True), "ps_s1_ov": dict(strategy="ps", ps_servers=1, ps_overlap=True),
+    "ddp": dict(strategy="ddp"),
+    "stanza1": dict(strategy="stanza", fc_workers=1), "stanza2": dict(strategy="stanza", fc_workers=2)}
 
 
 def bench_variants(names: str | list[str] | None = None, *, among: list[str] | None = None) -> dict[str, Variant]:
     """name -> Variant of the benchmarks' named configurations ("ps", "ps_s1", "ps_ov", "ps_s1_ov",
     "ddp", "stanza1", "stanza2"): all of them (or those `among`), or those `names` lists (a list
     or "a,b,c"), in its order; an unknown name is a one-line ValueError naming the known ones."""
-    table = BENCH_VARIANTS
+    table = {n: Variant(**kw) for n, kw in _BENCH.items()}
     known = list(table) if among is None else list(among)
     if names is None:
         return {n: table[n] for n in known}

@@ -194,7 +194,8 @@ class Explorer:
         dtype, comp = v["compression"].split("|")
         stanza = predict(profile, cluster, "stanza", k, g, fc_conv_share=share, micro_batches=v["micro_batches"],
                          boundary_dtype=dtype, grad_compression=comp)
-        preds = {s: predict(profile, cluster, s, None, g) for s in registry.compared() if s != "stanza"}
+        preds = {s: predict(profile, cluster, s, None, g) for s in registry.compared()
+                 if not registry.owns(s, "fc_workers")}
         preds["stanza"] = stanza
         return a, list(preds.values()), preds[v["strategy"]]
 

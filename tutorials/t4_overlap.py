@@ -21,7 +21,7 @@
 #
 # **The idea of this part.** T3's script does one thing at a time: a CONV worker computes its
 # whole backward, *then* allreduces its gradients; the FC worker takes its CONV workers in rank
-# order. The engine (`stanza_core/strategies/stanza.py`) overlaps:
+# order. The engine (`stanza_core/strategies/stanza/engine.py`) overlaps:
 #
 # * **Bucketed CONV allreduce.** Backward produces gradients last layer first. The engine groups
 #   the CONV parameters into buckets (`--bucket-mb`, in reverse order) and launches a bucket's

@@ -10,17 +10,16 @@ from ..errors import ConfigError  # noqa: F401 (the engine's modules import it f
 from .. import registry
 from ..models import MIN_IMAGE_SIZE
 from ..buckets import DEFAULT_BUCKET_MB  # --bucket-mb's default, the model's too
+from ..batchnorm import BN_LOCAL, BN_STATS  # noqa: F401 (--bn-stats' values, the model's too)
+from ..variant import BOUNDARY_DTYPES, GRAD_COMPRESSIONS, check_stanza_options  # noqa: F401 (stanza's option values)
+from ..variant import check_strategy_options as _check_strategy_options
 
 DEVICES = ("auto", "cpu", "cuda")
 BACKENDS = ("auto", "gloo", "nccl")
-BOUNDARY_DTYPES = ("fp32", "bf16", "fp16")
-GRAD_COMPRESSIONS = ("none", "fp16", "bf16", "powersgd")
 COMPUTE = ("real", "replay")
 REPLAY_WAITS = ("sleep", "spin", "cpu")
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune")
 
-
-BN_STATS = ("global", "local")
 MAX_SEED = 2**23  # seeds are mixed with step and position into 64-bit generator keys
 MAX_TIMEOUT_S = 7 * 86400.0
 MAX_BUCKET_MB = 1e5
@@ -111,8 +110,8 @@ class TrainConfig:
             raise ConfigError("--checkpoint-every needs --checkpoint-dir")
         if self.save_every and not self.save:
             raise ConfigError("--save-every needs --save (the path the step files are named after)")
-        if self.strategy == "stanza" and self.fc_workers < 1:
-            raise ConfigError(f"--fc-workers must be >= 1 with stanza, got {self.fc_workers}")
+        if registry.owns(self.strategy, "fc_workers") and self.fc_workers < 1:
+            raise ConfigError(f"--fc-workers must be >= 1 with {self.strategy}, got {self.fc_workers}")
         check_stanza_options(self.strategy, fc_conv_share=self.fc_conv_share, micro_batches=self.micro_batches,
                              boundary_dtype=self.boundary_dtype, grad_compression=self.grad_compression)
         check_strategy_options(self.strategy, {f.name: getattr(self, f.name) for f in dataclasses.fields(self)})
@@ -259,11 +258,12 @@ def check_layout(cfg: TrainConfig, topo) -> list[str]:
     buckets = bool(getattr(cfg, bucketed)) if isinstance(bucketed, str) else bucketed
     if given("bucket_mb") and not (buckets and world_size > 1):
         where = "on one process" if buckets else (
-            "with ps without --ps-overlap" if cfg.strategy == "ps" else f"with {cfg.strategy}")
+            f"with {cfg.strategy} without --{bucketed.replace('_', '-')}" if isinstance(bucketed, str)
+            else f"with {cfg.strategy}")
         out.append(f"--bucket-mb has no effect {where}: no gradient buckets are exchanged")
-    if cfg.boundary is not None and cfg.strategy != "stanza":
-        out.append(f"--boundary has no effect with {cfg.strategy}: only stanza splits the model")
-    if cfg.bn_stats == "local" and data_workers <= 1:
+    if cfg.boundary is not None and not registry.get(cfg.strategy).split:
+        out.append(f"--boundary has no effect with {cfg.strategy}: it does not split the model")
+    if cfg.bn_stats == BN_LOCAL and data_workers <= 1:
         out.append("--bn-stats local has no effect with one data worker: its statistics are the global ones")
     if cfg.exact and cfg.device == "cpu":
         out.append("--exact has no effect with --device cpu: CPU numerics are already fp32 and deterministic")
@@ -291,27 +291,9 @@ def _flag(field: str) -> str:
 _DEFAULTS = {f.name: f.default for f in dataclasses.fields(TrainConfig)}
 
 
-def check_stanza_options(strategy: str, *, fc_conv_share: float = 0.0, micro_batches: int = 1,
-                         boundary_dtype: str = "fp32", grad_compression: str = "none") -> None:
-    """One-line ConfigError unless stanza's options beyond the paper hold valid values and are
-    left at their defaults by every other strategy (the training CLI's check; the experiments'
-    RunConfig makes the same one)."""
-    checks.positive_int("--micro-batches", micro_batches)
-    checks.in_interval("--fc-conv-share", fc_conv_share, 0, 1)
-    checks.one_of("--boundary-dtype", boundary_dtype, BOUNDARY_DTYPES)
-    checks.one_of("--grad-compression", grad_compression, GRAD_COMPRESSIONS)
-    check_strategy_options(strategy, {"fc_conv_share": fc_conv_share, "micro_batches": micro_batches,
-                                      "boundary_dtype": boundary_dtype, "grad_compression": grad_compression})
-
-
 def check_strategy_options(strategy: str, values: dict[str, Any], *, spell=None, defaults=None) -> None:
-    """One-line ConfigError for an option set away from its default (TrainConfig's, or
-    `defaults`) under a strategy it does not belong to (the registry says which; fc_workers 0
-    counts as unset too). `spell`: the CLI's flags by default, `str` for the Python API's names."""
-    given = registry.set_options(values, _DEFAULTS if defaults is None else defaults)
-    if given.get("fc_workers") == 0:
-        del given["fc_workers"]
-    registry.check_options(strategy, given, spell=spell or _flag)
+    """variant.check_strategy_options against TrainConfig's defaults unless `defaults` are given."""
+    _check_strategy_options(strategy, values, spell=spell, defaults=_DEFAULTS if defaults is None else defaults)
 
 
 def step_save_path(path: str, step: int) -> str:

@@ -153,7 +153,7 @@ def prepare(cfg: TrainConfig) -> Prepared:
     except ValueError as e:
         raise ConfigError(str(e)) from None
     split = None
-    if cfg.strategy == "stanza":  # split once, here: a model with no valid cut fails before the group forms
+    if registry.get(cfg.strategy).split:  # split once, here: a model with no valid cut fails before the group forms
         split = split_model(model, cfg.boundary, input_shape=(3, cfg.image_size, cfg.image_size),
                             batch_size=topo.worker_batch(cfg.global_batch))
     bn_sync = check_model_layout(cfg, topo, model, split, bn_fewest)

@@ -16,7 +16,7 @@ from typing import Any
 
 from ..perf import DEFAULT_LATENCY_S, Cluster, best_assignment, check_device, device_profile, named_profile
 from ..topology import fc_worker_choices
-from .. import checks
+from .. import checks, registry
 from ..runs import compute_rounds, replayed
 from . import validation
 from ..runs.replayed import ReplayParams
@@ -143,7 +143,8 @@ def paper_scale(p: AssignmentParams) -> dict[str, Any]:
         for g in p.paper_gbps:
             dev = device_profile(p.paper_device, prof, p.batch_per_worker).profile  # table row or measured
             a = best_assignment(prof, Cluster(p.paper_nodes, g, device=dev), batch_per_worker=p.batch_per_worker)
-            stanza = sorted((x for x in a.ranking if x.strategy == "stanza"), key=lambda x: x.fc_workers)
+            stanza = sorted((x for x in a.ranking if registry.owns(x.strategy, "fc_workers")),
+                            key=lambda x: x.fc_workers)
             top = a.best_stanza()
             out.setdefault(name, {})[f"{g:g}"] = {
                 "by_k": {str(x.fc_workers): x.throughput for x in stanza},

@@ -98,12 +98,14 @@ def plan(*, model: str = "tiny_cnn", nodes: int = 3, fc_workers: int = 1, global
     if bad or not names or len(set(names)) != len(names):
         raise ValueError(f"strategies must be distinct names from {', '.join(known + tuple(VARIANTS))}, "
                          f"got {strategies!r}")
-    if "local" not in names:
-        raise ValueError("strategies must include local: it is the reference the others are compared with")
+    oracle = registry.oracle()
+    if oracle not in names:
+        raise ValueError(f"strategies must include {oracle}: it is the reference the others are compared with")
     for s in names:  # the data workers of each run by topology (local: one process)
-        if s != "local":
+        if s != oracle:
             strategy = "stanza" if s in VARIANTS else s
-            checks.batch_divides(global_batch, strategy, nodes, fc_workers if strategy == "stanza" else 0)
+            checks.batch_divides(global_batch, strategy, nodes,
+                                 fc_workers if registry.owns(strategy, "fc_workers") else 0)
     options = {s: variant_options(s, nodes, fc_workers, global_batch) for s in names if s in VARIANTS}
     if not (isinstance(lr, (int, float)) and lr > 0) or not (isinstance(momentum, (int, float)) and 0 <= momentum < 1):
         raise ValueError(f"lr must be > 0 and momentum in [0, 1), got lr={lr!r}, momentum={momentum!r}")
@@ -120,7 +122,8 @@ def job_of(name: str, nodes: int, fc_workers: int, global_batch: int, options: d
     """One strategy's job, resolved once: the engine's strategy and options, its ranks (local: one
     process) and k (stanza, else None), its label and its batches per role (topology)."""
     strategy = "stanza" if name in VARIANTS else name
-    n, k = (1, 0) if strategy == "local" else (nodes, fc_workers if strategy == "stanza" else 0)
+    n, k = (1, 0) if not registry.get(strategy).compared else (
+        nodes, fc_workers if registry.owns(strategy, "fc_workers") else 0)
     topo = make_topology(strategy, n, global_batch, k or 1, fc_conv_share=options.get("fc_conv_share", 0.0),
                          micro_batches=options.get("micro_batches", 1))
     return {"strategy": strategy, "options": options, "nodes": n, "fc_workers": k or None,
@@ -230,7 +233,7 @@ def results(p: dict[str, Any], runs: dict[str, dict]) -> dict[str, Any]:
         out[name] = {**r, "max_loss_diff_vs_local": diff, "max_accuracy_diff_vs_local": acc_diff,
                      "max_loss_diff_vs_local_window": max_loss_diff(losses, ref, EXACT_WINDOW),
                      "first_step_loss_gap_above": first_gap}
-    others = [v for k, v in out.items() if k != "local"]
+    others = [v for k, v in out.items() if k != registry.oracle()]
     return {"experiment": "convergence", "params": p, "loss_gap": GAP, "exact_window": EXACT_WINDOW,
             "dataset_size": size, "heldout_size": len(heldout),
             "chance_accuracy": 1 / p["num_classes"], "strategies": out,

@@ -24,6 +24,7 @@ import os
 import statistics
 from typing import Any
 
+from .. import registry
 from .paper_ps import (PAPER_100, RULE, SHARDED, TOLERANCE, PsAssumption, Speedups, choose, ps_prediction,
                        search, stanza_best, worst_distance)
 
@@ -94,10 +95,13 @@ def _stated_rows(runs: list[dict], a: PsAssumption, model: str, nodes: int, gbps
     """The ps runs under `a` and the plain stanza runs (any k) of `model` at N = nodes, gbps x goodput."""
     same = [r for r in runs if r["model"] == model and r["nodes"] == nodes and r["batch_per_worker"] == a.batch_per_worker
             and abs(r["target_gbps"] - gbps * a.goodput) < 1e-9 and not r.get("same_as")]
-    servers = a.servers(nodes) if a.placement == "dedicated" else 0
-    ps = [r for r in same if r["strategy"] == "ps" and r["ps_servers"] == servers and r["ps_overlap"] == a.overlap
-          and (servers or a.server_share == 1.0)]
-    stanza = [r for r in same if r["strategy"] == "stanza" and not r.get("fc_batch") and r.get("micro_batches", 1) == 1]
+    if not a.runnable:
+        return [], []
+    v = a.variant(nodes)  # the ps Variant the stated PS is (its strategy, servers, push)
+    ps = [r for r in same if (r["strategy"], r["ps_servers"], r["ps_overlap"]) == (v.strategy, v.ps_servers, v.ps_overlap)]
+    # the paper's stanza: the strategy that owns fc_workers, at no share and no micro-batches
+    stanza = [r for r in same if registry.owns(r["strategy"], "fc_workers") and not r.get("fc_batch")
+              and r.get("micro_batches", 1) == 1]
     return ps, stanza
 
 

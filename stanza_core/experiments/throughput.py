@@ -14,7 +14,7 @@ from typing import Any
 
 from ..labels import run_key
 from ..perf import Cluster, best_assignment, check_device, device_profile, named_profile
-from .. import checks
+from .. import checks, registry
 from ..runs import replayed
 from ..runs.replayed import ReplayParams
 from ..runs.measurement import Measurement
@@ -81,8 +81,9 @@ class ThroughputParams(ReplayParams):
         ks = self.paper_fc_workers or [self.fc_workers]
         self.paper = [self.replay_set(self.strategies, ks, nodes=self.paper_nodes, target_gbps=self.paper_gbps,
                                       ps_servers=self.paper_ps_servers)]
-        if self.paper_ps_overlap and "ps" in self.strategies:
-            self.paper.append(self.replay_set(["ps"], ks, nodes=self.paper_nodes, target_gbps=self.paper_gbps,
+        overlapper = registry.option_owner("ps_overlap")  # the strategy whose option the overlapped push is
+        if self.paper_ps_overlap and overlapper in self.strategies:
+            self.paper.append(self.replay_set([overlapper], ks, nodes=self.paper_nodes, target_gbps=self.paper_gbps,
                                               ps_overlap=[True]))
 
     def grid_specs(self) -> list[MeasureSpec]:
@@ -131,7 +132,7 @@ def _measured_summary(res: Measurement) -> dict[str, Any]:
         label = run_key(row)
         out["link_mbit"] = row["link_mbit"]
         out["throughput"][label] = row["throughput"]
-        if row["strategy"] == "stanza":
+        if registry.owns(row["strategy"], "fc_workers"):
             out["stanza_speedup_vs_ps"] = row["speedup_vs_ps"]
             out["stanza_speedup_vs_ddp"] = row["speedup_vs_ddp"]
             out["stanza_fc_workers"] = row["fc_workers"]
@@ -141,7 +142,7 @@ def _measured_summary(res: Measurement) -> dict[str, Any]:
 def _model_speedups(rows: list[dict[str, Any]]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for r in rows:
-        if r["strategy"] != "stanza":
+        if not registry.owns(r["strategy"], "fc_workers"):
             continue
         d = out.setdefault(r["model"], {}).setdefault(f"{r['bandwidth_gbps']:g}", {"by_nodes": {}})
         d["by_nodes"][str(r["nodes"])] = {"fc_workers": r["fc_workers"], "vs_ps": r["speedup_vs_ps"],

@@ -110,15 +110,15 @@ def _row(pred) -> dict[str, Any]:
 def assess(profile, device, nodes: int, gbps: float, batch_per_worker: int) -> dict[str, Any]:
     """perf.best_assignment at one point: the optimiser's pick and each role's prediction."""
     a = best_assignment(profile, Cluster(nodes, gbps, device=device), batch_per_worker=batch_per_worker)
-    by_k = {p.fc_workers: p for p in a.ranking if p.strategy == "stanza"}
-    dedicated = next((p for p in a.ranking if p.strategy == "ps" and p.ps_servers and not p.ps_overlap), None)
+    by_k = {p.fc_workers: p for p in a.ranking if registry.owns(p.strategy, "fc_workers")}
+    dedicated = next((p for p in a.ranking if p.ps_servers and not p.ps_overlap), None)
     roles = {"stanza": a.best_stanza(), "stanza_k1": by_k.get(1), "ps": a.ps, "ps_dedicated": dedicated, "ddp": a.ddp}
     rows = {r: _row(pred) for r, pred in roles.items() if pred is not None}
     best_ps = a.best_ps or a.ps
     return {"nodes": nodes, "gbps": gbps, "best": _row(a.best), "roles": rows,
             "stanza_vs_ddp": roles["stanza"].throughput / a.ddp.throughput,
             "stanza_vs_best_ps": roles["stanza"].throughput / best_ps.throughput, "best_ps": _row(best_ps),
-            "stanza_pays": a.best.strategy == "stanza",
+            "stanza_pays": registry.owns(a.best.strategy, "fc_workers"),
             # every candidate's prediction by key, for the configurations replayed
             "predicted": {_row(pr)["key"]: pr.throughput for pr in a.ranking}}
 
@@ -156,13 +156,13 @@ def replay_specs(p: TodayParams, modelled: dict[str, Any]) -> list[tuple[str, in
                 common = dict(model=m, image_size=p.image_size, num_classes=p.num_classes, compute="replay",
                               replay_device=p.device, batch_per_worker=p.batch_per_worker, steps=p.replay_steps,
                               warmup=p.warmup, target_gbps=[g], min_dilation=p.min_dilation, engine=p.replay_engine)
-                same = [r for r in want if not (r["strategy"] == "ps" and r["ps_servers"])]
-                ks = sorted({r["fc_workers"] for r in same if r["strategy"] == "stanza"})
+                same = [r for r in want if not r.get("ps_servers")]  # dedicated servers: a cluster of their own
+                ks = sorted({r["fc_workers"] for r in same if registry.owns(r["strategy"], "fc_workers")})
                 if same:
                     out.append((m, n, g, MeasureSpec(**common, nodes=n, fc_workers=ks or [1],
                                                      strategies=sorted({r["strategy"] for r in same}))))
                 for r in want:
-                    if r["strategy"] == "ps" and r["ps_servers"]:
+                    if r.get("ps_servers"):
                         out.append((m, n, g, MeasureSpec(**common, nodes=n - r["ps_servers"], fc_workers=[1],
                                                          strategies=["ps"], ps_servers=[r["ps_servers"]])))
     return out

@@ -120,7 +120,7 @@ def measure(configs: Sequence[dict], *, timeout_s: float = 1800,
             m = run_job(c["nodes"], job_dir, timeout_s=timeout_s, strategy=c["strategy"], model=c["model"],
                         num_classes=c["num_classes"], image_size=c["image_size"], global_batch=c["global_batch"],
                         steps=c["steps"], warmup=1, fc_workers=c["fc_workers"], device=c["device"],
-                        boundary=c["boundary"] if c["strategy"] == "stanza" else None)
+                        boundary=c["boundary"] if registry.get(c["strategy"]).split else None)
             measured = [{k: r[k] for k in ("rank", "role", "sent", "recv")} for r in m["ranks"]]
             expected = expected_bytes(counts, c["strategy"], c["nodes"], c["fc_workers"], c["global_batch"])
             if m["bytes_per_step"] != totals(measured)["bytes_per_step"]:
@@ -178,7 +178,8 @@ def results(rows: Sequence[dict], curves: dict[str, dict], params: dict[str, Any
     PS/this ratios) and `paper_model.<model>.by_nodes.n<N>` (the model's ratio curves)."""
     configs: dict[str, dict] = {}
     for r in rows:
-        ps = next(x for x in rows if (x["model"], x["nodes"], x["strategy"]) == (r["model"], r["nodes"], "ps"))
+        ps = next(x for x in rows if (x["model"], x["nodes"]) == (r["model"], r["nodes"])
+                  and registry.owns(x["strategy"], "ps_shards"))
         configs.setdefault(r["model"], {}).setdefault(f"n{r['nodes']}", {})[config_key(r["strategy"], r["fc_workers"])] = {
             "bytes_per_step": r["measured"]["bytes_per_step"],
             "model_bytes_per_step": r["model_bytes"]["bytes_per_step"],

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from ..perf import DEFAULT_LATENCY_S, Cluster, named_profile, predict
-from .. import checks
+from .. import checks, registry
 from ..runs.compute_rounds import device_for, mean_rounds, rounds_needed, timing_rounds
 from ..runs.plan import shaped_link
 from ..variant import Variant
@@ -254,7 +254,7 @@ class ValidationParams(ReplayParams):
         gbps = checks.positive_floats("target_gbps", self.target_gbps)
         self.specs = []
         for n in sizes:
-            fit = checks.fc_workers_that_fit(ks, n, needed="stanza" in self.strategies)
+            fit = checks.fc_workers_that_fit(ks, n, needed=any(registry.owns(s, "fc_workers") for s in self.strategies))
             self.specs.append(MeasureSpec(model=self.model, image_size=self.image_size, num_classes=self.num_classes,
                                           nodes=n, strategies=self.strategies, fc_workers=fit or [1],
                                           global_batch=self.global_batch, steps=self.steps, warmup=self.warmup,

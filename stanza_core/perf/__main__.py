@@ -18,7 +18,7 @@ import json
 import sys
 from pathlib import Path
 
-from .. import DIST_NAME, __version__, checks
+from .. import DIST_NAME, __version__, checks, registry
 from ..errors import OneLineParser, command_name
 from .cluster import DEFAULT_LATENCY_S, Cluster
 from .devices import DeviceProfile
@@ -54,7 +54,8 @@ def _ints(text: str) -> list[int]:
 
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog=command_name("stanza_core.perf"), usage="%(prog)s [options]\n       %(prog)s calibrate [options]",
-                description="Rank ps, ddp and stanza (every k) for a model on a cluster, by the performance model.")
+                description=f"Rank {registry.in_words(registry.compared())} (each in every configuration it "
+                            "offers) for a model on a cluster, by the performance model.")
     p.add_argument("--version", action="version", version=f"{DIST_NAME} {__version__}")
     # calibrate parses its own options (perf/calibrate.py): everything after the word goes to it.
     sub = p.add_subparsers(dest="command", title="commands", metavar="COMMAND")
@@ -109,7 +110,7 @@ def _device(args, profile) -> DeviceProfile:
 
 def ps_layout(p) -> str:
     """The parameter-server deployment of a prediction, in one word ("-" for ddp and stanza)."""
-    if p.strategy != "ps":
+    if not registry.owns(p.strategy, "ps_servers"):
         return "-"
     return ("colocated" if not p.ps_servers else f"S={p.ps_servers}") + ("+overlap" if p.ps_overlap else "")
 
@@ -128,7 +129,7 @@ def _print_ranking(profile, cluster, a, top: int) -> None:
     print(f"cluster: {cluster.nodes} nodes, {cluster.bandwidth_gbps:g} Gb/s, {cluster.latency_s * 1e6:g} us/message, "
           f"device {a.best.device}" + (f", {cluster.device.row_version}" if getattr(cluster.device, "row_version", "") else ""))
     print(f"best: {a.best.strategy}" + (f" k={a.best.fc_workers}" if a.best.fc_workers else "")
-          + (f" {ps_layout(a.best)}" if a.best.strategy == "ps" else "")
+          + (f" {ps_layout(a.best)}" if registry.owns(a.best.strategy, "ps_servers") else "")
           + f"  {a.best.throughput:.1f} samples/s  ({a.speedup_vs_ps:.2f}x ps, {a.speedup_vs_ddp:.2f}x ddp, "
           f"{a.speedup_vs_best_ps:.2f}x the fastest ps: {ps_layout(a.best_ps)})")
     print(f"{'strategy':<7}{'k':>5}{'iter ms':>12}{'samples/s':>12}{'vs ps':>9}{'vs ddp':>9}"

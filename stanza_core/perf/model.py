@@ -34,6 +34,8 @@ import itertools
 from typing import Any
 
 from .. import checks, registry
+from ..labels import config_label
+from ..variant import model_call
 from ..buckets import DEFAULT_BUCKET_MB, bucket_groups
 from ..anatomy import DTYPE_BYTES, Profile
 from .cluster import Cluster
@@ -76,15 +78,9 @@ class Prediction:
     @property
     def label(self) -> str:
         """labels.config_label of this configuration: "ddp", "ps S=2 overlap", "stanza k=1 share=0.25 M=4"."""
-        from ..labels import config_label
-
-        if self.strategy == "ps":
-            return config_label("ps", ps_servers=self.ps_servers, ps_overlap=self.ps_overlap)
-        if self.strategy != "stanza":
-            return config_label(self.strategy, self.fc_workers)
-        return config_label("stanza", self.fc_workers, fc_conv_share=self.fc_conv_share,
-                            micro_batches=self.micro_batches, boundary_dtype=self.boundary_dtype,
-                            grad_compression=self.grad_compression)
+        return config_label(self.strategy, self.fc_workers, ps_servers=self.ps_servers, ps_overlap=self.ps_overlap,
+                            fc_conv_share=self.fc_conv_share, micro_batches=self.micro_batches,
+                            boundary_dtype=self.boundary_dtype, grad_compression=self.grad_compression)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -191,8 +187,6 @@ def predict(profile: Profile, cluster: Cluster, strategy: "str | Variant", fc_wo
     batch, the engine's --fc-conv-share), micro_batches, boundary_dtype, grad_compression.
     `strategy` may be a stanza_core.variant.Variant instead of a name: it then gives fc_workers,
     ps_servers, ps_overlap, fc_conv_share and micro_batches (leave those at their defaults)."""
-    from ..variant import model_call
-
     strategy, fc_workers, o = model_call(strategy, fc_workers, dict(
         fc_conv_share=fc_conv_share, micro_batches=micro_batches, ps_servers=ps_servers, ps_overlap=ps_overlap),
         _LAYOUT_DEFAULTS)
@@ -220,7 +214,7 @@ def predict(profile: Profile, cluster: Cluster, strategy: "str | Variant", fc_wo
                  "step_overhead_s": dev.step_overhead_s, **terms}
     counts = ModelCounts.of(profile)
     summary = summary_bytes(counts, strategy, cluster.nodes, fc_workers, batches, ps_shards, opt, ps_servers)
-    reps = [0, n] if strategy == "stanza" or ps_servers else [0]  # busiest rank of each role
+    reps = [0, n] if n < cluster.nodes else [0]  # busiest rank of each role: a data worker, the first after them
     per_role = {r["role"]: {"sent": r["sent"], "recv": r["recv"]}
                 for r in rank_bytes(counts, strategy, cluster.nodes, fc_workers, batches, ps_shards, ranks=reps,
                                     options=opt, ps_servers=ps_servers)}
@@ -232,7 +226,8 @@ def predict(profile: Profile, cluster: Cluster, strategy: "str | Variant", fc_wo
                       breakdown=breakdown, exposed_comm_s=max(total - crit, 0.0),
                       overlap=model.overlap(case),
                       **summary, bytes_per_node=per_role, ranks=ranks,
-                      ps_servers=ps_servers if strategy == "ps" else 0, ps_overlap=bool(ps_overlap),
-                      fc_conv_share=fc_conv_share if
-                      strategy == "stanza" else 0.0, fc_batch=opt.fc_batch, micro_batches=opt.micro_batches,
+                      ps_servers=ps_servers if registry.owns(strategy, "ps_servers") else 0,
+                      ps_overlap=bool(ps_overlap),
+                      fc_conv_share=fc_conv_share if registry.owns(strategy, "fc_conv_share") else 0.0,
+                      fc_batch=opt.fc_batch, micro_batches=opt.micro_batches,
                       boundary_dtype=opt.boundary_dtype, grad_compression=opt.grad_compression)

@@ -43,11 +43,12 @@ class Assignment:
         return self.best.throughput / (self.best_ps or self.ps).throughput
 
     def best_stanza(self) -> Prediction | None:
-        return next((p for p in self.ranking if p.strategy == "stanza"), None)
+        return next((p for p in self.ranking if registry.owns(p.strategy, "fc_workers")), None)
 
     def paper_stanza(self) -> Prediction | None:
         """The fastest stanza as the paper runs it (no share, M = 1, fp32, no compression)."""
-        return next((p for p in self.ranking if p.strategy == "stanza" and not p.fc_batch and p.micro_batches == 1
+        return next((p for p in self.ranking if registry.owns(p.strategy, "fc_workers") and not p.fc_batch
+                     and p.micro_batches == 1
                      and (p.boundary_dtype, p.grad_compression) == ("fp32", "none")), None)
 
     def to_dict(self) -> dict[str, Any]:
@@ -145,7 +146,7 @@ def best_assignment(profile: Profile, cluster: Cluster, global_batch: int | None
                    ps_overlap=top.ps_overlap, fc_conv_share=top.fc_conv_share, micro_batches=top.micro_batches,
                    boundary_dtype=top.boundary_dtype, grad_compression=top.grad_compression)
     ddp = next(p for p in cands if p.strategy == "ddp")
-    ps_cands = [p for p in cands if p.strategy == "ps"]
+    ps_cands = [p for p in cands if registry.owns(p.strategy, "ps_servers")]
     ps = next((p for p in ps_cands if not p.ps_servers and not p.ps_overlap), None) or \
         predict(profile, cluster, "ps", **batch, ps_shards=ps_shards, with_ranks=False)
     best_ps = min(ps_cands, key=_key) if ps_cands else None

@@ -4,6 +4,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..anatomy import Profile
+from .. import registry
 from ..labels import config_label
 from .cluster import DEFAULT_LATENCY_S, Cluster
 from .resolve import device_profile
@@ -34,7 +35,8 @@ def sweep(profile: Profile, device="v100", bandwidths_gbps=DEFAULT_BANDWIDTHS_GB
             cluster = Cluster(n, gbps, latency_s, dev)
             a = best_assignment(profile, cluster, global_batch, batch_per_worker=batch_per_worker,
                                 ps_shards=ps_shards, bucket_mb=bucket_mb)
-            stanza = sorted((p for p in a.ranking if p.strategy == "stanza"), key=lambda p: p.fc_workers)
+            stanza = sorted((p for p in a.ranking if registry.owns(p.strategy, "fc_workers")),
+                            key=lambda p: p.fc_workers)
             top = a.best_stanza()
             rows.append({
                 "nodes": n, "bandwidth_gbps": gbps,

@@ -16,7 +16,9 @@ from fractions import Fraction
 
 from .. import checks, registry
 from ..anatomy import DTYPE_BYTES, LABEL_BYTES, Profile
-from ..topology import Topology, resolve_layout
+from ..batchnorm import BN_LOCAL
+from ..topology import Topology, hybrid_batches, plain_topology, resolve_layout
+from ..variant import GRAD_COMPRESSIONS, model_call
 
 
 _COUNTS_CACHE: dict[int, tuple] = {}
@@ -68,7 +70,6 @@ class ModelCounts:
 
 
 WIRE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}  # bytes per value of each boundary / gradient dtype
-GRAD_COMPRESSIONS = ("none", "fp16", "bf16", "powersgd")
 POWERSGD_START = 2  # as comm.hooks.POWERSGD_START: steps of vanilla allreduce before PowerSGD compresses
 
 
@@ -144,8 +145,7 @@ def ps_shard_sizes(params: int, shards: int) -> list[int]:
 
 def layout(strategy: str, nodes: int, fc_workers: int | None, ps_servers: int = 0) -> Topology:
     """The engine's rank layout of a configuration (topology.Topology: who computes, who serves)."""
-    return Topology(strategy, nodes, fc_workers or 0 if strategy == "stanza" else 0, 0,
-                    ps_servers=ps_servers if strategy == "ps" else 0)
+    return plain_topology(strategy, nodes, fc_workers, ps_servers)
 
 
 def data_workers(strategy: str, nodes: int, fc_workers: int | None, ps_servers: int = 0) -> int:
@@ -170,13 +170,14 @@ def check_config(strategy: str, nodes: int, fc_workers: int | None, ps_shards: i
     checks.positive_int("ps_servers", ps_servers, 0)
     registry.check_options(strategy, {k: v for k, v in (("fc_workers", fc_workers), ("ps_shards", ps_shards))
                                       if v is not None})
-    if strategy == "stanza" and nodes >= 2 and (isinstance(fc_workers, bool) or not isinstance(fc_workers, int)):
+    has_k = registry.owns(strategy, "fc_workers")
+    if has_k and nodes >= 2 and (isinstance(fc_workers, bool) or not isinstance(fc_workers, int)):
         raise ValueError(f"fc_workers must be an integer in 1..{nodes // 2} for {nodes} nodes, got {fc_workers!r}")
     if ps_shards is not None and (isinstance(ps_shards, bool) or not isinstance(ps_shards, int) or ps_shards < 1):
         raise ValueError(f"ps_shards must be an integer in 1..{nodes} (one shard per rank at most), "
                          f"got {ps_shards!r}")
     k, s = resolve_layout(strategy, nodes, fc_workers or 0, ps_shards or 0, ps_servers, unit="nodes", name=str)
-    return (k if strategy == "stanza" else None), (s if strategy == "ps" else None)
+    return (k if has_k else None), (s if registry.owns(strategy, "ps_shards") else None)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -238,12 +239,10 @@ def stanza_options(strategy: str, nodes: int, fc_workers: int | None, global_bat
     """Validated options and the CONV workers' batches, with the engine's own batch rule
     (topology.hybrid_batches) for a hybrid FC worker's share of the global batch."""
     from ..errors import ConfigError
-    from ..topology import hybrid_batches
-
     registry.check_options(strategy, registry.set_options(
         {"fc_conv_share": fc_conv_share, "micro_batches": micro_batches, "boundary_dtype": boundary_dtype,
          "grad_compression": grad_compression}, dataclasses.asdict(StanzaOptions()) | {"fc_conv_share": 0.0}))
-    if strategy != "stanza":
+    if not registry.owns(strategy, "fc_workers"):  # StanzaOptions are the options of the strategy with k
         n = data_workers(strategy, nodes, fc_workers, ps_servers)
         return StanzaOptions(), split_batch(global_batch, n)
     nc = data_workers(strategy, nodes, fc_workers)
@@ -272,14 +271,12 @@ def expected_bytes(profile_or_counts, strategy: "str | Variant", nodes: int, fc_
     None: the steady state). bn_stats as the engine's --bn-stats ("local": no batch-norm traffic).
     `strategy` may be a stanza_core.variant.Variant instead of a name: it then gives fc_workers,
     ps_servers, fc_conv_share and micro_batches (leave those at their defaults)."""
-    from ..variant import model_call
-
     strategy, fc_workers, o = model_call(strategy, fc_workers, dict(
         fc_conv_share=fc_conv_share, micro_batches=micro_batches, ps_servers=ps_servers),
         {"fc_conv_share": 0.0, "micro_batches": 1, "ps_servers": 0})
     fc_conv_share, micro_batches, ps_servers = o["fc_conv_share"], o["micro_batches"], o["ps_servers"]
     counts = ModelCounts.of(profile_or_counts)
-    if bn_stats == "local":
+    if bn_stats == BN_LOCAL:
         counts = counts.local_bn()
     fc_workers, ps_shards = check_config(strategy, nodes, fc_workers, ps_shards, ps_servers)
     n = data_workers(strategy, nodes, fc_workers, ps_servers)

@@ -22,8 +22,9 @@ import sys
 import time
 from typing import Any
 
+from .. import registry
 from ..perf import DeviceProfile
-from ..topology import Topology
+from ..topology import plain_topology
 
 PARTS = ("conv_fwd", "conv_bwd", "fc_fwd", "fc_bwd")
 
@@ -178,9 +179,9 @@ def config_rounds(strategy: str, nodes: int, fc_workers: int, global_batch: int,
     `lone`: every piece at level 1."""
     if lone:
         return {p: (1, b) for p, (_, b) in config_rounds(strategy, nodes, fc_workers, global_batch).items()}
-    topo = Topology(strategy, nodes, fc_workers if strategy == "stanza" else 0, 0)
+    topo = plain_topology(strategy, nodes, fc_workers)
     b = topo.worker_batch(global_batch)
-    if strategy == "stanza":
+    if registry.get(strategy).split:  # the CONV and the FC pieces on their own ranks
         conv, fc = (len(topo.conv_ranks), b), (len(topo.fc_ranks), b)
         return {"conv_fwd": conv, "conv_bwd": conv, "fc_fwd": fc, "fc_bwd": fc, "update": conv, "step": conv}
     every = (nodes, b)

@@ -84,7 +84,8 @@ def summarize(runs: list[dict]) -> list[dict]:
                          "throughput": statistics.median(tp), "throughput_min": min(tp), "throughput_max": max(tp),
                          "target_throughput": med[label], "repeats": len(tp), "bytes_per_step": first["bytes_per_step"],
                          "slipped_runs": sum(bool((r.get("link_check") or {}).get("slipped")) for r in same)})
-        best_ps = max((v for r, v in zip(rows[-len(med):], med.values()) if r["strategy"] == "ps"), default=None)
+        best_ps = max((v for r, v in zip(rows[-len(med):], med.values()) if registry.owns(r["strategy"], "ps_servers")),
+                      default=None)
         for row in rows[-len(med):]:
             for base in registry.baselines():  # ps: colocated shards, no overlap
                 ref = med.get(base)

@@ -24,7 +24,7 @@ import dataclasses
 from typing import Any
 
 from ..labels import run_key, run_label
-from .. import checks
+from .. import checks, registry
 from ..perf import device_source
 from .store import points
 from .measurement import Measurement
@@ -68,7 +68,8 @@ class ReplaySet:
         self.specs = []
         for m in self.models:
             for n in sizes:
-                fit = checks.fc_workers_that_fit(ks, n, name="replay_fc_workers", needed="stanza" in self.strategies)
+                fit = checks.fc_workers_that_fit(ks, n, name="replay_fc_workers",
+                                                 needed=any(registry.owns(s, "fc_workers") for s in self.strategies))
                 for g in gbps:
                     self.specs.append(MeasureSpec(
                         model=m, image_size=self.image_size, num_classes=self.num_classes, nodes=n,
@@ -195,7 +196,7 @@ def summary(s: ReplaySet, benches: list[Measurement]) -> dict[str, Any]:
             out["labels"][key] = run_label(row)
             d["link_mbit"][key], d["dilation"][key] = row["link_mbit"], row["dilation"]
             d["throughput"][key] = row["target_throughput"]  # on the target: measured x D (time runs D x slower here)
-            if row["strategy"] == "stanza" and run_key(row) == run_key({"strategy": "stanza",
+            if registry.owns(row["strategy"], "fc_workers") and run_key(row) == run_key({"strategy": "stanza",
                                                                          "fc_workers": row["fc_workers"]}):
                 d.setdefault("_stanza", {})[key] = row["fc_workers"]  # the paper's stanza (no options)
     for by_n in out["by_model"].values():

@@ -15,7 +15,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from .. import checks
+from .. import checks, registry
 from ..launch import cli_args
 from ..topology import Topology
 from ..variant import FIELDS as VARIANT_FIELDS, Variant
@@ -58,14 +58,14 @@ class RunConfig:
         for name in ("num_classes", "global_batch", "steps"):
             checks.positive_int(name, getattr(self, name))
         checks.positive_int("nodes", self.nodes, 2)
-        if self.strategy == "stanza":  # k on N nodes (the Variant checks what needs no N)
+        if registry.owns(self.strategy, "fc_workers"):  # k on N nodes (the Variant checks what needs no N)
             checks.fc_workers(self.fc_workers, self.nodes)
         variant = Variant(**{name: getattr(self, name) for name in VARIANT_FIELDS})  # the layout's own checks
         object.__setattr__(self, "fc_conv_share", variant.fc_conv_share)
         object.__setattr__(self, "_variant", variant)
         if not self.fc_conv_share:  # a hybrid share moves samples onto the FC workers: make_topology checks it
             checks.batch_divides(self.global_batch, self.strategy, self.nodes, self.fc_workers)
-        if self.strategy == "stanza":  # the engine's own layout check: the share's batches, M per worker batch
+        if registry.owns(self.strategy, "fc_workers"):  # the engine's own layout check: the share's batches, M
             variant.topology(self.nodes, self.global_batch)
         if not checks._is_int(self.warmup) or not 0 <= self.warmup < self.steps:
             raise ValueError(f"warmup must be in 0..steps-1 = {self.steps - 1}, got {self.warmup!r}")

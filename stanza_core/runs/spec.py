@@ -12,7 +12,7 @@ from typing import Any
 from ..netem.facts import max_link_mbit
 from ..perf import check_device
 from ..topology import global_batch_for
-from .. import checks
+from .. import checks, registry
 from . import plan
 from .runconfig import COMPUTE_MODES, UNSET_LINK_MBIT, RunConfig
 from ..variant import Variant
@@ -78,7 +78,7 @@ class MeasureSpec:
             raise ValueError(f"nodes must be >= 2 for a distributed run, got {self.nodes!r}")
         self.strategies = checks.strategies(self.strategies)
         self.fc_workers = [self.fc_workers] if isinstance(self.fc_workers, int) else list(self.fc_workers)
-        if "stanza" in self.strategies:
+        if any(registry.owns(s, "fc_workers") for s in self.strategies):
             for k in self.fc_workers:
                 checks.fc_workers(k, self.nodes)
         if not checks._is_int(self.warmup) or not 0 <= self.warmup < self.steps:
@@ -104,12 +104,13 @@ class MeasureSpec:
             checks.batch_divides(self.global_batch_of(s, k), s, self.nodes, k)
 
     def configs(self) -> list[tuple[str, int]]:
-        return [(s, k) for s in self.strategies for k in (self.fc_workers if s == "stanza" else [0])]
+        return [(s, k) for s in self.strategies for k in (self.fc_workers if registry.owns(s, "fc_workers") else [0])]
 
     def variants(self) -> list[Variant]:
         """The Variant of every configuration: ps once per deployment (S, overlap) asked for."""
         return [Variant(strategy=s, fc_workers=k, ps_servers=srv, ps_overlap=ov) for s, k in self.configs()
-                for srv, ov in ([(a, b) for a in self.ps_servers for b in self.ps_overlap] if s == "ps" else [(0, False)])]
+                for srv, ov in ([(a, b) for a in self.ps_servers for b in self.ps_overlap]
+                                if registry.owns(s, "ps_servers") else [(0, False)])]
 
     def plans(self, cache: Any = None, *, t_here: float | None = None, t_target: float | None = None) -> list[plan.RunPlan]:
         """The RunPlan (runs.plan) of every configuration at every bandwidth of this grid:
@@ -133,7 +134,8 @@ class MeasureSpec:
         return RunConfig.of(variant, model=self.model, image_size=self.image_size, num_classes=self.num_classes,
                             nodes=self.nodes, global_batch=self.global_batch_of(s, variant.fc_workers),
                             steps=self.steps, warmup=self.warmup, link_mbit=round(link_mbit, 6),
-                            delay_ms=self.delay_ms, mtu=self.mtu, boundary=self.boundary if s == "stanza" else None,
+                            delay_ms=self.delay_ms, mtu=self.mtu,
+                            boundary=self.boundary if registry.get(s).split else None,
                             compute=self.compute,
                             replay_device=self.replay_device if self.compute == "replay" else None)
 

@@ -22,6 +22,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from ..batchnorm import BN_LOCAL
 from ..comm import Comm
 from ..engine.batch import Batch, positions_of  # noqa: F401 (a strategy's step input)
 from ..engine.config import TrainConfig
@@ -104,4 +105,4 @@ class Strategy:
     @property
     def bn_local(self) -> bool:
         """Batch-norm statistics per data worker: kept per rank in a checkpoint."""
-        return self.cfg.bn_stats == "local"
+        return self.cfg.bn_stats == BN_LOCAL

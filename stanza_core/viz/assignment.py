@@ -57,7 +57,7 @@ def cluster_text(p: Prediction) -> str:
 def throughput_vs_k(a: Assignment, chosen_k: int | None = None) -> go.Figure:
     """Predicted samples/s of stanza for each k (bars), ddp and ps (horizontal lines); the
     optimiser's best stanza k is outlined in black, the chosen k hatched."""
-    everything = [p for p in a.ranking if p.strategy == "stanza"]  # fastest first
+    everything = [p for p in a.ranking if registry.owns(p.strategy, "fc_workers")]  # fastest first
     by_k: dict[int, Prediction] = {}
     for p in everything:  # the fastest stanza at each k (with its share / M / compression)
         by_k.setdefault(p.fc_workers, p)
@@ -86,7 +86,7 @@ def throughput_vs_k(a: Assignment, chosen_k: int | None = None) -> go.Figure:
     for base in (a.ddp, a.ps):
         fig.add_scatter(x=span, y=[base.throughput] * 2, mode="lines", name=f"{base.strategy} (all N train the whole model)",
                         line=dict(color=STRATEGY_COLORS[base.strategy], width=3,
-                                  dash="dash" if base.strategy == "ddp" else "dot"),
+                                  dash="dash" if registry.get(base.strategy).exchange == "allreduce" else "dot"),
                         hovertemplate=f"{base.strategy}: %{{y:,.0f}} samples/s<extra></extra>")
     fig.update_xaxes(title_text="k, FC workers (the other N - k nodes are CONV workers)", dtick=1)
     fig.update_yaxes(title_text="predicted throughput (samples/s)", rangemode="tozero")
@@ -125,11 +125,11 @@ def recommendation_html(a: Assignment, chosen: Prediction | None = None) -> str:
     lines = [f"<b>Recommended: {html.escape(describe(b))}</b> &mdash; {b.throughput:,.0f} samples/s, "
              f"{b.iteration_s * 1e3:.2f} ms per step, {si(b.max_node_sent, 'B')} sent by the busiest node per step.",
              f"Speedup over DDP {a.speedup_vs_ddp:.2f}x, over the parameter server {a.speedup_vs_ps:.2f}x."]
-    if b.strategy == "stanza":
+    if registry.owns(b.strategy, "fc_workers"):
         lines.append(f"{b.nodes - b.fc_workers} CONV workers train the convolutional body data-parallel; "
                      f"{b.fc_workers} FC worker{'s train' if b.fc_workers > 1 else ' trains'} the FC head.")
     paper = a.paper_stanza()
-    if paper is not None and paper is not b and b.strategy == "stanza":
+    if paper is not None and paper is not b and registry.owns(b.strategy, "fc_workers"):
         lines.append(f"Against the paper's Stanza ({html.escape(describe(paper))}, {paper.throughput:,.0f} samples/s): "
                      f"{b.throughput / paper.throughput:.2f}x.")
     if chosen is not None and describe(chosen) != describe(b):
@@ -179,8 +179,9 @@ def assignment_diagram(p: Prediction) -> go.Figure:
         raise ValueError("assignment_diagram needs a Prediction made with with_ranks=True")
     fig = go.Figure()
     ranks = p.ranks
-    if p.strategy == "stanza":
-        topo = Topology("stanza", p.nodes, p.fc_workers, 0)
+    exchange = registry.get(p.strategy).exchange  # what the record says its ranks exchange, and how
+    if exchange == "layer_separation":
+        topo = Topology(p.strategy, p.nodes, p.fc_workers, 0)
         nc = topo.data_workers
         height = max(1.0, 0.5 * (nc - 1))  # half a unit between CONV workers
         pos = _column(nc, 0.0, height) + _column(p.fc_workers, 3.0, height * (p.fc_workers - 1) / max(nc - 1, 1))
@@ -223,12 +224,12 @@ def assignment_diagram(p: Prediction) -> go.Figure:
                  f"{p.fc_workers} FC worker{'s' if p.fc_workers > 1 else ''} (squares)")
     else:
         pos = _circle(p.nodes)
-        if p.strategy == "ddp":
+        if exchange == "allreduce":
             g = ranks[0]["sent"].get("grads", 0)
             fig.add_trace(_ring_trace(pos, "gradient allreduce (ring, whole model)", CATEGORY_COLORS["grads"], g))
             _legend_text(fig, ["per step, every worker:", f"allreduce of all gradients: {si(g, 'B')} sent"])
-            title = f"DDP: {p.nodes} workers allreduce the whole model's gradients in a ring"
-        else:
+            title = f"{p.strategy}: {p.nodes} workers allreduce the whole model's gradients in a ring"
+        elif exchange == "parameter_server":
             xs, ys = [], []
             for i in range(p.nodes):
                 for j in range(i + 1, p.nodes):
@@ -243,6 +244,12 @@ def assignment_diagram(p: Prediction) -> go.Figure:
                                f"serves its shard: {si(r0['sent'].get('params', 0), 'B')} out"])
             title = (f"Parameter server: each of {p.nodes} workers pushes gradients to and pulls parameters from "
                      f"the {p.ps_shards} shards (one per rank)")
+        else:  # a strategy whose record states no exchange: its ranks and their bytes, no guessed edges
+            r0 = ranks[0]
+            _legend_text(fig, [f"per step, rank 0 ({ROLE_LABELS.get(r0['role'], r0['role'])}):",
+                               f"sends {si(sum(r0['sent'].values()), 'B')}",
+                               f"receives {si(sum(r0['recv'].values()), 'B')}"])
+            title = f"{p.strategy}: {p.nodes} ranks (hover a rank for its bytes per step)"
     fig.add_scatter(x=[x for x, _ in pos], y=[y for _, y in pos], mode="markers+text", name="nodes",
                     text=[("C" if r["role"] == "conv_worker" else "F" if r["role"] == "fc_worker" else "W") + str(r["rank"])
                           for r in ranks], textposition="middle center",
@@ -309,7 +316,7 @@ def assignment_paper_scale(results: dict[str, Any]) -> go.Figure:
                             legendgroup=g, showlegend=(col == 1), line=dict(color=STRATEGY_COLORS["stanza"],
                                                                             dash=dashes[gi % len(dashes)]),
                             hovertemplate=f"{g} Gb/s, k=%{{x}}: %{{y:.0f}} samples/s<extra></extra>", row=1, col=col)
-            for s in [name for name in registry.compared() if name != "stanza" and name in d]:  # the baselines
+            for s in [name for name in registry.baselines() if name in d]:  # the baselines
                 fig.add_scatter(x=[ks[0], ks[-1]], y=[d[s]] * 2, mode="lines", name=f"{s}, {g} Gb/s",
                                 legendgroup=g, showlegend=(col == 1),
                                 line=dict(color=STRATEGY_COLORS[s], dash=dashes[gi % len(dashes)], width=1),

@@ -32,9 +32,9 @@ def _style(name: str) -> tuple[str, int]:
 
 
 def _name(name: str, run: Mapping[str, Any]) -> str:
-    if name == "stanza":
-        return f"stanza (N = {run['nodes']}, k = {run['fc_workers']})"
-    return name if name == "local" else f"{name} (N = {run['nodes']})"
+    if name in registry.names() and registry.owns(name, "fc_workers"):
+        return f"{name} (N = {run['nodes']}, k = {run['fc_workers']})"
+    return name if name == registry.oracle() else f"{name} (N = {run['nodes']})"
 
 
 VARIANT_COLORS = {"stanza_hybrid_m2": "#17becf", "stanza_bf16": "#bcbd22", "stanza_fp16_grads": "#e377c2",
@@ -105,7 +105,7 @@ def loss_difference(results: Mapping[str, Any]) -> go.Figure:
     fig = go.Figure()
     ref = [s["loss"] for s in results["strategies"]["local"]["steps"]]
     for name, r in results["strategies"].items():
-        if name == "local":
+        if name == registry.oracle():
             continue
         fig.add_scatter(x=[s["step"] for s in r["steps"]], y=[abs(s["loss"] - l) for s, l in zip(r["steps"], ref)],
                         mode="lines+markers", name=_name(name, r), line=dict(color=_line(name)["color"]),

@@ -8,6 +8,7 @@ from typing import Any
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from .. import registry
 from ._style import MODEL_COLORS, STRATEGY_COLORS, finish, mark_modelled_only, note_figure
 
 
@@ -76,7 +77,7 @@ def paper_scale_speedups(results: dict[str, Any]) -> go.Figure:
 
 
 def _short(best: dict[str, Any]) -> str:
-    return f"k={best['fc_workers']}" if best["strategy"] == "stanza" else best["strategy"]
+    return f"k={best['fc_workers']}" if registry.owns(best["strategy"], "fc_workers") else best["strategy"]
 
 
 def sweep_heatmaps(results: dict[str, Any]) -> go.Figure:

@@ -32,7 +32,7 @@ def measured_throughput(results: dict[str, Any]) -> go.Figure:
         n = b["spec"]["nodes"]
         for row in b["summary"]:
             name = run_label(row)
-            text = "" if row["strategy"] != "stanza" else (
+            text = "" if not registry.owns(row["strategy"], "fc_workers") else (
                 f"{row['speedup_vs_ps']:.2f}x ps<br>{row['speedup_vs_ddp']:.2f}x ddp"
                 if row["speedup_vs_ps"] and row["speedup_vs_ddp"] else "")
             slip = (f" (links slipped in {row['slipped_runs']} of {row['repeats']} runs: below 95 % of their rate)"
@@ -88,10 +88,11 @@ def modelled_throughput(results: dict[str, Any]) -> go.Figure:
             for s in [name for name in registry.compared() if any(r["strategy"] == name for r in rows)]:
                 sel = [r for r in rows if r["model"] == model and r["bandwidth_gbps"] == g and r["strategy"] == s]
                 fig.add_scatter(x=[r["nodes"] for r in sel], y=[r["throughput"] for r in sel], mode="lines+markers",
-                                name=s + (" (best k)" if s == "stanza" else ""), legendgroup=s,
+                                name=s + (" (best k)" if registry.owns(s, "fc_workers") else ""), legendgroup=s,
                                 showlegend=(i == 1 and j == 1), line_color=STRATEGY_COLORS[s],
                                 customdata=[[r["fc_workers"], r["speedup_vs_ps"], r["speedup_vs_ddp"]] for r in sel],
-                                hovertemplate=f"{s} N=%{{x}}" + (" k=%{customdata[0]}" if s == "stanza" else "")
+                                hovertemplate=f"{s} N=%{{x}}"
+                                + (" k=%{customdata[0]}" if registry.owns(s, "fc_workers") else "")
                                 + ": %{y:.0f} samples/s<br>%{customdata[1]:.2f}x ps, %{customdata[2]:.2f}x ddp"
                                   "<extra></extra>", row=i, col=j)
             fig.update_xaxes(type="log", title_text="nodes" if i == len(models) else None, row=i, col=j)
@@ -108,7 +109,7 @@ def stanza_speedups(results: dict[str, Any]) -> go.Figure:
     """Stanza's (best k) speedup over ps and over ddp against cluster size; the paper's figures
     as a band (10 Gb/s: 1.34x-13.9x over PS) and as dotted levels (100 Gb/s)."""
     md, paper = results["modelled"], results["paper"]
-    rows = [r for r in md["rows"] if r["strategy"] == "stanza"]
+    rows = [r for r in md["rows"] if registry.owns(r["strategy"], "fc_workers")]
     fig = make_subplots(rows=1, cols=2, subplot_titles=("speedup over ps (S = N shards)", "speedup over ddp"),
                         horizontal_spacing=0.1)
     dashes = ["solid", "dash", "dot", "dashdot"]

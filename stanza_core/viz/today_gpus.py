@@ -10,6 +10,7 @@ from plotly.subplots import make_subplots
 
 import math
 
+from .. import registry
 from ._style import MODEL_COLORS, STRATEGY_COLORS, finish, mark_modelled_only, note_figure
 
 
@@ -32,7 +33,7 @@ def _legend_right(fig: go.Figure, top: int) -> go.Figure:
 
 
 def _short(best: dict[str, Any]) -> str:
-    if best["strategy"] == "stanza":
+    if registry.owns(best["strategy"], "fc_workers"):
         return f"k={best['fc_workers']}"
     return best["label"].replace("overlap", "ov")
 

@@ -102,7 +102,7 @@ CHEATS = {
                                       "N, k, G))['bytes_per_step']"},
     "lab3": {"label_bytes_per_step": "rows = perf.expected_bytes(perf.ModelCounts(10, 10, 1), 'stanza', G + 1, 1, G)\n"
                                      "return sum(r['sent'].get('labels', 0) for r in rows)"},
-    "lab4": {"bucket_count": "from stanza_core.strategies.stanza import GradBuckets as _GB\n"
+    "lab4": {"bucket_count": "from stanza_core.strategies.stanza.engine import GradBuckets as _GB\n"
                              "conv = split_model(get_model(model, num_classes), input_shape=(3, image_size, image_size)).conv\n"
                              "return len(_GB(list(conv.parameters()), None, 'conv', 'g', bucket_mb, "
                              "torch.device('cpu')).buckets)"},

@@ -75,3 +75,26 @@ def test_recommendation_names_the_best_and_the_choice(setup):
     text = va.recommendation_html(a, predict(p, c, "stanza", 3, 120))
     assert f"Recommended: {va.describe(a.best)}" in text and f"{a.speedup_vs_ps:.2f}x" in text
     assert "Your choice, stanza k=3" in text
+
+
+@pytest.mark.parametrize("exchange", ["allreduce", ""])
+def test_diagram_draws_a_new_strategy_by_its_records_exchange(setup, exchange):
+    """A strategy the diagram has never seen is drawn as its record says: an allreduce strategy as
+    a ring, one that states no exchange by its ranks' bytes alone (never as a parameter server)."""
+    import dataclasses
+
+    from stanza_core import registry
+
+    p, c, _ = setup
+    spec = dataclasses.replace(registry.get("ddp"), name="flat_probe", color="#17becf", exchange=exchange, order=50)
+    with registry.registered(spec):
+        pred = predict(p, c, "flat_probe", None, 120)
+        fig = va.assignment_diagram(pred)
+    names = [t.name for t in fig.data]
+    assert not any("push" in n for n in names)
+    assert fig.layout.title.text.startswith("flat_probe")
+    if exchange == "allreduce":
+        assert names[0] == "gradient allreduce (ring, whole model)"
+        assert fig.data[0].customdata[0] == pred.ranks[0]["sent"]["grads"]
+    else:
+        assert names == ["nodes"]

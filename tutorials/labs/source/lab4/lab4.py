@@ -144,8 +144,8 @@ def bucket_count(model: str, bucket_mb: float, image_size: int = 32, num_classes
 # %% nbgrader={"grade": true, "grade_id": "test_bucket_count", "locked": true, "points": 3, "schema_version": 3, "solution": false, "task": false}
 assert bucket_count("cifar_alexnet", 25.0) == 1
 ### BEGIN HIDDEN TESTS
-from stanza_core.strategies import ps as _ps
-from stanza_core.strategies.stanza import GradBuckets
+from stanza_core.strategies.ps import engine as _ps
+from stanza_core.strategies.stanza.engine import GradBuckets
 
 forbid = [GradBuckets, _ps.bucket_ranges]
 cases = __frozen__([((name, mb, size), len(GradBuckets(list(split_model(get_model(name, 10), input_shape=(3, size, size))

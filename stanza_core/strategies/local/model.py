@@ -1,7 +1,7 @@
 """`local`: one process, no communication. Its step time is ddp's with nothing to allreduce."""
 from __future__ import annotations
 
-from .ddp import step_time  # noqa: F401 (one rank: the bucketed backward has no allreduce)
+from ..ddp.model import step_time  # noqa: F401 (one rank: the bucketed backward has no allreduce)
 
 
 def rank_rows(case, ranks) -> list[dict]:

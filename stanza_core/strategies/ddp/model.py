@@ -4,8 +4,8 @@ bucket. Bytes: 2(N-1)/N x 4P each way per rank, plus the batch-norm statistics."
 from __future__ import annotations
 
 from ...anatomy import DTYPE_BYTES
-from ..model import backward_units, bucketed_backward, predict
-from ..traffic import clean, report, ring_share
+from ...perf.model import backward_units, bucketed_backward, predict
+from ...perf.traffic import clean, report, ring_share
 
 
 def rank_rows(case, ranks) -> list[dict]:

@@ -20,9 +20,9 @@ from __future__ import annotations
 
 import torch
 
-from ..comm import FlatBucket
-from ..topology import chunk_slices
-from .base import positions_of
+from ...comm import FlatBucket
+from ...topology import chunk_slices
+from ..base import positions_of
 
 WIRE_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 

@@ -3,7 +3,7 @@ whole model's gradients, overlapped with backward). A comm hook counts each buck
 performs the same averaging allreduce as DDP's default."""
 from __future__ import annotations
 
-from .base import Strategy, make_sgd
+from ..base import Strategy, make_sgd
 
 
 class DDP(Strategy):
@@ -11,7 +11,7 @@ class DDP(Strategy):
 
     def __init__(self, *args):
         super().__init__(*args)
-        from ..engine.replay import replayer_of  # late: replay imports the config only
+        from ...engine.replay import replayer_of  # late: replay imports the config only
 
         self.replayed = replayer_of(self.model) is not None
         self.ddp = self.comm.wrap_ddp(self.model, self.device, self.cfg.bucket_mb, replayed=self.replayed)

@@ -25,10 +25,10 @@ from __future__ import annotations
 
 import torch
 
-from ..buckets import bucket_groups
-from ..topology import WORKER
-from . import state
-from .base import Strategy, make_sgd
+from ...buckets import bucket_groups
+from ...topology import WORKER
+from .. import state
+from ..base import Strategy, make_sgd
 
 
 def shard_sizes(total: int, shards: int) -> list[int]:
@@ -70,7 +70,7 @@ class ParameterServer(Strategy):
         sizes = shard_sizes(total, topo.ps_shards)
         starts = [sum(sizes[:s]) for s in range(len(sizes))]
         self.ranges = [slice(a, a + n) for a, n in zip(starts, sizes)]
-        from ..engine.replay import replayer_of  # late: replay imports the config only
+        from ...engine.replay import replayer_of  # late: replay imports the config only
 
         replayer = replayer_of(self.model)
         # Replayed compute (values mean nothing): the flat buffers are new, uninitialised storage

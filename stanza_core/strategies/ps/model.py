@@ -10,8 +10,8 @@ import itertools
 
 from ...anatomy import DTYPE_BYTES
 from ...buckets import bucket_groups
-from ..model import backward_units, predict
-from ..traffic import clean, data_workers, ps_shard_sizes, report
+from ...perf.model import backward_units, predict
+from ...perf.traffic import clean, data_workers, ps_shard_sizes, report
 
 
 def rank_rows(case, ranks) -> list[dict]:

@@ -1,7 +1,7 @@
 """`local`: one process steps on the whole global batch. The oracle every strategy must equal."""
 from __future__ import annotations
 
-from .base import Strategy, make_sgd
+from ..base import Strategy, make_sgd
 
 
 class Local(Strategy):

@@ -16,12 +16,12 @@ from __future__ import annotations
 
 import torch
 
-from ..buckets import bucket_groups
-from ..engine.checkpoint import per_rank_key
-from ..topology import CONV_WORKER
-from . import state
-from .base import Strategy, make_sgd, positions_of
-from .stanza_pipeline import Pipeline, hooked_buckets, uses_pipeline
+from ...buckets import bucket_groups
+from ...engine.checkpoint import per_rank_key
+from ...topology import CONV_WORKER
+from .. import state
+from ..base import Strategy, make_sgd, positions_of
+from .pipeline import Pipeline, hooked_buckets, uses_pipeline
 
 
 class GradBuckets:
@@ -134,7 +134,7 @@ class Stanza(Strategy):
                                        self.device)
         self.pipeline = Pipeline(self) if uses_pipeline(cfg) else None
         self._buffers: dict[tuple, torch.Tensor] = {}
-        from ..engine.replay import replayer_of  # late: replay imports the config only
+        from ...engine.replay import replayer_of  # late: replay imports the config only
 
         if replayer_of(self.model) is not None:  # replayed: gradients live in their buckets
             for buckets in (self.buckets, self.hybrid_buckets):

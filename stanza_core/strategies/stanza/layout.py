@@ -1,0 +1,55 @@
+"""`stanza`'s layout (topology.py's docstring): CONV workers are ranks 0..N-k-1, FC workers
+N-k..N-1, CONV worker i served by FC worker i % k; hybrid FC workers join the CONV group."""
+from __future__ import annotations
+
+from ...errors import ConfigError
+from ...topology import CONV_WORKER, FC_WORKER, Layout, fc_worker_choices, hybrid_batches
+
+
+class StanzaLayout(Layout):
+    def resolve(self, strategy, world_size, fc_workers, ps_shards, ps_servers, unit, name):
+        k = name("fc_workers")
+        if world_size < 2:
+            raise ConfigError(f"{strategy} needs at least 2 {unit} (1 CONV worker + 1 FC worker), got {world_size}")
+        fits = fc_worker_choices(world_size)
+        if fc_workers < 1:
+            raise ConfigError(f"{k} must be >= 1 with {strategy}, got {fc_workers}; expected 1 <= k <= {fits[-1]}")
+        if fc_workers >= world_size:
+            raise ConfigError(f"{k} {fc_workers} leaves no CONV worker with {world_size} {unit}; "
+                              f"expected 1 <= k <= {fits[-1]}")
+        if fc_workers not in fits:
+            raise ConfigError(f"{k} {fc_workers} on {world_size} {unit} leaves an FC worker with no CONV "
+                              f"worker to serve; expected k <= N - k, i.e. k <= {fits[-1]}")
+        super().resolve(strategy, world_size, fc_workers, ps_shards, ps_servers, unit, name)
+        return fc_workers, 0
+
+    def fc_batch(self, global_batch, world_size, fc_workers, fc_conv_share):
+        if not fc_conv_share:
+            return 0
+        return hybrid_batches(global_batch, world_size - fc_workers, fc_workers, fc_conv_share)[1]
+
+    def check(self, topo, global_batch, micro_batches):
+        smallest = min(b for b in (topo.worker_batch(global_batch), topo.fc_batch) if b)
+        if micro_batches > smallest:
+            raise ConfigError(f"--micro-batches {micro_batches} exceeds the {smallest} samples of the smallest "
+                              f"worker batch; expected 1..{smallest}")
+
+    def conv_ranks(self, t):
+        return list(range(t.world_size - t.fc_workers))
+
+    def fc_ranks(self, t):
+        return list(range(t.world_size - t.fc_workers, t.world_size))
+
+    def conv_group(self, t):
+        return list(range(t.world_size)) if t.fc_batch else t.conv_ranks
+
+    def role(self, t, rank):
+        return CONV_WORKER if rank < t.world_size - t.fc_workers else FC_WORKER
+
+    def groups(self, t):
+        """Stanza also gets one two-rank group per CONV-FC pair (`pair_group`), which carries that
+        pair's activations and activation gradients: on NCCL each group is its own communicator
+        and stream, so an FC worker's exchanges with different CONV workers do not run in posting
+        order behind each other."""
+        pairs = {t.pair_group(i): [i, t.fc_worker_of(i)] for i in t.conv_ranks}
+        return {"conv": t.conv_group, "fc": t.fc_ranks, **pairs}
