@@ -340,7 +340,8 @@ def test_ps_momentum_is_cut_anew_for_another_shard_layout():
     """Momentum pieces stored by flat range under one shard layout (3 shards, buckets of 40) read
     back exactly under another (2 shards, one bucket); a layout the pieces do not cover is refused."""
     from stanza_core.errors import ConfigError
-    from stanza_core.strategies import ps, state
+    from stanza_core.strategies import state
+    from stanza_core.strategies.ps import engine as ps
 
     flat = torch.arange(100, dtype=torch.float32)
     shards3 = [slice(a, a + n) for a, n in zip((0, 34, 67), ps.shard_sizes(100, 3))]
