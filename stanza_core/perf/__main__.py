@@ -18,6 +18,8 @@ import json
 import sys
 from pathlib import Path
 
+from tabulate import tabulate
+
 from .. import DIST_NAME, __version__, checks, registry
 from ..errors import OneLineParser, command_name
 from .cluster import DEFAULT_LATENCY_S, Cluster
@@ -115,12 +117,14 @@ def ps_layout(p) -> str:
     return ("colocated" if not p.ps_servers else f"S={p.ps_servers}") + ("+overlap" if p.ps_overlap else "")
 
 
-def _row(p, a) -> str:
-    k = "-" if p.fc_workers is None else str(p.fc_workers)
-    return (f"{p.strategy:<7}{k:>5}{p.iteration_s * 1e3:>12.2f}{p.throughput:>12.1f}"
-            f"{p.throughput / a.ps.throughput:>8.2f}x{p.throughput / a.ddp.throughput:>8.2f}x"
-            f"{p.max_node_sent / 1e6:>11.1f}{p.max_node_recv / 1e6:>11.1f}{p.bytes_per_step / 1e6:>12.1f}"
-            f"  {ps_layout(p)}")
+RANKING_HEADERS = ("strategy", "k", "iter ms", "samples/s", "vs ps", "vs ddp", "MB sent", "MB recv", "MB/step",
+                   "ps layout")
+
+
+def _row(p, a) -> list:
+    return [p.strategy, "-" if p.fc_workers is None else str(p.fc_workers), p.iteration_s * 1e3, p.throughput,
+            f"{p.throughput / a.ps.throughput:.2f}x", f"{p.throughput / a.ddp.throughput:.2f}x",
+            p.max_node_sent / 1e6, p.max_node_recv / 1e6, p.bytes_per_step / 1e6, ps_layout(p)]
 
 
 def _print_ranking(profile, cluster, a, top: int) -> None:
@@ -132,12 +136,10 @@ def _print_ranking(profile, cluster, a, top: int) -> None:
           + (f" {ps_layout(a.best)}" if registry.owns(a.best.strategy, "ps_servers") else "")
           + f"  {a.best.throughput:.1f} samples/s  ({a.speedup_vs_ps:.2f}x ps, {a.speedup_vs_ddp:.2f}x ddp, "
           f"{a.speedup_vs_best_ps:.2f}x the fastest ps: {ps_layout(a.best_ps)})")
-    print(f"{'strategy':<7}{'k':>5}{'iter ms':>12}{'samples/s':>12}{'vs ps':>9}{'vs ddp':>9}"
-          f"{'MB sent':>11}{'MB recv':>11}{'MB/step':>12}  ps layout")
     shown = a.ranking[:top]
     shown += [p for p in (a.ddp, a.ps) if p not in shown]  # baselines always shown
-    for p in shown:
-        print(_row(p, a))
+    print(tabulate([_row(p, a) for p in shown], headers=RANKING_HEADERS, tablefmt="simple",
+                   floatfmt=("", "", ".2f", ".1f", "", "", ".1f", ".1f", ".1f", ""), colalign=("left",) + ("right",) * 8 + ("left",)))
     print("(MB sent/recv: busiest node per step; MB/step: whole cluster, sum of bytes sent; vs ps: against "
           "colocated ps without overlap; ps layout S=s: s of the nodes are dedicated servers)")
 

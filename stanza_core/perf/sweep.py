@@ -3,6 +3,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from tabulate import tabulate
+
 from ..anatomy import Profile
 from .. import registry
 from ..labels import config_label
@@ -68,17 +70,14 @@ def fmt_table(result: dict[str, Any]) -> str:
     sizes = sorted({r["nodes"] for r in result["rows"]})
     bws = result["bandwidths_gbps"]
     cell = {(r["nodes"], r["bandwidth_gbps"]): r for r in result["rows"]}
-    head = "nodes " + "".join(f"{g:>18g}" for g in bws)
-    lines = [f"best assignment and speedup over ddp ({result['model']}, columns: Gb/s)", head]
-    for n in sizes:
-        parts = []
-        for g in bws:
-            r = cell.get((n, g))
-            if r is None:
-                parts.append(f"{'-':>18}")
-                continue
-            b = r["best"]
-            name = config_label(b["strategy"], b["fc_workers"])
-            parts.append(f"{name + ' ' + format(r['speedup_vs_ddp'], '.2f') + 'x':>18}")
-        lines.append(f"{n:>5} " + "".join(parts))
-    return "\n".join(lines)
+
+    def shown(n, g) -> str:
+        r = cell.get((n, g))
+        if r is None:
+            return "-"
+        b = r["best"]
+        return f"{config_label(b['strategy'], b['fc_workers'])} {r['speedup_vs_ddp']:.2f}x"
+
+    table = tabulate([[n, *(shown(n, g) for g in bws)] for n in sizes], headers=["nodes", *(f"{g:g}" for g in bws)],
+                     tablefmt="simple", colalign=("right",) * (len(bws) + 1))
+    return f"best assignment and speedup over ddp ({result['model']}, columns: Gb/s)\n{table}"
