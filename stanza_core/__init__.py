@@ -19,7 +19,7 @@ def __getattr__(name):
     if name in _EXPORTS:
         return getattr(importlib.import_module(f".{_EXPORTS[name]}", __name__), name)
     if name == "__version__":  # the installed version (pyproject.toml's), read on first use
-        from importlib.metadata import PackageNotFoundError, version
+        from importlib.metadata import PackageNotFoundError, version  # importlib.metadata: ~60 more modules; only once __version__ is read
 
         try:
             return version(DIST_NAME)

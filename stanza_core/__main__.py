@@ -14,8 +14,8 @@ COMMANDS = (  # (console script, the same with python -m, what it does); the str
 
 def train() -> None:
     """`stanza-train`: as `python -m stanza_core.train`, leaving the process as a rank must."""
-    from .engine.exit_policy import leave
-    from .engine.train import main
+    from .engine.exit_policy import leave  # the engine loads torch; the command list needs none
+    from .engine.train import main  # the engine loads torch; the command list needs none
 
     leave(main())
 

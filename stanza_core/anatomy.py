@@ -16,6 +16,7 @@ import torch.nn as nn
 from torch.utils.flop_counter import FlopCounterMode
 
 from .split import module_device, split_model
+from .batchnorm import bn_channels
 
 DTYPE_BYTES = 4  # fp32 activations and parameters
 LABEL_BYTES = 8  # int64 class labels sent with the activations
@@ -215,8 +216,6 @@ def profile_model(model: nn.Module, input_shape=(3, 224, 224), batch_size: int =
         fc.fwd_s, fc.bwd_s = ff / batch_size, fb / batch_size
         timed_on = torch.cuda.get_device_name(0) if device.startswith("cuda") else "cpu"
     model.train(was_training)
-    from .batchnorm import bn_channels
-
     return Profile(name or type(model).__name__.lower(), input_shape, batch_size, split.boundary,
                    a.numel(), conv, fc, rows, timed_on, [list(p.shape) for p in split.conv.parameters()],
                    bn_channels(split.conv), bn_channels(split.fc), list(split.notes))

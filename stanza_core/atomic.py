@@ -39,7 +39,7 @@ def write_text(path: str | os.PathLike, text: str) -> None:
 
 
 def torch_save(obj: Any, path: str | os.PathLike) -> None:
-    import torch
+    import torch  # torch: atomic serves torch-free modules (netem.launch, runs, nbtools)
 
     with replacing(path) as fh:
         torch.save(obj, fh)

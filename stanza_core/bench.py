@@ -48,6 +48,7 @@ from .runs.run import measure, netem_unavailable, target_step_s  # noqa: F401 (r
 from .runs.spec import MeasureSpec
 from . import atomic, registry
 from .labels import run_label
+from .perf import Cluster, best_assignment, device_profile, named_profile
 
 
 class BenchError(ValueError):
@@ -148,8 +149,6 @@ def main(argv=None) -> int:
 
 def auto_fc_workers(args) -> int:
     """k chosen by the performance model for the first target (or, with --link-mbit, the first rate)."""
-    from .perf import Cluster, best_assignment, device_profile, named_profile
-
     batch = args.global_batch // args.nodes
     profile = named_profile(args.model, args.image_size, args.num_classes, batch)
     gbps = float((args.target_gbps or "").split(",")[0] or 0) or float(args.link_mbit.split(",")[0]) / 1000

@@ -106,8 +106,8 @@ def _cifar10(path: str, image_size: int) -> Dataset:
 
 class _ImageFolder(Dataset):
     def __init__(self, path: str, image_size: int):
-        import torchvision.datasets as tvd
-        import torchvision.transforms as T
+        import torchvision.datasets as tvd  # torchvision: ~1000 more modules; only a torchvision dataset needs it
+        import torchvision.transforms as T  # torchvision: ~1000 more modules; only a torchvision dataset needs it
 
         tf = T.Compose([T.Resize(image_size), T.CenterCrop(image_size), T.ToTensor(), T.Normalize(MEAN, STD)])
         try:

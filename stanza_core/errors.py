@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import argparse
+import os
+import sys
 
 
 class ConfigError(ValueError):
@@ -41,8 +43,6 @@ def command_name(module: str) -> str:
     """How the user started this command, for usage lines and hints: the console script's name
     (`stanza-train`, pyproject.toml's [project.scripts]) when started by it, else
     `python -m MODULE`."""
-    import os
-    import sys
 
     script = os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0] else ""
     return script if script.startswith("stanza-") else f"python -m {module}"

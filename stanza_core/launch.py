@@ -24,6 +24,7 @@ import tempfile
 
 from . import procgroup, registry
 from .engine import rank_errors
+import copy
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -121,12 +122,10 @@ def train_model(model, *, nodes: int = 2, strategy: str = "stanza", image_size: 
     num_classes is read from the model's output. Other keywords are training CLI flags, as for
     run_job. The model is checked here first (it runs on the input, returns logits, and under
     stanza splits), so a bad model is a one-line ValueError before any process starts."""
-    import copy
+    import torch  # torch: the launcher needs none; only train_model
 
-    import torch
-
-    from .models import PICKLED_SUFFIX, check_model, save_model_object
-    from .split import split_model
+    from .models import PICKLED_SUFFIX, check_model, save_model_object  # models loads torch: the launcher needs none; only train_model
+    from .split import split_model  # split loads torch: the launcher needs none; only train_model
 
     if not isinstance(model, torch.nn.Module):
         raise ValueError(f"train_model needs an nn.Module, got {type(model).__name__}")

@@ -20,6 +20,8 @@ from typing import Callable
 
 import torch
 import torch.nn as nn
+import pickle
+import cloudpickle
 
 # ---------------------------------------------------------------------------------------------
 # Per-sample dropout
@@ -299,8 +301,6 @@ def known_model(name: str) -> bool:
 def save_model_object(model: nn.Module, path: str) -> str:
     """Pickle `model` by value (cloudpickle: classes defined in a notebook travel too) to `path`,
     which must end in .model.pkl; every rank of a job given `--model PATH` loads this object."""
-    import cloudpickle
-
     if not path.endswith(PICKLED_SUFFIX):
         raise ValueError(f"a saved model object's file name must end in {PICKLED_SUFFIX}, got {path!r}")
     with open(path, "wb") as fh:
@@ -309,8 +309,6 @@ def save_model_object(model: nn.Module, path: str) -> str:
 
 
 def load_model_object(path: str) -> nn.Module:
-    import pickle
-
     if not os.path.isfile(path):
         raise ValueError(f"model {path!r}: no such file")
     try:
@@ -393,7 +391,7 @@ def get_model(name: str, num_classes: int = 1000, device: str | None = None) -> 
     if name in _SMALL:
         model = _SMALL[name](num_classes)
     else:  # torchvision only when asked for: importing it costs ~3 s of CPU in every rank process
-        import torchvision.models as tvm
+        import torchvision.models as tvm  # torchvision: ~1000 more modules; zoo models only
 
         model = getattr(tvm, name)(weights=None, num_classes=num_classes, **_TORCHVISION_KWARGS.get(name, {}))
     return use_sample_dropout(model)

@@ -78,7 +78,7 @@ def png_unavailable_reason() -> str | None:
     see scripts/install_chromium.sh) or at $BROWSER_PATH."""
     try:
         import kaleido  # noqa: F401  (only its presence matters here)
-        from choreographer.browsers.chromium import Chromium
+        from choreographer.browsers.chromium import Chromium  # choreographer: ~45 more modules; only asked when a PNG is wanted
     except ImportError as e:
         return f"kaleido is not installed ({e})"
     path = Chromium.find_browser(skip_local=False)

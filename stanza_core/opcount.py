@@ -29,6 +29,14 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from . import registry
+from .data import batch_indices
+from .engine.batch import Batch, positions_of
+import torch.distributed as dist
+from .engine import train
+from .comm import Comm
+from .engine.config import TrainConfig
+from torch.nn.parallel import DistributedDataParallel as DDP
+import warnings
 
 HOST_READ_OPS = ("aten._local_scalar_dense",)
 
@@ -85,8 +93,6 @@ def engine_stepper(engine, prep, comm):
     """(step, batch): a callable running one engine step as `stanza_core.train` runs it (inside
     `comm.counting()`, the step counter advancing) on this rank's slice of global batch 0 (None
     on a rank that loads no data), and that batch."""
-    from .data import batch_indices
-    from .engine.batch import Batch, positions_of
 
     engine.model.train()
     mine = engine.data_slice()
@@ -107,8 +113,6 @@ def engine_stepper(engine, prep, comm):
 @contextlib.contextmanager
 def one_rank_group():
     """A gloo process group of one rank in this process (torch DDP needs one), removed after."""
-    import torch.distributed as dist
-
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
@@ -131,9 +135,6 @@ def engine_vs_plain(model_name: str, strategy: str, *, image_size: int, batch: i
     """Operator calls of one engine step of `strategy` (local, or ddp at world size 1) and of its
     plain counterpart, after `warmup` steps of each; their ratio, the engine's extra calls by
     name, and the host reads of the engine's step. Call ddp inside `one_rank_group()`."""
-    from .engine import train
-    from .comm import Comm
-    from .engine.config import TrainConfig
 
     cfg = TrainConfig(strategy=strategy, model=model_name, image_size=image_size, global_batch=batch,
                       num_classes=num_classes, device="cpu", steps=1000, quiet=True, lr=0.01, momentum=0.9)
@@ -147,9 +148,6 @@ def engine_vs_plain(model_name: str, strategy: str, *, image_size: int, batch: i
     engine_step, b = engine_stepper(engine, prep, comm)
     x, y = b.x, b.y
     if spec.exchange == "allreduce":  # the plain counterpart of an allreduce strategy: torch's DDP
-        from torch.nn.parallel import DistributedDataParallel as DDP
-
-        import warnings
 
         with warnings.catch_warnings():  # the engine's own DDP settings (comm/hooks.py), no comm hook
             warnings.filterwarnings("ignore", message=".*broadcast_buffers.* is deprecated", category=FutureWarning)
@@ -198,8 +196,6 @@ def role_counts(argv: list[str], warmup: int = 1) -> dict:
     """In a rank of a torchrun job given the training flags `argv` (ps or stanza): operator calls
     of one engine step of this rank, split into the network's own calls (c10d.*) and the rest,
     against the bare pieces of its role; and the step's host reads."""
-    from .engine import train
-    from .comm import Comm
 
     cfg = train.parse_config(argv)
     prep = train.prepare(cfg)

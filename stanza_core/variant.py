@@ -21,6 +21,8 @@ from typing import Any
 
 from . import checks, registry
 from .labels import config_key, config_label
+from .labels import run_options
+from .topology import make_topology
 
 FIELDS = ("strategy", "fc_workers", "ps_servers", "ps_overlap", "fc_conv_share", "micro_batches")
 BOUNDARY_DTYPES = ("fp32", "bf16", "fp16")  # --boundary-dtype (stanza)
@@ -103,8 +105,6 @@ class Variant:
         """The Variant of a run or summary row (a dict with strategy, fc_workers and optionally
         ps_servers, ps_overlap, fc_conv_share, micro_batches; rows written before an option existed
         have it at its default: labels.run_options)."""
-        from .labels import run_options
-
         return cls(strategy=row["strategy"], fc_workers=row.get("fc_workers") or 0, **run_options(row))
 
     def fields(self) -> dict[str, Any]:
@@ -120,8 +120,6 @@ class Variant:
     def topology(self, nodes: int, global_batch: int):
         """The engine's rank layout on `nodes` nodes in all (dedicated PS servers included, as
         perf.Cluster counts them) with `global_batch` samples per step (topology.make_topology)."""
-        from .topology import make_topology
-
         return make_topology(self.strategy, nodes, global_batch, self.fc_workers or 1,
                              fc_conv_share=self.fc_conv_share, micro_batches=self.micro_batches,
                              ps_servers=self.ps_servers)

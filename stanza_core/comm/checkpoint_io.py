@@ -40,8 +40,8 @@ class _MetadataUnpickler(pickle.Unpickler):
 def _safe_reader():
     """DCP's file reader, reading `.metadata` with an unpickler limited to DCP's metadata classes
     (tensor data is read with torch.load(weights_only=True) by DCP itself)."""
-    from torch.distributed.checkpoint import FileSystemReader
-    from torch.distributed.checkpoint.metadata import StorageMeta
+    from torch.distributed.checkpoint import FileSystemReader  # torch.distributed.checkpoint: ~700 more modules; only on save/load
+    from torch.distributed.checkpoint.metadata import StorageMeta  # torch.distributed.checkpoint: ~700 more modules; only on save/load
 
     class SafeReader(FileSystemReader):
         def read_metadata(self, *args, **kwargs):
@@ -73,7 +73,7 @@ def save(state: dict[str, torch.Tensor], folder: str, comm) -> None:
     bad = [k for k, v in state.items() if not isinstance(v, torch.Tensor)]
     if bad:
         raise TypeError(f"checkpoint state holds non-tensor values (would be pickled): {bad[:3]}")
-    import torch.distributed.checkpoint as dcp
+    import torch.distributed.checkpoint as dcp  # torch.distributed.checkpoint: ~700 more modules; only on save/load
 
     group, no_dist = _group(comm)
     with warnings.catch_warnings():  # no_dist on one process: DCP warns that it runs alone
@@ -84,7 +84,7 @@ def save(state: dict[str, torch.Tensor], folder: str, comm) -> None:
 
 def tensors(folder: str) -> dict[str, tuple[tuple[int, ...], torch.dtype]]:
     """{key: (shape, dtype)} of the tensors stored in `folder` (read on this rank alone)."""
-    from torch.distributed.checkpoint.metadata import TensorStorageMetadata
+    from torch.distributed.checkpoint.metadata import TensorStorageMetadata  # torch.distributed.checkpoint: ~700 more modules; only on save/load
 
     md = _safe_reader()(folder).read_metadata()
     return {k: (tuple(m.size), m.properties.dtype) for k, m in md.state_dict_metadata.items()
@@ -94,7 +94,7 @@ def tensors(folder: str) -> dict[str, tuple[tuple[int, ...], torch.dtype]]:
 def load(state: dict[str, torch.Tensor], folder: str, comm) -> None:
     """Collective: fill `state`'s tensors in place from `folder` (each rank asks for its own keys,
     any subset of what is stored)."""
-    import torch.distributed.checkpoint as dcp
+    import torch.distributed.checkpoint as dcp  # torch.distributed.checkpoint: ~700 more modules; only on save/load
 
     group, no_dist = _group(comm)
     with warnings.catch_warnings():

@@ -13,6 +13,9 @@ import torch
 import torch.distributed as dist
 
 from .accounting import nbytes
+from torch.nn.parallel import DistributedDataParallel as DDP
+import numpy as np
+from torch.distributed.algorithms.ddp_comm_hooks import default_hooks, powerSGD_hook as psgd
 
 POWERSGD_START = 2  # PowerSGD runs vanilla allreduce for its first 2 steps (the minimum torch allows
 # with error feedback); the performance model's steady state starts at step 2
@@ -54,8 +57,6 @@ class PowerSGDStates:
         self._states: dict[str, object] = {}
 
     def of(self, group: str, pg):
-        from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook as psgd
-
         state = self._states.get(group)
         if state is None:
             state = self._states[group] = psgd.PowerSGDState(
@@ -74,12 +75,8 @@ class PowerSGDStates:
 
     def load(self, states: dict[str, dict], groups: dict[str, object]):
         """Restore `to_checkpoint()`'s states onto this run's process groups (`groups` by name)."""
-        from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook as psgd
-
         for group, slots in states.items():
             state = psgd.PowerSGDState.__new__(psgd.PowerSGDState)
-            import numpy as np
-
             for slot, value in slots.items():
                 if slot == "rng":
                     rng = np.random.RandomState()
@@ -98,8 +95,6 @@ def compressed_allreduce(comm, bucket: FlatBucket, group: str, category: str, co
     hook really allreduces: 2-byte values for fp16/bf16; for PowerSGD the vanilla buffer in
     its first `POWERSGD_START` steps, then its uncompressed tensors plus P and Q, as the
     hook's own tally (`total_numel_after_compression`) records them."""
-    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks, powerSGD_hook as psgd
-
     n = len(comm.group_ranks[group])
     if n == 1:
         return None
@@ -159,7 +154,6 @@ def wrap_ddp(comm, model: torch.nn.Module, device: torch.device, bucket_mb: floa
     """torch's DDP over `model`. `replayed` (replayed compute, whose values mean nothing): no
     initial broadcast of the parameters (uncounted setup traffic that would write every
     parameter on every rank) and no averaging of the allreduced buckets (host arithmetic)."""
-    from torch.nn.parallel import DistributedDataParallel as DDP
     # broadcast_buffers=False: per-forward buffer broadcasts would be uncounted traffic. Newer
     # torch deprecates it for forward_sync_buffers, which still syncs buffers at construction
     # (uncounted traffic in a replayed run, whose init_sync is off); its own warning says to keep

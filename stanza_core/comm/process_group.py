@@ -135,7 +135,7 @@ class Comm:
         if failed:
             if self.backend == "nccl":
                 try:
-                    from torch.distributed.distributed_c10d import _abort_process_group
+                    from torch.distributed.distributed_c10d import _abort_process_group  # private torch API: where it is missing, the except below takes it
                     _abort_process_group()
                 except Exception:  # best effort: the process is exiting with the error anyway
                     pass

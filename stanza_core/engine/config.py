@@ -13,6 +13,9 @@ from ..buckets import DEFAULT_BUCKET_MB  # --bucket-mb's default, the model's to
 from ..batchnorm import BN_LOCAL, BN_STATS  # noqa: F401 (--bn-stats' values, the model's too)
 from ..variant import BOUNDARY_DTYPES, GRAD_COMPRESSIONS, check_stanza_options  # noqa: F401 (stanza's option values)
 from ..variant import check_strategy_options as _check_strategy_options
+from ..batchnorm import bn_layers
+import torch
+import tempfile
 
 DEVICES = ("auto", "cpu", "cuda")
 BACKENDS = ("auto", "gloo", "nccl")
@@ -203,9 +206,6 @@ def check_model_layout(cfg: TrainConfig, topo, model, split, bn_fewest: tuple[st
     the fewest values per channel per sample (models.check_model), which a training batch must
     give more than one value per channel. Returns whether batch-norm
     statistics are taken over the global batch (a process group "bn" of the data workers)."""
-    from ..batchnorm import bn_layers
-
-    import torch
 
     if cfg.boundary is not None and split is None and cfg.boundary not in dict(model.named_modules()):
         raise ConfigError(f"--boundary {cfg.boundary}: {cfg.model} has no module of that name (and with "
@@ -331,8 +331,6 @@ def _try_create(flag: str, path: str, parent: str, make_folder: bool) -> None:
     """Create and remove what writing `path` will create in `parent` (its first missing folder, or
     a file beside it): permission bits do not stop root, but /proc, /sys, read-only mounts and
     full disks do, and only trying tells."""
-    import tempfile
-
     try:
         if make_folder:
             os.rmdir(tempfile.mkdtemp(prefix=".stanza-probe-", dir=parent))

@@ -124,7 +124,7 @@ def message_sizes(per_rank: list[list[int]], steps: int) -> dict:
 def provenance() -> dict:
     """Which code made the run: the installed package's version, and where stanza_core is a git
     checkout its commit and whether tracked files differ from it (None, None in an installed wheel)."""
-    from .. import __version__
+    from .. import __version__  # __version__ reads importlib.metadata on first use (stanza_core.__getattr__)
 
     root = Path(__file__).resolve().parents[2]
     commit = dirty = None
@@ -145,7 +145,7 @@ def provenance() -> dict:
 def peak_rss_mib() -> float | None:
     """This process's peak resident memory (MiB), or None where the OS does not say."""
     try:
-        import resource
+        import resource  # resource: Unix only; elsewhere None
     except ImportError:
         return None
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: KiB

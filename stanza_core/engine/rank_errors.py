@@ -26,7 +26,7 @@ def record(main):
     plain `python -m stanza_core.train`, tests calling main) `main` runs as it is: there is no
     file to write, and record would also switch faulthandler onto stderr, which fails when stderr
     is captured."""
-    from torch.distributed.elastic.multiprocessing.errors import record as torch_record
+    from torch.distributed.elastic.multiprocessing.errors import record as torch_record  # torch: the launcher reads these files (launch.read) without torch
 
     recorded = torch_record(main)
 

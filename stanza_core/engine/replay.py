@@ -57,6 +57,10 @@ import torch
 import torch.nn as nn
 
 from .config import ConfigError, TrainConfig
+import json
+import math
+import random
+from ..split import SplitError
 
 _ATTR = "_stanza_replay"
 
@@ -67,7 +71,7 @@ def load_device(spec: str, profile, batch: float | None = None):
     row, a measured device (h200-measured, ...), or a PATH.json holding a DeviceProfile, a
     per-layer record or a timed Profile. `batch`: samples per data worker. Bad input:
     ConfigError, one line."""
-    from ..perf import device_profile
+    from ..perf import device_profile  # perf: ~125 more modules (tabulate, torch's flop counter); only a replayed run needs it
 
     try:
         return device_profile(spec, profile, batch, what="--replay-device")
@@ -82,8 +86,6 @@ def load_jitter(path: str, world: int) -> list[list[dict[str, float]]]:
     """The measured per-step factors of --replay-jitter (module docstring), checked: a list of
     steps, each with one {"fwd", "bwd", "update"} of positive numbers per rank of `world`. Bad
     input: ConfigError, one line."""
-    import json
-    import math
 
     what = f"--replay-jitter {path}"
     try:
@@ -111,9 +113,7 @@ def prepare(cfg: TrainConfig, model: nn.Module, batch: int, rank: int = 0, world
     error here is one line). `batch`: samples per data worker (the profile's split point)."""
     if cfg.compute != "replay":
         return None
-    from ..anatomy import profile_model
-    from ..split import SplitError
-
+    from ..anatomy import profile_model  # anatomy: torch's flop counter (~80 modules); only a replayed run needs it
     try:  # FLOPs per layer (the shares) and the CONV|FC parts, as perf.predict sees them
         profile = profile_model(model, (3, cfg.image_size, cfg.image_size), batch, name=cfg.model,
                                 boundary=cfg.boundary)
@@ -245,7 +245,7 @@ class Replayer:
     def __init__(self, model: nn.Module, profile, dev, dilation: float, *, measured=None, source: str = "given"):
         """`dev`: the DeviceProfile (parts, optimizer); `measured`: a perf.MeasuredLayers whose
         per-layer times each layer waits instead of its share of the part (see the docstring)."""
-        from ..perf.model import layer_shares
+        from ..perf.model import layer_shares  # perf: ~125 more modules (tabulate, torch's flop counter); only a replayed run needs it
 
         self.profile, self.dev, self.dilation = profile, dev, float(dilation)
         self.measured, self.source = measured, source
@@ -331,8 +331,6 @@ class Replayer:
     def set_jitter(self, steps: list[list[dict[str, float]]], rank: int, seed: int, source: str):
         """Measured factors (load_jitter): step t takes measured step order[t % len(steps)], the
         same permutation (by `seed`) on every rank."""
-        import random
-
         order = list(range(len(steps)))
         random.Random(seed).shuffle(order)
         self.jitter = [{k: float(steps[i][rank][k]) for k in JITTER_PHASES} for i in order]

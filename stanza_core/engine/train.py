@@ -16,8 +16,8 @@ import os
 
 import torch
 
-from .. import atomic, registry
-from . import checkpoint, replay
+from .. import DIST_NAME, __version__, atomic, checks, registry
+from . import checkpoint, config, replay
 from ..batchnorm import use_global_batch_stats
 from ..comm import Comm, PeerError
 from .compiled import compile_pieces
@@ -35,13 +35,12 @@ from .watch import Watch, level_of, setup_logging, summary_line
 from .watch import log as logger
 from ..topology import Topology, make_topology, unused_part
 from .batch import Batch, positions_of
+from ..errors import OneLineParser, command_name
+import inspect
+from ..extras import require
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from .. import DIST_NAME, __version__, checks, registry
-    from ..errors import OneLineParser, command_name
-    from . import config
-
     # Enumerated flags: --help lists the choices; a bad value is refused while parsing, in the
     # words TrainConfig's own check uses (its name for the value, then the expected ones).
     enums = {"strategy": ("strategy", registry.names()), "device": ("device", config.DEVICES),
@@ -86,8 +85,6 @@ def _help(name: str) -> str:
 @functools.lru_cache(maxsize=1)
 def _config_source() -> tuple[str, ...]:
     """TrainConfig's source lines, read once (inspect.getsource per flag made every start slow)."""
-    import inspect
-
     return tuple(inspect.getsource(TrainConfig).splitlines())
 
 
@@ -158,7 +155,6 @@ def prepare(cfg: TrainConfig) -> Prepared:
                             batch_size=topo.worker_batch(cfg.global_batch))
     bn_sync = check_model_layout(cfg, topo, model, split, bn_fewest)
     if cfg.tensorboard:  # the extra, before any process group forms: one line naming the install
-        from ..extras import require
         require("tensorboard", "--tensorboard")
     resumed = None
     if cfg.resume:

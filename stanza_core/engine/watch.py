@@ -22,6 +22,8 @@ from __future__ import annotations
 import csv
 import logging
 import sys
+from tqdm import tqdm
+from ..extras import require
 
 LOGGER = "stanza_core"
 CSV_FIELDS = ("step", "steps_in_window", "loss", "step_time_s", "samples_per_s")
@@ -32,8 +34,6 @@ class _Handler(logging.Handler):
     """One line per record on the current sys.stderr, through tqdm.write so a bar stays intact."""
 
     def emit(self, record):
-        from tqdm import tqdm
-
         msg = record.getMessage()
         if record.levelno >= logging.WARNING:
             msg = f"{record.levelname.lower()}: {msg}"
@@ -65,15 +65,11 @@ class Watch:
         if not enabled:
             return
         if log.isEnabledFor(logging.INFO):
-            from tqdm import tqdm
-
             self.bar = tqdm(total=cfg.steps, initial=start, desc=f"{cfg.strategy} x{world_size}", unit="step",
                             file=sys.stderr)
         if cfg.tensorboard:
-            from ..extras import require
-
             require("tensorboard", "--tensorboard")  # the extra, named in one line when missing
-            from torch.utils.tensorboard import SummaryWriter
+            from torch.utils.tensorboard import SummaryWriter  # tensorboard: an optional extra (require above names the install)
 
             self.tb = SummaryWriter(log_dir=cfg.tensorboard)
         if cfg.log_csv:

@@ -37,6 +37,7 @@ from ..launch import run_job
 from ..models import get_model
 from ..topology import make_topology
 from ..local_device import local_device
+from ..perf.optimize import share_grid
 
 # stanza variants: name -> engine options (fc_conv_share "max": the largest share share_grid allows)
 VARIANTS = {
@@ -134,8 +135,6 @@ def job_of(name: str, nodes: int, fc_workers: int, global_batch: int, options: d
 def variant_options(name: str, nodes: int, fc_workers: int, global_batch: int) -> dict[str, Any]:
     """The engine options of a stanza variant for this cluster and batch (one-line ValueError
     when the batch leaves no share of whole samples for a hybrid FC worker)."""
-    from ..perf.optimize import share_grid
-
     opts = dict(VARIANTS[name])
     if opts.get("fc_conv_share") == "max":
         shares = [x for x in share_grid(global_batch, nodes, fc_workers) if x > 0]

@@ -27,6 +27,7 @@ from typing import Any
 from .. import registry
 from .paper_ps import (PAPER_100, RULE, SHARDED, TOLERANCE, PsAssumption, Speedups, choose, ps_prediction,
                        search, stanza_best, worst_distance)
+from ..runs.replayed import ReplaySet
 
 LOW_END_MODELS = {"resnet50": 224, "googlenet": 224, "inception_v3": 299}  # small heads (bandwidth_sweep.yaml)
 LOW_END_BATCH, LOW_END_NODES = 64, 16
@@ -83,8 +84,6 @@ def replay_set(a: PsAssumption, ks: dict[str, int], nodes: int = 16, gbps: float
                warmup: int = 2):
     """The replayed runs that check the model under `a` (one ReplaySet per model: ps under `a`
     and stanza at that model's best k, `steps` with `warmup` untimed; links at gbps x goodput)."""
-    from ..runs.replayed import ReplaySet
-
     v = a.variant(nodes)
     return [ReplaySet(models=[m], nodes=[nodes], strategies=[v.strategy, "stanza"], fc_workers=[k],
                       target_gbps=[gbps * a.goodput], batch_per_worker=a.batch_per_worker, steps=steps, warmup=warmup,

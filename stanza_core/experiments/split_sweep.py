@@ -16,6 +16,8 @@ import sys
 import time
 
 import torch
+from ..split import SplitError, split_model
+import argparse
 
 SIZES = (32, 64, 96, 128, 224)
 # Built as the zoo builds them (see stanza_core.models): auxiliary heads off.
@@ -37,13 +39,13 @@ class SweepRow:
 
 
 def classification_models() -> list[str]:
-    import torchvision.models as tvm
+    import torchvision.models as tvm  # torchvision: ~1000 more modules; zoo models only
 
     return sorted(tvm.list_models(module=tvm))
 
 
 def build(name: str, image_size: int) -> torch.nn.Module:
-    import torchvision.models as tvm
+    import torchvision.models as tvm  # torchvision: ~1000 more modules; zoo models only
 
     kwargs = dict(EXTRA_KWARGS.get(name, {}))
     if name.startswith("vit_"):
@@ -53,8 +55,6 @@ def build(name: str, image_size: int) -> torch.nn.Module:
 
 def sweep_one(name: str, sizes=SIZES, batch: int = 2) -> SweepRow:
     """Build `name` at the first size it runs on, split it, check the split."""
-    from ..split import SplitError, split_model
-
     t0 = time.perf_counter()
     last = ""
     torch.manual_seed(0)
@@ -98,8 +98,6 @@ def markdown(rows: list[SweepRow]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    import argparse
-
     ap = argparse.ArgumentParser(prog="python -m stanza_core.experiments.split_sweep",
                                  description="Split every torchvision classification model (or NAMES) and "
                                              "print a markdown table and a one-line summary.")

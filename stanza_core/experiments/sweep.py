@@ -26,6 +26,7 @@ from ..runs.run import measure_or_skip, modelled_only
 from ..runs.spec import MeasureSpec
 from .paper_ps import PsAssumption
 from .throughput import PAPER
+from . import paper_ps_report
 
 SWEEP_GBPS = (1.0, 2.5, 5.0, 10.0, 25.0, 40.0, 100.0, 200.0, 400.0)
 SWEEP_NODES = tuple(2 ** i for i in range(1, 11))
@@ -195,8 +196,6 @@ def model_sweep(p: SweepParams) -> dict[str, Any]:
 def paper_ps(p: SweepParams) -> dict[str, Any] | None:
     """What the paper must have assumed (paper_ps_report.results) on `paper_nodes` nodes at
     100 Gb/s, under the stated PS; None when AlexNet or VGG-16 is not among paper_models."""
-    from . import paper_ps_report
-
     if not {"alexnet", "vgg16"} <= set(p.paper_models):
         return None
     return paper_ps_report.results(p.stated_ps, p.paper_nodes, 100.0, p.paper_device, range_10=p.paper_ps_range,

@@ -25,6 +25,9 @@ from ..variant import Variant
 from ..runs.replayed import ReplayParams, in_grid, run_replayed
 from ..runs.measurement import Measurement
 from ..runs.run import measure_or_skip, modelled_only
+from ..perf import DeviceProfile, device_profile
+import json
+from ..runs.spec import MeasureSpec
 
 # ---------------------------------------------------------------------------------------------
 # Predicted against measured
@@ -112,8 +115,6 @@ def _spec_dilation(cfg: dict) -> float:
 
 def replay_profile(profile, device: str, dilation: float, step_overhead_s: float = 0.0):
     """The DeviceProfile a replayed run computes with: the device-table row's, every time x D."""
-    from ..perf import DeviceProfile, device_profile
-
     base = device_profile(device, profile).profile.to_dict()
     times = {k: v * dilation for k, v in base.items() if k not in ("name", "row_version", "step_overhead_s")}
     return DeviceProfile(**{**base, **times, "name": f"{base['name']} x {dilation:g}",
@@ -247,8 +248,6 @@ class ValidationParams(ReplayParams):
     PATHS = ("bench_json",)
 
     def __post_init__(self):
-        from ..runs.spec import MeasureSpec
-
         sizes = checks.int_list("nodes", self.nodes, 2) if self.nodes else []
         ks = [self.fc_workers] if isinstance(self.fc_workers, int) else list(self.fc_workers)
         gbps = checks.positive_floats("target_gbps", self.target_gbps)
@@ -274,8 +273,6 @@ def run_measured(p: ValidationParams, cache_dir: str | None = None) -> list[Meas
 
 def load_benches(p: ValidationParams) -> list[Measurement]:
     """The bench_json files, with timing rounds measured now where a file has none."""
-    import json
-
     out = []
     for f in p.bench_json:
         b = Measurement.from_dict(json.loads(Path(f).read_text()), source=str(f))

@@ -105,7 +105,7 @@ def gpu_plan(nodes: int, device: str = "auto", gpus: int | None = None) -> bool:
     if device == "cpu":
         return False
     if gpus is None:
-        import torch
+        import torch  # torch: the launcher itself needs none (see node_env)
 
         gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
     if gpus >= nodes:

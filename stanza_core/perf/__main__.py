@@ -29,6 +29,7 @@ from .optimize import best_assignment
 from .profiles import load_profile, named_profile
 from .resolve import device_names, device_profile
 from .sweep import DEFAULT_BANDWIDTHS_GBPS, DEFAULT_SIZES, fmt_table, sweep
+from .calibrate import main as calibrate_main
 
 
 _Parser = OneLineParser  # one line, `error: ...`, no usage block
@@ -151,7 +152,6 @@ def main(argv=None) -> int:
     if args.command == "calibrate":
         if argv[0] != "calibrate":  # the ranking's options would be dropped without a word
             parser.error("calibrate takes no ranking options; run python -m stanza_core.perf calibrate [its options]")
-        from .calibrate import main as calibrate_main
         return calibrate_main(rest)
     if rest:
         parser.error(f"unrecognized arguments: {' '.join(rest)}")

@@ -13,6 +13,7 @@ import math
 from typing import TYPE_CHECKING, Union
 
 from .. import checks
+from .devices import DEVICE_TABLE, DeviceProfile
 
 if TYPE_CHECKING:
     from .devices import DeviceProfile
@@ -41,8 +42,6 @@ class Cluster:
         checks.positive_int("nodes", self.nodes)
         _positive_finite("bandwidth_gbps", self.bandwidth_gbps)
         _positive_finite("latency_s", self.latency_s, allow_zero=True)
-        from .devices import DEVICE_TABLE, DeviceProfile  # late: devices imports nothing from here
-
         if isinstance(self.device, str):
             checks.one_of("device", self.device.lower(), [*DEVICE_TABLE, "a DeviceProfile"])
             object.__setattr__(self, "device", self.device.lower())

@@ -33,6 +33,7 @@ import torch
 from .. import checks
 from ..anatomy import Profile
 from .rows import V100_V3, row_version
+from .compute import part_costs
 
 
 # Compute model v2.2 constants (compute.py). FITTED by benchmarks/fit_compute_model.py (the header
@@ -277,8 +278,6 @@ class DeviceProfile:
         """Times of `profile`'s model on any DeviceSpec, e.g. one written from a datasheet. With
         layer rows: compute model v2.2 (compute.py: work per sample, kernel floors, host launch
         floor); without them (a hand-made profile): the part FLOPs at the conv/GEMM rates."""
-        from .compute import part_costs
-
         conv_rate, fc_rate = s.conv_peak_flops * s.conv_efficiency, s.fc_peak_flops * s.fc_efficiency
         mem = s.mem_bytes_per_s * s.mem_efficiency
         parts = part_costs(profile, s) or {

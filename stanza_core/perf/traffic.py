@@ -19,6 +19,8 @@ from ..anatomy import DTYPE_BYTES, LABEL_BYTES, Profile
 from ..batchnorm import BN_LOCAL
 from ..topology import Topology, hybrid_batches, plain_topology, resolve_layout
 from ..variant import GRAD_COMPRESSIONS, model_call
+from ..errors import ConfigError
+from torch.distributed.algorithms.ddp_comm_hooks.powerSGD_hook import _should_compress
 
 
 _COUNTS_CACHE: dict[int, tuple] = {}
@@ -96,8 +98,6 @@ def powersgd_numel(shapes) -> int:
     """Values PowerSGD (rank 1, torch's default min_compression_rate 2) allreduces for tensors
     of these shapes: P and Q of each tensor it compresses, the others whole. The decision is
     torch's own `_should_compress`, as the hook applies it."""
-    from torch.distributed.algorithms.ddp_comm_hooks.powerSGD_hook import _should_compress
-
     total = 0
     for shape in shapes:
         n = shape[0] if shape else 1
@@ -238,7 +238,6 @@ def stanza_options(strategy: str, nodes: int, fc_workers: int | None, global_bat
                    ps_servers: int = 0) -> tuple[StanzaOptions, list[int]]:
     """Validated options and the CONV workers' batches, with the engine's own batch rule
     (topology.hybrid_batches) for a hybrid FC worker's share of the global batch."""
-    from ..errors import ConfigError
     registry.check_options(strategy, registry.set_options(
         {"fc_conv_share": fc_conv_share, "micro_batches": micro_batches, "boundary_dtype": boundary_dtype,
          "grad_compression": grad_compression}, dataclasses.asdict(StanzaOptions()) | {"fc_conv_share": 0.0}))

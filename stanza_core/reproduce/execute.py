@@ -13,6 +13,7 @@ from jupyter_client.manager import AsyncKernelManager
 from traitlets import CaselessStrEnum
 
 from .spec import REPO_ROOT
+from .offline import exporter_config, vendor, without_widget_state
 
 
 class VenvKernelManager(AsyncKernelManager):
@@ -39,7 +40,7 @@ def execute(notebook: Path, output: Path, parameters: dict[str, Any], *, timeout
             progress_bar: bool = True) -> None:
     """papermill-execute `notebook` into `output` with the venv kernel, cwd = the notebook's
     folder (as in Jupyter). Raises papermill's PapermillExecutionError when a cell fails."""
-    import papermill as pm
+    import papermill as pm  # papermill: ~470 more modules; only when a notebook is read or run
 
     pm.execute_notebook(str(notebook), str(output), parameters=parameters, kernel_name="python3",
                         cwd=str(notebook.parent), progress_bar=progress_bar, execution_timeout=timeout_s,
@@ -58,10 +59,9 @@ def export_html(ipynb: Path, out_root: Path) -> Path | None:
     """`ipynb` as HTML beside it, loading MathJax and require.js from `<out_root>/_static`
     (reproduce.offline: no CDN)."""
     try:
-        import nbformat
-        from nbconvert import HTMLExporter
+        import nbformat  # nbformat: nbconvert's; only the HTML export needs it
+        from nbconvert import HTMLExporter  # nbconvert: ~500 more modules; only the export needs it
 
-        from .offline import exporter_config, vendor, without_widget_state
 
         vendor(out_root)
         nb = without_widget_state(nbformat.read(str(ipynb), as_version=4))

@@ -19,6 +19,9 @@ from typing import Any
 
 from .report import section_badge, template
 from .spec import REPO_ROOT, Spec
+from .execute import execute, export_html as _export_html, one_line as _one_line
+from .plotlyjs import share_plotlyjs
+from .offline import slides_config, vendor, without_widget_state
 
 TUTORIALS_DIR = REPO_ROOT / "tutorials"
 TUTORIALS_OUT = "tutorials"  # <out>/tutorials/<stem>/
@@ -37,13 +40,10 @@ def lecture_notebooks(folder: Path = TUTORIALS_DIR) -> list[Path]:
 
 def _export_slides(ipynb: Path, out_root: Path) -> Path | None:
     """The deck beside `ipynb`, loading reveal.js, require.js and MathJax from `<out_root>/_static`."""
-    from .execute import one_line as _one_line
-
     try:
-        import nbformat
-        from nbconvert import SlidesExporter
+        import nbformat  # nbformat: nbconvert's; only the slides export needs it
+        from nbconvert import SlidesExporter  # nbconvert: ~500 more modules; only the export needs it
 
-        from .offline import slides_config, vendor, without_widget_state
 
         vendor(out_root)
         nb = without_widget_state(nbformat.read(str(ipynb), as_version=4))
@@ -67,8 +67,6 @@ def _title(ipynb: Path) -> str:
 
 def run_tutorials(out_root: Path, *, html_export: bool = True, folder: Path = TUTORIALS_DIR) -> list[dict[str, Any]]:
     """Execute every tutorial (its own default parameters, figures into its folder); statuses."""
-    from .execute import execute, export_html as _export_html, one_line as _one_line
-    from .plotlyjs import share_plotlyjs
 
     statuses = []
     notebooks = tutorial_notebooks(folder) + lecture_notebooks(folder)

@@ -41,13 +41,16 @@ from typing import Any
 from ..runs.plan import SETUP_S_PER_NODE
 from ..runs.store import Point, Store, check_timed_steps, points
 from .spec import REPO_ROOT, Spec, SpecError
+from ..nbtools import experiment_params
+from ..runs.plan import (COMPUTE_ONLY_GBPS, ENGINE_STEPS, config_payload_scale, model_step_s, replayed_plan,
+                         stored_plan)
 
 MAX_FAILS_IN_A_ROW = 2  # fill: failed points in a row that stop it
 
 def notebook_parameters(spec: Spec, mode: str) -> dict[str, Any]:
     """The parameters a notebook runs with in `mode`: its `parameters` cell's defaults, then the
     YAML's parameter set (as papermill injects it)."""
-    import papermill as pm
+    import papermill as pm  # papermill: ~470 more modules; only when a notebook is read or run
 
     defaults = {name: ast.literal_eval(d["default"]) for name, d in pm.inspect_notebook(str(spec.notebook)).items()}
     return {**defaults, **spec.params[mode]}
@@ -58,9 +61,7 @@ def replayed_specs(spec: Spec, mode: str = "full") -> list:
     replays nothing): its parameters class, registered by the experiment itself
     (runs.replayed.in_grid), built from the notebook's parameters as papermill passes
     them, paths among them taken from the notebook's folder."""
-    from ..experiments import grid_experiments
-    from ..nbtools import experiment_params
-
+    from ..experiments import grid_experiments  # experiments: ~135 more modules (perf, torch's flop counter); keeps `stanza-reproduce --help` light
     params_cls = grid_experiments().get(spec.notebook.stem)
     if params_cls is None:
         return []
@@ -94,26 +95,22 @@ def grid(specs: list[Spec], mode: str = "full") -> list[GridPoint]:
 def estimate_s(point: Point, engine_s: float | None = None, *, engine_run: bool = True) -> float:
     """Seconds to measure `point` (the module docstring): set-up, `steps` dilated steps, and the
     engine-seconds run when `engine_run` (D from the links, or with `engine_s` when known)."""
-    from ..runs import plan
-    from ..runs.plan import replayed_plan
 
     cfg = point.config
-    scale = plan.config_payload_scale(cfg, point.target_gbps)
+    scale = config_payload_scale(cfg, point.target_gbps)
     # F as the links ask for it (the messages, measured by the engine run, may lower it)
     p = replayed_plan(cfg, point.target_gbps, None, engine=point.engine and engine_s is not None,
                       min_dilation=point.min_dilation, engine_s=engine_s if point.engine else None,
                       payload_scale=scale)
     run = p.expected_s()
     if engine_run and point.engine:
-        run += SETUP_S_PER_NODE * cfg.cluster_nodes + plan.ENGINE_STEPS * (plan.model_step_s(cfg, plan.COMPUTE_ONLY_GBPS) + (engine_s or 0.0))
+        run += SETUP_S_PER_NODE * cfg.cluster_nodes + ENGINE_STEPS * (model_step_s(cfg, COMPUTE_ONLY_GBPS) + (engine_s or 0.0))
     return run
 
 
 def stored_estimate_s(point: Point, entry: dict) -> float:
     """What the estimate of a stored entry's run was on the plan it ran on (its D and F, its steps):
     set-up and dilated steps, the machine's factor's denominator."""
-    from ..runs.plan import stored_plan
-
     cfg = dataclasses.replace(point.config, steps=entry["key"]["steps"], warmup=entry["key"]["warmup"])
     return stored_plan(cfg, entry["plan"]).expected_s()
 
@@ -122,8 +119,6 @@ def _engine_key(point: Point, payload_scale: int | None = None) -> str:
     """A configuration without its target, at payload scale F (by default the F its links ask
     for, runs.plan.payload_scale_of: its messages are not known before it is measured): the
     points whose engine seconds are the same."""
-    from ..runs.plan import config_payload_scale
-
     c = point.config
     if payload_scale is None:
         payload_scale = config_payload_scale(c, point.target_gbps)
@@ -254,8 +249,8 @@ def fill(points_: list[GridPoint], store: Store,
 
 def measure_point(cache_dir: str | os.PathLike | None) -> Callable[[Point, float | None], tuple[dict, dict, dict]]:
     """The real measure_point of `fill`: run.replayed_point with the runs cache at `cache_dir`."""
-    from ..runs.cache import Cache
-    from ..runs.run import replayed_point
+    from ..runs.cache import Cache  # runs.run: ~135 more modules (perf, torch's flop counter); keeps `stanza-reproduce --help` light
+    from ..runs.run import replayed_point  # runs.run: ~135 more modules (perf, torch's flop counter); keeps `stanza-reproduce --help` light
 
     cache = Cache(cache_dir)
 
@@ -296,7 +291,7 @@ def run_grid(specs: list[Spec], *, store: Store, cache_dir: str | os.PathLike | 
     `select`). Returns "complete" (every point stored at the current
     version), "partial" (the budget ran out), "failed" (a point's run failed: listed, left missing)
     or "unavailable" (no emulated cluster here)."""
-    from ..runs.run import netem_unavailable
+    from ..runs.run import netem_unavailable  # runs.run: ~135 more modules (perf, torch's flop counter); keeps `stanza-reproduce --help` light
 
     gps = select(grid(specs, "full"), pattern)
     if pattern is not None:

@@ -19,6 +19,8 @@ import plotly.io as pio
 from .plotlyjs import PLOTLYJS, write_shared
 from .spec import Spec
 from .tally import Tally, badge, tally
+import jinja2
+from markupsafe import Markup
 
 FIGURE_SUFFIX = ".plotly.json"  # as written by stanza_core.nbtools.save_figures
 FIGURES_FILE = "figures.json"  # the figures' order, ditto
@@ -97,8 +99,6 @@ def template(name: str):
     """One of templates/*.html.j2 (Jinja2: nbconvert's template engine). Every value is escaped by
     html.escape, as the pages always were (markup: only what is marked safe, such as a macro's
     output or plotly's figure HTML)."""
-    import jinja2
-    from markupsafe import Markup
 
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(Path(__file__).resolve().parent / "templates"),
                              autoescape=True,

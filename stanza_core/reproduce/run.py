@@ -18,6 +18,7 @@ from .plotlyjs import share_plotlyjs
 from .report import section_badge, write_index
 from .spec import MARKER, REPO_ROOT, Spec, SpecError, evaluate_claims, load_specs
 from .tally import DIFFERS, GOAL_MISSED, REPORTED_ONLY, figure_lines, tally, tally_lines
+from .gallery import run_tutorials, tutorial_notebooks, write_gallery
 
 __all__ = ["VenvKernelManager", "execute", "unmet_requirements", "run_experiment", "prepare_out", "main"]
 
@@ -148,8 +149,6 @@ def main(argv: list[str] | None = None) -> int:
         print(f"[{i}/{len(specs)}] {spec.name}: {section_badge(st)} in {st['duration_s']} s"
               + (f" - {st['error']}" if st["error"] else ""), flush=True)
         statuses.append(st)
-    from .gallery import run_tutorials, tutorial_notebooks, write_gallery
-
     course = args.specs.resolve().parent / "tutorials"  # beside reproductions/, as in this repository
     tutorials = ([] if args.only or args.no_tutorials
                  else run_tutorials(out_root, html_export=not args.no_html, folder=course))

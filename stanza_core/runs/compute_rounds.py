@@ -25,6 +25,11 @@ from typing import Any
 from .. import registry
 from ..perf import DeviceProfile
 from ..topology import plain_topology
+import torch
+import torch.nn.functional as F
+from ..models import get_model, sample_keys
+from ..split import split_model
+from ..launch import job_env
 
 PARTS = ("conv_fwd", "conv_bwd", "fc_fwd", "fc_bwd")
 
@@ -35,11 +40,7 @@ PARTS = ("conv_fwd", "conv_bwd", "fc_fwd", "fc_bwd")
 
 def _worker(model_name: str, image_size: int, num_classes: int) -> None:
     """Serve timing requests on stdin (one JSON line {"batch", "reps"} each; "quit" ends)."""
-    import torch
-    import torch.nn.functional as F
 
-    from ..models import get_model, sample_keys
-    from ..split import split_model
 
     torch.set_num_threads(1)
     torch.manual_seed(0)
@@ -93,8 +94,6 @@ class TimingPool:
         self.size, self.reps, self.procs = size, reps, []
 
     def __enter__(self) -> "TimingPool":
-        from ..launch import job_env
-
         self.procs = [subprocess.Popen(self.cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                        stderr=subprocess.PIPE, text=True, env=job_env(1)) for _ in range(self.size)]
         try:

@@ -61,6 +61,9 @@ RUN_TIMEOUT_FLOOR_S = 1800.0  # the shortest wall-clock limit of one run
 RUN_TIMEOUT_FACTOR = 3.0  # a run's limit: this many times what its steps should take
 
 from .runconfig import UNSET_LINK_MBIT
+from ..launch import run_job
+from ..netem.facts import (MAX_AGGREGATE_MBIT, MAX_PAYLOAD_SCALE, MAX_PAYLOAD_SCALE_FAN_IN, MIN_LINK_MBIT,
+                           MIN_MESSAGE_BYTES, max_link_mbit, payload_gbps, payload_per_wire_byte)
 
 if TYPE_CHECKING:  # the plan only reads and replaces RunConfigs
     from .runconfig import RunConfig
@@ -78,8 +81,6 @@ def engine_run(cfg: RunConfig, compute_only_s: float, *, steps: int = ENGINE_STE
     step on a 1000 Gb/s network); and the step's byte-weighted 10th-percentile message (logical
     bytes, engine.metrics.message_sizes); when and from which commit they were measured.
     {"seconds", "message_p10_bytes", "measured_at", "git_commit", "git_dirty"}."""
-    from ..launch import run_job
-
     if cfg.compute != "replay":
         raise ValueError(f"engine_seconds measures replayed runs, got compute {cfg.compute!r}")
     flags = dataclasses.replace(cfg, steps=steps, warmup=1, dilation=1.0).train_flags()
@@ -127,7 +128,7 @@ def engine_seconds_arg(value: str, known: dict[str, float], key: str, cfg: RunCo
 def model_prediction(cfg: RunConfig, gbps: float):
     """perf.predict of replayed configuration `cfg` on its replay device's profile (perf.device_profile),
     every node (dedicated PS servers included) linked at `gbps` of payload."""
-    from ..perf import Cluster, device_profile, named_profile, predict
+    from ..perf import Cluster, device_profile, named_profile, predict  # perf: ~125 more modules (tabulate, torch's flop counter); keeps `stanza-reproduce --help` light
 
     profile = named_profile(cfg.model, cfg.image_size, cfg.num_classes)
     batch = cfg.topology().worker_batch(cfg.global_batch)  # per data worker
@@ -162,8 +163,7 @@ def link_at(target_gbps: float, mtu: int, *, dilation: float | None = None, t_ta
     """The one link rule: payload = perf.emulated_bandwidth(target, ...) (target / D, or target x
     t_target / t_here for real compute), wire = payload / (F payload_per_wire_byte(mtu)), F the
     payload scale (replayed runs; 1: every message whole)."""
-    from ..netem.facts import payload_per_wire_byte
-    from ..perf import emulated_bandwidth
+    from ..perf import emulated_bandwidth  # perf: ~125 more modules (tabulate, torch's flop counter); keeps `stanza-reproduce --help` light
 
     if dilation is not None:
         payload = emulated_bandwidth(target_gbps, dilation=dilation)
@@ -176,8 +176,6 @@ def link_at(target_gbps: float, mtu: int, *, dilation: float | None = None, t_ta
 
 def shaped_link(wire_mbit: float, mtu: int) -> Link:
     """The Link of a wire rate given directly (no target): the payload it carries."""
-    from ..netem.facts import payload_gbps
-
     return Link(dilation=1.0, payload_gbps=payload_gbps(wire_mbit, mtu), wire_mbit=float(wire_mbit), mtu=mtu)
 
 
@@ -188,9 +186,7 @@ def payload_scale_of(target_gbps: float, nodes: int, *, mtu: int = 9000, ps_serv
     strategy whose ranks send to one at once, registry.StrategySpec.fan_in), and with
     `message_bytes` (the step's byte-weighted 10th-percentile message, when measured) at most
     message_bytes / MIN_MESSAGE_BYTES."""
-    from ..netem.facts import (MAX_AGGREGATE_MBIT, MAX_PAYLOAD_SCALE, MAX_PAYLOAD_SCALE_FAN_IN, MIN_MESSAGE_BYTES,
-                               max_link_mbit)
-    from ..perf import replay_payload_scale
+    from ..perf import replay_payload_scale  # perf: ~125 more modules (tabulate, torch's flop counter); keeps `stanza-reproduce --help` light
 
     return replay_payload_scale(target_gbps, nodes, max_link_mbit=max_link_mbit(mtu),
                                 max_aggregate_mbit=MAX_AGGREGATE_MBIT, ps_servers=ps_servers,
@@ -213,8 +209,7 @@ def replay_link(target_gbps: float, nodes: int, *, target_step_s: float | None =
     smallest D at which this machine keeps up (perf.replay_dilation; `engine_s` > 0, the
     engine's seconds at that F, needs `target_step_s`, the model's step on the target), at least
     min_dilation."""
-    from ..netem.facts import MAX_AGGREGATE_MBIT, max_link_mbit
-    from ..perf import replay_dilation
+    from ..perf import replay_dilation  # perf: ~125 more modules (tabulate, torch's flop counter); keeps `stanza-reproduce --help` light
 
     d = replay_dilation(target_gbps, nodes, max_link_mbit=max_link_mbit(mtu), max_aggregate_mbit=MAX_AGGREGATE_MBIT,
                         engine_s=engine_s, target_step_s=target_step_s, ps_servers=ps_servers,
@@ -337,8 +332,6 @@ def replayed_plan(cfg: RunConfig, target_gbps: float, cache: Any, *, engine: boo
     messages are unknown and its messages travel whole (F = 1; D by the links and `engine_s`).
     `payload_scale` given: that F (1: every message whole; the grid's listing passes the links'
     F to estimate), D by the same rule."""
-    from ..netem.facts import MIN_LINK_MBIT
-
     if cfg.compute != "replay":
         raise ValueError(f"replayed_plan needs a replayed configuration, got compute {cfg.compute!r}")
     base = dataclasses.replace(cfg, link_mbit=UNSET_LINK_MBIT, dilation=1.0, payload_scale=1)

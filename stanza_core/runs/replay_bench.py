@@ -19,12 +19,11 @@ from .plan import model_prediction
 from .plan import RunPlan
 from .run import run_config
 from .runconfig import RunConfig
+from ..perf import expected_bytes, named_profile
 
 
 def expected_bytes_per_step(cfg: RunConfig) -> int:
     """perf.expected_bytes of a run's configuration, summed over ranks (what the engine counts)."""
-    from ..perf import expected_bytes, named_profile
-
     profile = named_profile(cfg.model, cfg.image_size, cfg.num_classes)
     return sum(sum(r["sent"].values()) for r in expected_bytes(profile, cfg.variant, cfg.cluster_nodes,
                                                                 global_batch=cfg.global_batch))

@@ -32,13 +32,15 @@ from .plan import RunPlan, replayed_plan
 from .spec import MeasureSpec
 from .runconfig import RunConfig
 from .store import STORE_DIR, Point, Store, points
+from ..netem import missing_requirements
+from ..netem import run_training
+from ..perf import device_profile, named_profile
+from tqdm import tqdm
 
 
 def netem_unavailable() -> str | None:
     """None when the emulated cluster can run here, else the one-line reason (the one root / tc
     check of the measured cells)."""
-    from ..netem import missing_requirements
-
     missing = missing_requirements()
     return ("the emulated cluster needs Linux, root and iproute2; missing: " + ", ".join(missing)) if missing else None
 
@@ -59,8 +61,6 @@ def run_config(cfg: RunConfig, *, timeout_s: float = 1800) -> dict[str, Any]:
 
 
 def _run_once(cfg: RunConfig, timeout_s: float) -> dict[str, Any]:
-    from ..netem import run_training
-
     with tempfile.TemporaryDirectory(prefix="stanza-run-") as tmp:
         m = run_training(cfg.cluster_nodes, cfg.link_mbit, cfg.train_args(os.path.join(tmp, "metrics.json")),
                          delay_ms=cfg.delay_ms, mtu=cfg.mtu, timeout_s=timeout_s, quiet=True)
@@ -78,8 +78,6 @@ def _run_once(cfg: RunConfig, timeout_s: float) -> dict[str, Any]:
 
 def target_step_s(model: str, image_size: int, num_classes: int, batch: int, device: str) -> float:
     """One data worker's step (forward, backward, update) on `batch` samples on a device-table row."""
-    from ..perf import device_profile, named_profile
-
     profile = named_profile(model, image_size, num_classes, batch)
     dev = device_profile(device, profile, batch).profile
     return dev.step_compute_s(batch) + dev.update_s_per_param * profile.params
@@ -209,7 +207,6 @@ def execute(plans: list[RunPlan], repeats: int, cache: Cache, run, *, key_extra:
     todo = [(p, rep) for rep in range(repeats) for p in plans]
     bar = None
     if progress:
-        from tqdm import tqdm
         bar = tqdm(total=len(todo), desc=desc, unit="run")
     rows = []
     for p, rep in todo:
@@ -240,8 +237,6 @@ def _replay_calibration(spec: MeasureSpec, runs: list[dict[str, Any]]) -> dict[s
 
 
 def _bar(total: int, desc: str):
-    from tqdm import tqdm
-
     return tqdm(total=total, desc=desc, unit="run")
 
 

@@ -35,6 +35,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .. import atomic
+from .plan import replay_link
+from .measurement import summarize
 
 if TYPE_CHECKING:
     from .runconfig import RunConfig
@@ -74,8 +76,6 @@ class Point:
         """The store's key: every field of the configuration but its placeholder rate and D, the
         target, the floor of D (the links' floor or min_dilation, whichever is larger: what the
         plan starts from, the same however a notebook states it), the engine term, the repeat."""
-        from .plan import replay_link
-
         c = self.config
         cfg = {k: v for k, v in c.cache_key().items() if k not in ("link_mbit", "dilation")}
         floor = replay_link(self.target_gbps, c.cluster_nodes, mtu=c.mtu, min_dilation=self.min_dilation,
@@ -205,8 +205,6 @@ class Store:
         """Write `point`'s entry: the resolved plan (RunPlan.row) and RunConfig, the Measurement row
         `run`, its summary row, and when and where it was measured (`seconds`: the wall time it
         took, engine seconds and cluster set-up included)."""
-        from .measurement import summarize
-
         check_timed_steps(point)
         where = host()
         entry = {"version": self.version, "key": point.key(), "label": point.label, "plan": plan, "config": config,

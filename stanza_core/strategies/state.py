@@ -17,6 +17,7 @@ import torch
 
 from ..engine.checkpoint import per_rank_key
 from ..errors import ConfigError
+import io
 
 MODEL, MOMENTUM, FLAT_MOMENTUM = "model.", "momentum.", "momentum_flat."
 
@@ -124,14 +125,10 @@ def cut(r: slice, cover, loaded: dict, like: torch.Tensor) -> torch.Tensor:
 def to_bytes(obj) -> torch.Tensor:
     """Plain values (tensors, numbers, strings, lists, dicts) as a uint8 tensor: a checkpoint
     stores tensors only, and `from_bytes` reads them back with torch.load(weights_only=True)."""
-    import io
-
     buf = io.BytesIO()
     torch.save(obj, buf)
     return torch.frombuffer(bytearray(buf.getvalue()), dtype=torch.uint8)
 
 
 def from_bytes(t: torch.Tensor):
-    import io
-
     return torch.load(io.BytesIO(t.numpy().tobytes()), weights_only=True)

@@ -10,6 +10,8 @@ from plotly.subplots import make_subplots
 
 from .. import registry
 from ._style import MODEL_COLORS, STRATEGY_COLORS, finish, mark_modelled_only, note_figure
+from .throughput import replayed_throughput
+from .paper_ps import paper_ps_figures
 
 
 def _strategy(label: str) -> str:
@@ -109,9 +111,6 @@ def sweep_heatmaps(results: dict[str, Any]) -> go.Figure:
 def sweep_figures(results: dict[str, Any]) -> dict[str, go.Figure]:
     """The figures of notebook 05 by key: replayed, emulated, paper_scale, sweep, and the paper's PS
     section's ps_decomposition, ps_sweep, ps_region (viz.paper_ps)."""
-    from .throughput import replayed_throughput
-
-    from .paper_ps import paper_ps_figures
 
     figs = mark_modelled_only({"replayed": replayed_throughput(results.get("replayed"), "Paper regime, replayed compute"),
                                "emulated": emulated_throughput(results), "paper_scale": paper_scale_speedups(results),

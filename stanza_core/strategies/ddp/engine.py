@@ -4,6 +4,7 @@ performs the same averaging allreduce as DDP's default."""
 from __future__ import annotations
 
 from ..base import Strategy, make_sgd
+from ...engine.replay import replayer_of
 
 
 class DDP(Strategy):
@@ -11,8 +12,6 @@ class DDP(Strategy):
 
     def __init__(self, *args):
         super().__init__(*args)
-        from ...engine.replay import replayer_of  # late: replay imports the config only
-
         self.replayed = replayer_of(self.model) is not None
         self.ddp = self.comm.wrap_ddp(self.model, self.device, self.cfg.bucket_mb, replayed=self.replayed)
         self.optimizer = make_sgd(self.model.parameters(), self.cfg)

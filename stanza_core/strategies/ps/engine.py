@@ -29,6 +29,7 @@ from ...buckets import bucket_groups
 from ...topology import WORKER
 from .. import state
 from ..base import Strategy, make_sgd
+from ...engine.replay import replayer_of
 
 
 def shard_sizes(total: int, shards: int) -> list[int]:
@@ -70,8 +71,6 @@ class ParameterServer(Strategy):
         sizes = shard_sizes(total, topo.ps_shards)
         starts = [sum(sizes[:s]) for s in range(len(sizes))]
         self.ranges = [slice(a, a + n) for a, n in zip(starts, sizes)]
-        from ...engine.replay import replayer_of  # late: replay imports the config only
-
         replayer = replayer_of(self.model)
         # Replayed compute (values mean nothing): the flat buffers are new, uninitialised storage
         # that only what crosses the network writes (pulls into `flat`, pushes read `flat_grad`);

@@ -22,6 +22,7 @@ from ...topology import CONV_WORKER
 from .. import state
 from ..base import Strategy, make_sgd, positions_of
 from .pipeline import Pipeline, hooked_buckets, uses_pipeline
+from ...engine.replay import replayer_of
 
 
 class GradBuckets:
@@ -134,8 +135,6 @@ class Stanza(Strategy):
                                        self.device)
         self.pipeline = Pipeline(self) if uses_pipeline(cfg) else None
         self._buffers: dict[tuple, torch.Tensor] = {}
-        from ...engine.replay import replayer_of  # late: replay imports the config only
-
         if replayer_of(self.model) is not None:  # replayed: gradients live in their buckets
             for buckets in (self.buckets, self.hybrid_buckets):
                 if buckets is not None:

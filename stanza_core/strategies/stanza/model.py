@@ -11,6 +11,7 @@ from ...anatomy import DTYPE_BYTES, LABEL_BYTES
 from ...perf.model import DEFAULT_BATCH_PER_WORKER, backward_units, layer_units, predict
 from ...perf.pipeline import stanza_schedule
 from ...perf.traffic import WIRE_BYTES, ModelCounts, clean, conv_grad_bytes, data_workers, report, ring_share
+from ...perf.optimize import share_grid
 
 
 def _allreduces(case, step):
@@ -83,8 +84,6 @@ def candidates(space) -> list:
     compressions of the space. Stanza keeps the global batch of the paper's stanza at each k
     (b x (N - k) with batch_per_worker): a share moves samples onto the FC workers, it does not
     add any."""
-    from ...perf.optimize import share_grid  # the optimiser's grid of valid shares
-
     profile, cluster = space.profile, space.cluster
     can_psgd = bool(getattr(profile, "conv_shapes", None))
     out = []
