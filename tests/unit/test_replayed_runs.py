@@ -183,9 +183,9 @@ def test_each_configuration_runs_at_its_own_dilation_with_engine_seconds_measure
                 "message_p10_bytes": p10}
 
     monkeypatch.setattr(plan, "engine_run", engine_run)
-    monkeypatch.setattr(facts, "MIN_MESSAGE_BYTES", 100_000)
+    monkeypatch.setattr(plan, "MIN_MESSAGE_BYTES", 100_000)
     # the fan-in bound lifted, so that every strategy here exercises the links' and the messages' rules
-    monkeypatch.setattr(facts, "MAX_PAYLOAD_SCALE_FAN_IN", MAX_PAYLOAD_SCALE)
+    monkeypatch.setattr(plan, "MAX_PAYLOAD_SCALE_FAN_IN", MAX_PAYLOAD_SCALE)
     s = replayed.ReplaySet(models=["alexnet"], nodes=[4], strategies=["ps", "ddp", "stanza"], fc_workers=[1, 2],
                            target_gbps=[10.0])
     (spec,) = s.specs
