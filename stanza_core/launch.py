@@ -14,6 +14,7 @@ stanza_core.netem.
 """
 from __future__ import annotations
 
+import copy
 import json
 import os
 import re
@@ -24,7 +25,6 @@ import tempfile
 
 from . import procgroup, registry
 from .engine import rank_errors
-import copy
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

@@ -11,6 +11,7 @@ worker processes it, and distributed runs stay equal to the single-process oracl
 """
 from __future__ import annotations
 
+import pickle
 import contextlib
 import contextvars
 import importlib
@@ -20,7 +21,6 @@ from typing import Callable
 
 import torch
 import torch.nn as nn
-import pickle
 import cloudpickle
 
 # ---------------------------------------------------------------------------------------------

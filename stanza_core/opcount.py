@@ -23,20 +23,20 @@ import contextlib
 import copy
 import os
 import socket
+import warnings
 from collections import Counter
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
 
 from . import registry
 from .data import batch_indices
 from .engine.batch import Batch, positions_of
-import torch.distributed as dist
 from .engine import train
 from .comm import Comm
 from .engine.config import TrainConfig
-from torch.nn.parallel import DistributedDataParallel as DDP
-import warnings
 
 HOST_READ_OPS = ("aten._local_scalar_dense",)
 

@@ -11,11 +11,11 @@ from fractions import Fraction
 
 import torch
 import torch.distributed as dist
-
-from .accounting import nbytes
 from torch.nn.parallel import DistributedDataParallel as DDP
 import numpy as np
 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks, powerSGD_hook as psgd
+
+from .accounting import nbytes
 
 POWERSGD_START = 2  # PowerSGD runs vanilla allreduce for its first 2 steps (the minimum torch allows
 # with error feedback); the performance model's steady state starts at step 2

@@ -3,7 +3,10 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import tempfile
 from typing import Any
+
+import torch
 
 from .. import checks
 from ..errors import ConfigError  # noqa: F401 (the engine's modules import it from here)
@@ -14,8 +17,6 @@ from ..batchnorm import BN_LOCAL, BN_STATS  # noqa: F401 (--bn-stats' values, th
 from ..variant import BOUNDARY_DTYPES, GRAD_COMPRESSIONS, check_stanza_options  # noqa: F401 (stanza's option values)
 from ..variant import check_strategy_options as _check_strategy_options
 from ..batchnorm import bn_layers
-import torch
-import tempfile
 
 DEVICES = ("auto", "cpu", "cuda")
 BACKENDS = ("auto", "gloo", "nccl")

@@ -51,15 +51,15 @@ from __future__ import annotations
 
 import contextvars
 import copy
+import json
+import math
+import random
 import time
 
 import torch
 import torch.nn as nn
 
 from .config import ConfigError, TrainConfig
-import json
-import math
-import random
 from ..split import SplitError
 
 _ATTR = "_stanza_replay"

@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import functools
+import inspect
 import json
 import os
 
@@ -36,7 +37,6 @@ from .watch import log as logger
 from ..topology import Topology, make_topology, unused_part
 from .batch import Batch, positions_of
 from ..errors import OneLineParser, command_name
-import inspect
 from ..extras import require
 
 

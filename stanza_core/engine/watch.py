@@ -22,7 +22,9 @@ from __future__ import annotations
 import csv
 import logging
 import sys
+
 from tqdm import tqdm
+
 from ..extras import require
 
 LOGGER = "stanza_core"

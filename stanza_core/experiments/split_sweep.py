@@ -11,13 +11,14 @@ carries most of the forward FLOPs (the split's own note: not layer separation).
 """
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import sys
 import time
 
 import torch
+
 from ..split import SplitError, split_model
-import argparse
 
 SIZES = (32, 64, 96, 128, 224)
 # Built as the zoo builds them (see stanza_core.models): auxiliary heads off.

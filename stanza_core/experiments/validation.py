@@ -12,6 +12,7 @@ bandwidths' runs (leave-one-bandwidth-out), so its errors stay out-of-sample.
 """
 from __future__ import annotations
 
+import json
 import dataclasses
 import statistics
 from pathlib import Path
@@ -26,7 +27,6 @@ from ..runs.replayed import ReplayParams, in_grid, run_replayed
 from ..runs.measurement import Measurement
 from ..runs.run import measure_or_skip, modelled_only
 from ..perf import DeviceProfile, device_profile
-import json
 from ..runs.spec import MeasureSpec
 
 # ---------------------------------------------------------------------------------------------

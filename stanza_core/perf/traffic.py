@@ -14,13 +14,14 @@ import dataclasses
 from collections.abc import Mapping
 from fractions import Fraction
 
+from torch.distributed.algorithms.ddp_comm_hooks.powerSGD_hook import _should_compress
+
 from .. import checks, registry
 from ..anatomy import DTYPE_BYTES, LABEL_BYTES, Profile
 from ..batchnorm import BN_LOCAL
 from ..topology import Topology, hybrid_batches, plain_topology, resolve_layout
 from ..variant import GRAD_COMPRESSIONS, model_call
 from ..errors import ConfigError
-from torch.distributed.algorithms.ddp_comm_hooks.powerSGD_hook import _should_compress
 
 
 _COUNTS_CACHE: dict[int, tuple] = {}

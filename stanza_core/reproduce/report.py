@@ -15,12 +15,12 @@ from pathlib import Path
 from typing import Any
 
 import plotly.io as pio
+import jinja2
+from markupsafe import Markup
 
 from .plotlyjs import PLOTLYJS, write_shared
 from .spec import Spec
 from .tally import Tally, badge, tally
-import jinja2
-from markupsafe import Markup
 
 FIGURE_SUFFIX = ".plotly.json"  # as written by stanza_core.nbtools.save_figures
 FIGURES_FILE = "figures.json"  # the figures' order, ditto

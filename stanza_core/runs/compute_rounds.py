@@ -22,11 +22,12 @@ import sys
 import time
 from typing import Any
 
+import torch
+import torch.nn.functional as F
+
 from .. import registry
 from ..perf import DeviceProfile
 from ..topology import plain_topology
-import torch
-import torch.nn.functional as F
 from ..models import get_model, sample_keys
 from ..split import split_model
 from ..launch import job_env

@@ -23,6 +23,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from tqdm import tqdm
+
 from ..labels import run_label
 from . import compute_rounds
 from ..topology import Topology
@@ -32,10 +34,8 @@ from .plan import RunPlan, replayed_plan
 from .spec import MeasureSpec
 from .runconfig import RunConfig
 from .store import STORE_DIR, Point, Store, points
-from ..netem import missing_requirements
-from ..netem import run_training
+from ..netem import missing_requirements, run_training
 from ..perf import device_profile, named_profile
-from tqdm import tqdm
 
 
 def netem_unavailable() -> str | None:

@@ -13,11 +13,12 @@ world size that holds it reads it back. Batch-norm statistics under --bn-stats l
 data worker: they are kept per rank, which ties the checkpoint to its world size."""
 from __future__ import annotations
 
+import io
+
 import torch
 
 from ..engine.checkpoint import per_rank_key
 from ..errors import ConfigError
-import io
 
 MODEL, MOMENTUM, FLAT_MOMENTUM = "model.", "momentum.", "momentum_flat."
 
