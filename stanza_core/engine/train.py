@@ -258,16 +258,21 @@ def _train(cfg, prep: Prepared, comm) -> dict | None:
             watch.window(t, None if total is None else total / len(shares), log.times[-len(shares):])
             first = t + 1
         watch.step_done()
-        if checkpoint_due:
-            checkpoint.save(cfg.checkpoint_dir, comm, topo.world_size, t + 1, cfg.to_dict(), strategy.checkpoint_state())
+        if checkpoint_due:  # collective (torch.distributed.checkpoint): a dead peer here names this step too
+            with naming_step(comm, t):
+                checkpoint.save(cfg.checkpoint_dir, comm, topo.world_size, t + 1, cfg.to_dict(),
+                                strategy.checkpoint_state())
         if t + 1 in save_steps:  # collective: every rank takes part, rank 0 writes
-            state = strategy.full_state_dict()
+            with naming_step(comm, t):
+                state = strategy.full_state_dict()
             if comm.rank == 0:
                 atomic.torch_save(state, step_save_path(cfg.save, t + 1))
     rss.steps_done()
     watch.close()
     if cfg.checkpoint_dir:
-        checkpoint.save(cfg.checkpoint_dir, comm, topo.world_size, cfg.steps, cfg.to_dict(), strategy.checkpoint_state())
+        with naming_step(comm, cfg.steps - 1):
+            checkpoint.save(cfg.checkpoint_dir, comm, topo.world_size, cfg.steps, cfg.to_dict(),
+                            strategy.checkpoint_state())
     state = strategy.full_state_dict()
     everyone = comm.all_gather_object(rank_record(comm, strategy, log, replayer, rss))
     if comm.rank != 0:
