@@ -46,7 +46,10 @@ def _safe_reader():
     class SafeReader(FileSystemReader):
         def read_metadata(self, *args, **kwargs):
             rank = kwargs.get("rank")
-            with self.fs.create_stream(self._get_metadata_path(rank), "rb") as fh:
+            # newer torch names the (per-rank) metadata file by a method; torch 2.7 reads `.metadata`
+            path = (self._get_metadata_path(rank) if hasattr(self, "_get_metadata_path")
+                    else self.fs.concat_path(self.path, ".metadata"))
+            with self.fs.create_stream(path, "rb") as fh:
                 metadata = _MetadataUnpickler(fh).load()
             if getattr(metadata, "storage_meta", None) is None:
                 metadata.storage_meta = StorageMeta()
