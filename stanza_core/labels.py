@@ -17,12 +17,14 @@ from . import registry
 
 def _parts(strategy: str, fc_workers: int | None, ps_servers: int, ps_overlap: bool,
            **options) -> list[tuple[str, str]]:
-    """The label parts of a configuration: its strategy's (the record's `label_parts` function,
-    in the strategy's folder); none for a strategy that states none or that is not registered."""
-    path = registry.get(strategy).label_parts if strategy in registry.names() else ""
-    if not path:
+    """The label parts of a configuration: its strategy's (its options class's `label_parts`, in
+    the strategy's folder), from those of the options given that are its own; none for a strategy
+    that is not registered."""
+    if strategy not in registry.names():
         return []
-    return registry.load(path)(fc_workers=fc_workers, ps_servers=ps_servers, ps_overlap=ps_overlap, **options)
+    cls = registry.get(strategy).options_type()
+    given = {"fc_workers": fc_workers, "ps_servers": ps_servers, "ps_overlap": ps_overlap, **options}
+    return cls.of({k: v for k, v in given.items() if v is not None}).label_parts()
 
 
 def config_label(strategy: str, fc_workers: int | None = 0, *, ps_servers: int = 0, ps_overlap: bool = False,
@@ -46,12 +48,20 @@ def run_options(run: dict) -> dict:
             "fc_conv_share": run.get("fc_conv_share") or 0.0, "micro_batches": run.get("micro_batches") or 1}
 
 
+def _row_options(run: dict) -> dict:
+    """A row's layout options (run_options) and any other option of its strategy the row holds."""
+    own = registry.get(run["strategy"]).options if run["strategy"] in registry.names() else ()
+    extra = {k: run[k] for k in own if k in run and k not in ("fc_workers", "ps_servers", "ps_overlap")
+             and run[k] is not None}
+    return {**run_options(run), **extra}
+
+
 def run_label(run: dict) -> str:
     """config_label of a run or summary row (a dict with strategy, fc_workers and optionally
-    ps_servers, ps_overlap, fc_conv_share, micro_batches)."""
-    return config_label(run["strategy"], run.get("fc_workers") or 0, **run_options(run))
+    ps_servers, ps_overlap, fc_conv_share, micro_batches, or any other option of its strategy)."""
+    return config_label(run["strategy"], run.get("fc_workers") or 0, **_row_options(run))
 
 
 def run_key(run: dict) -> str:
     """config_key of a run or summary row."""
-    return config_key(run["strategy"], run.get("fc_workers") or 0, **run_options(run))
+    return config_key(run["strategy"], run.get("fc_workers") or 0, **_row_options(run))

@@ -9,8 +9,12 @@ A record (`StrategySpec`) says what a strategy is to every part of the workbench
 
   name, summary     the `--strategy` value and one line on what its step does
   roles             the topology roles its ranks take (topology.py's role names)
-  options           the configuration options that belong to it alone (TrainConfig field
-                    names); any other strategy given one of them is refused, in one line
+  options           the configuration options that belong to it alone (its options class's
+                    field names, as the training CLI's flags spell them: fc_workers is
+                    --fc-workers); any other strategy given one of them is refused, in one line
+  options_class     "module:Class" of its options (a strategy_options.StrategyOptions: one
+                    frozen dataclass with the options' defaults, help, checks and label parts);
+                    empty: it has no option
   color             its colour in every figure
   engine            "module:Class" of its training engine (a strategies.base.Strategy)
   model             "module" of its performance model (below)
@@ -26,8 +30,6 @@ A record (`StrategySpec`) says what a strategy is to every part of the workbench
   exchange          how its ranks exchange gradients, as the figures draw it: "allreduce" (a ring
                     among the workers), "parameter_server" (push to and pull from shards),
                     "layer_separation" (CONV and FC workers), or "" (drawn as its ranks' bytes alone)
-  label_parts       "module:function" giving its options' parts of a configuration's label and key
-                    (labels.py: "ps S=2 overlap", "stanza_k1_M2"); empty: the name alone
   bare_pieces       "module:function" giving the model pieces a rank of it runs, bare (callables),
                     for the engine's operator-call budget (opcount.bare_pieces); empty: none
   order             where lists and figures place it (lower first; equal: in registration order)
@@ -65,6 +67,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from .errors import ConfigError
+from .strategy_options import StrategyOptions
 
 PLUGINS_ENV = "STANZA_PLUGINS"
 
@@ -89,7 +92,7 @@ class StrategySpec:
     layout: str = ""
     split: bool = False
     exchange: str = ""
-    label_parts: str = ""
+    options_class: str = ""
     bare_pieces: str = ""
     order: int = 100
 
@@ -98,6 +101,15 @@ class StrategySpec:
 
     def model_module(self):
         return importlib.import_module(self.model)
+
+    def options_type(self) -> type:
+        """Its options class (strategy_options.StrategyOptions itself when it has none); its
+        fields must be the record's `options`."""
+        cls = load(self.options_class) if self.options_class else StrategyOptions
+        if cls.names() != self.options:
+            raise ValueError(f"strategy {self.name}: its record lists options {self.options} but its options "
+                             f"class {cls.__name__} has {cls.names()}")
+        return cls
 
 
 EXCHANGES = ("allreduce", "parameter_server", "layer_separation", "")  # StrategySpec.exchange's values
@@ -221,6 +233,11 @@ def get(name: str) -> StrategySpec:
 
 def colors() -> dict[str, str]:
     return {s.name: s.color for s in specs()}
+
+
+def option_names() -> dict[str, str]:
+    """Every strategy's options: option name -> the strategy it belongs to, in `order`."""
+    return {o: s.name for s in specs() for o in s.options}
 
 
 def option_owner(option: str) -> str | None:

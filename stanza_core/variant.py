@@ -1,14 +1,18 @@
-"""One configuration's layout, as one value (`Variant`): what distinguishes a configuration
-whatever the model, cluster size, batch or link it runs on.
+"""One configuration's layout, as one value (`Variant`): a strategy and its options object (the
+frozen dataclass in the strategy's folder, `<name>/options.py`), what distinguishes a
+configuration whatever the model, cluster size, batch or link it runs on.
 
     Variant(strategy="stanza", fc_workers=1)              .label "stanza k=1"   .key "stanza_k1"
     Variant(strategy="ps", ps_servers=1, ps_overlap=True)  .label "ps S=1 overlap"
+    Variant("stanza", StanzaOptions(fc_workers=2))        the same value, given its options object
+    v.options.micro_batches, or v.micro_batches            an option (another strategy's: unset)
     v.topology(nodes, global_batch)                        the engine's rank layout (topology.make_topology)
 
-It is validated once, on creation (one-line ValueError, the registry's rule of which option
-belongs to which strategy), and passed whole: MeasureSpec.variants() -> RunConfig.of(variant, ...)
--> perf.predict(profile, cluster, variant, ...) / perf.expected_bytes(profile, variant, nodes, ...).
-Only a run plan (runs.plan) sets a run's link and D; the Variant holds neither.
+It is validated once, on creation (one-line ConfigError: the options class's own checks, and the
+registry's rule of which option belongs to which strategy), and passed whole: TrainConfig.variant,
+MeasureSpec.variants() -> RunConfig.of(variant, ...) -> perf.predict(profile, cluster, variant, ...)
+/ perf.expected_bytes(profile, variant, nodes, ...) -> Prediction.variant. Only a run plan
+(runs.plan) sets a run's link and D; the Variant holds neither.
 
 Glossary (labels.py): k = FC workers (stanza), S = dedicated parameter-server nodes (ps; 0 = one
 shard colocated with every worker), overlap = each gradient bucket pushed as the backward produces
@@ -19,97 +23,113 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from . import checks, registry
-from .labels import config_key, config_label
-from .labels import run_options
+from . import registry
+from .errors import ConfigError
+from .labels import config_key, config_label, run_options
+from .strategy_options import StrategyOptions
 from .topology import make_topology
 
+# The fields a RunConfig's cache key has held since before the Variant: its flat layout.
 FIELDS = ("strategy", "fc_workers", "ps_servers", "ps_overlap", "fc_conv_share", "micro_batches")
-BOUNDARY_DTYPES = ("fp32", "bf16", "fp16")  # --boundary-dtype (stanza)
-GRAD_COMPRESSIONS = ("none", "fp16", "bf16", "powersgd")  # --grad-compression (stanza)
-STANZA_DEFAULTS = {"fc_conv_share": 0.0, "micro_batches": 1, "boundary_dtype": "fp32", "grad_compression": "none"}
 
 
 def _flag(field: str) -> str:
     return "--" + field.replace("_", "-")
 
 
-def check_strategy_options(strategy: str, values: dict[str, Any], *, defaults: dict[str, Any], spell=None) -> None:
-    """One-line ConfigError for an option set away from its default (`defaults`) under a strategy
-    it does not belong to (the registry says which; fc_workers 0 counts as unset too). `spell`:
-    the CLI's flags by default, `str` for the Python API's names."""
-    given = registry.set_options(values, defaults)
-    if given.get("fc_workers") == 0:
-        del given["fc_workers"]
-    registry.check_options(strategy, given, spell=spell or _flag)
-
-
-def check_stanza_options(strategy: str, *, fc_conv_share: float = 0.0, micro_batches: int = 1,
-                         boundary_dtype: str = "fp32", grad_compression: str = "none") -> None:
-    """One-line ConfigError unless stanza's options beyond the paper hold valid values and are
-    left at their defaults by every other strategy (the training CLI's check; the experiments'
-    RunConfig makes the same one)."""
-    checks.positive_int("--micro-batches", micro_batches)
-    checks.in_interval("--fc-conv-share", fc_conv_share, 0, 1)
-    checks.one_of("--boundary-dtype", boundary_dtype, BOUNDARY_DTYPES)
-    checks.one_of("--grad-compression", grad_compression, GRAD_COMPRESSIONS)
-    check_strategy_options(strategy, {"fc_conv_share": fc_conv_share, "micro_batches": micro_batches,
-                                      "boundary_dtype": boundary_dtype, "grad_compression": grad_compression},
-                           defaults=STANZA_DEFAULTS)
-
-
-@dataclasses.dataclass(kw_only=True, frozen=True)
+@dataclasses.dataclass(frozen=True, init=False)
 class Variant:
-    """A strategy with its layout: everything but the model, N, G and the link that tells one
+    """A strategy with its options: everything but the model, N, G and the link that tells one
     configuration from another (its label and key say exactly this)."""
 
-    strategy: str  # ps, ddp or stanza (the registry's compared strategies)
-    fc_workers: int = 0  # k (stanza, >= 1), else 0
-    ps_servers: int = 0  # ps: dedicated server nodes beside the workers (0: colocated shards)
-    ps_overlap: bool = False  # ps: push each gradient bucket as the backward produces it
-    fc_conv_share: float = 0.0  # stanza: share of the global batch each FC worker also trains the CONV body on
-    micro_batches: int = 1  # stanza: M chunks per CONV worker, exchanged as a pipeline (1: whole batch)
+    strategy: str  # a registered strategy
+    options: StrategyOptions  # its options object (registry record's options_class)
 
-    def __post_init__(self):
-        checks.strategies([self.strategy])
-        check_stanza_options(self.strategy, fc_conv_share=self.fc_conv_share, micro_batches=self.micro_batches)
-        check_strategy_options(self.strategy, {"fc_workers": self.fc_workers, "ps_servers": self.ps_servers,
-                                               "ps_overlap": self.ps_overlap}, spell=str,
-                               defaults={f.name: f.default for f in dataclasses.fields(self)})
-        if registry.owns(self.strategy, "fc_workers"):
-            checks.positive_int("fc_workers", self.fc_workers)
-        checks.positive_int("ps_servers", self.ps_servers, 0)
-        if not isinstance(self.ps_overlap, bool):
-            raise ValueError(f"ps_overlap must be true or false, got {self.ps_overlap!r}")
-        object.__setattr__(self, "fc_conv_share", float(self.fc_conv_share))
+    def __init__(self, strategy: str, options: StrategyOptions | None = None, *, spell=str, **flat: Any):
+        """`options`: the strategy's options object, or its options as keywords (`flat`); an option of
+        another strategy is refused unless left unset (None, or how it reads outside its strategy:
+        its default, k = 0). `spell` words an option in an error: `str` (the Python API) or a flag."""
+        spec = registry.get(strategy)
+        cls = spec.options_type()
+        owners = registry.option_names()
+        unknown = [k for k in flat if k not in owners]
+        if unknown:
+            raise ConfigError(f"unknown option {unknown[0]!r}; expected one of {', '.join(owners)}")
+        own = {k: v for k, v in flat.items() if k in cls.names() and v is not None}
+        other = {k: v for k, v in flat.items() if k not in cls.names() and v is not None and v != _unset(k)}
+        registry.check_options(strategy, other, spell=spell)
+        if options is None:
+            options = cls(**own)
+        elif own or not isinstance(options, cls):
+            raise ConfigError(f"the options of {strategy} are one {cls.__name__} object or keywords, not "
+                              f"{type(options).__name__}{' and keywords' if own else ''}")
+        options.check(spell)
+        object.__setattr__(self, "strategy", strategy)
+        object.__setattr__(self, "options", options)
+
+    def __getattr__(self, name: str) -> Any:
+        """An option by name: this strategy's own, or how another strategy's reads here (unset)."""
+        if name.startswith("_") or name in ("strategy", "options"):
+            raise AttributeError(name)
+        options = self.__dict__.get("options")
+        if options is not None and name in options.names():
+            return getattr(options, name)
+        if name in registry.option_names():
+            return _unset(name)
+        raise AttributeError(f"{type(self).__name__} has no option or attribute {name!r}")
+
+    def __reduce__(self):
+        return (_rebuild, (self.strategy, self.options))
+
+    def replace(self, *, spell=str, **changes: Any) -> "Variant":
+        """This Variant with some options changed (checked as a new one)."""
+        return Variant(self.strategy, spell=spell, **{**self.options.values(), **changes})
+
+    @property
+    def spec(self) -> registry.StrategySpec:
+        return registry.get(self.strategy)
 
     @property
     def label(self) -> str:
         """labels.config_label: "ddp", "ps S=1 overlap", "stanza k=1 share=0.25 M=2"."""
-        return config_label(self.strategy, self.fc_workers, ps_servers=self.ps_servers, ps_overlap=self.ps_overlap,
-                            **self.stanza_options)
+        return config_label(self.strategy, **self.options.values())
 
     @property
     def key(self) -> str:
         """labels.config_key: "ddp", "ps_S1_overlap", "stanza_k1_share0.25_M2" (a JSON key)."""
-        return config_key(self.strategy, self.fc_workers, ps_servers=self.ps_servers, ps_overlap=self.ps_overlap,
-                          **self.stanza_options)
+        return config_key(self.strategy, **self.options.values())
 
     @property
     def stanza_options(self) -> dict[str, Any]:
-        """Stanza's options beyond the paper (fc_conv_share, micro_batches)."""
+        """Stanza's options beyond the paper that a run row records (fc_conv_share, micro_batches)."""
         return {"fc_conv_share": self.fc_conv_share, "micro_batches": self.micro_batches}
 
     @classmethod
     def of_row(cls, row: dict[str, Any]) -> "Variant":
-        """The Variant of a run or summary row (a dict with strategy, fc_workers and optionally
-        ps_servers, ps_overlap, fc_conv_share, micro_batches; rows written before an option existed
-        have it at its default: labels.run_options)."""
-        return cls(strategy=row["strategy"], fc_workers=row.get("fc_workers") or 0, **run_options(row))
+        """The Variant of a run or summary row (a dict with strategy, its options, flat; rows written
+        before an option existed have it at its default: labels.run_options)."""
+        spec = registry.get(row["strategy"])
+        opts = spec.options_type()
+        flat = {**{k: v for k, v in row.items() if k in opts.names()}, **run_options(row),
+                "fc_workers": row.get("fc_workers") or None}
+        return cls(row["strategy"], **{k: v for k, v in flat.items() if k in opts.names()})
 
     def fields(self) -> dict[str, Any]:
-        """The fields as keywords (RunConfig takes them flat, so its cache key is what it always was)."""
-        return {name: getattr(self, name) for name in FIELDS}
+        """The flat layout a RunConfig's cache key holds (FIELDS): unset where not this strategy's."""
+        return {name: self.strategy if name == "strategy" else getattr(self, name) for name in FIELDS}
+
+    def flat(self) -> dict[str, Any]:
+        """Every registered option by name: this strategy's values, the others' defaults (a
+        metrics JSON's config lists them all, as the training CLI's flags)."""
+        out = {}
+        for spec in registry.specs():
+            out.update(self.options.values() if spec.name == self.strategy else spec.options_type().defaults())
+        return out
+
+    def extra_options(self) -> dict[str, Any]:
+        """This strategy's options outside FIELDS set away from their defaults (a plug-in's, stanza's
+        wire dtypes): what a RunConfig's key adds to the flat layout, so older keys stay as they were."""
+        return {k: v for k, v in self.options.given().items() if k not in FIELDS}
 
     def model_options(self) -> dict[str, Any]:
         """The keywords perf.predict and perf.expected_bytes take for this layout (their `strategy`
@@ -120,11 +140,18 @@ class Variant:
     def topology(self, nodes: int, global_batch: int):
         """The engine's rank layout on `nodes` nodes in all (dedicated PS servers included, as
         perf.Cluster counts them) with `global_batch` samples per step (topology.make_topology)."""
-        return make_topology(self.strategy, nodes, global_batch, self.fc_workers or 1,
+        return make_topology(self.strategy, nodes, global_batch, self.fc_workers or 1, self.ps_shards,
                              fc_conv_share=self.fc_conv_share, micro_batches=self.micro_batches,
                              ps_servers=self.ps_servers)
 
 
+def _rebuild(strategy: str, options: StrategyOptions) -> Variant:
+    return Variant(strategy, options)
+
+
+def _unset(option: str) -> Any:
+    """How `option` reads under a strategy it does not belong to (its owner's options class says)."""
+    return registry.get(registry.option_names()[option]).options_type().unset()[option]
 # The benchmarks' named configurations (benchmarks/paper_regime_replay.py, replay_fidelity.py,
 # replay_engine.py: each takes those it can run): one table, one shape. Made into Variants when
 # asked for (bench_variants), not on import: a Variant reads the registry, whose plug-ins may
@@ -165,3 +192,20 @@ def model_call(strategy, fc_workers, given: dict[str, Any], defaults: dict[str, 
         raise ValueError(f"{clash[0]} given beside a Variant ({strategy.label}): the Variant sets it")
     k = opts.pop("fc_workers")
     return strategy.strategy, k, {**given, **{o: v for o, v in opts.items() if o in given}}
+
+
+def given_variant(strategy: "str | Variant", **options: Any) -> Variant:
+    """perf.predict / perf.expected_bytes: the Variant they model. A name: its options from the
+    keywords (those of other strategies and None ignored; call it once the model's own checks have
+    passed). A Variant: itself, with any keyword set away from its default merged in where the
+    Variant leaves that option at its default (a one-line ValueError where both set it)."""
+    if not isinstance(strategy, Variant):
+        cls = registry.get(strategy).options_type()
+        return Variant(strategy, **{k: v for k, v in options.items() if k in cls.names() and v is not None})
+    if unknown := [k for k in options if k not in registry.option_names()]:
+        raise ConfigError(f"unknown option {unknown[0]!r}; expected one of {', '.join(registry.option_names())}")
+    defaults, own = strategy.options.defaults(), strategy.options.values()
+    changes = {k: v for k, v in options.items() if k in own and v is not None and v != defaults[k]}
+    if clash := [k for k, v in changes.items() if own[k] != defaults[k] and own[k] != v]:
+        raise ValueError(f"{clash[0]} given beside a Variant ({strategy.label}): the Variant sets it")
+    return strategy.replace(**changes) if changes else strategy

@@ -14,8 +14,7 @@ from .. import registry
 from ..models import MIN_IMAGE_SIZE
 from ..buckets import DEFAULT_BUCKET_MB  # --bucket-mb's default, the model's too
 from ..batchnorm import BN_LOCAL, BN_STATS  # noqa: F401 (--bn-stats' values, the model's too)
-from ..variant import BOUNDARY_DTYPES, GRAD_COMPRESSIONS, check_stanza_options  # noqa: F401 (stanza's option values)
-from ..variant import check_strategy_options as _check_strategy_options
+from ..variant import Variant
 from ..batchnorm import bn_layers
 
 DEVICES = ("auto", "cpu", "cuda")
@@ -33,7 +32,12 @@ MAX_BUCKET_MB = 1e5
 
 @dataclasses.dataclass(kw_only=True)
 class TrainConfig:
-    strategy: str = "stanza"  # local | ddp | ps | stanza
+    """The run's configuration. Its strategy and that strategy's options are one value,
+    `variant` (variant.Variant); `TrainConfig(strategy="ps", ps_servers=1, ...)` builds it from
+    keywords, and `cfg.strategy`, `cfg.ps_servers` read it (an option of another strategy reads
+    at its default). `to_dict()` lists every registered option flat, as the training CLI's flags."""
+
+    variant: Variant = dataclasses.field(default_factory=lambda: Variant("stanza"))  # the strategy and its options
     model: str = "tiny_cnn"  # a zoo name (stanza_core.MODEL_NAMES) or package.module:factory
     num_classes: int = 10  # classes of the classifier head
     image_size: int = 32  # square input side in pixels
@@ -45,10 +49,6 @@ class TrainConfig:
     momentum: float = 0.9  # SGD momentum
     weight_decay: float = 0.0  # SGD L2 weight decay
     seed: int = 0  # model init, data order, dropout masks
-    fc_workers: int = 1  # k: ranks training the FC head (stanza)
-    ps_shards: int = 0  # parameter-server shards S (0: one per rank)
-    ps_servers: int = 0  # ps: dedicated server ranks holding the shards, no compute (0: colocated shards)
-    ps_overlap: bool = False  # ps: push each gradient bucket as the backward produces it (wait-free backprop)
     dataset: str = "synthetic"  # synthetic | digits | cifar10:PATH | imagefolder:PATH
     device: str = "auto"  # auto | cpu | cuda
     boundary: str | None = None  # force the CONV|FC cut before this module (None: automatic)
@@ -67,10 +67,6 @@ class TrainConfig:
     log_csv: str | None = None  # write loss, samples/s and step time per --log-every window to this CSV file (rank 0)
     exact: bool = False  # GPU numerics equal to CPU within fp32 tolerance: TF32 off, deterministic cuDNN
     backend: str = "auto"  # auto (nccl on cuda, gloo on cpu) | gloo (also: several ranks share a GPU) | nccl
-    fc_conv_share: float = 0.0  # stanza: share of the global batch each FC worker also trains the CONV body on
-    micro_batches: int = 1  # stanza: M chunks per CONV worker, exchanged as a pipeline (1: whole batch)
-    boundary_dtype: str = "fp32"  # stanza: dtype of activations and their gradients on the wire (fp32|bf16|fp16)
-    grad_compression: str = "none"  # stanza: CONV gradient allreduce via DDP comm hook (none|fp16|bf16|powersgd)
     timeline: bool = False  # record per-rank event timestamps (sends, receives, allreduces, compute) in the metrics JSON
     compute: str = "real"  # real | replay (layer arithmetic replaced by waits: stanza_core/engine/replay.py)
     replay_device: str | None = None  # replay: a device (v100, h200-measured, ...: perf device names) or PATH.json
@@ -88,19 +84,19 @@ class TrainConfig:
                 checks.number(_flag(f.name), getattr(self, f.name))
         checks.one_of("--bn-stats", self.bn_stats, BN_STATS)
         checks.in_interval("--seed", self.seed, 0, MAX_SEED)
-        checks.number("--fc-workers", self.fc_workers, at_least=0)
         if self.timeout_s > MAX_TIMEOUT_S:
             raise ConfigError(f"--timeout-s must be <= {MAX_TIMEOUT_S:.0f} (a week), got {self.timeout_s}")
         if self.bucket_mb > MAX_BUCKET_MB:
             raise ConfigError(f"--bucket-mb must be <= {MAX_BUCKET_MB:.0f}, got {self.bucket_mb}")
-        registry.get(self.strategy)
+        if not isinstance(self.variant, Variant):
+            raise ConfigError(f"variant must be a stanza_core.variant.Variant, got {type(self.variant).__name__}")
         checks.one_of("device", self.device, DEVICES)
         checks.one_of("backend", self.backend, BACKENDS)
         if self.backend == "nccl" and self.device == "cpu":
             raise ConfigError("--backend nccl needs CUDA tensors; use --device cuda (or --backend gloo on CPU)")
         for name in ("num_classes", "image_size", "global_batch", "steps", "log_every"):
             checks.number(_flag(name), getattr(self, name), at_least=1)
-        for name in ("warmup", "checkpoint_every", "save_every", "ps_shards", "ps_servers", "weight_decay"):
+        for name in ("warmup", "checkpoint_every", "save_every", "weight_decay"):
             checks.number(_flag(name), getattr(self, name), at_least=0)
         for name in ("lr", "timeout_s", "bucket_mb", "dilation"):
             checks.number(_flag(name), getattr(self, name), above=0)
@@ -114,11 +110,6 @@ class TrainConfig:
             raise ConfigError("--checkpoint-every needs --checkpoint-dir")
         if self.save_every and not self.save:
             raise ConfigError("--save-every needs --save (the path the step files are named after)")
-        if registry.owns(self.strategy, "fc_workers") and self.fc_workers < 1:
-            raise ConfigError(f"--fc-workers must be >= 1 with {self.strategy}, got {self.fc_workers}")
-        check_stanza_options(self.strategy, fc_conv_share=self.fc_conv_share, micro_batches=self.micro_batches,
-                             boundary_dtype=self.boundary_dtype, grad_compression=self.grad_compression)
-        check_strategy_options(self.strategy, {f.name: getattr(self, f.name) for f in dataclasses.fields(self)})
         self._check_paths()
         if self.quiet and self.verbose:
             raise ConfigError("--quiet and --verbose contradict each other; give one")
@@ -188,8 +179,24 @@ class TrainConfig:
             return []
         return list(range(self.save_every, self.steps, self.save_every))
 
+    @property
+    def strategy(self) -> str:
+        return self.variant.strategy
+
+    def __getattr__(self, name: str) -> Any:
+        """A strategy option by name (the variant's; another strategy's at its default)."""
+        if name.startswith("_") or name == "variant":
+            raise AttributeError(name)
+        flat = self.__dict__["variant"].flat() if "variant" in self.__dict__ else {}
+        if name in flat:
+            return flat[name]
+        raise AttributeError(f"{type(self).__name__} has no attribute {name!r}")
+
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        """The configuration as plain data (the metrics JSON's `config`, a checkpoint's): the
+        strategy and every registered option flat, then the other fields."""
+        rest = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "variant"}
+        return {"strategy": self.strategy, **self.variant.flat(), **rest}
 
 
 def check_on_device(cfg: TrainConfig, device) -> None:
@@ -289,14 +296,6 @@ def _flag(field: str) -> str:
     return "--" + field.replace("_", "-")
 
 
-_DEFAULTS = {f.name: f.default for f in dataclasses.fields(TrainConfig)}
-
-
-def check_strategy_options(strategy: str, values: dict[str, Any], *, spell=None, defaults=None) -> None:
-    """variant.check_strategy_options against TrainConfig's defaults unless `defaults` are given."""
-    _check_strategy_options(strategy, values, spell=spell, defaults=_DEFAULTS if defaults is None else defaults)
-
-
 def step_save_path(path: str, step: int) -> str:
     """Where --save-every writes the full model after `step` steps: model.pt -> model.step20.pt."""
     root, ext = os.path.splitext(path)
@@ -342,3 +341,28 @@ def _try_create(flag: str, path: str, parent: str, make_folder: bool) -> None:
     except OSError as e:
         what = "a folder" if make_folder else "a file"
         raise ConfigError(f"{flag} {path}: cannot create {what} in {parent} ({e.strerror})") from None
+
+
+_dataclass_init = TrainConfig.__init__
+
+
+def _init(self, *, strategy: str | None = None, variant: Variant | None = None, **kw: Any) -> None:
+    """TrainConfig(strategy=..., <its options>=..., <other fields>=...) or TrainConfig(variant=...,
+    ...): options as keywords go into the Variant (checked there: one-line ConfigError naming the flag)."""
+    owners = registry.option_names()
+    options = {k: kw.pop(k) for k in list(kw) if k in owners}
+    name = strategy or (variant.strategy if isinstance(variant, Variant) else "stanza")
+    defaults = {k: registry.get(o).options_type().defaults()[k] for k, o in owners.items()}
+    # an option at its flag's default is not given (the CLI passes every flag): only the others count
+    options = {k: v for k, v in options.items() if owners[k] == name or v != defaults[k]}
+    if variant is not None and not isinstance(variant, Variant):
+        raise ConfigError(f"variant must be a stanza_core.variant.Variant, got {type(variant).__name__}")
+    if variant is not None and strategy in (None, variant.strategy):
+        variant = variant.replace(spell=_flag, **options) if options else variant
+    else:
+        variant = Variant(strategy or "stanza", spell=_flag, **options)
+    _dataclass_init(self, variant=variant, **kw)
+
+
+_init.__doc__ = TrainConfig.__doc__
+TrainConfig.__init__ = _init

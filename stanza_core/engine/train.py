@@ -43,11 +43,9 @@ from ..extras import require
 def build_parser() -> argparse.ArgumentParser:
     # Enumerated flags: --help lists the choices; a bad value is refused while parsing, in the
     # words TrainConfig's own check uses (its name for the value, then the expected ones).
-    enums = {"strategy": ("strategy", registry.names()), "device": ("device", config.DEVICES),
+    enums = {"device": ("device", config.DEVICES),
              "backend": ("backend", config.BACKENDS), "compute": ("--compute", config.COMPUTE),
              "replay_wait": ("--replay-wait", config.REPLAY_WAITS), "bn_stats": ("--bn-stats", config.BN_STATS),
-             "boundary_dtype": ("--boundary-dtype", config.BOUNDARY_DTYPES),
-             "grad_compression": ("--grad-compression", config.GRAD_COMPRESSIONS),
              "compile_mode": ("--compile-mode", config.COMPILE_MODES)}
 
     def one_of(name, choices):
@@ -58,20 +56,33 @@ def build_parser() -> argparse.ArgumentParser:
                 raise argparse.ArgumentTypeError(str(e)) from None
         return check
 
+    def add(to, flag, name, default, help, choices=None, short=()):
+        if isinstance(default, bool):
+            to.add_argument(flag, *short, action="store_true", help=help)
+        elif choices:
+            to.add_argument(flag, type=one_of(name, choices), choices=choices, default=default, help=help)
+        else:
+            kind = int if isinstance(default, int) else float if isinstance(default, float) else str
+            to.add_argument(flag, type=kind, default=default, help=help)
+
     p = OneLineParser(prog=command_name("stanza_core.train"), description=__doc__.splitlines()[0],
                       formatter_class=argparse.ArgumentDefaultsHelpFormatter, raise_errors=True)
     p.add_argument("--version", action="version", version=f"{DIST_NAME} {__version__}")
+    p.add_argument("--strategy", type=one_of("strategy", registry.names()), choices=registry.names(),
+                   default="stanza", help=" | ".join(registry.names()) + " (each one's own options: below)")
     for f in dataclasses.fields(TrainConfig):
+        if f.name == "variant":
+            continue
         flag = "--" + f.name.replace("_", "-")
-        if f.type in ("bool", bool):
-            short = {"quiet": ["-q"], "verbose": ["-v"]}.get(f.name, [])
-            p.add_argument(flag, *short, action="store_true", help=_help(f.name))
-        elif f.name in enums:
-            name, choices = enums[f.name]
-            p.add_argument(flag, type=one_of(name, choices), choices=choices, default=f.default, help=_help(f.name))
-        else:
-            kind = {"int": int, "float": float}.get(str(f.type), str)
-            p.add_argument(flag, type=kind, default=f.default, help=_help(f.name))
+        short = {"quiet": ["-q"], "verbose": ["-v"]}.get(f.name, [])
+        add(p, flag, enums.get(f.name, ("", ""))[0], False if f.type in ("bool", bool) else f.default, _help(f.name),
+            enums.get(f.name, (None, None))[1], short)
+    for spec in registry.specs():  # every strategy's own options, from its options class
+        cls = spec.options_type()
+        group = p.add_argument_group(f"--strategy {spec.name}", spec.summary) if cls.names() else None
+        for name, default in cls.defaults().items():
+            flag = "--" + name.replace("_", "-")
+            add(group, flag, flag, default, cls.help(name), cls.CHOICES.get(name))
     return p
 
 
@@ -158,7 +169,7 @@ def prepare(cfg: TrainConfig) -> Prepared:
         require("tensorboard", "--tensorboard")
     resumed = None
     if cfg.resume:
-        resumed = checkpoint.locate(cfg.checkpoint_dir, world, dataclasses.asdict(cfg))
+        resumed = checkpoint.locate(cfg.checkpoint_dir, world, cfg.to_dict())
     replay.prepare(cfg, model, topo.worker_batch(cfg.global_batch), rank, world)  # --compute replay: waits, no arithmetic
     if split is not None and (unused := unused_part(topo, rank)):  # built whole (same init everywhere),
         split.release(unused)  # then a rank keeps only what it trains, before it reaches the device

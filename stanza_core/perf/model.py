@@ -29,13 +29,14 @@ stanza  CONV workers forward b samples, send activations and labels (2 messages)
 """
 from __future__ import annotations
 
+import copy
 import dataclasses
 import itertools
 from typing import Any
 
 from .. import checks, registry
 from ..labels import config_label
-from ..variant import model_call
+from ..variant import Variant, given_variant, model_call
 from ..buckets import DEFAULT_BUCKET_MB, bucket_groups
 from ..anatomy import DTYPE_BYTES, Profile
 from .cluster import Cluster
@@ -48,10 +49,10 @@ DEFAULT_BATCH_PER_WORKER = 32
 
 @dataclasses.dataclass
 class Prediction:
-    strategy: str
+    variant: Variant  # the configuration: its strategy and that strategy's options (as given)
     nodes: int
-    fc_workers: int | None
-    ps_shards: int | None
+    fc_workers: int | None  # k resolved (None: a strategy without FC workers)
+    ps_shards: int | None  # S resolved (None: a strategy without shards)
     global_batch: int
     batch_per_worker: int  # the largest per-data-worker batch (it sets the BSP step)
     bandwidth_gbps: float
@@ -67,23 +68,30 @@ class Prediction:
     max_node_recv: int
     bytes_per_node: dict[str, dict]  # role -> {"sent": {cat: int}, "recv": {...}} of its busiest rank
     ranks: list[dict] | None = None  # every rank's figures (expected_bytes rows), when asked for
-    ps_servers: int = 0  # ps: dedicated server nodes among `nodes` (0: shards colocated with workers)
-    ps_overlap: bool = False  # ps: gradient buckets pushed as the backward produces them
-    fc_conv_share: float = 0.0  # stanza: share of the global batch each FC worker runs the CONV body on
-    fc_batch: int = 0  # the same in samples (bh)
-    micro_batches: int = 1  # stanza: M
-    boundary_dtype: str = "fp32"  # stanza: activations / activation gradients on the wire
-    grad_compression: str = "none"  # stanza: CONV allreduce compression
+    fc_batch: int = 0  # stanza: each FC worker's share of the global batch on the CONV body, in samples (bh)
+
+    @property
+    def strategy(self) -> str:
+        return self.variant.strategy
+
+    def __getattr__(self, name: str) -> Any:
+        """An option of the configuration by name (variant.Variant: another strategy's reads unset)."""
+        if name.startswith("_") or name == "variant":
+            raise AttributeError(name)
+        return getattr(self.__dict__["variant"], name) if "variant" in self.__dict__ else None
 
     @property
     def label(self) -> str:
         """labels.config_label of this configuration: "ddp", "ps S=2 overlap", "stanza k=1 share=0.25 M=4"."""
-        return config_label(self.strategy, self.fc_workers, ps_servers=self.ps_servers, ps_overlap=self.ps_overlap,
-                            fc_conv_share=self.fc_conv_share, micro_batches=self.micro_batches,
-                            boundary_dtype=self.boundary_dtype, grad_compression=self.grad_compression)
+        return self.variant.label
 
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        """Plain data: the strategy and its layout flat (variant.FIELDS, stanza's wire options and
+        any other option the strategy has), then the figures."""
+        out = {f.name: copy.deepcopy(getattr(self, f.name)) for f in dataclasses.fields(self) if f.name != "variant"}
+        layout = {**self.variant.fields(), "boundary_dtype": self.boundary_dtype,
+                  "grad_compression": self.grad_compression, **self.variant.options.values()}
+        return {**layout, **out, "fc_workers": self.fc_workers, "ps_shards": self.ps_shards}
 
 
 def layer_shares(profile: Profile, part: str) -> list[tuple[str | None, int, float]]:
@@ -164,6 +172,7 @@ class StepCase:
     ps_servers: int
     ps_overlap: bool
     options: StanzaOptions
+    variant: Variant | None = None  # the configuration as given (a strategy's model reads its own options here)
 
 
 _LAYOUT_DEFAULTS = {"fc_conv_share": 0.0, "micro_batches": 1, "ps_servers": 0, "ps_overlap": False}
@@ -174,7 +183,7 @@ def predict(profile: Profile, cluster: Cluster, strategy: "str | Variant", fc_wo
             ps_shards: int | None = None, bucket_mb: float = DEFAULT_BUCKET_MB,
             with_ranks: bool = True, fc_conv_share: float = 0.0, micro_batches: int = 1,
             boundary_dtype: str = "fp32", grad_compression: str = "none", ps_servers: int = 0,
-            ps_overlap: bool = False) -> Prediction:
+            ps_overlap: bool = False, **options: Any) -> Prediction:
     """Predicted step time, throughput, traffic and breakdown of `strategy` on `cluster`.
 
     The batch is `global_batch` split over the data workers (N, or N - k for stanza; an uneven
@@ -185,8 +194,15 @@ def predict(profile: Profile, cluster: Cluster, strategy: "str | Variant", fc_wo
     servers; world size = data workers + S, as the engine's), ps_overlap (the overlapped push).
     Stanza only: fc_conv_share (each FC worker also runs the CONV body on this share of the global
     batch, the engine's --fc-conv-share), micro_batches, boundary_dtype, grad_compression.
-    `strategy` may be a stanza_core.variant.Variant instead of a name: it then gives fc_workers,
-    ps_servers, ps_overlap, fc_conv_share and micro_batches (leave those at their defaults)."""
+    Another strategy's options as keywords (`options`: a plug-in's, by its options class's names).
+    `strategy` may be a stanza_core.variant.Variant instead of a name: it then gives all its
+    options (leave fc_workers, ps_servers, ps_overlap, fc_conv_share, micro_batches at their defaults)."""
+    given = strategy
+    if isinstance(strategy, Variant):  # its options, with those only given as keywords merged in
+        given = strategy = given_variant(strategy, ps_shards=ps_shards, boundary_dtype=boundary_dtype,
+                                         grad_compression=grad_compression, **options)
+        boundary_dtype, grad_compression = strategy.boundary_dtype, strategy.grad_compression
+        ps_shards = strategy.ps_shards or None
     strategy, fc_workers, o = model_call(strategy, fc_workers, dict(
         fc_conv_share=fc_conv_share, micro_batches=micro_batches, ps_servers=ps_servers, ps_overlap=ps_overlap),
         _LAYOUT_DEFAULTS)
@@ -194,18 +210,23 @@ def predict(profile: Profile, cluster: Cluster, strategy: "str | Variant", fc_wo
                                                             o["ps_servers"], o["ps_overlap"])
     if not isinstance(cluster, Cluster):
         raise ValueError(f"cluster must be a Cluster, got {type(cluster).__name__}")
+    shards_given = ps_shards
     fc_workers, ps_shards = check_config(strategy, cluster.nodes, fc_workers, ps_shards, ps_servers)
     registry.check_options(strategy, {"ps_overlap": True} if ps_overlap else {})
     n = data_workers(strategy, cluster.nodes, fc_workers, ps_servers)
     G = _resolve_batch(n, global_batch, batch_per_worker)
     checks.number("bucket_mb", bucket_mb, above=0)
     cap = int(bucket_mb * 2**20)
+    variant = given_variant(given, fc_workers=fc_workers, ps_shards=shards_given, fc_conv_share=fc_conv_share,
+                            micro_batches=micro_batches, boundary_dtype=boundary_dtype,
+                            grad_compression=grad_compression, ps_servers=ps_servers, ps_overlap=ps_overlap,
+                            **options) if isinstance(given, str) else given  # its options' own checks
     opt, batches = stanza_options(strategy, cluster.nodes, fc_workers, G, fc_conv_share, micro_batches,
                                   boundary_dtype, grad_compression, ps_servers)
     b = batches[0]
     dev = device_profile(cluster.device, profile).profile  # a table row, or the DeviceProfile given
     model = registry.get(strategy).model_module()
-    case = StepCase(profile, dev, cluster, b, cap, fc_workers, ps_shards, ps_servers, bool(ps_overlap), opt)
+    case = StepCase(profile, dev, cluster, b, cap, fc_workers, ps_shards, ps_servers, bool(ps_overlap), opt, variant)
     total, crit, terms = model.step_time(case)
     if not total > 0:
         raise ValueError(f"predicted step time is {total} s: the device profile {dev.name!r} has no compute time")
@@ -213,21 +234,17 @@ def predict(profile: Profile, cluster: Cluster, strategy: "str | Variant", fc_wo
                  "fc_compute_s": dev.time_s("fc", "fwd", b) + dev.time_s("fc", "bwd", b),
                  "step_overhead_s": dev.step_overhead_s, **terms}
     counts = ModelCounts.of(profile)
-    summary = summary_bytes(counts, strategy, cluster.nodes, fc_workers, batches, ps_shards, opt, ps_servers)
+    summary = summary_bytes(counts, strategy, cluster.nodes, fc_workers, batches, ps_shards, opt, ps_servers,
+                            variant=variant)
     reps = [0, n] if n < cluster.nodes else [0]  # busiest rank of each role: a data worker, the first after them
     per_role = {r["role"]: {"sent": r["sent"], "recv": r["recv"]}
                 for r in rank_bytes(counts, strategy, cluster.nodes, fc_workers, batches, ps_shards, ranks=reps,
-                                    options=opt, ps_servers=ps_servers)}
+                                    options=opt, ps_servers=ps_servers, variant=variant)}
     ranks = rank_bytes(counts, strategy, cluster.nodes, fc_workers, batches, ps_shards, options=opt,
-                       ps_servers=ps_servers) if with_ranks else None
-    return Prediction(strategy=strategy, nodes=cluster.nodes, fc_workers=fc_workers, ps_shards=ps_shards,
+                       ps_servers=ps_servers, variant=variant) if with_ranks else None
+    return Prediction(variant=variant, nodes=cluster.nodes, fc_workers=fc_workers, ps_shards=ps_shards,
                       global_batch=G, batch_per_worker=b, bandwidth_gbps=cluster.bandwidth_gbps,
                       latency_s=cluster.latency_s, device=dev.name, iteration_s=total, throughput=G / total,
                       breakdown=breakdown, exposed_comm_s=max(total - crit, 0.0),
                       overlap=model.overlap(case),
-                      **summary, bytes_per_node=per_role, ranks=ranks,
-                      ps_servers=ps_servers if registry.owns(strategy, "ps_servers") else 0,
-                      ps_overlap=bool(ps_overlap),
-                      fc_conv_share=fc_conv_share if registry.owns(strategy, "fc_conv_share") else 0.0,
-                      fc_batch=opt.fc_batch, micro_batches=opt.micro_batches,
-                      boundary_dtype=opt.boundary_dtype, grad_compression=opt.grad_compression)
+                      **summary, bytes_per_node=per_role, ranks=ranks, fc_batch=opt.fc_batch)

@@ -20,7 +20,7 @@ from .. import checks, registry
 from ..anatomy import DTYPE_BYTES, LABEL_BYTES, Profile
 from ..batchnorm import BN_LOCAL
 from ..topology import Topology, hybrid_batches, plain_topology, resolve_layout
-from ..variant import GRAD_COMPRESSIONS, model_call
+from ..variant import Variant, given_variant, model_call
 from ..errors import ConfigError
 
 
@@ -87,7 +87,6 @@ class StanzaOptions:
 
     def __post_init__(self):
         checks.one_of("boundary_dtype", self.boundary_dtype, WIRE_BYTES)
-        checks.one_of("grad_compression", self.grad_compression, GRAD_COMPRESSIONS)
         checks.positive_int("micro_batches", self.micro_batches)
 
     @property
@@ -192,6 +191,7 @@ class TrafficCase:
     ps_shards: int | None
     options: StanzaOptions
     step: int | None = None  # PowerSGD's vanilla steps (None: the steady state)
+    variant: "Variant | None" = None  # the configuration as given (a strategy's model reads its own options here)
 
     @property
     def nodes(self) -> int:
@@ -207,30 +207,30 @@ def clean(d: dict[str, Fraction | int]) -> dict[str, int]:
     return {c: report(v) for c, v in d.items() if v}
 
 
-def _case(counts, strategy, nodes, fc_workers, batches, ps_shards, options, step, ps_servers) -> TrafficCase:
+def _case(counts, strategy, nodes, fc_workers, batches, ps_shards, options, step, ps_servers, variant) -> TrafficCase:
     return TrafficCase(counts, layout(strategy, nodes, fc_workers, ps_servers), list(batches), ps_shards,
-                       options or StanzaOptions(), step)
+                       options or StanzaOptions(), step, variant)
 
 
 def rank_bytes(counts: ModelCounts, strategy: str, nodes: int, fc_workers: int | None,
                batches: list[int], ps_shards: int | None, ranks=None, options: StanzaOptions | None = None,
-               step: int | None = None, ps_servers: int = 0) -> list[dict]:
+               step: int | None = None, ps_servers: int = 0, variant: "Variant | None" = None) -> list[dict]:
     """Per-rank figures for given per-data-worker batches (the engine splits evenly: see
     expected_bytes); `ranks` limits the rows computed (default: all N). Each strategy's formulas
     are its model module's `rank_rows` (the registry names the module)."""
-    case = _case(counts, strategy, nodes, fc_workers, batches, ps_shards, options, step, ps_servers)
+    case = _case(counts, strategy, nodes, fc_workers, batches, ps_shards, options, step, ps_servers, variant)
     return registry.get(strategy).model_module().rank_rows(case, range(nodes) if ranks is None else ranks)
 
 
 def summary_bytes(counts: ModelCounts, strategy: str, nodes: int, fc_workers: int | None,
                   batches: list[int], ps_shards: int | None, options: StanzaOptions | None = None,
-                  ps_servers: int = 0) -> dict[str, int]:
+                  ps_servers: int = 0, variant: "Variant | None" = None) -> dict[str, int]:
     """`totals(rank_bytes(...))` in O(1) rows: the cluster's bytes per step and the busiest
     node's sent/received bytes (what sweeps over 1,000 nodes need, without 1,000 rows): the
     strategy's model module's `summary`."""
     if nodes == 1:
         return {"bytes_per_step": 0, "max_node_sent": 0, "max_node_recv": 0}
-    case = _case(counts, strategy, nodes, fc_workers, batches, ps_shards, options, None, ps_servers)
+    case = _case(counts, strategy, nodes, fc_workers, batches, ps_shards, options, None, ps_servers, variant)
     return registry.get(strategy).model_module().summary(case)
 
 
@@ -260,7 +260,7 @@ def stanza_options(strategy: str, nodes: int, fc_workers: int | None, global_bat
 def expected_bytes(profile_or_counts, strategy: "str | Variant", nodes: int, fc_workers: int | None = None,
                    global_batch: int = 32, ps_shards: int | None = None, *, fc_conv_share: float = 0.0,
                    micro_batches: int = 1, boundary_dtype: str = "fp32", grad_compression: str = "none",
-                   step: int | None = None, ps_servers: int = 0, bn_stats: str = "global") -> list[dict]:
+                   step: int | None = None, ps_servers: int = 0, bn_stats: str = "global", **options) -> list[dict]:
     """What every rank sends and receives per step: [{rank, role, sent: {cat: int}, recv: {cat: int}}].
 
     The global batch must split evenly over the data workers (N, N - k for stanza, N - S for
@@ -269,8 +269,15 @@ def expected_bytes(profile_or_counts, strategy: "str | Variant", nodes: int, fc_
     (dedicated). The overlapped push (ps_overlap) moves the same bytes in more messages, so
     it does not appear here. `step` matters for PowerSGD only (vanilla before its start step;
     None: the steady state). bn_stats as the engine's --bn-stats ("local": no batch-norm traffic).
-    `strategy` may be a stanza_core.variant.Variant instead of a name: it then gives fc_workers,
-    ps_servers, fc_conv_share and micro_batches (leave those at their defaults)."""
+    Another strategy's options as keywords (`options`: a plug-in's, by its options class's names).
+    `strategy` may be a stanza_core.variant.Variant instead of a name: it then gives all its options
+    (leave fc_workers, ps_servers, fc_conv_share and micro_batches at their defaults)."""
+    given = strategy
+    if isinstance(strategy, Variant):  # its options, with those only given as keywords merged in
+        given = strategy = given_variant(strategy, ps_shards=ps_shards, boundary_dtype=boundary_dtype,
+                                         grad_compression=grad_compression, **options)
+        boundary_dtype, grad_compression = strategy.boundary_dtype, strategy.grad_compression
+        ps_shards = strategy.ps_shards or None
     strategy, fc_workers, o = model_call(strategy, fc_workers, dict(
         fc_conv_share=fc_conv_share, micro_batches=micro_batches, ps_servers=ps_servers),
         {"fc_conv_share": 0.0, "micro_batches": 1, "ps_servers": 0})
@@ -278,15 +285,20 @@ def expected_bytes(profile_or_counts, strategy: "str | Variant", nodes: int, fc_
     counts = ModelCounts.of(profile_or_counts)
     if bn_stats == BN_LOCAL:
         counts = counts.local_bn()
+    shards_given = ps_shards
     fc_workers, ps_shards = check_config(strategy, nodes, fc_workers, ps_shards, ps_servers)
     n = data_workers(strategy, nodes, fc_workers, ps_servers)
     checks.positive_int("global_batch", global_batch, n, what="the data workers")
     if global_batch % n and not fc_conv_share:
         raise ValueError(f"global_batch {global_batch} does not split evenly over {n} data workers")
+    variant = given_variant(given, fc_workers=fc_workers, ps_shards=shards_given, fc_conv_share=fc_conv_share,
+                            micro_batches=micro_batches, boundary_dtype=boundary_dtype,
+                            grad_compression=grad_compression, ps_servers=ps_servers,
+                            **options) if isinstance(given, str) else given  # its options' own checks
     opt, batches = stanza_options(strategy, nodes, fc_workers, global_batch, fc_conv_share, micro_batches,
                                   boundary_dtype, grad_compression, ps_servers)
     return rank_bytes(counts, strategy, nodes, fc_workers, batches, ps_shards, options=opt, step=step,
-                      ps_servers=ps_servers)
+                      ps_servers=ps_servers, variant=variant)
 
 
 def totals(rank_rows: list[dict]) -> dict[str, int]:

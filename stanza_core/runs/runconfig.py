@@ -1,8 +1,10 @@
 """One configuration at one emulated link rate (`RunConfig`): everything a run depends on,
 validated on creation (one-line ValueError), plain data (`to_dict`, `cache_key`) so that it keys
 the cache and goes into every results JSON. Its layout is one variant.Variant (`RunConfig.of(variant,
-...)`, `.variant`), kept as flat fields so that every key made before the Variant existed still
-matches. A grid of them is spec.MeasureSpec; the resolved plan of one (links, D, target step) is
+...)`, `.variant`: the strategy and its options), written flat by `to_dict` and `cache_key` as
+before the Variant existed (variant.FIELDS, plus any other option set away from its default), so
+that every key made before still matches; `RunConfig(strategy=..., fc_workers=..., ...)` builds
+the Variant from flat keywords (a stored run's config reads back so). A grid of them is spec.MeasureSpec; the resolved plan of one (links, D, target step) is
 plan.RunPlan: only the plan sets link_mbit and dilation (the actual D).
 
 Glossary: a *configuration* is a strategy with its layout (k FC workers, each FC worker's share
@@ -18,7 +20,7 @@ from typing import Any
 from .. import checks, registry
 from ..launch import cli_args
 from ..topology import Topology
-from ..variant import FIELDS as VARIANT_FIELDS, Variant
+from ..variant import Variant
 
 COMPUTE_MODES = ("real", "replay")
 UNSET_LINK_MBIT = 1000.0  # link_mbit of a RunConfig whose plan has not set its link yet (or that runs unshaped)
@@ -32,8 +34,7 @@ class RunConfig:
     image_size: int  # square input side in pixels
     num_classes: int  # outputs of the last FC layer
     nodes: int  # N: data and FC workers (ps: every worker also serves a shard unless ps_servers)
-    strategy: str  # ps, ddp or stanza
-    fc_workers: int = 0  # k (stanza), else 0
+    variant: Variant  # the strategy (ps, ddp, stanza, a plug-in) and its options
     global_batch: int  # G, split over the data workers
     steps: int  # steps, warmup included
     warmup: int = 1  # steps left out of the throughput
@@ -41,13 +42,9 @@ class RunConfig:
     delay_ms: float = 0.0  # one-way delay on every upload link
     mtu: int = 9000  # link MTU (jumbo frames: ~1 Gbit/s per link on 2 cores)
     boundary: str | None = None  # stanza's split point (None: automatic)
-    ps_servers: int = 0  # ps: dedicated server nodes beside the N workers (0: colocated shards)
-    ps_overlap: bool = False  # ps: push each gradient bucket as the backward produces it
     compute: str = "real"  # real arithmetic, or replayed per-layer waits (replay_device, dilation)
     replay_device: str | None = None  # device profile the replayed compute follows
     dilation: float = 1.0  # D: replayed compute waits D x the device's time
-    fc_conv_share: float = 0.0  # stanza: share of the global batch each FC worker also trains the CONV body on
-    micro_batches: int = 1  # stanza: M chunks per CONV worker, exchanged as a pipeline (1: whole batch)
     payload_scale: int = 1  # F: replayed runs send 1/F of each message on links shaped to 1/F (a RunPlan sets it)
 
     # the fields a run's cache key leaves out at their defaults (keys made before they existed still match)
@@ -60,9 +57,10 @@ class RunConfig:
         checks.positive_int("nodes", self.nodes, 2)
         if registry.owns(self.strategy, "fc_workers"):  # k on N nodes (the Variant checks what needs no N)
             checks.fc_workers(self.fc_workers, self.nodes)
-        variant = Variant(**{name: getattr(self, name) for name in VARIANT_FIELDS})  # the layout's own checks
-        object.__setattr__(self, "fc_conv_share", variant.fc_conv_share)
-        object.__setattr__(self, "_variant", variant)
+        if not isinstance(self.variant, Variant):
+            raise ValueError(f"variant must be a stanza_core.variant.Variant, got {type(self.variant).__name__}")
+        checks.strategies([self.strategy])
+        variant = self.variant
         if not self.fc_conv_share:  # a hybrid share moves samples onto the FC workers: make_topology checks it
             checks.batch_divides(self.global_batch, self.strategy, self.nodes, self.fc_workers)
         if registry.owns(self.strategy, "fc_workers"):  # the engine's own layout check: the share's batches, M
@@ -74,7 +72,6 @@ class RunConfig:
             raise ValueError(f"mtu must be an integer in 576..65535, got {self.mtu!r}")
         if not isinstance(self.delay_ms, (int, float)) or self.delay_ms < 0:
             raise ValueError(f"delay_ms must be >= 0, got {self.delay_ms!r}")
-        checks.positive_int("ps_servers", self.ps_servers, 0)
         if self.compute not in COMPUTE_MODES:
             raise ValueError(f"compute must be one of {', '.join(COMPUTE_MODES)}, got {self.compute!r}")
         if self.compute == "replay" and not self.replay_device:
@@ -90,12 +87,17 @@ class RunConfig:
         """The RunConfig of `variant` with everything else (model, nodes, batch, steps, ...) in `rest`."""
         if not isinstance(variant, Variant):
             raise ValueError(f"RunConfig.of needs a Variant, got {type(variant).__name__}")
-        return cls(**variant.fields(), **rest)
+        return cls(variant=variant, **rest)
 
     @property
-    def variant(self) -> Variant:
-        """This run's layout (strategy, k, S, overlap, share, M) as one value."""
-        return self._variant
+    def strategy(self) -> str:
+        return self.variant.strategy
+
+    def __getattr__(self, name: str) -> Any:
+        """An option of the configuration by name (variant.Variant: another strategy's reads unset)."""
+        if name.startswith("_") or name == "variant" or "variant" not in self.__dict__:
+            raise AttributeError(name)
+        return getattr(self.__dict__["variant"], name)
 
     @property
     def label(self) -> str:
@@ -126,12 +128,12 @@ class RunConfig:
         options at their defaults are None, so an engine without an option still runs every
         configuration that does not use it. No --metrics: the caller says where."""
         replay = self.compute != "real"
+        options = self.variant.options.given()  # the strategy's options away from their defaults; k always
+        if registry.owns(self.strategy, "fc_workers"):
+            options["fc_workers"] = self.fc_workers
         return dict(strategy=self.strategy, model=self.model, image_size=self.image_size,
                     num_classes=self.num_classes, global_batch=self.global_batch, steps=self.steps,
-                    warmup=self.warmup, fc_workers=self.fc_workers or None, boundary=self.boundary,
-                    ps_servers=self.ps_servers or None, ps_overlap=self.ps_overlap,
-                    fc_conv_share=self.fc_conv_share or None,
-                    micro_batches=self.micro_batches if self.micro_batches > 1 else None,
+                    warmup=self.warmup, boundary=self.boundary, **options,
                     compute=self.compute if replay else None, replay_device=self.replay_device if replay else None,
                     dilation=self.dilation if replay else None,
                     payload_scale=self.payload_scale if self.payload_scale > 1 else None,
@@ -145,8 +147,30 @@ class RunConfig:
         return cli_args(**self.train_flags(), metrics=metrics, **extra)
 
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        """Plain data: the layout flat (variant.FIELDS, then the strategy's other options away from
+        their defaults), then the other fields."""
+        rest = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "variant"}
+        return {**self.variant.fields(), **self.variant.extra_options(), **rest}
 
     def cache_key(self) -> dict[str, Any]:
         """to_dict without the options at the defaults they had before they existed."""
         return {k: v for k, v in self.to_dict().items() if self._KEY_DEFAULTS.get(k, object()) != v}
+
+
+_dataclass_init = RunConfig.__init__
+
+
+def _init(self, *, strategy: str | None = None, variant: Variant | None = None, **kw: Any) -> None:
+    """RunConfig(strategy=..., <its options>=..., ...) or RunConfig(variant=..., ...): options as
+    keywords (a stored run's flat config) go into the Variant, checked there (one-line ValueError)."""
+    owners = registry.option_names()
+    options = {k: kw.pop(k) for k in list(kw) if k in owners}
+    if variant is not None and strategy in (None, variant.strategy):
+        variant = variant.replace(**options) if options else variant
+    elif strategy is not None:
+        variant = Variant(strategy, **options)
+    _dataclass_init(self, variant=variant, **kw)
+
+
+_init.__doc__ = RunConfig.__doc__
+RunConfig.__init__ = _init

@@ -228,7 +228,7 @@ def assignment_diagram(p: Prediction) -> go.Figure:
             g = ranks[0]["sent"].get("grads", 0)
             fig.add_trace(_ring_trace(pos, "gradient allreduce (ring, whole model)", CATEGORY_COLORS["grads"], g))
             _legend_text(fig, ["per step, every worker:", f"allreduce of all gradients: {si(g, 'B')} sent"])
-            title = f"{p.strategy}: {p.nodes} workers allreduce the whole model's gradients in a ring"
+            title = f"{p.label}: {p.nodes} workers allreduce the whole model's gradients in a ring"
         elif exchange == "parameter_server":
             xs, ys = [], []
             for i in range(p.nodes):
@@ -249,7 +249,7 @@ def assignment_diagram(p: Prediction) -> go.Figure:
             _legend_text(fig, [f"per step, rank 0 ({ROLE_LABELS.get(r0['role'], r0['role'])}):",
                                f"sends {si(sum(r0['sent'].values()), 'B')}",
                                f"receives {si(sum(r0['recv'].values()), 'B')}"])
-            title = f"{p.strategy}: {p.nodes} ranks (hover a rank for its bytes per step)"
+            title = f"{p.label}: {p.nodes} ranks (hover a rank for its bytes per step)"
     fig.add_scatter(x=[x for x, _ in pos], y=[y for _, y in pos], mode="markers+text", name="nodes",
                     text=[("C" if r["role"] == "conv_worker" else "F" if r["role"] == "fc_worker" else "W") + str(r["rank"])
                           for r in ranks], textposition="middle center",

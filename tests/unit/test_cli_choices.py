@@ -9,6 +9,7 @@ import pytest
 from stanza_core import registry, train
 
 from stanza_core.engine import config
+from stanza_core.strategies.stanza.options import Options as STANZA
 from stanza_core.perf.__main__ import build_parser as perf_parser
 from stanza_core.perf.__main__ import main as perf_main
 
@@ -19,8 +20,8 @@ ENUMS = {  # flag: (its choices, the words of TrainConfig's own check)
     "--compute": (config.COMPUTE, "unknown --compute"),
     "--replay-wait": (config.REPLAY_WAITS, "unknown --replay-wait"),
     "--bn-stats": (config.BN_STATS, "unknown --bn-stats"),
-    "--boundary-dtype": (config.BOUNDARY_DTYPES, "unknown --boundary-dtype"),
-    "--grad-compression": (config.GRAD_COMPRESSIONS, "unknown --grad-compression"),
+    "--boundary-dtype": (STANZA.CHOICES["boundary_dtype"], "unknown --boundary-dtype"),
+    "--grad-compression": (STANZA.CHOICES["grad_compression"], "unknown --grad-compression"),
     "--compile-mode": (config.COMPILE_MODES, "unknown --compile-mode"),
 }
 

@@ -60,15 +60,17 @@ def test_a_variant_is_checked_once_in_one_line():
     for bad, match in [({"strategy": "nope"}, "unknown strategy"),
                        ({"strategy": "ddp", "fc_workers": 2}, "fc_workers 2 applies to stanza only, not ddp"),
                        ({"strategy": "ddp", "ps_servers": 1}, "ps_servers 1 applies to ps only"),
-                       ({"strategy": "stanza"}, "fc_workers"),
+                       ({"strategy": "stanza", "fc_workers": 0}, "fc_workers"),
                        ({"strategy": "ps", "ps_overlap": 1}, "ps_overlap"),
                        ({"strategy": "ps", "micro_batches": 2}, "micro"),
-                       ({"strategy": "stanza", "fc_workers": 1, "fc_conv_share": 2}, "fc-conv-share")]:
+                       ({"strategy": "stanza", "fc_workers": 1, "fc_conv_share": 2}, "fc_conv_share"),
+                       ({"strategy": "ddp", "flat_chunks": 2}, "unknown option 'flat_chunks'")]:
         with pytest.raises(ValueError, match=match) as e:
             Variant(**bad)
         assert "\n" not in str(e.value)
     with pytest.raises(ValueError, match="Variant"):
         RunConfig.of(("ddp", 0), **_REST)
+    assert Variant(strategy="stanza") == Variant(strategy="stanza", fc_workers=1)  # k defaults to 1, as --fc-workers
 
 
 def test_label_key_and_topology():
