@@ -41,15 +41,18 @@ LINKS_ONLY = DilationRule(engine=False)  # no engine term: D from the links and 
 @dataclasses.dataclass(kw_only=True)
 class DilationParams:
     """The notebook parameters of the rule (ReplayParams and TodayParams inherit them; the
-    `parameters` cells of notebooks 03, 04, 05, 07 and 09 name them alike). A parameter renamed
-    since a release stays in RENAMED: nbtools.experiment_params refuses it in one line."""
+    `parameters` cells of notebooks 03, 04, 05, 07 and 09 name them alike). A renamed parameter
+    stays in RENAMED (old name -> new name, what it is): nbtools.experiment_params refuses it in
+    one line, where papermill would pass it on unseen."""
 
+    # defaults: the rule's own (DilationRule's class attributes), stated there once
     min_dilation: float = DilationRule.floor  # the smallest D (runs.plan decides each configuration's own)
     replay_engine: bool = DilationRule.engine  # raise D per configuration for the engine's own seconds
     RENAMED: ClassVar[dict[str, tuple[str, str]]] = {
-        # 0.1.0's `dilation` (the smallest D; RunConfig.dilation is a run's actual D)
+        # min_dilation's name until 2026-12-06 (RunConfig.dilation, not renamed, is a run's actual D)
         "dilation": ("min_dilation", "the smallest D; each run's own D comes from its plan")}
 
     @property
     def dilation_rule(self) -> DilationRule:
+        """The rule these parameters state (checked: a one-line ValueError)."""
         return DilationRule(floor=self.min_dilation, engine=self.replay_engine)
