@@ -50,6 +50,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from stanza_core import atomic  # noqa: E402
+from stanza_core.runs.dilation_rule import DilationRule  # noqa: E402
 from stanza_core.runs.runconfig import RunConfig, UNSET_LINK_MBIT  # noqa: E402
 from stanza_core.runs.store import MEASUREMENT_VERSION, STORE_DIR, Point, Store, host  # noqa: E402
 
@@ -135,13 +136,13 @@ def from_grid(store: Store, steps_timed: int) -> list[Candidate]:
 def from_store(store: Store, steps_timed: int) -> list[Candidate]:
     """Each stored configuration by its newest entry, whatever its version (Store.latest: the spread
     is a property of re-running a stored plan, not of the version that stored it), its Point
-    rebuilt from its config and key (the key's floor of D as min_dilation gives the same key),
+    rebuilt from its config and key (the key's floor of D as the rule's floor gives the same key),
     kept only where its name is the file's."""
     out = []
     for e in store.latest():
         k = e["key"]
         cfg = RunConfig(**{**e["config"], "link_mbit": UNSET_LINK_MBIT, "dilation": 1.0})
-        pt = Point(cfg, k["target_gbps"], k["dilation_floor"], k["engine"], k["repeat"])
+        pt = Point(cfg, k["target_gbps"], DilationRule(floor=k["dilation_floor"], engine=k["engine"]), k["repeat"])
         if pt.name == e["file"]:
             out.append(Candidate(pt, e, [], estimate(pt, e, steps_timed)))
     return out
@@ -198,8 +199,10 @@ def stored_plan(c: Candidate, steps_timed: int):
     p, warmup = c.entry["plan"], c.entry["config"]["warmup"]
     pt = with_steps(c.point, warmup, steps_timed)
     plan = planned(pt.config, p)
-    today = replayed_plan(pt.config, pt.target_gbps, None, engine=pt.engine and p.get("engine_s") is not None,
-                          min_dilation=pt.min_dilation, engine_s=p.get("engine_s") if pt.engine else None)
+    rule, engine_s = pt.dilation_rule, p.get("engine_s")  # the stored engine seconds: nothing is measured
+    today = replayed_plan(pt.config, pt.target_gbps, None,
+                          dataclasses.replace(rule, engine=rule.engine and engine_s is not None),
+                          engine_s=engine_s if rule.engine else None)
     return plan, {"dilation": today.dilation, "link_mbit": today.link.wire_mbit,
                   "payload_scale": today.link.payload_scale,
                   "same": today.dilation == plan.dilation and today.link.payload_scale == plan.link.payload_scale

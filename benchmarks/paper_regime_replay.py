@@ -47,6 +47,7 @@ from stanza_core import atomic
 from stanza_core.runs import plan as planner
 from stanza_core.runs.plan import replayed_plan
 from stanza_core.experiments.validation import engine_apart
+from stanza_core.runs.dilation_rule import DilationRule
 from stanza_core.runs.replay_bench import run_plans
 from stanza_core.runs.runconfig import RunConfig
 from stanza_core.variant import Variant, bench_variants
@@ -124,7 +125,8 @@ def main(argv=None) -> int:
                                        steps=a.steps, warmup=a.warmup, link_mbit=planner.UNSET_LINK_MBIT, mtu=a.mtu,
                                        compute="replay", replay_device=a.device)
                     e = planner.engine_seconds_arg(a.engine_s, engines, f"{model} N={n} {name}", cfg)
-                    plans.append((name, replayed_plan(cfg, gbps, None, engine_s=e, min_dilation=a.min_dilation)))
+                    rule = DilationRule(floor=a.min_dilation)  # engine seconds given (e): nothing measured here
+                    plans.append((name, replayed_plan(cfg, gbps, None, rule, engine_s=e)))
 
     def write(rows: list[dict]) -> None:
         os.makedirs(os.path.dirname(os.path.abspath(a.out)), exist_ok=True)

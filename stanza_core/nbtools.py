@@ -41,7 +41,12 @@ def experiment_params(cls: type, namespace: Mapping[str, Any]) -> Any:
     """An experiment's parameters dataclass (e.g. `throughput.ThroughputParams`, checked on
     creation) from a notebook's `globals()`: every field the `parameters` cell names, by the same
     name; fields the cell does not name keep their defaults, names that are no field (out_dir,
-    png, cache_dir) stay with the notebook."""
+    png, cache_dir) stay with the notebook. A parameter renamed since a release (the class's
+    RENAMED: old name -> (new name, what it is)) is a one-line error naming the new one: papermill
+    passes an unknown parameter on with a warning, and it would otherwise be dropped unseen."""
+    for old, (new, what) in getattr(cls, "RENAMED", {}).items():
+        if old in namespace:
+            raise ValueError(f"the parameter {old} is now {new} ({what}): set {new}: {namespace[old]!r}")
     names = [f.name for f in dataclasses.fields(cls) if f.init]
     return cls(**{n: namespace[n] for n in names if n in namespace})
 

@@ -31,7 +31,8 @@ from typing import Any
 from ..labels import config_key, run_key
 from ..perf import Cluster, best_assignment, check_device, device_profile, named_profile
 from .. import checks, registry
-from ..runs.replayed import PAPER_CLASSES, PAPER_IMAGE, in_grid, renamed_dilation
+from ..runs.dilation_rule import DilationParams, DilationRule
+from ..runs.replayed import PAPER_CLASSES, PAPER_IMAGE, in_grid
 from ..runs.replayed import caption as replay_caption
 from ..runs.measurement import Measurement
 from ..runs.run import measure_or_skip, modelled_only
@@ -42,8 +43,9 @@ ROLES = ("stanza", "stanza_k1", *registry.baselines(), "ps_dedicated")  # the co
 
 @in_grid("09_today_gpus")
 @dataclasses.dataclass(kw_only=True)
-class TodayParams:
-    """Notebook 09's parameters (its `parameters` cell), checked on creation."""
+class TodayParams(DilationParams):
+    """Notebook 09's parameters (its `parameters` cell; min_dilation and replay_engine come from
+    DilationParams), checked on creation."""
 
     models: list[str]  # zoo models (224x224, 1000 classes)
     device: str = "h200-measured"  # the device profile every figure is for (perf.device_profile)
@@ -57,9 +59,6 @@ class TodayParams:
     replay_configs: list[str]  # configuration roles replayed (ROLES)
     replay_steps: int = 3  # steps per replayed run, warmup included
     warmup: int = 1  # steps left out of the throughput
-    min_dilation: float = 1.0  # the smallest D (runs.plan decides each configuration's own)
-    dilation: float | None = None  # the old name of min_dilation: set, it is a one-line error naming the new one
-    replay_engine: bool = True  # raise D for the engine's own seconds (measured once per configuration, cached)
     measure_runs: bool = True  # False: the replayed cells are not run (modelled figures only)
     image_size: int = PAPER_IMAGE
     num_classes: int = PAPER_CLASSES
@@ -89,8 +88,7 @@ class TodayParams:
         checks.positive_int("replay_steps", self.replay_steps, 2)
         if not checks._is_int(self.warmup) or not 0 <= self.warmup < self.replay_steps:
             raise ValueError(f"warmup must be in 0..replay_steps-1 = {self.replay_steps - 1}, got {self.warmup!r}")
-        renamed_dilation(self.dilation)
-        checks.positive_floats("min_dilation", [self.min_dilation])
+        _ = self.dilation_rule  # min_dilation and replay_engine checked now, before any work
         for m in self.models:  # the measured record must cover the model (one-line error before any work)
             device_profile(self.device, named_profile(m, self.image_size, self.num_classes), self.batch_per_worker,
                            what="device")
@@ -155,7 +153,7 @@ def replay_specs(p: TodayParams, modelled: dict[str, Any]) -> list[tuple[str, in
                 want = [roles[r] for r in p.replay_configs if r in roles]
                 common = dict(model=m, image_size=p.image_size, num_classes=p.num_classes, compute="replay",
                               replay_device=p.device, batch_per_worker=p.batch_per_worker, steps=p.replay_steps,
-                              warmup=p.warmup, target_gbps=[g], min_dilation=p.min_dilation, engine=p.replay_engine)
+                              warmup=p.warmup, target_gbps=[g], dilation_rule=p.dilation_rule)
                 same = [r for r in want if not r.get("ps_servers")]  # dedicated servers: a cluster of their own
                 ks = sorted({r["fc_workers"] for r in same if registry.owns(r["strategy"], "fc_workers")})
                 if same:
@@ -272,7 +270,7 @@ def _verdict(checked: bool | None) -> str:
 def today_results(p: TodayParams, modelled: dict[str, Any], benches: list[Measurement]) -> dict[str, Any]:
     """results.json of notebook 09; `modelled_only` is why nothing was replayed (None: replayed)."""
     specs = replay_specs(p, modelled)
-    cap = replay_caption(_CaptionSet(p.device, p.replay_engine, [s for *_, s in specs]), benches) if specs else None
+    cap = replay_caption(_CaptionSet(p.device, p.dilation_rule, [s for *_, s in specs]), benches) if specs else None
     return {"experiment": "today_gpus", "modelled_only": modelled_only(benches) if benches else None,
             "device": p.device, "compare_device": p.compare_device, "batch_per_worker": p.batch_per_worker,
             "image_size": p.image_size, "target_gbps": p.target_gbps, "modelled": modelled,
@@ -285,8 +283,8 @@ def today_results(p: TodayParams, modelled: dict[str, Any], benches: list[Measur
 
 @dataclasses.dataclass
 class _CaptionSet:
-    """What replayed.caption reads of a replay set: the device, the engine switch, the specs."""
+    """What replayed.caption reads of a replay set: the device, the dilation rule, the specs."""
 
     replay_device: str
-    engine: bool
+    dilation_rule: DilationRule
     specs: list[MeasureSpec]

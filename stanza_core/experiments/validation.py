@@ -109,7 +109,8 @@ def predict_runs(result: Measurement, *, latency_s: float = DEFAULT_LATENCY_S,
 
 def _spec_dilation(cfg: dict) -> float:
     """D of a bench's runs that carry none of their own: its config's dilation (the engine's D, or an
-    older grid's single D) or else the smallest D its grid allowed (MeasureSpec.min_dilation)."""
+    older grid's single D) or else the smallest D its grid allowed (min_dilation, the floor of
+    MeasureSpec.dilation_rule in MeasureSpec.to_dict)."""
     return cfg.get("dilation") or cfg.get("min_dilation") or 1.0
 
 

@@ -99,11 +99,12 @@ def estimate_s(point: Point, engine_s: float | None = None, *, engine_run: bool 
     cfg = point.config
     scale = config_payload_scale(cfg, point.target_gbps)
     # F as the links ask for it (the messages, measured by the engine run, may lower it)
-    p = replayed_plan(cfg, point.target_gbps, None, engine=point.engine and engine_s is not None,
-                      min_dilation=point.min_dilation, engine_s=engine_s if point.engine else None,
+    rule = point.dilation_rule  # the engine term only with its seconds known: nothing is measured here
+    known = dataclasses.replace(rule, engine=rule.engine and engine_s is not None)
+    p = replayed_plan(cfg, point.target_gbps, None, known, engine_s=engine_s if rule.engine else None,
                       payload_scale=scale)
     run = p.expected_s()
-    if engine_run and point.engine:
+    if engine_run and rule.engine:
         run += SETUP_S_PER_NODE * cfg.cluster_nodes + ENGINE_STEPS * (model_step_s(cfg, COMPUTE_ONLY_GBPS) + (engine_s or 0.0))
     return run
 

@@ -35,8 +35,9 @@ message over netem.facts.MIN_MESSAGE_BYTES once the engine run has measured the 
 
 Dilation rule (`replay_link`): D = max(min_dilation, perf.replay_dilation(target, N, engine_s,
 target_step_s, ps_servers)) with the emulator's facts (netem.facts: the fastest link, the
-aggregate this machine holds); `replayed_plan` measures a configuration's engine seconds once (a replay run at
-D = 1 on loopback, `engine_seconds`) and keeps them in the runs cache.
+aggregate this machine holds); `replayed_plan` takes the floor and whether the engine term applies
+as one value (dilation_rule.DilationRule), measures a configuration's engine seconds once (a replay
+run at D = 1 on loopback, `engine_seconds`) and keeps them in the runs cache.
 
 What D is chosen from, here too: `engine_seconds(cfg, compute_only_s)` (the engine's own CPU
 seconds per step that replay keeps: cfg's replay run at D = 1 on loopback, its median step less
@@ -60,6 +61,7 @@ SETUP_S_PER_NODE = 10.0  # seconds per emulated node to start a run (namespaces,
 RUN_TIMEOUT_FLOOR_S = 1800.0  # the shortest wall-clock limit of one run
 RUN_TIMEOUT_FACTOR = 3.0  # a run's limit: this many times what its steps should take
 
+from .dilation_rule import DilationRule
 from .runconfig import UNSET_LINK_MBIT
 from ..launch import run_job
 from ..netem.facts import (MAX_AGGREGATE_MBIT, MAX_PAYLOAD_SCALE, MAX_PAYLOAD_SCALE_FAN_IN, MIN_LINK_MBIT,
@@ -217,12 +219,12 @@ def replay_link(target_gbps: float, nodes: int, *, target_step_s: float | None =
     return link_at(target_gbps, mtu, dilation=max(d, min_dilation), payload_scale=payload_scale)
 
 
-def shared_replay_link(target_gbps: float, nodes: int, needs: Iterable[tuple[float, float]], *, mtu: int = 9000,
-                       min_dilation: float = 1) -> Link:
+def shared_replay_link(target_gbps: float, nodes: int, needs: Iterable[tuple[float, float]], *,
+                       mtu: int = 9000) -> Link:
     """One Link for several runs measured side by side at the same D: `needs` holds each run's
     (target_step_s, engine_s); D is the largest replay_link gives any of them."""
-    d = max([replay_link(target_gbps, nodes, target_step_s=step, engine_s=eng, mtu=mtu,
-                         min_dilation=min_dilation).dilation for step, eng in needs], default=min_dilation)
+    d = max([replay_link(target_gbps, nodes, target_step_s=step, engine_s=eng, mtu=mtu).dilation
+             for step, eng in needs], default=1)
     return replay_link(target_gbps, nodes, mtu=mtu, min_dilation=d)
 
 
@@ -318,17 +320,17 @@ def measured_plan(cfg: RunConfig, target_gbps: float, t_target: float, t_here: f
     return _plan(cfg, link_at(target_gbps, cfg.mtu, t_target=t_target, t_here=t_here), target_gbps=target_gbps)
 
 
-def replayed_plan(cfg: RunConfig, target_gbps: float, cache: Any, *, engine: bool = True,
-                  min_dilation: float = 1, engine_s: float | None = None,
-                  payload_scale: int | None = None) -> RunPlan:
-    """A replayed run at `target_gbps`: F by payload_scale_of and D by replay_link with the
-    engine term. With the engine term (engine=True, no `engine_s` given) the configuration's
+def replayed_plan(cfg: RunConfig, target_gbps: float, cache: Any, rule: DilationRule = DilationRule(), *,
+                  engine_s: float | None = None, payload_scale: int | None = None) -> RunPlan:
+    """A replayed run at `target_gbps`: F by payload_scale_of and D by replay_link, at least
+    rule.floor, with the engine term where rule.engine holds (dilation_rule.DilationRule; by
+    default floor 1, engine term on). With the engine term (no `engine_s` given) the configuration's
     engine run at the F its links ask for is measured once (engine_run, kept in `cache`, an
     runs.cache.Cache, kind "engine"); its messages (logical sizes: the same at any F) may lower F
     (payload_scale_of's message bound). Where the engine term raises D so far that the scaled
     wire rate target / (D F) falls under netem.facts.MIN_LINK_MBIT (the slowest rate the shaper
     is known to hold), F is lowered to keep it there. A lower F is measured again (its engine
-    seconds give D). Without that run (engine=False, or `engine_s` given) the configuration's
+    seconds give D). Without that run (rule.engine false, or `engine_s` given) the configuration's
     messages are unknown and its messages travel whole (F = 1; D by the links and `engine_s`).
     `payload_scale` given: that F (1: every message whole; the grid's listing passes the links'
     F to estimate), D by the same rule."""
@@ -336,7 +338,7 @@ def replayed_plan(cfg: RunConfig, target_gbps: float, cache: Any, *, engine: boo
         raise ValueError(f"replayed_plan needs a replayed configuration, got compute {cfg.compute!r}")
     base = dataclasses.replace(cfg, link_mbit=UNSET_LINK_MBIT, dilation=1.0, payload_scale=1)
     step = model_step_s(base, target_gbps)
-    measure = engine and engine_s is None
+    measure = rule.engine and engine_s is None
     if payload_scale is not None:
         scale = payload_scale
     elif measure:  # the engine run measures the messages that bound F below
@@ -352,7 +354,7 @@ def replayed_plan(cfg: RunConfig, target_gbps: float, cache: Any, *, engine: boo
             when = {"at": rec.get("measured_at"), "commit": rec.get("git_commit"), "dirty": rec.get("git_dirty"),
                     "payload_scale": f}
         link = replay_link(target_gbps, base.cluster_nodes, target_step_s=step, engine_s=secs or 0.0, mtu=base.mtu,
-                           min_dilation=min_dilation, ps_servers=base.ps_servers, payload_scale=f)
+                           min_dilation=rule.floor, ps_servers=base.ps_servers, payload_scale=f)
         return link, secs, messages, when
 
     link, secs, messages, when = link_at_scale(scale)
@@ -391,8 +393,7 @@ def _engine_record(cfg: RunConfig, cache: Any) -> dict:
     return rec if isinstance(rec, dict) else {"seconds": float(rec)}
 
 
-def cell_plans(cfgs: dict[str, RunConfig], target_gbps: float, engine_s: dict[str, float], *,
-               min_dilation: float = 1) -> dict[str, RunPlan]:
+def cell_plans(cfgs: dict[str, RunConfig], target_gbps: float, engine_s: dict[str, float]) -> dict[str, RunPlan]:
     """Replayed runs measured side by side at one D (a benchmark's cell: the same cluster, the same
     target): each configuration's target step (model_step_s), one link whose D is the largest any of
     them needs with its engine seconds `engine_s[name]` (shared_replay_link), each plan on it."""
@@ -406,6 +407,6 @@ def cell_plans(cfgs: dict[str, RunConfig], target_gbps: float, engine_s: dict[st
         raise ValueError("cell_plans needs replayed configurations")
     steps = {name: model_step_s(cfg, target_gbps) for name, cfg in cfgs.items()}
     link = shared_replay_link(target_gbps, nodes.pop(), [(steps[name], engine_s[name]) for name in cfgs],
-                              mtu=mtus.pop(), min_dilation=min_dilation)
+                              mtu=mtus.pop())
     return {name: _plan(cfg, link, target_gbps=target_gbps, target_step_s=steps[name], engine_s=engine_s[name])
             for name, cfg in cfgs.items()}

@@ -16,7 +16,9 @@ Python: measured once per configuration, a replay run at D = 1 on loopback, cach
 the dilated step D x the model's step. The links alone give every configuration of a (model, N,
 target) but dedicated-server ps the same D (the links' floor, `link_floors`); the engine term
 raises it where a configuration's engine work is large beside its step (stanza k=1: AlexNet N=4
-at 10 Gb/s from 40 to 95-130). Every configuration runs at its own D, from its plan.
+at 10 Gb/s from 40 to 95-130). Every configuration runs at its own D, from its plan. The floor
+(min_dilation) and whether the engine term applies (replay_engine) travel as one value,
+dilation_rule.DilationRule, from the notebook's parameters (DilationParams) to each plan.
 """
 from __future__ import annotations
 
@@ -26,6 +28,7 @@ from typing import Any
 from ..labels import run_key, run_label
 from .. import checks, registry
 from ..perf import device_source
+from .dilation_rule import DilationParams, DilationRule
 from .store import points
 from .measurement import Measurement
 from .run import measure_or_skip
@@ -44,7 +47,7 @@ class ReplaySet:
     fc_workers: list[int]  # stanza's k (those that fit N run at each N)
     target_gbps: list[float]  # target bandwidths
     replay_device: str = "v100"  # the device the compute follows (perf device table)
-    min_dilation: float = 1.0  # the smallest D (see the module docstring)
+    dilation_rule: DilationRule = DilationRule()  # the smallest D and the engine term (the module docstring)
     mtu: int = 9000  # link MTU of the replayed runs (jumbo frames, as the bench)
     batch_per_worker: int = 32  # samples per data worker (the paper's per-GPU batch)
     steps: int = 3  # steps per run, warmup included
@@ -52,19 +55,15 @@ class ReplaySet:
     repeats: int = 1  # runs per configuration
     image_size: int = PAPER_IMAGE
     num_classes: int = PAPER_CLASSES
-    engine: bool = True  # raise each configuration's D for the engine's own seconds (module docstring)
     ps_servers: list[int] = dataclasses.field(default_factory=lambda: [0])  # ps deployments: dedicated servers (0: colocated)
     ps_overlap: list[bool] = dataclasses.field(default_factory=lambda: [False])  # ps: without / with the overlapped push
-    specs: list[MeasureSpec] = dataclasses.field(init=False)  # per model x N x target, D at least `min_dilation`
+    specs: list[MeasureSpec] = dataclasses.field(init=False)  # per model x N x target, D by `dilation_rule`
 
     def __post_init__(self):
         self.models = checks.model_names(self.models, self.image_size, name="replay_models") if self.models else []
         sizes = checks.int_list("replay_nodes", self.nodes, 2) if self.nodes else []
         ks = checks.int_list("replay_fc_workers", self.fc_workers)
         gbps = checks.positive_floats("replay_gbps", self.target_gbps)
-        checks.positive_floats("min_dilation", [self.min_dilation])
-        if not isinstance(self.engine, bool):
-            raise ValueError(f"replay_engine must be true or false, got {self.engine!r}")
         self.specs = []
         for m in self.models:
             for n in sizes:
@@ -75,8 +74,8 @@ class ReplaySet:
                         model=m, image_size=self.image_size, num_classes=self.num_classes, nodes=n,
                         strategies=self.strategies, fc_workers=fit or [1], batch_per_worker=self.batch_per_worker,
                         steps=self.steps, warmup=self.warmup, repeats=self.repeats, target_gbps=[g],
-                        compute="replay", replay_device=self.replay_device, min_dilation=self.min_dilation, mtu=self.mtu,
-                        engine=self.engine, ps_servers=self.ps_servers, ps_overlap=self.ps_overlap))
+                        compute="replay", replay_device=self.replay_device, dilation_rule=self.dilation_rule,
+                        mtu=self.mtu, ps_servers=self.ps_servers, ps_overlap=self.ps_overlap))
 
     def link_floors(self) -> list[float]:
         """The D the links alone set, over every configuration of the set (before the engine term)."""
@@ -86,14 +85,6 @@ class ReplaySet:
 def link_floors(specs: list[MeasureSpec]) -> list[float]:
     """The D the links alone set for every configuration of `specs` (its plan's floor, store.Point.key)."""
     return sorted({p.key()["dilation_floor"] for spec in specs for p in points(spec)})
-
-
-def renamed_dilation(old: float | None) -> None:
-    """A notebook parameter set under its old name `dilation` (the smallest D, now `min_dilation`:
-    a run's actual D is its plan's, RunConfig.dilation): a one-line error naming the new one."""
-    if old is not None:
-        raise ValueError(f"the parameter dilation is now min_dilation (the smallest D; each run's own D comes "
-                         f"from its plan): set min_dilation: {old!r}")
 
 
 GRID: dict[str, type] = {}  # notebook stem -> the parameters class of the experiment behind it
@@ -111,21 +102,19 @@ def in_grid(notebook: str):
 
 
 @dataclasses.dataclass(kw_only=True)
-class ReplayParams:
+class ReplayParams(DilationParams):
     """The paper-regime parameters notebooks 03, 04, 05 and 07 share (their `parameters` cells
-    name them alike), and the switch of every measured cell. A subclass has `warmup` and
-    `batch_per_worker` fields and sets `replay` in its __post_init__ (replay_set)."""
+    name them alike; min_dilation and replay_engine come from DilationParams), and the switch of
+    every measured cell. A subclass has `warmup` and `batch_per_worker` fields and sets `replay`
+    in its __post_init__ (replay_set)."""
 
     replay_models: list[str] = dataclasses.field(default_factory=list)  # paper regime, replayed compute
     replay_nodes: list[int] = dataclasses.field(default_factory=list)  # their emulated cluster sizes
     replay_gbps: list[float] = dataclasses.field(default_factory=lambda: [10.0])  # their targets
     replay_device: str = "v100"  # device profile the replayed compute follows
-    min_dilation: float = 1.0  # smallest D (the module docstring: perf.replay_dilation decides)
-    dilation: float | None = None  # the old name of min_dilation: set, it is a one-line error naming the new one
     replay_steps: int = 2  # steps per replayed run, warmup included
     replay_image_size: int = PAPER_IMAGE  # the paper's ImageNet input (tests use a smaller one)
     replay_num_classes: int = PAPER_CLASSES
-    replay_engine: bool = True  # raise D per configuration for the engine's own seconds (measured, cached)
     measure_runs: bool = True  # False: skip the measured cells (as without root or tc)
     replay: ReplaySet = dataclasses.field(init=False)  # the paper-regime runs
     PATHS = ()  # fields that hold paths relative to the notebook's folder (papermill's cwd)
@@ -139,14 +128,13 @@ class ReplayParams:
                    ps_overlap: list[bool] = (False,)) -> ReplaySet:
         """The replayed runs of these parameters (nodes and targets: replay_nodes, replay_gbps
         unless given; ps colocated without the overlapped push unless ps_servers, ps_overlap)."""
-        renamed_dilation(self.dilation)
         return ReplaySet(models=self.replay_models, nodes=self.replay_nodes if nodes is None else nodes,
                          strategies=strategies, fc_workers=fc_workers,
                          target_gbps=self.replay_gbps if target_gbps is None else target_gbps,
-                         replay_device=self.replay_device, min_dilation=self.min_dilation,
+                         replay_device=self.replay_device, dilation_rule=self.dilation_rule,
                          batch_per_worker=self.batch_per_worker, steps=self.replay_steps, warmup=self.warmup,
                          image_size=self.replay_image_size, num_classes=self.replay_num_classes,
-                         engine=self.replay_engine, ps_servers=list(ps_servers), ps_overlap=list(ps_overlap))
+                         ps_servers=list(ps_servers), ps_overlap=list(ps_overlap))
 
 
 def run_replayed(s: ReplaySet, cache_dir: str | None, measure_runs: bool = True) -> list[Measurement]:
@@ -168,7 +156,7 @@ def caption(s: ReplaySet, benches: list[Measurement] | None = None) -> str:
     return (f"measured: communication, for real (every tensor over the shaped links at target / D); "
             f"replayed: compute (the {s.replay_device} {device_source(s.replay_device)} profile, "
             f"D = {', '.join(f'{d:g}' for d in ds)}"
-            f"{', per configuration: links and engine seconds' if s.engine else ''})" + slipped_note(benches or []))
+            f"{', per configuration: links and engine seconds' if s.dilation_rule.engine else ''})" + slipped_note(benches or []))
 
 
 def slipped_note(benches: list[Measurement]) -> str:

@@ -225,8 +225,8 @@ def replayed_point(point: Point, cache: Cache, engine_s: float | None = None) ->
     seconds measured once and kept in `cache`, or `engine_s` when the configuration's are already
     known) and its run (from the runs cache, or run_config), as the Measurement row run.measure
     makes of it."""
-    p = replayed_plan(point.config, point.target_gbps, cache, engine=point.engine, min_dilation=point.min_dilation,
-                      engine_s=engine_s if point.engine else None)
+    p = replayed_plan(point.config, point.target_gbps, cache, point.dilation_rule,
+                      engine_s=engine_s if point.dilation_rule.engine else None)
     return p, cache.run_or_cached(p, point.repeat, lambda: run_config(p.config, timeout_s=p.timeout_s()))
 
 

@@ -14,6 +14,7 @@ from ..perf import check_device
 from ..topology import global_batch_for
 from .. import checks, registry
 from . import plan
+from .dilation_rule import LINKS_ONLY, DilationRule
 from .runconfig import COMPUTE_MODES, UNSET_LINK_MBIT, RunConfig
 from ..variant import Variant
 
@@ -45,8 +46,8 @@ class MeasureSpec:
     boundary: str | None = None  # stanza's split point (None: automatic)
     compute: str = "real"  # real arithmetic, or "replay": per-layer waits of D x replay_device's times (D: the plan's)
     replay_device: str | None = None  # replay: the device profile the compute follows (perf device table)
-    min_dilation: float = 1.0  # replay: the smallest D (each configuration's own D from runs.plan.replay_link)
-    engine: bool = False  # replay: raise each configuration's D for its engine seconds (measured once, cached)
+    # replay: the smallest D and whether the engine's seconds raise it (each configuration's own D from runs.plan)
+    dilation_rule: DilationRule = LINKS_ONLY
     ps_servers: list[int] = dataclasses.field(default_factory=lambda: [0])  # ps deployments: S extra server nodes (0: colocated)
     ps_overlap: list[bool] = dataclasses.field(default_factory=lambda: [False])  # ps: without / with the overlapped push
 
@@ -63,7 +64,6 @@ class MeasureSpec:
             raise ValueError(f"compute must be one of {', '.join(COMPUTE_MODES)}, got {self.compute!r}")
         if self.compute == "replay":
             check_device(self.replay_device, "replay_device")
-            checks.positive_floats("min_dilation", [self.min_dilation])
             if self.target_gbps is None:
                 raise ValueError("replayed compute needs target_gbps (a target maps to the link rate target / D)")
         if (self.global_batch == 0) == (self.batch_per_worker == 0):
@@ -98,8 +98,10 @@ class MeasureSpec:
             self.max_link_mbit = max_link_mbit(self.mtu)
         if self.delay_ms < 0 or not self.max_link_mbit > 0:
             raise ValueError(f"delay_ms must be >= 0 and max_link_mbit > 0, got {self.delay_ms}, {self.max_link_mbit}")
-        if not isinstance(self.engine, bool) or (self.engine and self.compute != "replay"):
-            raise ValueError(f"engine must be true or false, and true only with compute='replay'; got {self.engine!r}")
+        if not isinstance(self.dilation_rule, DilationRule):
+            raise ValueError(f"dilation_rule must be a runs.dilation_rule.DilationRule, got {self.dilation_rule!r}")
+        if self.dilation_rule.engine and self.compute != "replay":
+            raise ValueError("the engine term of D (dilation_rule.engine) needs compute='replay'")
         for s, k in self.configs():
             checks.batch_divides(self.global_batch_of(s, k), s, self.nodes, k)
 
@@ -114,12 +116,12 @@ class MeasureSpec:
 
     def plans(self, cache: Any = None, *, t_here: float | None = None, t_target: float | None = None) -> list[plan.RunPlan]:
         """The RunPlan (runs.plan) of every configuration at every bandwidth of this grid:
-        replayed compute at each configuration's own D (plan.replayed_plan, engine seconds from
-        `cache` when self.engine); real compute at each target by the link rule with one data
+        replayed compute at each configuration's own D (plan.replayed_plan by self.dilation_rule,
+        engine seconds from `cache`); real compute at each target by the link rule with one data
         worker's step here and on the target device (`t_here`, `t_target`), or at each link_mbit."""
         def at(cfg: RunConfig, point: float):
             if self.replayed:
-                return plan.replayed_plan(cfg, point, cache, engine=self.engine, min_dilation=self.min_dilation)
+                return plan.replayed_plan(cfg, point, cache, self.dilation_rule)
             if self.target_gbps is not None:
                 return plan.measured_plan(cfg, point, t_target, t_here)
             return plan.shaped_plan(cfg, point)
@@ -150,4 +152,8 @@ class MeasureSpec:
         return self.compute == "replay"
 
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        """Plain data (results JSONs, bench JSONs read back): every field, the dilation rule as its
+        flat min_dilation and engine in its place, as before the rule was one value."""
+        d = dataclasses.asdict(self)
+        return {k: v for name, value in d.items()
+                for k, v in (self.dilation_rule.to_dict().items() if name == "dilation_rule" else [(name, value)])}

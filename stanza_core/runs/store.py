@@ -8,11 +8,12 @@
     Store(root).latest() -> [entry]        each configuration's newest entry, any version (reports)
 
 A Point is a configuration before its plan is resolved: the RunConfig at the grid's placeholder
-rate (link 1000 Mbit/s, D = 1), the target bandwidth, the smallest D the links ask for and
-whether the engine term may raise it, and the repeat. Its key is what the store is keyed by:
-the plan's dilation and link rates are resolved on the measuring machine (the engine seconds
-are measured there, runs.plan.replayed_plan) and are stored in the entry, not in the key,
-so a configuration measured on one machine is found on another.
+rate (link 1000 Mbit/s, D = 1), the target bandwidth, how its D is chosen (its spec's
+dilation_rule.DilationRule: the smallest D, whether the engine term may raise it), and the
+repeat. Its key is what the store is keyed by: the plan's dilation and link rates are resolved
+on the measuring machine (the engine seconds are measured there, runs.plan.replayed_plan) and
+are stored in the entry, not in the key, so a configuration measured on one machine is found on
+another.
 
 An entry holds: version, key, the resolved plan (RunPlan.row() and its RunConfig), the run's
 summary row (measurement.summarize), the Measurement row itself (what run.measure returns for
@@ -35,6 +36,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .. import atomic
+from .dilation_rule import DilationRule
 from .plan import replay_link
 from .measurement import summarize
 
@@ -68,20 +70,19 @@ class Point:
 
     config: RunConfig  # at link_mbit 1000 and D = 1: what the plan starts from
     target_gbps: float
-    min_dilation: float  # the smallest D (MeasureSpec.min_dilation)
-    engine: bool  # the engine's own seconds may raise D (MeasureSpec.engine)
+    dilation_rule: DilationRule  # the smallest D and the engine term (MeasureSpec.dilation_rule)
     repeat: int = 0
 
     def key(self) -> dict[str, Any]:
         """The store's key: every field of the configuration but its placeholder rate and D, the
-        target, the floor of D (the links' floor or min_dilation, whichever is larger: what the
+        target, the floor of D (the links' floor or the rule's, whichever is larger: what the
         plan starts from, the same however a notebook states it), the engine term, the repeat."""
-        c = self.config
+        c, rule = self.config, self.dilation_rule
         cfg = {k: v for k, v in c.cache_key().items() if k not in ("link_mbit", "dilation")}
-        floor = replay_link(self.target_gbps, c.cluster_nodes, mtu=c.mtu, min_dilation=self.min_dilation,
+        floor = replay_link(self.target_gbps, c.cluster_nodes, mtu=c.mtu, min_dilation=rule.floor,
                             ps_servers=c.ps_servers).dilation
         return {**cfg, "target_gbps": float(self.target_gbps), "dilation_floor": float(floor),
-                "engine": bool(self.engine), "repeat": int(self.repeat)}
+                "engine": rule.engine, "repeat": int(self.repeat)}
 
     @property
     def name(self) -> str:
@@ -107,7 +108,7 @@ def points(spec: MeasureSpec) -> list[Point]:
         raise ValueError("the store holds replayed configurations only (real compute maps its link "
                          "rates from this machine's own timing rounds)")
     cfgs = [dataclasses.replace(spec.run_config(v), dilation=1.0) for v in spec.variants()]
-    return [Point(cfg, float(g), float(spec.min_dilation), bool(spec.engine), rep)
+    return [Point(cfg, float(g), spec.dilation_rule, rep)
             for rep in range(spec.repeats) for g in spec.target_gbps for cfg in cfgs]
 
 

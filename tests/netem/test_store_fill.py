@@ -5,6 +5,7 @@ import json
 import pytest
 
 from stanza_core.runs import run
+from stanza_core.runs.dilation_rule import DilationRule
 from stanza_core.runs.spec import MeasureSpec
 from stanza_core.runs.store import MEASUREMENT_VERSION, Store, points
 from stanza_core.reproduce import grid
@@ -14,7 +15,7 @@ from stanza_core.reproduce import grid
 def test_a_replayed_configuration_is_measured_into_the_store_and_reused(netem_host, tmp_path, monkeypatch):
     spec = MeasureSpec(model="tiny_cnn", image_size=16, num_classes=10, nodes=2, strategies=["ddp"], fc_workers=[1],
                        batch_per_worker=2, steps=4, target_gbps=[10.0], compute="replay", replay_device="v100",
-                       engine=True)
+                       dilation_rule=DilationRule(engine=True))
     st = Store(tmp_path / "full")
     gps = [grid.GridPoint(p, ["fixture"]) for p in points(spec)]
     got = grid.fill(gps, st, grid.measure_point(tmp_path / "cache"), budget_s=600)

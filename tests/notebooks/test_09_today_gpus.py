@@ -95,3 +95,13 @@ def test_unknown_role_fails_with_one_line(spec, run_notebook):
     with pytest.raises(PapermillExecutionError) as e:
         run_notebook(spec, replay_configs=["stanza", "allreduce"])
     assert e.value.evalue.startswith("replay_configs must name distinct roles among stanza, stanza_k1")
+
+
+def test_the_old_dilation_parameter_fails_with_one_line_naming_min_dilation(spec, run_notebook):
+    """papermill passes a parameter the notebook does not declare on (with a warning); the
+    parameters class's RENAMED makes 0.1.0's `dilation` fail at once instead of being dropped."""
+    with pytest.raises(PapermillExecutionError) as e:
+        run_notebook(spec, dilation=20.0)
+    assert e.value.ename == "ValueError" and e.value.evalue == (
+        "the parameter dilation is now min_dilation (the smallest D; each run's own D comes from its plan): "
+        "set min_dilation: 20.0")

@@ -59,12 +59,14 @@ def test_every_parameter_reaches_the_dataclass_or_a_later_cell(nb):
                                        ("09_today_gpus", "today_gpus.TodayParams")])
 def test_the_old_dilation_parameter_is_a_one_line_error_naming_min_dilation(stem, cls):
     """`dilation` (the smallest D) was renamed `min_dilation` (RunConfig.dilation is a run's actual D):
-    a saved parameter set or a papermill -p under the old name fails at once, naming the new one."""
+    a saved parameter set or a papermill -p under the old name (papermill passes an undeclared
+    parameter on) fails at once, naming the new one: the class's RENAMED, not a field of its own."""
     src = (NOTEBOOKS / f"{stem}.py").read_text()
     ns = {n.target.id: ast.literal_eval(n.value) for n in ast.parse(src).body if isinstance(n, ast.AnnAssign)}
     assert "min_dilation" in ns and "dilation" not in ns
     module, name = cls.split(".")
     klass = getattr(importlib.import_module(f"stanza_core.experiments.{module}"), name)
+    assert "dilation" not in {f.name for f in dataclasses.fields(klass)}
     assert experiment_params(klass, {**ns, "min_dilation": 20.0}).min_dilation == 20.0
     with pytest.raises(ValueError, match=r"^the parameter dilation is now min_dilation .*set min_dilation: 20.0$"):
         experiment_params(klass, {**ns, "dilation": 20.0})

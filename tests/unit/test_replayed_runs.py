@@ -16,6 +16,7 @@ from stanza_core import registry, viz
 from stanza_core.runs import plan, replay_bench, replayed
 from stanza_core.experiments import validation
 from stanza_core.runs.cache import Cache
+from stanza_core.runs.dilation_rule import LINKS_ONLY, DilationRule
 from stanza_core.runs.measurement import Measurement, summarize
 from stanza_core.runs.spec import MeasureSpec
 from stanza_core.runs.runconfig import RunConfig
@@ -44,11 +45,12 @@ def test_dilation_rule_and_specs():
     for spec in s.specs:
         g = spec.target_gbps[0]
         want = replay_dilation(g, spec.nodes, max_link_mbit=max_link_mbit(9000), max_aggregate_mbit=MAX_AGGREGATE_MBIT)
-        assert spec.min_dilation == 1.0  # the user's floor: each configuration's plan sets its own D
+        assert spec.dilation_rule.floor == 1.0  # the user's floor: each configuration's plan sets its own D
         assert {p.key()["dilation_floor"] for p in points(spec)} == {want} >= {spec.nodes * 1000 * g / MAX_AGGREGATE_MBIT}
     assert s.link_floors() == [40.0, 80.0, 400.0, 800.0]
     assert len(s.specs) == 8 and replayed.ReplaySet(models=["alexnet"], nodes=[4], strategies=["ddp"], fc_workers=[1],
-                                                    target_gbps=[10.0], min_dilation=1e4).link_floors() == [1e4]
+                                                    target_gbps=[10.0], dilation_rule=DilationRule(floor=1e4)
+                                                    ).link_floors() == [1e4]
     # one dedicated server (5 nodes): its link carries every byte, 2 links' worth at once -> D 20,
     # not the 50 of five busy links; the colocated ps and ddp beside it keep the 40 of four
     srv = replayed.ReplaySet(models=["alexnet"], nodes=[4], strategies=["ps", "ddp"], fc_workers=[1],
@@ -68,12 +70,15 @@ def test_dilation_rule_and_specs():
     ({"compute": "real", "batch_per_worker": 32, "global_batch": 0}, "batch_per_worker needs compute='replay'"),
     ({"batch_per_worker": 32, "global_batch": 64}, "give the batch as global_batch or as batch_per_worker"),
     ({"replay_device": "p100"}, "unknown replay_device 'p100'"),
-    ({"min_dilation": 0}, "min_dilation must be a non-empty list of positive numbers"),
+    ({"dilation_rule": {"floor": 20.0}}, "dilation_rule must be a runs.dilation_rule.DilationRule, got {"),
+    ({"compute": "real", "batch_per_worker": 0, "global_batch": 96, "dilation_rule": DilationRule()},
+     "the engine term of D (dilation_rule.engine) needs compute='replay'"),
     ({"max_link_mbit": 900.0}, "max_link_mbit applies to real compute only"),
 ])
 def test_replayed_spec_checks_in_one_line(change, message):
     ok = dict(model="alexnet", image_size=224, num_classes=1000, nodes=4, strategies=["ddp"], fc_workers=[1],
-              batch_per_worker=32, steps=3, target_gbps=[10.0], compute="replay", replay_device="v100", min_dilation=20.0)
+              batch_per_worker=32, steps=3, target_gbps=[10.0], compute="replay", replay_device="v100",
+              dilation_rule=DilationRule(floor=20.0))
     MeasureSpec(**ok)
     with pytest.raises(ValueError) as e:
         MeasureSpec(**{**ok, **change})
@@ -224,14 +229,14 @@ def test_each_configuration_runs_at_its_own_dilation_with_engine_seconds_measure
     assert not measured and again == plans
     # without the engine term nothing is measured: the messages are unknown and travel whole (F = 1),
     # and every configuration has the links' D
-    plain = dataclasses.replace(s, engine=False).specs[0].plans(Cache(None))
+    plain = dataclasses.replace(s, dilation_rule=LINKS_ONLY).specs[0].plans(Cache(None))
     assert not measured and {p.dilation for p in plain} == {40} and {p.engine_s for p in plain} == {None}
     assert {p.link.payload_scale for p in plain} == {1}
     runs = [{**p.row(), "strategy": p.config.strategy} for p in plans]
     caption = replayed.caption(s, [Measurement(spec=spec.to_dict(), config=spec.to_dict(), runs=runs)])
     assert f"D = {', '.join(f'{d:g}' for d in sorted(set(got.values())))}, per configuration" in caption
     with pytest.raises(ValueError, match="^replay_engine must be true or false, got 'yes'$"):
-        dataclasses.replace(s, engine="yes")
+        DilationRule(engine="yes")
 
 
 def test_strategies_whose_ranks_send_to_one_move_whole_messages(tmp_path, monkeypatch):
@@ -330,7 +335,8 @@ def test_a_long_replayed_run_is_given_a_limit_beyond_its_steps(tmp_path, monkeyp
     from stanza_core.runs import run
 
     s = replayed.ReplaySet(models=["vgg16"], nodes=[16], strategies=["stanza"], fc_workers=[1],
-                           target_gbps=[100.0], engine=False, replay_device="v100-v2", min_dilation=1600)
+                           target_gbps=[100.0], dilation_rule=DilationRule(floor=1600, engine=False),
+                           replay_device="v100-v2")
     (spec,) = s.specs
     (p,) = spec.plans(Cache(None))
     expected = plan.SETUP_S_PER_NODE * 16 + p.config.steps * p.dilation * p.target_step_s
@@ -340,7 +346,7 @@ def test_a_long_replayed_run_is_given_a_limit_beyond_its_steps(tmp_path, monkeyp
     assert p.timeout_s() > 2 * plan.RUN_TIMEOUT_FLOOR_S
     # a short replayed run keeps the floor; a run with no target step (real compute) too
     (short,) = dataclasses.replace(s, models=["alexnet"], nodes=[4], target_gbps=[10.0],
-                                   min_dilation=1).specs[0].plans(Cache(None))
+                                   dilation_rule=LINKS_ONLY).specs[0].plans(Cache(None))
     assert short.expected_s() < plan.RUN_TIMEOUT_FLOOR_S / plan.RUN_TIMEOUT_FACTOR
     assert short.timeout_s() == plan.RUN_TIMEOUT_FLOOR_S
     assert dataclasses.replace(p, target_step_s=None).timeout_s() == plan.RUN_TIMEOUT_FLOOR_S

@@ -7,6 +7,7 @@ import json
 import pytest
 
 from stanza_core.runs import replayed, run
+from stanza_core.runs.dilation_rule import DilationRule
 from stanza_core.runs.spec import MeasureSpec
 from stanza_core.runs.store import MEASUREMENT_VERSION, Point, Store, points
 from stanza_core.launch import JobError
@@ -118,17 +119,31 @@ def test_the_key_is_stable_for_the_same_configuration_and_differs_for_another():
     assert "link_mbit" not in key and "dilation" not in key  # resolved on the measuring machine: in the entry
     assert key["target_gbps"] == 10.0 and key["dilation_floor"] == 40.0 and key["engine"] is True
     # the floor of D stated as the user's 1 (notebook 09) or as the links' 40 (ReplaySet): one key
-    spec = _spec()
-    spec.min_dilation = 1.0
-    assert [p.name for p in points(spec)] == [p.name for p in a]
+    assert [p.name for p in points(_spec(dilation_rule=DilationRule(floor=40)))] == [p.name for p in a]
+    assert points(_spec(dilation_rule=DilationRule(floor=41)))[0].name != a[0].name  # above the links': another
     # a different target, step count, device or engine term is another configuration
     others = [points(_spec(target_gbps=[100.0]))[0],
               points(_spec(steps=5))[0], points(_spec(replay_device="a100"))[0],
-              points(_spec(engine=False))[0]]
+              points(_spec(dilation_rule=DilationRule(engine=False)))[0]]
     assert len({p.name for p in others} | {a[0].name}) == 5
     # repeats are their own entries
     rep = points(_spec(repeats=2))
     assert len(rep) == 6 and "-r1-" in rep[3].name and rep[3].key()["repeat"] == 1
+
+
+def test_every_committed_entry_is_found_under_its_file_name_by_its_point():
+    """Each file of benchmarks/results/full: its Point, rebuilt from its config (at the placeholder
+    rate, D = 1 and F = 1) and its key's target, floor of D, engine term and repeat, has the
+    entry's key and file name, so the store's names and keys are what Point makes today."""
+    from stanza_core.runs.runconfig import UNSET_LINK_MBIT, RunConfig
+
+    entries = Store().entries()
+    assert len(entries) >= 100  # the committed store (110 entries when this was written)
+    for e in entries:
+        k = e["key"]
+        cfg = RunConfig(**{**e["config"], "link_mbit": UNSET_LINK_MBIT, "dilation": 1.0, "payload_scale": 1})
+        pt = Point(cfg, k["target_gbps"], DilationRule(floor=k["dilation_floor"], engine=k["engine"]), k["repeat"])
+        assert (pt.key(), pt.name) == (k, e["file"])
 
 
 class _Clock:
