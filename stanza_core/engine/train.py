@@ -141,8 +141,7 @@ def prepare(cfg: TrainConfig) -> Prepared:
     """Everything that can fail on bad input, before any process group forms."""
     rank, world = int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
     try:
-        topo = make_topology(cfg.strategy, world, cfg.global_batch, cfg.fc_workers, cfg.ps_shards,
-                             cfg.fc_conv_share, cfg.micro_batches, ps_servers=cfg.ps_servers)
+        topo = cfg.variant.topology(world, cfg.global_batch)
     except ConfigError as e:
         if "WORLD_SIZE" in os.environ:  # started by torchrun: the layout itself is wrong
             raise

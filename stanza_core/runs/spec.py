@@ -6,6 +6,7 @@ runconfig.RunConfig, its layout a variant.Variant (`MeasureSpec.variants`);
 """
 from __future__ import annotations
 
+import copy
 import dataclasses
 from typing import Any
 
@@ -26,8 +27,8 @@ class MeasureSpec:
     image_size: int  # square input side in pixels
     num_classes: int  # outputs of the last FC layer
     nodes: int  # emulated nodes, one process each
-    strategies: list[str]  # among ps, ddp, stanza
-    fc_workers: list[int]  # stanza's k values, each in 1..nodes // 2
+    strategies: list[str] = dataclasses.field(default_factory=list)  # among ps, ddp, stanza (or: configurations)
+    fc_workers: list[int] = dataclasses.field(default_factory=lambda: [1])  # stanza's k values, each in 1..nodes // 2
     global_batch: int = 0  # G, divisible by every configuration's data workers ...
     batch_per_worker: int = 0  # ... or (replay only) samples per data worker: G = b x data workers per configuration
     steps: int  # steps per run, warmup included
@@ -50,9 +51,14 @@ class MeasureSpec:
     dilation_rule: DilationRule = LINKS_ONLY
     ps_servers: list[int] = dataclasses.field(default_factory=lambda: [0])  # ps deployments: S extra server nodes (0: colocated)
     ps_overlap: list[bool] = dataclasses.field(default_factory=lambda: [False])  # ps: without / with the overlapped push
+    # the configurations themselves, each a Variant with any options of its strategy (instead of the
+    # grid strategies x fc_workers x ps_servers x ps_overlap; None: that grid)
+    configurations: list[Variant] | None = None
 
     def __post_init__(self):
         checks.model_fits(self.model, self.image_size)
+        if self.configurations is not None:
+            self._take_configurations()
         self.ps_servers = [self.ps_servers] if isinstance(self.ps_servers, int) else list(self.ps_servers)
         self.ps_overlap = [self.ps_overlap] if isinstance(self.ps_overlap, bool) else list(self.ps_overlap)
         for srv in self.ps_servers:
@@ -105,11 +111,31 @@ class MeasureSpec:
         for s, k in self.configs():
             checks.batch_divides(self.global_batch_of(s, k), s, self.nodes, k)
 
+    def _take_configurations(self) -> None:
+        """Given configurations: Variants, distinct; the strategies and k values are theirs."""
+        vs = self.configurations
+        if not isinstance(vs, (list, tuple)) or not vs or any(not isinstance(v, Variant) for v in vs):
+            raise ValueError(f"configurations must be a non-empty list of stanza_core.variant.Variant, got {vs!r}")
+        if len(set(vs)) != len(vs):
+            raise ValueError(f"configurations lists one twice: {', '.join(v.label for v in vs)}")
+        if self.strategies or self.fc_workers != [1] or self.ps_servers != [0] or self.ps_overlap != [False]:
+            raise ValueError("give the configurations or the grid (strategies, fc_workers, ps_servers, ps_overlap), "
+                             "not both")
+        self.configurations = list(vs)
+        self.strategies = list(dict.fromkeys(v.strategy for v in vs))
+        self.fc_workers = sorted({v.fc_workers for v in vs if registry.owns(v.strategy, "fc_workers")}) or [1]
+        self.ps_servers = sorted({v.ps_servers for v in vs}) or [0]
+
     def configs(self) -> list[tuple[str, int]]:
+        if self.configurations is not None:
+            return list(dict.fromkeys((v.strategy, v.fc_workers) for v in self.configurations))
         return [(s, k) for s in self.strategies for k in (self.fc_workers if registry.owns(s, "fc_workers") else [0])]
 
     def variants(self) -> list[Variant]:
-        """The Variant of every configuration: ps once per deployment (S, overlap) asked for."""
+        """The Variant of every configuration: those given, or the grid's, ps once per deployment
+        (S, overlap) asked for."""
+        if self.configurations is not None:
+            return list(self.configurations)
         return [Variant(strategy=s, fc_workers=k, ps_servers=srv, ps_overlap=ov) for s, k in self.configs()
                 for srv, ov in ([(a, b) for a in self.ps_servers for b in self.ps_overlap]
                                 if registry.owns(s, "ps_servers") else [(0, False)])]
@@ -154,6 +180,10 @@ class MeasureSpec:
     def to_dict(self) -> dict[str, Any]:
         """Plain data (results JSONs, bench JSONs read back): every field, the dilation rule as its
         flat min_dilation and engine in its place, as before the rule was one value."""
-        d = dataclasses.asdict(self)
-        return {k: v for name, value in d.items()
-                for k, v in (self.dilation_rule.to_dict().items() if name == "dilation_rule" else [(name, value)])}
+        d = {f.name: copy.deepcopy(getattr(self, f.name)) for f in dataclasses.fields(self)}
+        given = d.pop("configurations")
+        out = {k: v for name, value in d.items()
+               for k, v in (self.dilation_rule.to_dict().items() if name == "dilation_rule" else [(name, value)])}
+        if given is not None:  # each as a run's config holds it: the strategy and its options, flat
+            out["configurations"] = [{"strategy": v.strategy, **v.options.values()} for v in given]
+        return out

@@ -102,3 +102,27 @@ def test_predict_and_expected_bytes_take_a_variant_or_keywords(variant):
         predict(profile, cluster, Variant(strategy="stanza", fc_workers=1), 2, 80)
     with pytest.raises(ValueError, match="given beside a Variant"):
         expected_bytes(profile, Variant(strategy="stanza", fc_workers=1), nodes, global_batch=80, micro_batches=2)
+
+
+def test_a_spec_of_given_configurations_runs_exactly_those():
+    given = [Variant(strategy="ps", ps_servers=1, ps_overlap=True), Variant(strategy="ddp"),
+             Variant(strategy="stanza", fc_workers=2, micro_batches=2, boundary_dtype="bf16")]
+    spec = MeasureSpec(model="alexnet", image_size=224, num_classes=1000, nodes=4, configurations=given,
+                       batch_per_worker=32, steps=3, target_gbps=[10.0], compute="replay", replay_device="v100")
+    assert spec.variants() == given and spec.strategies == ["ps", "ddp", "stanza"] and spec.fc_workers == [2]
+    cfgs = [spec.run_config(v) for v in spec.variants()]
+    assert [c.label for c in cfgs] == ["ps S=1 overlap", "ddp", "stanza k=2 M=2 bf16|none"]
+    assert cfgs[2].cache_key()["boundary_dtype"] == "bf16" and "boundary_dtype" not in cfgs[1].cache_key()
+    args = cfgs[2].train_args("m.json")
+    assert args[args.index("--boundary-dtype") + 1] == "bf16" and args[args.index("--micro-batches") + 1] == "2"
+    assert spec.to_dict()["configurations"][2] == {"strategy": "stanza", "fc_workers": 2, "fc_conv_share": 0.0,
+                                                  "micro_batches": 2, "boundary_dtype": "bf16",
+                                                  "grad_compression": "none"}
+    grid = MeasureSpec(model="alexnet", image_size=224, num_classes=1000, nodes=4, strategies=["ddp"], fc_workers=[1],
+                       batch_per_worker=32, steps=3, target_gbps=[10.0], compute="replay", replay_device="v100")
+    assert "configurations" not in grid.to_dict()  # a grid's dict as before
+    for bad, match in [(dict(configurations=[]), "non-empty list"), (dict(configurations=[given[1], given[1]]), "twice"),
+                       (dict(configurations=given[:1], strategies=["ddp"]), "not both")]:
+        with pytest.raises(ValueError, match=match):
+            MeasureSpec(model="alexnet", image_size=224, num_classes=1000, nodes=4, batch_per_worker=32, steps=3,
+                        target_gbps=[10.0], compute="replay", replay_device="v100", **bad)
