@@ -105,15 +105,19 @@ class StrategySpec:
     def options_type(self) -> type:
         """Its options class (strategy_options.StrategyOptions itself when it has none); its
         fields must be the record's `options`."""
+        if (cls := _DERIVED.get(("options_type", self.name))) is not None:
+            return cls
         cls = load(self.options_class) if self.options_class else StrategyOptions
         if cls.names() != self.options:
             raise ValueError(f"strategy {self.name}: its record lists options {self.options} but its options "
                              f"class {cls.__name__} has {cls.names()}")
+        _DERIVED[("options_type", self.name)] = cls
         return cls
 
 
 EXCHANGES = ("allreduce", "parameter_server", "layer_separation", "")  # StrategySpec.exchange's values
 _REGISTRY: dict[str, StrategySpec] = {}
+_DERIVED: dict[Any, Any] = {}  # what is read from the records often (options), cleared when they change
 
 
 def load(path: str) -> Any:
@@ -140,12 +144,14 @@ def register(spec: StrategySpec) -> StrategySpec:
     if clash:
         raise ValueError(f"option {clash[0]!r} of {spec.name} belongs to {taken[clash[0]]} already")
     _REGISTRY[spec.name] = spec
+    _DERIVED.clear()
     return spec
 
 
 def unregister(name: str) -> None:
     """Remove a strategy (a plug-in that a test or a notebook registered)."""
     _REGISTRY.pop(name, None)
+    _DERIVED.clear()
 
 
 @contextmanager
@@ -155,7 +161,7 @@ def registered(spec: StrategySpec) -> Iterator[StrategySpec]:
     try:
         yield spec
     finally:
-        _REGISTRY.pop(spec.name, None)
+        unregister(spec.name)
 
 
 def _load_builtins() -> None:
@@ -237,7 +243,9 @@ def colors() -> dict[str, str]:
 
 def option_names() -> dict[str, str]:
     """Every strategy's options: option name -> the strategy it belongs to, in `order`."""
-    return {o: s.name for s in specs() for o in s.options}
+    if (names := _DERIVED.get("option_names")) is None:
+        names = _DERIVED["option_names"] = {o: s.name for s in specs() for o in s.options}
+    return dict(names)
 
 
 def option_owner(option: str) -> str | None:

@@ -47,6 +47,7 @@ class Strategy:
     def __init__(self, model: nn.Module, cfg: TrainConfig, topo: Topology, comm: Comm, device: torch.device,
                  split: SplitModel | None = None):
         self.model, self.cfg, self.topo, self.comm, self.device = model, cfg, topo, comm, device
+        self.options = cfg.variant.options  # this strategy's own options (its folder's options.py)
         self.split = split
         self.rank = comm.rank
         self.role = topo.role(comm.rank)

@@ -92,7 +92,7 @@ class ParameterServer(Strategy):
                 if self.lean:  # replayed: the backward hands each gradient over in place, here
                     p.grad = self.grad_views[-1]
             offset += p.numel()
-        if self.cfg.ps_overlap:
+        if self.options.ps_overlap:
             self.buckets = bucket_ranges(numels, int(self.cfg.bucket_mb * 2**20), self.flat.element_size())
         else:
             self.buckets = [slice(0, total)]
@@ -140,7 +140,7 @@ class ParameterServer(Strategy):
         self.push_works: list = []
         self.pull_works: list = []
         self.pulls_after_pushes = self.comm.backend == "nccl"  # see _push
-        if self.is_worker and self.cfg.ps_overlap:
+        if self.is_worker and self.options.ps_overlap:
             bucket_of = {}
             for j, b in enumerate(self.buckets):
                 offset = 0
@@ -193,7 +193,7 @@ class ParameterServer(Strategy):
             for p in self.params:
                 p.grad = None
         self.push_works, self.pull_works = [], []
-        self.pending = list(self.bucket_params) if self.cfg.ps_overlap else [0]
+        self.pending = list(self.bucket_params) if self.options.ps_overlap else [0]
         try:
             self.comm.mark("forward_start", "compute")
             share = self.forward_loss(self.model, batch.x, batch.y, t, batch.positions)

@@ -118,8 +118,8 @@ class Stanza(Strategy):
             self.served = topo.served_by(self.rank)
             group, category = "fc", "fc_grads"
         params = list(self.part.parameters())
-        conv_buckets = hooked_buckets(GradBuckets) if cfg.grad_compression != "none" else GradBuckets
-        hook = (cfg.grad_compression,) if cfg.grad_compression != "none" else ()
+        conv_buckets = hooked_buckets(GradBuckets) if self.options.grad_compression != "none" else GradBuckets
+        hook = (self.options.grad_compression,) if self.options.grad_compression != "none" else ()
         self.hybrid_buckets = None  # a hybrid FC worker's CONV gradients (joining the CONV allreduce)
         if self.role != CONV_WORKER and topo.fc_batch:
             conv_params = list(self.split.conv.parameters())
@@ -147,7 +147,7 @@ class Stanza(Strategy):
 
     def step(self, t, batch):
         self.optimizer.zero_grad(set_to_none=True)
-        M = self.cfg.micro_batches
+        M = self.options.micro_batches
         self.buckets.start(M if self.role == CONV_WORKER else M * (len(self.served) + bool(self.topo.fc_batch)))
         if self.hybrid_buckets is not None:
             self.hybrid_buckets.start(M)
@@ -245,7 +245,7 @@ class Stanza(Strategy):
         """The part this rank trains (a hybrid FC worker's CONV body too) and its momentum, under
         the unsplit model's names: stored once however many CONV (FC) workers hold it."""
         out = state.module_state(self._state_parts(), self.state_names(), self.optimizer, self.rank, self.bn_local)
-        if self.cfg.grad_compression == "powersgd":  # error feedback and step count survive a resume
+        if self.options.grad_compression == "powersgd":  # error feedback and step count survive a resume
             out[self._powersgd_key()] = state.to_bytes(self.comm.powersgd_states())
         return out
 

@@ -28,9 +28,9 @@ WIRE_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.floa
 
 
 def uses_pipeline(cfg) -> bool:
-    """Whether a config needs this module's step (anything beyond the paper's Stanza)."""
-    return (cfg.fc_conv_share > 0 or cfg.micro_batches > 1 or cfg.boundary_dtype != "fp32"
-            or cfg.grad_compression != "none")
+    """Whether a config needs this module's step (anything beyond the paper's Stanza: an option
+    other than k away from its default)."""
+    return any(name != "fc_workers" for name in cfg.variant.options.given())
 
 
 def hooked_buckets(cls):
@@ -62,8 +62,8 @@ class Pipeline:
 
     def __init__(self, st):
         self.st, self.cfg, self.topo, self.comm = st, st.cfg, st.topo, st.comm
-        self.wire = WIRE_DTYPES[self.cfg.boundary_dtype]
-        self.M = self.cfg.micro_batches
+        self.wire = WIRE_DTYPES[st.options.boundary_dtype]
+        self.M = st.options.micro_batches
 
     def _to_wire(self, t: torch.Tensor) -> torch.Tensor:
         return t.detach().to(self.wire).contiguous()

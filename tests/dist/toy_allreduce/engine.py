@@ -1,5 +1,5 @@
 """`allreduce_after`'s engine: the backward to its end, then the flat gradient allreduced in
-`flat_chunks` pieces (its options, self.cfg.variant.options)."""
+`flat_chunks` pieces (its options object, self.options)."""
 from __future__ import annotations
 
 import torch
@@ -15,7 +15,7 @@ class AllreduceAfter(Strategy):
         self.optimizer = make_sgd(self.model.parameters(), self.cfg)
         self.params = [p for p in self.model.parameters() if p.requires_grad]
         self.flat = torch.zeros(sum(p.numel() for p in self.params), device=self.device)
-        self.chunks = torch.tensor_split(self.flat, self.cfg.variant.options.flat_chunks)
+        self.chunks = torch.tensor_split(self.flat, self.options.flat_chunks)
 
     def step(self, t, batch):
         self.optimizer.zero_grad(set_to_none=True)
