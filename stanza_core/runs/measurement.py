@@ -79,6 +79,8 @@ def summarize(runs: list[dict]) -> list[dict]:
                          "ps_servers": first.get("ps_servers") or 0, "ps_overlap": bool(first.get("ps_overlap")),
                          "fc_conv_share": first.get("fc_conv_share") or 0.0,
                          "micro_batches": first.get("micro_batches") or 1,
+                         **{k: first[k] for k in registry.get(first["strategy"]).options  # any other option it set
+                            if k in first and k not in ("fc_workers", "ps_servers", "ps_overlap")},
                          "label": label, "link_mbit": first["link_mbit"], "payload_gbps": first.get("payload_gbps"),
                          "dilation": d, "engine_s": first.get("engine_s"), "target_gbps": first["target_gbps"],
                          "throughput": statistics.median(tp), "throughput_min": min(tp), "throughput_max": max(tp),

@@ -66,7 +66,7 @@ def _run_once(cfg: RunConfig, timeout_s: float) -> dict[str, Any]:
                          delay_ms=cfg.delay_ms, mtu=cfg.mtu, timeout_s=timeout_s, quiet=True)
     return {"strategy": cfg.strategy, "fc_workers": cfg.fc_workers, "ps_servers": cfg.ps_servers,
             "global_batch": cfg.global_batch, "ps_overlap": cfg.ps_overlap, **cfg.stanza_options,
-            "label": cfg.label, "link_mbit": cfg.link_mbit,
+            **cfg.variant.extra_options(), "label": cfg.label, "link_mbit": cfg.link_mbit,
             "compute": {k: m["config"].get(k) for k in ("compute", "replay_device", "dilation") if k in m["config"]},
             "throughput": m["throughput"], "step_time_median_s": m["step_time_median_s"],
             "steps_s": [s["time_s"] for s in m["steps"]],

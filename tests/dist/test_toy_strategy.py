@@ -113,7 +113,8 @@ def test_the_explorer_draws_its_exchange_and_its_option(toy):
 
 
 def test_the_figures_colour_it(toy):
-    from stanza_core.viz.throughput import modelled_throughput
+    from stanza_core.runs.measurement import summarize
+    from stanza_core.viz.throughput import measured_throughput, modelled_throughput
 
     prof = named_profile("alexnet", 224)
     rows = []
@@ -126,6 +127,15 @@ def test_the_figures_colour_it(toy):
                                             "device": "v100", "batch_per_worker": 32}})
     colours = {t.name: t.line.color for t in fig.data}
     assert colours[NAME] == toy.color and colours["ddp"] == registry.get("ddp").color
+    # measured: a run of it with its option set is named and coloured by its label and record
+    runs = [{"strategy": NAME, "fc_workers": 0, "flat_chunks": 3, "label": f"{NAME} chunks=3", "link_mbit": 100.0,
+             "target_gbps": 10.0, "throughput": t, "bytes_per_step": 1} for t in (90.0, 110.0)]
+    rows = summarize(runs)
+    assert [r["label"] for r in rows] == [f"{NAME} chunks=3"] and rows[0]["flat_chunks"] == 3
+    bars = measured_throughput({"measured": {"model": "tiny_cnn", "image_size": 32, "target_gbps": 10.0,
+                                             "target_device": "v100", "unavailable": None,
+                                             "benches": [{"spec": {"nodes": 3}, "summary": rows}]}})
+    assert [(b.name, b.marker.color, b.y[0]) for b in bars.data] == [(f"{NAME} chunks=3", toy.color, 100.0)]
 
 
 def test_it_trains_as_local_and_moves_its_models_bytes(tmp_path, toy, monkeypatch, local_run):
