@@ -145,6 +145,30 @@ class Variant:
                              ps_servers=self.ps_servers)
 
 
+class HoldsVariant:
+    """What a value holding one Variant in its field `variant` (TrainConfig, RunConfig, perf's
+    Prediction) reads through it: `.strategy`, and an option by name (`cfg.micro_batches`). An
+    option of another strategy reads unset (k = 0), or, with OPTION_DEFAULTS, at its default (as
+    the training CLI's flags hold every option)."""
+
+    OPTION_DEFAULTS = False
+
+    @property
+    def strategy(self) -> str:
+        return self.variant.strategy
+
+    def __getattr__(self, name: str) -> Any:
+        variant = self.__dict__.get("variant")
+        if name.startswith("_") or variant is None:
+            raise AttributeError(name)
+        if self.OPTION_DEFAULTS and name in (flat := variant.flat()):
+            return flat[name]
+        try:
+            return getattr(variant, name)
+        except AttributeError:
+            raise AttributeError(f"{type(self).__name__} has no attribute or option {name!r}") from None
+
+
 def _rebuild(strategy: str, options: StrategyOptions) -> Variant:
     return Variant(strategy, options)
 
@@ -209,3 +233,27 @@ def given_variant(strategy: "str | Variant", **options: Any) -> Variant:
     if clash := [k for k, v in changes.items() if own[k] != defaults[k] and own[k] != v]:
         raise ValueError(f"{clash[0]} given beside a Variant ({strategy.label}): the Variant sets it")
     return strategy.replace(**changes) if changes else strategy
+
+
+def model_args(strategy: "str | Variant", fc_workers, flat: dict[str, Any], defaults: dict[str, Any],
+               options: dict[str, Any]):
+    """perf.predict / perf.expected_bytes: their arguments resolved, as (name, k, flat options, the
+    Variant builder). `strategy` a name: `flat` (their keyword options) as given. A Variant: its own
+    options, with those given only as keywords merged in (given_variant), and the layout keywords
+    left at `defaults` (model_call). The builder makes the Variant they model once their own checks
+    have passed (k resolved, plug-in `options` checked by their class)."""
+    if isinstance(strategy, Variant):
+        strategy = given_variant(strategy, ps_shards=flat.get("ps_shards"), boundary_dtype=flat.get("boundary_dtype"),
+                                 grad_compression=flat.get("grad_compression"), **options)
+        flat = {**flat, "boundary_dtype": strategy.boundary_dtype, "grad_compression": strategy.grad_compression,
+                "ps_shards": strategy.ps_shards or None}
+    given = strategy
+    layout = {k: flat[k] for k in defaults}
+    name, k, layout = model_call(strategy, fc_workers, layout, defaults)
+    flat = {**flat, **layout}
+
+    def variant(resolved_k) -> Variant:
+        if isinstance(given, Variant):
+            return given
+        return given_variant(given, **{**flat, "fc_workers": resolved_k}, **options)
+    return name, k, flat, variant

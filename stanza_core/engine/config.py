@@ -14,7 +14,7 @@ from .. import registry
 from ..models import MIN_IMAGE_SIZE
 from ..buckets import DEFAULT_BUCKET_MB  # --bucket-mb's default, the model's too
 from ..batchnorm import BN_LOCAL, BN_STATS  # noqa: F401 (--bn-stats' values, the model's too)
-from ..variant import Variant
+from ..variant import HoldsVariant, Variant
 from ..batchnorm import bn_layers
 
 DEVICES = ("auto", "cpu", "cuda")
@@ -31,11 +31,13 @@ MAX_BUCKET_MB = 1e5
 
 
 @dataclasses.dataclass(kw_only=True)
-class TrainConfig:
+class TrainConfig(HoldsVariant):
     """The run's configuration. Its strategy and that strategy's options are one value,
     `variant` (variant.Variant); `TrainConfig(strategy="ps", ps_servers=1, ...)` builds it from
     keywords, and `cfg.strategy`, `cfg.ps_servers` read it (an option of another strategy reads
     at its default). `to_dict()` lists every registered option flat, as the training CLI's flags."""
+
+    OPTION_DEFAULTS = True
 
     variant: Variant = dataclasses.field(default_factory=lambda: Variant("stanza"))  # the strategy and its options
     model: str = "tiny_cnn"  # a zoo name (stanza_core.MODEL_NAMES) or package.module:factory
@@ -178,19 +180,6 @@ class TrainConfig:
         if not (self.save and self.save_every):
             return []
         return list(range(self.save_every, self.steps, self.save_every))
-
-    @property
-    def strategy(self) -> str:
-        return self.variant.strategy
-
-    def __getattr__(self, name: str) -> Any:
-        """A strategy option by name (the variant's; another strategy's at its default)."""
-        if name.startswith("_") or name == "variant":
-            raise AttributeError(name)
-        flat = self.__dict__["variant"].flat() if "variant" in self.__dict__ else {}
-        if name in flat:
-            return flat[name]
-        raise AttributeError(f"{type(self).__name__} has no attribute {name!r}")
 
     def to_dict(self) -> dict[str, Any]:
         """The configuration as plain data (the metrics JSON's `config`, a checkpoint's): the

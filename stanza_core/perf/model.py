@@ -36,7 +36,7 @@ from typing import Any
 
 from .. import checks, registry
 from ..labels import config_label
-from ..variant import Variant, given_variant, model_call
+from ..variant import HoldsVariant, Variant, model_args
 from ..buckets import DEFAULT_BUCKET_MB, bucket_groups
 from ..anatomy import DTYPE_BYTES, Profile
 from .cluster import Cluster
@@ -48,7 +48,7 @@ from .traffic import (ModelCounts, StanzaOptions, check_config, data_workers, ra
 DEFAULT_BATCH_PER_WORKER = 32
 
 @dataclasses.dataclass
-class Prediction:
+class Prediction(HoldsVariant):
     variant: Variant  # the configuration: its strategy and that strategy's options (as given)
     nodes: int
     fc_workers: int | None  # k resolved (None: a strategy without FC workers)
@@ -69,16 +69,6 @@ class Prediction:
     bytes_per_node: dict[str, dict]  # role -> {"sent": {cat: int}, "recv": {...}} of its busiest rank
     ranks: list[dict] | None = None  # every rank's figures (expected_bytes rows), when asked for
     fc_batch: int = 0  # stanza: each FC worker's share of the global batch on the CONV body, in samples (bh)
-
-    @property
-    def strategy(self) -> str:
-        return self.variant.strategy
-
-    def __getattr__(self, name: str) -> Any:
-        """An option of the configuration by name (variant.Variant: another strategy's reads unset)."""
-        if name.startswith("_") or name == "variant":
-            raise AttributeError(name)
-        return getattr(self.__dict__["variant"], name) if "variant" in self.__dict__ else None
 
     @property
     def label(self) -> str:
@@ -197,30 +187,21 @@ def predict(profile: Profile, cluster: Cluster, strategy: "str | Variant", fc_wo
     Another strategy's options as keywords (`options`: a plug-in's, by its options class's names).
     `strategy` may be a stanza_core.variant.Variant instead of a name: it then gives all its
     options (leave fc_workers, ps_servers, ps_overlap, fc_conv_share, micro_batches at their defaults)."""
-    given = strategy
-    if isinstance(strategy, Variant):  # its options, with those only given as keywords merged in
-        given = strategy = given_variant(strategy, ps_shards=ps_shards, boundary_dtype=boundary_dtype,
-                                         grad_compression=grad_compression, **options)
-        boundary_dtype, grad_compression = strategy.boundary_dtype, strategy.grad_compression
-        ps_shards = strategy.ps_shards or None
-    strategy, fc_workers, o = model_call(strategy, fc_workers, dict(
-        fc_conv_share=fc_conv_share, micro_batches=micro_batches, ps_servers=ps_servers, ps_overlap=ps_overlap),
-        _LAYOUT_DEFAULTS)
-    fc_conv_share, micro_batches, ps_servers, ps_overlap = (o["fc_conv_share"], o["micro_batches"],
-                                                            o["ps_servers"], o["ps_overlap"])
+    strategy, fc_workers, o, make_variant = model_args(strategy, fc_workers, dict(
+        ps_shards=ps_shards, fc_conv_share=fc_conv_share, micro_batches=micro_batches, boundary_dtype=boundary_dtype,
+        grad_compression=grad_compression, ps_servers=ps_servers, ps_overlap=ps_overlap), _LAYOUT_DEFAULTS, options)
+    ps_shards, fc_conv_share, micro_batches, boundary_dtype, grad_compression, ps_servers, ps_overlap = (
+        o["ps_shards"], o["fc_conv_share"], o["micro_batches"], o["boundary_dtype"], o["grad_compression"],
+        o["ps_servers"], o["ps_overlap"])
     if not isinstance(cluster, Cluster):
         raise ValueError(f"cluster must be a Cluster, got {type(cluster).__name__}")
-    shards_given = ps_shards
     fc_workers, ps_shards = check_config(strategy, cluster.nodes, fc_workers, ps_shards, ps_servers)
     registry.check_options(strategy, {"ps_overlap": True} if ps_overlap else {})
     n = data_workers(strategy, cluster.nodes, fc_workers, ps_servers)
     G = _resolve_batch(n, global_batch, batch_per_worker)
     checks.number("bucket_mb", bucket_mb, above=0)
     cap = int(bucket_mb * 2**20)
-    variant = given_variant(given, fc_workers=fc_workers, ps_shards=shards_given, fc_conv_share=fc_conv_share,
-                            micro_batches=micro_batches, boundary_dtype=boundary_dtype,
-                            grad_compression=grad_compression, ps_servers=ps_servers, ps_overlap=ps_overlap,
-                            **options) if isinstance(given, str) else given  # its options' own checks
+    variant = make_variant(fc_workers)  # its options' own checks
     opt, batches = stanza_options(strategy, cluster.nodes, fc_workers, G, fc_conv_share, micro_batches,
                                   boundary_dtype, grad_compression, ps_servers)
     b = batches[0]

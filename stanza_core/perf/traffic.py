@@ -20,7 +20,7 @@ from .. import checks, registry
 from ..anatomy import DTYPE_BYTES, LABEL_BYTES, Profile
 from ..batchnorm import BN_LOCAL
 from ..topology import Topology, hybrid_batches, plain_topology, resolve_layout
-from ..variant import Variant, given_variant, model_call
+from ..variant import Variant, model_args
 from ..errors import ConfigError
 
 
@@ -272,29 +272,22 @@ def expected_bytes(profile_or_counts, strategy: "str | Variant", nodes: int, fc_
     Another strategy's options as keywords (`options`: a plug-in's, by its options class's names).
     `strategy` may be a stanza_core.variant.Variant instead of a name: it then gives all its options
     (leave fc_workers, ps_servers, fc_conv_share and micro_batches at their defaults)."""
-    given = strategy
-    if isinstance(strategy, Variant):  # its options, with those only given as keywords merged in
-        given = strategy = given_variant(strategy, ps_shards=ps_shards, boundary_dtype=boundary_dtype,
-                                         grad_compression=grad_compression, **options)
-        boundary_dtype, grad_compression = strategy.boundary_dtype, strategy.grad_compression
-        ps_shards = strategy.ps_shards or None
-    strategy, fc_workers, o = model_call(strategy, fc_workers, dict(
-        fc_conv_share=fc_conv_share, micro_batches=micro_batches, ps_servers=ps_servers),
-        {"fc_conv_share": 0.0, "micro_batches": 1, "ps_servers": 0})
-    fc_conv_share, micro_batches, ps_servers = o["fc_conv_share"], o["micro_batches"], o["ps_servers"]
+    strategy, fc_workers, o, make_variant = model_args(strategy, fc_workers, dict(
+        ps_shards=ps_shards, fc_conv_share=fc_conv_share, micro_batches=micro_batches, boundary_dtype=boundary_dtype,
+        grad_compression=grad_compression, ps_servers=ps_servers),
+        {"fc_conv_share": 0.0, "micro_batches": 1, "ps_servers": 0}, options)
+    ps_shards, fc_conv_share, micro_batches, boundary_dtype, grad_compression, ps_servers = (
+        o["ps_shards"], o["fc_conv_share"], o["micro_batches"], o["boundary_dtype"], o["grad_compression"],
+        o["ps_servers"])
     counts = ModelCounts.of(profile_or_counts)
     if bn_stats == BN_LOCAL:
         counts = counts.local_bn()
-    shards_given = ps_shards
     fc_workers, ps_shards = check_config(strategy, nodes, fc_workers, ps_shards, ps_servers)
     n = data_workers(strategy, nodes, fc_workers, ps_servers)
     checks.positive_int("global_batch", global_batch, n, what="the data workers")
     if global_batch % n and not fc_conv_share:
         raise ValueError(f"global_batch {global_batch} does not split evenly over {n} data workers")
-    variant = given_variant(given, fc_workers=fc_workers, ps_shards=shards_given, fc_conv_share=fc_conv_share,
-                            micro_batches=micro_batches, boundary_dtype=boundary_dtype,
-                            grad_compression=grad_compression, ps_servers=ps_servers,
-                            **options) if isinstance(given, str) else given  # its options' own checks
+    variant = make_variant(fc_workers)  # its options' own checks
     opt, batches = stanza_options(strategy, nodes, fc_workers, global_batch, fc_conv_share, micro_batches,
                                   boundary_dtype, grad_compression, ps_servers)
     return rank_bytes(counts, strategy, nodes, fc_workers, batches, ps_shards, options=opt, step=step,

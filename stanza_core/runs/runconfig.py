@@ -20,14 +20,14 @@ from typing import Any
 from .. import checks, registry
 from ..launch import cli_args
 from ..topology import Topology
-from ..variant import Variant
+from ..variant import HoldsVariant, Variant
 
 COMPUTE_MODES = ("real", "replay")
 UNSET_LINK_MBIT = 1000.0  # link_mbit of a RunConfig whose plan has not set its link yet (or that runs unshaped)
 
 
 @dataclasses.dataclass(kw_only=True, frozen=True)
-class RunConfig:
+class RunConfig(HoldsVariant):
     """One configuration at one emulated link rate: everything a run depends on."""
 
     model: str  # zoo name (stanza_core.MODEL_NAMES)
@@ -88,16 +88,6 @@ class RunConfig:
         if not isinstance(variant, Variant):
             raise ValueError(f"RunConfig.of needs a Variant, got {type(variant).__name__}")
         return cls(variant=variant, **rest)
-
-    @property
-    def strategy(self) -> str:
-        return self.variant.strategy
-
-    def __getattr__(self, name: str) -> Any:
-        """An option of the configuration by name (variant.Variant: another strategy's reads unset)."""
-        if name.startswith("_") or name == "variant" or "variant" not in self.__dict__:
-            raise AttributeError(name)
-        return getattr(self.__dict__["variant"], name)
 
     @property
     def label(self) -> str:
