@@ -47,6 +47,10 @@ A performance model module provides these functions; perf reads them through the
   candidates(space: Space) -> [Prediction]
         the configurations of this strategy the node-assignment optimiser ranks (perf/optimize.py)
 
+A case's `variant` is the configuration modelled (variant.Variant: the strategy and its options
+object; None where a caller passes none), so a model reads its own options as
+`case.variant.options.<name>`.
+
 The folders, the engine class and the model module are imported when first asked for, so this
 module stays at the bottom of the import graph: the CLI, the config checks, the performance
 model, the optimiser, the figures and the widgets read it, and it reads none of them.
