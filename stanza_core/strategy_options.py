@@ -40,6 +40,10 @@ class StrategyOptions:
         """(name, value) parts of a configuration's label and key ("S", "2"; "overlap", "")."""
         return []
 
+    def check_model(self, model, name: str, *, bn_sync: bool, spell=str) -> None:
+        """One-line error where an option does not fit the built model (`name`: its name), checked
+        before any process group forms; `bn_sync`: batch-norm statistics over the global batch."""
+
     @classmethod
     def names(cls) -> tuple[str, ...]:
         return tuple(f.name for f in dataclasses.fields(cls))

@@ -207,17 +207,12 @@ def check_model_layout(cfg: TrainConfig, topo, model, split, bn_fewest: tuple[st
     if cfg.boundary is not None and split is None and cfg.boundary not in dict(model.named_modules()):
         raise ConfigError(f"--boundary {cfg.boundary}: {cfg.model} has no module of that name (and with "
                           f"{cfg.strategy} a boundary has no effect: only stanza splits the model)")
-    if cfg.micro_batches > 1 and any(isinstance(m, torch.nn.modules.batchnorm._BatchNorm) for m in model.modules()):
-        raise ConfigError(f"--micro-batches {cfg.micro_batches}: {cfg.model} has BatchNorm, whose batch statistics "
-                          "would change per micro-batch; expected --micro-batches 1 for it")
     bn_sync = cfg.bn_stats == "global" and topo.data_workers > 1 and bool(bn_layers(model))
+    cfg.variant.options.check_model(model, cfg.model, bn_sync=bn_sync, spell=_flag)  # the strategy's own rules
     if bn_sync and split is not None and bn_layers(split.fc):
         raise ConfigError(f"{cfg.model}: batch norm on the FC side ({bn_layers(split.fc)[0][0]}) cannot use global "
-                          "batch statistics under stanza (an FC worker sees one CONV worker's samples at a time); "
-                          "pass --bn-stats local or a --boundary after it")
-    if bn_sync and cfg.fc_conv_share:
-        raise ConfigError(f"--fc-conv-share {cfg.fc_conv_share}: {cfg.model} has batch norm, and global batch statistics "
-                          "need equal CONV batches on every data worker; pass --bn-stats local or --fc-conv-share 0")
+                          f"batch statistics under {cfg.strategy} (an FC worker sees one CONV worker's samples at a "
+                          "time); pass --bn-stats local or a --boundary after it")
     if bn_fewest is not None and cfg.compute == "real":  # replayed compute runs no batch norm
         layer, per_sample = bn_fewest
         samples = cfg.global_batch if bn_sync or topo.data_workers == 1 else min(

@@ -5,6 +5,8 @@ import dataclasses
 from typing import Any, ClassVar
 
 from ... import checks
+from ...batchnorm import bn_layers
+from ...errors import ConfigError
 from ...strategy_options import StrategyOptions
 
 BOUNDARY_DTYPES = ("fp32", "bf16", "fp16")  # --boundary-dtype
@@ -32,6 +34,15 @@ class Options(StrategyOptions):
         checks.in_interval(spell("fc_conv_share"), self.fc_conv_share, 0, 1)
         for name, choices in self.CHOICES.items():
             checks.one_of(spell(name), getattr(self, name), choices)
+
+    def check_model(self, model, name: str, *, bn_sync: bool, spell=str) -> None:
+        if self.micro_batches > 1 and bn_layers(model):
+            raise ConfigError(f"{spell('micro_batches')} {self.micro_batches}: {name} has BatchNorm, whose batch "
+                              f"statistics would change per micro-batch; expected {spell('micro_batches')} 1 for it")
+        if bn_sync and self.fc_conv_share:
+            raise ConfigError(f"{spell('fc_conv_share')} {self.fc_conv_share}: {name} has batch norm, and global batch "
+                              "statistics need equal CONV batches on every data worker; pass --bn-stats local or "
+                              f"{spell('fc_conv_share')} 0")
 
     def label_parts(self) -> list[tuple[str, str]]:
         """k = FC workers, share = each FC worker's share of the global batch on the CONV body, M =
