@@ -120,6 +120,7 @@ class StrategySpec:
 
 
 EXCHANGES = ("allreduce", "parameter_server", "layer_separation", "")  # StrategySpec.exchange's values
+RESERVED_OPTIONS = ("strategy", "options", "variant", "spell")  # names a Variant and the configs use themselves
 _REGISTRY: dict[str, StrategySpec] = {}
 _DERIVED: dict[Any, Any] = {}  # what is read from the records often (options), cleared when they change
 
@@ -143,6 +144,9 @@ def register(spec: StrategySpec) -> StrategySpec:
     _load_builtins()  # a plug-in's name is checked against the built-in ones
     if spec.name in _REGISTRY:
         raise ValueError(f"a strategy named {spec.name!r} is registered already")
+    if reserved := [o for o in spec.options if o in RESERVED_OPTIONS]:
+        raise ValueError(f"option {reserved[0]!r} of {spec.name}: the name is taken by the configuration itself "
+                         f"({', '.join(RESERVED_OPTIONS)})")
     taken = {o: s.name for s in _REGISTRY.values() for o in s.options}
     clash = [o for o in spec.options if o in taken]
     if clash:

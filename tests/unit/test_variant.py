@@ -126,3 +126,24 @@ def test_a_spec_of_given_configurations_runs_exactly_those():
         with pytest.raises(ValueError, match=match):
             MeasureSpec(model="alexnet", image_size=224, num_classes=1000, nodes=4, batch_per_worker=32, steps=3,
                         target_gbps=[10.0], compute="replay", replay_device="v100", **bad)
+
+
+def test_a_record_is_refused_an_option_another_strategy_or_the_configuration_owns():
+    from stanza_core import registry
+
+    def spec(*options):
+        return registry.StrategySpec(name="planted", summary="", roles=("worker",), color="#000000",
+                                     engine="planted:Engine", model="planted", options=options)
+    for options, match in [(("micro_batches",), "'micro_batches' of planted belongs to stanza already"),
+                           (("variant",), "'variant' of planted: the name is taken by the configuration")]:
+        with pytest.raises(ValueError, match=match):
+            registry.register(spec(*options))
+        assert "planted" not in registry.names()
+    with registry.registered(spec()):  # no options: the base options class, nothing to set
+        v = Variant("planted")
+        assert v.options.values() == {} and v.label == "planted" and v.micro_batches == 1
+        with pytest.raises(ValueError, match="micro_batches 2 applies to stanza only, not planted"):
+            Variant("planted", micro_batches=2)
+    with registry.registered(registry.dataclasses.replace(spec("pieces"))):  # a record whose class is missing
+        with pytest.raises(ValueError, match="lists options .'pieces',. but its options class StrategyOptions has"):
+            Variant("planted")
