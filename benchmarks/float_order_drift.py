@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import platform
 import sys
 
 import torch
@@ -31,6 +32,19 @@ QUICK = dict(model="tiny_cnn", global_batch=24, steps=60, lr=0.05, momentum=0.5,
 # 4 = those workers with 2 micro-batches each (stanza_hybrid_m2's arithmetic, CONV side)
 CHUNKS = [24, 12, 8, 6, 4, 1]
 PARTED = 1e-6  # relative parameter difference taken as "parted"
+
+
+def machine() -> dict:
+    """What float32 summation order on the CPU depends on beyond the code: the processor (MKL's and
+    oneDNN's kernels block their sums by its ISA and cache sizes), the ISA torch dispatches to, and
+    torch's version. Two machines with the same record give the same bits; others may differ by ulps
+    (seen: a processor with AVX-512 and AMX against the one the convergence bounds were measured on)."""
+    name = ""
+    if os.path.exists("/proc/cpuinfo"):
+        with open("/proc/cpuinfo") as f:
+            name = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), "")
+    return {"cpu": name or platform.processor(), "capability": torch.backends.cpu.get_cpu_capability(),
+            "torch": torch.__version__}
 
 
 def train(batches, chunk: int, dtype: torch.dtype, q=QUICK):

@@ -2,16 +2,20 @@
 
 After several momentum-SGD steps with dropout on (SampleDropout gives each sample the same mask
 wherever it is processed), the saved parameters of ddp / ps / stanza equal `local`'s on the
-same global batches. Tolerance rtol=1e-5, atol=1e-6: the strategies add the same per-sample
-gradients in a different order (fp32 rounding ~1e-7 relative per step); anything wrong in the
-algorithm (a missing sample, a doubled gradient, a stale parameter) is off by > 1e-3.
+same global batches. Tolerance rtol=1e-5 and, per model, the atol that float order alone needs
+(benchmarks/results/exactness_float_order.json: each model trained in one process with its
+gradients summed over every chunking of the batch, 10 x the largest excess, rounded up): the
+strategies add the same per-sample gradients in a different order, ~1e-8 apart, or ~1e-5 after an
+ulp flips a ReLU or max-pool near-tie (alexnet: atol 2e-4); one wrong label moves ~1e-2.
 
 The same runs check each rank's counted bytes per step against the figure worked out by hand
 from the model's parameter counts, the boundary size and the batch (docs/architecture.md).
 """
 from __future__ import annotations
 
+import json
 from fractions import Fraction
+from pathlib import Path
 
 import pytest
 
@@ -21,6 +25,9 @@ from stanza_core.split import split_model
 from dist_launch import assert_same_params, grouped_runs
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
+
+FLOAT_ORDER = Path(__file__).resolve().parents[2] / "benchmarks" / "results" / "exactness_float_order.json"
+ATOL = {model: r["atol"] for model, r in json.loads(FLOAT_ORDER.read_text())["models"].items()}
 
 
 def ring(n: int, nbytes: int) -> int:
@@ -120,7 +127,7 @@ def runs(tmp_path_factory):
 def test_strategy_equals_local(request, runs, oracle, model, image_size, g, steps, strategy, n, extra):
     ref_metrics, ref_state, _ = oracle(model, image_size, g, steps)
     metrics, state = runs(request.node.callspec.id)
-    assert_same_params(state, ref_state)
+    assert_same_params(state, ref_state, atol=ATOL[model])
     for mine, ref in zip(metrics["steps"], ref_metrics["steps"]):
         assert mine["loss"] == pytest.approx(ref["loss"], rel=1e-5)
     assert ref_metrics["steps"][0]["loss"] != ref_metrics["steps"][-1]["loss"]  # it did train
