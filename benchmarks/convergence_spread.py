@@ -99,6 +99,7 @@ def main(argv=None) -> int:
     judged = {k: strategies[k]["max_loss_diff_vs_local_window"] for k in EXACT if k in strategies}
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
     out = {"params": q, "measured": f"{started}, at commit {commit} (uncommitted changes not recorded)",
+           "machine": drift.machine(),
            "window_steps": window, "exact_spreads": spreads, "judged_spreads": judged, "safety": convergence.SAFETY,
            "bound": convergence.exact_bound(spreads), "envelope_spreads": whole,
            "envelope_bound": convergence.envelope_bound(whole), "float_order": ref, "strategies": strategies}

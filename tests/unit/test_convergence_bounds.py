@@ -81,13 +81,30 @@ def test_window_and_bound_are_those_measured(measured, claims):
 def test_the_float_order_window_still_holds_for_this_engine(measured):
     """Deterministic on one machine (one thread, CPU). A change of the engine's arithmetic or dropout
     masks moves the first flipped near-tie (from step 17 at b7eb135 to step 5 after the mask changes
-    876d06f and 41ef5fa): this fails then, and benchmarks/convergence_spread.py must be run again."""
-    spec = importlib.util.spec_from_file_location("convergence_spread", ROOT / "benchmarks" / "convergence_spread.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    876d06f and 41ef5fa): this fails then, and benchmarks/convergence_spread.py must be run again.
+
+    The bits of each float-order spread depend on the processor too (MKL's and oneDNN's blocking of
+    a sum: on a processor with AVX-512 and AMX the chunked runs differ from the measurement by ulps,
+    while the unchunked float32 run and the first flip agree). So: the flip's step everywhere; the
+    spreads bit for bit on the machine the file records (float_order_drift.machine()); elsewhere
+    each float32 spread in the window stays inside the exactness bound the claims use, the property
+    they rest on. (Seen on 2026-12-07, Xeon with AVX-512 and AMX: the largest, 6x4 at step 0, is
+    3.28e-7 against the file's 2.98e-7, so the bound's margin over float order is 9x there, not 10x.)"""
+    mod = load_benchmark("convergence_spread")
     now = mod.float_order(8)
     assert now["first_pool_switch"] == measured["float_order"]["first_pool_switch"] == convergence.EXACT_WINDOW - 1
+    same_machine = measured.get("machine") == mod.drift.machine()
     for name, run in now["runs"].items():
         if name.startswith("fp32 "):
-            was = measured["float_order"]["runs"][name]["loss_diff"][:convergence.EXACT_WINDOW]
-            assert run["loss_diff"][:convergence.EXACT_WINDOW] == was, name
+            if same_machine:
+                was = measured["float_order"]["runs"][name]["loss_diff"][:convergence.EXACT_WINDOW]
+                assert run["loss_diff"][:convergence.EXACT_WINDOW] == was, name
+            else:
+                assert max(run["loss_diff"][:convergence.EXACT_WINDOW]) < measured["bound"], name
+
+
+def load_benchmark(name: str):
+    spec = importlib.util.spec_from_file_location(name, ROOT / "benchmarks" / f"{name}.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
