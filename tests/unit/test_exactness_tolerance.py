@@ -31,11 +31,19 @@ def exactness_cases() -> list[tuple]:
     return ast.literal_eval(node.value)
 
 
+def default_rtol() -> float:
+    """dist_launch.assert_same_params's default rtol, read from its source."""
+    tree = ast.parse((ROOT / "tests" / "dist" / "dist_launch.py").read_text())
+    fn = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "assert_same_params")
+    names = [a.arg for a in fn.args.args][-len(fn.args.defaults):]
+    return ast.literal_eval(fn.args.defaults[names.index("rtol")])
+
+
 def test_the_file_covers_every_configuration_the_exactness_test_runs():
     bench = load_benchmark()
     measured = {(m, r["image_size"], r["global_batch"], r["steps"]) for m, r in MEASURED["models"].items()}
     assert {c[:4] for c in exactness_cases()} == measured == set(bench.CONFIGS)
-    assert MEASURED["rtol"] == bench.RTOL
+    assert MEASURED["rtol"] == bench.RTOL == default_rtol()  # the rtol the atol was measured beside
     assert (MEASURED["lr"], MEASURED["momentum"]) == (0.05, 0.9)  # test_exactness's --lr, TrainConfig's momentum
 
 
