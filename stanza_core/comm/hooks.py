@@ -89,7 +89,8 @@ class PowerSGDStates:
 
 def compressed_allreduce(comm, bucket: FlatBucket, group: str, category: str, compression: str):
     """Sum `bucket`'s buffer in place over `group` through one of DDP's own comm hooks
-    (fp16 / bf16 compression, or PowerSGD rank 1); returns a future (None for a group of one).
+    (fp16 / bf16 compression, or PowerSGD rank 1); returns a future (None for a group of one) and
+    the logical bytes the bucket's allreduce carries per rank (what an unscaled run allreduces).
 
     The hooks average; the caller multiplies by the group size. Counted bytes follow what the
     hook really allreduces: 2-byte values for fp16/bf16; for PowerSGD the vanilla buffer in
@@ -97,7 +98,7 @@ def compressed_allreduce(comm, bucket: FlatBucket, group: str, category: str, co
     hook's own tally (`total_numel_after_compression`) records them."""
     n = len(comm.group_ranks[group])
     if n == 1:
-        return None
+        return None, 0
     pg = comm.groups[group]
     full = bucket.buffer()
     if comm.payload_scale > 1:  # replayed: the hook compresses 1/F of the bucket; its caller gets the whole back
@@ -125,7 +126,7 @@ def compressed_allreduce(comm, bucket: FlatBucket, group: str, category: str, co
         comm.messages.append(logical)
     if buf is not full:
         fut = fut.then(lambda _f: full)
-    return fut
+    return fut, logical
 
 
 def ddp_hook(comm, average: bool = True):
@@ -143,6 +144,7 @@ def ddp_hook(comm, average: bool = True):
             comm.messages.append(nbytes(buf))
         work = dist.all_reduce(wire, async_op=True)
         comm.mark_allreduce(work, "grads", nbytes(buf))  # DDP's buckets on the timeline too
+        comm._record_collective(work, None, nbytes(buf), "grads")  # and in the recorded program
         comm.ddp_works.append(work)
         if not average:  # replayed: DDP gets its whole bucket back (values mean nothing)
             return work.get_future().then(lambda _f: buf)

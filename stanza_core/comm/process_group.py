@@ -32,6 +32,7 @@ import torch.distributed as dist
 from . import hooks
 from .accounting import ByteCounter, nbytes
 from .failures import HOST_RANKS_ENV, PeerError, first_line, join_timeout_s, nccl_watchdog_timeout_s
+from .record import Recorder
 from .staged import STAGED_P2P_ENV, staged
 
 
@@ -71,6 +72,7 @@ class Comm:
         self.timeline: list[dict] | None = None  # a list once enable_timeline() is called
         self.step_starts: list[float] = []  # perf_counter() at each counting() entry (timeline on)
         self._pending: dict[int, tuple] = {}  # id(work) -> (event, category, peer, bytes)
+        self.recorder: Recorder | None = None  # the rank's program, once record() is called (record.py)
 
     # -- life cycle ---------------------------------------------------------------------------
     @classmethod
@@ -184,6 +186,17 @@ class Comm:
     def enable_timeline(self):
         self.timeline = []
 
+    # -- the rank's program (record.py) ---------------------------------------------------------
+    def record(self) -> Recorder:
+        """Record this rank's program from now on (inside steps: record.Recorder.begin_step)."""
+        self.recorder = Recorder(self.rank)
+        return self.recorder
+
+    def _record_collective(self, handle, group: str | None, nbytes: int, category: str):
+        """A collective launched now (its work or future `handle`), in the recorded program."""
+        if self.recorder is not None and self._counting:
+            self.recorder.bind(handle, self.recorder.collective("allreduce", group, nbytes, category))
+
     def mark(self, event: str, category: str | None = None, peer: int | None = None, nbytes: int = 0):
         """Record one timeline event now (a no-op unless the timeline is on, inside a step)."""
         if self.timeline is not None and self._counting:
@@ -206,7 +219,8 @@ class Comm:
         transfers on different groups do not queue behind each other."""
         ops = sorted(ops, key=lambda o: (o[2], o[0]))
         pg = self.groups.get(group) if group else None
-        p2p_ops = []
+        p2p_ops, recorded = [], []
+        rec = self.recorder if self.recorder is not None and self._counting else None
         for kind, tensor, peer, category, *tag in ops:
             if peer == self.rank:
                 raise ValueError(f"rank {self.rank} cannot {kind} to itself")
@@ -220,6 +234,8 @@ class Comm:
                 self.messages.append(n)
             p2p_ops.append(dist.P2POp(dist.isend if send else dist.irecv, wire, peer, group=pg,
                                       tag=tag[0] if tag else 0))
+            if rec is not None:
+                recorded.append(rec.p2p(kind, peer, n, category, tag[0] if tag else 0, group))
             self.mark(kind, category, peer, n)
         if not p2p_ops:
             return []
@@ -229,12 +245,18 @@ class Comm:
             works = [staged(op) for op in p2p_ops]
         else:
             works = [op.op(op.tensor, op.peer, group=pg, tag=op.tag) for op in p2p_ops]
+        if rec is not None:
+            for w, op_id in zip(works, recorded):
+                rec.bind(w, op_id)
         if self.timeline is not None and self._counting and len(works) == len(ops):
             for w, (kind, tensor, peer, category, *_) in zip(works, ops):
                 self._pending[id(w)] = (kind + "_done", category, peer, nbytes(tensor))
         return works
 
     def wait(self, works: Iterable, what: str = "point-to-point transfer"):
+        works = list(works)
+        if self.recorder is not None and self._counting:
+            self.recorder.wait(works)
         for w in works:
             self._wait_one(w, what)
 
@@ -251,9 +273,22 @@ class Comm:
         Gloo's Work.is_completed() does not progress a pending receive, so each group is
         waited on by a helper thread (wait() releases the GIL) and the first to finish is
         handed back first. Errors and timeouts surface as PeerError."""
+        rec = self.recorder if self.recorder is not None and self._counting else None
+        if rec is not None:
+            rec.begin_any(groups)
+        try:
+            yield from self._as_completed(groups, what, rec)
+        finally:
+            if rec is not None:
+                rec.end_any()
+
+    def _as_completed(self, groups: list[list], what: str, rec: Recorder | None) -> Iterator[int]:
         if len(groups) <= 1:
             for i, works in enumerate(groups):
-                self.wait(works, what)
+                for w in works:
+                    self._wait_one(w, what)
+                if rec is not None:
+                    rec.body(i)
                 yield i
             return
         done: queue.Queue = queue.Queue()
@@ -276,6 +311,8 @@ class Comm:
                 raise PeerError(f"rank {self.rank}: {what} timed out after {self.timeout.total_seconds():.0f} s") from None
             if err is not None:
                 raise PeerError(f"rank {self.rank}: {what} failed: {first_line(err)}")
+            if rec is not None:
+                rec.body(i)
             yield i
 
     # -- collectives ----------------------------------------------------------------------------
@@ -292,8 +329,11 @@ class Comm:
             self.messages.append(nbytes(tensor))
         work = dist.all_reduce(wire, group=self.groups.get(group) if group else None, async_op=True)
         self.mark_allreduce(work, category, nbytes(tensor))
+        self._record_collective(work, group, nbytes(tensor), category)
         if async_op:
             return work
+        if self.recorder is not None and self._counting:
+            self.recorder.wait([work])
         self._wait_one(work, f"allreduce of {category}")
         return None
 
@@ -330,6 +370,8 @@ class Comm:
         return e
 
     def wait_future(self, fut, what: str):
+        if self.recorder is not None and self._counting:
+            self.recorder.wait([fut])
         try:
             return fut.wait()
         except RuntimeError as e:
@@ -343,7 +385,10 @@ class Comm:
     # -- gradient hooks (hooks.py) ----------------------------------------------------------------
     def hook_allreduce(self, bucket: "hooks.FlatBucket", group: str, category: str, compression: str):
         """`bucket` summed over `group` through a DDP compression hook (hooks.compressed_allreduce)."""
-        return hooks.compressed_allreduce(self, bucket, group, category, compression)
+        fut, logical = hooks.compressed_allreduce(self, bucket, group, category, compression)
+        if fut is not None:
+            self._record_collective(fut, group, logical, category)
+        return fut
 
     def powersgd_states(self) -> dict[str, dict]:
         """PowerSGD hook state per group (iteration, error feedback, warm-start P and Q), to checkpoint."""

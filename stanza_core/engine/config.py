@@ -70,6 +70,7 @@ class TrainConfig(HoldsVariant):
     exact: bool = False  # GPU numerics equal to CPU within fp32 tolerance: TF32 off, deterministic cuDNN
     backend: str = "auto"  # auto (nccl on cuda, gloo on cpu) | gloo (also: several ranks share a GPU) | nccl
     timeline: bool = False  # record per-rank event timestamps (sends, receives, allreduces, compute) in the metrics JSON
+    record_program: str | None = None  # replay: write every rank's program (each step's compute waits, messages, collectives and waits, in order: stanza_core/comm/record.py) to this JSON file (rank 0)
     compute: str = "real"  # real | replay (layer arithmetic replaced by waits: stanza_core/engine/replay.py)
     replay_device: str | None = None  # replay: a device (v100, h200-measured, ...: perf device names) or PATH.json
     dilation: float = 1.0  # replay: D, each replayed compute time is D x the device's
@@ -115,7 +116,7 @@ class TrainConfig(HoldsVariant):
         self._check_paths()
         if self.quiet and self.verbose:
             raise ConfigError("--quiet and --verbose contradict each other; give one")
-        for name in ("save", "metrics", "log_csv"):
+        for name in ("save", "metrics", "log_csv", "record_program"):
             path = getattr(self, name)
             if path and os.path.exists(path) and not self.overwrite and not self.resume:
                 raise ConfigError(f"--{name.replace('_', '-')} {path} already exists; pass --overwrite to replace it")
@@ -149,6 +150,15 @@ class TrainConfig(HoldsVariant):
                                       "(replayed compute does not train the parameters)")
         elif self.replay_device or self.dilation != 1.0 or self.replay_jitter or self.replay_wait != "sleep":
             raise ConfigError("--replay-device, --dilation, --replay-wait and --replay-jitter need --compute replay")
+        if self.record_program:
+            if self.compute != "replay":
+                raise ConfigError("--record-program needs --compute replay (a program's compute is the device "
+                                  "profile's waits); expected --compute replay --replay-device NAME")
+            if self.replay_jitter:
+                raise ConfigError("--record-program records the device profile's own times; expected no --replay-jitter")
+            if self.grad_compression == "powersgd":
+                raise ConfigError("--record-program does not record --grad-compression powersgd (its hook runs "
+                                  "several allreduces per bucket outside the engine's handle); expected none, fp16 or bf16")
         if isinstance(self.payload_scale, bool) or not isinstance(self.payload_scale, int) or self.payload_scale < 1:
             raise ConfigError(f"--payload-scale must be an integer >= 1, got {self.payload_scale!r}")
         if self.payload_scale != 1:
@@ -166,7 +176,7 @@ class TrainConfig(HoldsVariant):
         """Every output path can be written, checked now: a run never trains and then fails to save."""
         if self.save and self.metrics and os.path.abspath(self.save) == os.path.abspath(self.metrics):
             raise ConfigError(f"--save and --metrics name the same file {self.save}")
-        for name in ("save", "metrics", "log_csv"):
+        for name in ("save", "metrics", "log_csv", "record_program"):
             path = getattr(self, name)
             if path:
                 check_writable(f"--{name.replace('_', '-')}", path, folder=False)

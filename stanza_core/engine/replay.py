@@ -265,6 +265,7 @@ class Replayer:
         self.jitter: list[dict[str, float]] | None = None  # this rank's factors, in the order steps take them
         self.jitter_source: str | None = None
         self.factors = dict.fromkeys(JITTER_PHASES, 1.0)  # the current step's
+        self.recorder = None  # a comm.record.Recorder: every wait is also reported there (undilated)
         memo = {id(t): torch.empty_like(t, device="meta") for t in model.buffers()}
         memo.update({id(p): nn.Parameter(torch.empty_like(p, device="meta"), requires_grad=p.requires_grad)
                      for p in model.parameters()})  # parameters stay parameters: probe learns their order
@@ -295,7 +296,7 @@ class Replayer:
         """Wait `seconds` by --replay-wait's rule (sleep: release the CPU; spin: busy-wait them on
         the wall clock; cpu: busy-wait until this thread has run them). Overshoot is carried as
         debt and taken off the next waits, so the sum of waits tracks the sum of replayed times."""
-        if not self.armed or seconds <= 0:
+        if not self.armed or seconds <= 0 or self.mode == "none":  # none: a trace of the waits only (sim/compute.py)
             return
         want = seconds - self.debt_s
         if want <= 0:
@@ -311,20 +312,27 @@ class Replayer:
         self.debt_s = clock() - c0 - want
         self.waited_s += time.perf_counter() - t0
 
-    def seconds(self, layer: _Layer, phase: str, batch: int) -> float:
-        """D x the target device's time of one call of `layer` in `phase` on `batch` samples."""
+    def target_seconds(self, layer: _Layer, phase: str, batch: int) -> float:
+        """The target device's time of one call of `layer` in `phase` on `batch` samples (D = 1)."""
         if self.measured is not None:
             if self.measured.extrapolated(batch):
                 self.extrapolated.add(batch)
-            return self.dilation * self.measured.call_s(layer.name, phase, batch) / layer.calls
+            return self.measured.call_s(layer.name, phase, batch) / layer.calls
         if layer.part is None or layer.share <= 0:
             return 0.0
-        return self.dilation * layer.share * self.dev.time_s(layer.part, phase, batch)
+        return layer.share * self.dev.time_s(layer.part, phase, batch)
+
+    def seconds(self, layer: _Layer, phase: str, batch: int) -> float:
+        """D x the target device's time of one call of `layer` in `phase` on `batch` samples."""
+        return self.dilation * self.target_seconds(layer, phase, batch)
 
     def compute(self, layer: _Layer, phase: str, batch: int):
-        seconds = self.seconds(layer, phase, batch) * self.factors[phase]
+        base = self.target_seconds(layer, phase, batch)
+        seconds = self.dilation * base * self.factors[phase]
         if self.trace is not None and self.armed:
             self.trace.append((layer.name, phase, batch, seconds))
+        if self.recorder is not None and self.armed:
+            self.recorder.compute(layer.name, phase, base)
         if seconds > 0:
             self.wait(seconds)
 
@@ -340,14 +348,23 @@ class Replayer:
         self.armed, self.debt_s = True, 0.0
         if self.jitter is not None:
             self.factors = self.jitter[t % len(self.jitter)]
+        if self.recorder is not None:
+            self.recorder.compute("step", "overhead", self.dev.step_overhead_s)
         self.wait(self.dilation * self.dev.step_overhead_s)
 
     def replay_optimizer(self, optimizer: torch.optim.Optimizer):
         """optimizer.step() becomes a wait of D x update_s_per_param x the parameters it steps, and
         optimizer.zero_grad() does nothing (no optimizer state is ever made)."""
         n = sum(p.numel() for g in optimizer.param_groups for p in g["params"])
-        seconds = self.dilation * self.dev.update_s_per_param * n
-        optimizer.step = lambda closure=None: self.wait(seconds * self.factors["update"])
+        base = self.dev.update_s_per_param * n
+        seconds = self.dilation * base
+
+        def step(closure=None):
+            if self.recorder is not None and self.armed:
+                self.recorder.compute("optimizer", "update", base)
+            self.wait(seconds * self.factors["update"])
+
+        optimizer.step = step
         # gradients stay bound to their buffers (param_grad): clearing them is host work with no
         # effect on what crosses the network
         optimizer.zero_grad = lambda set_to_none=True: None

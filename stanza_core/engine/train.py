@@ -214,6 +214,7 @@ def _train(cfg, prep: Prepared, comm) -> dict | None:
         use_global_batch_stats(part, lambda t: comm.allreduce(t, "bn", "bn_stats"), topo.data_workers)
     if cfg.timeline:
         comm.enable_timeline()
+    recorder = comm.record() if cfg.record_program else None
     if cfg.compile:  # in place, before any wrapper (DDP) sees the model; traced at the first step
         compile_pieces(model, prep.split, cfg.compile_mode)
     strategy = registry.get(cfg.strategy).engine_class()(model, cfg, topo, comm, device, prep.split)
@@ -225,6 +226,7 @@ def _train(cfg, prep: Prepared, comm) -> dict | None:
     replayer = replay.replayer_of(model)
     if replayer:
         replayer.replay_optimizer(strategy.optimizer)
+        replayer.recorder = recorder
 
     def batch_for(t) -> Batch | None:
         """Load this rank's slice of step t's global batch now, so data loading stays out of the
@@ -248,11 +250,15 @@ def _train(cfg, prep: Prepared, comm) -> dict | None:
     for t in steps:
         batch = batch_for(t)
         mark = log.start()
+        if recorder is not None:
+            recorder.begin_step()
         if replayer:
             replayer.begin_step(t)
         with naming_step(comm, t):
             with comm.counting():
                 share = strategy.step(t, batch)
+        if recorder is not None:
+            recorder.end_step()
         due = log.end(mark, share)
         if cfg.compute != "real":
             # Replayed values mean nothing, but an allreduce still runs every step: it is the one
@@ -285,8 +291,11 @@ def _train(cfg, prep: Prepared, comm) -> dict | None:
                             strategy.checkpoint_state())
     state = strategy.full_state_dict()
     everyone = comm.all_gather_object(rank_record(comm, strategy, log, replayer, rss))
+    programs = comm.all_gather_object(recorder.to_list()) if recorder is not None else None
     if comm.rank != 0:
         return None
+    if programs is not None:
+        atomic.write_text(cfg.record_program, json.dumps(recorded_program(cfg, topo, groups, programs, replayer)) + "\n")
     metrics = build_metrics(cfg, topo, device, start, everyone, replayer.describe() if replayer else None)
     if cfg.save:
         atomic.torch_save(state, cfg.save)
@@ -294,6 +303,22 @@ def _train(cfg, prep: Prepared, comm) -> dict | None:
         atomic.write_text(cfg.metrics, json.dumps(metrics, indent=1))
     logger.info(summary_line(metrics, cfg.metrics))
     return metrics
+
+
+def recorded_program(cfg: TrainConfig, topo: Topology, groups: dict[str, list[int]], steps: list, replayer) -> dict:
+    """--record-program's file: every rank's recorded steps (comm/record.py) with what the run was
+    (stanza_core.sim.program's format)."""
+    from ..sim import program  # the format module only (no simulator)
+
+    world = topo.world_size
+    meta = {"strategy": cfg.strategy, "label": cfg.variant.label, "model": cfg.model, "image_size": cfg.image_size,
+            "num_classes": cfg.num_classes, "global_batch": cfg.global_batch, "world_size": world,
+            "options": cfg.variant.options.values(), "replay_device": cfg.replay_device,
+            "device_row": replayer.dev.name if replayer is not None else None, "bucket_mb": cfg.bucket_mb,
+            "bn_stats": cfg.bn_stats, "boundary": cfg.boundary, "steps": cfg.steps, "warmup": cfg.warmup,
+            "version": __version__}
+    return program.document(source="recorded", meta=meta, roles=[topo.role(r) for r in range(world)],
+                            groups={"world": list(range(world)), **groups}, steps=steps)
 
 
 @record  # an exception escaping a rank goes to torchrun's error file, which the launcher reads
