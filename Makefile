@@ -19,6 +19,8 @@ $(STAMP): pyproject.toml constraints.txt
 	$(BIN)/python -m pip install -q --disable-pip-version-check -c constraints.txt -e '.[dev]' 2> >(grep -v "is ignored: it is neither a file nor a directory" >&2)
 	@# Headless Chromium for PNG figures and the browser test (best effort: skipped without root/apt).
 	@bash scripts/install_chromium.sh || echo "chromium: not installed; PNG export and browser tests will be skipped"
+	@# SimGrid's Python bindings for the simulated cluster (Debian's python3-simgrid; best effort like Chromium).
+	@bash scripts/install_simgrid.sh $(BIN)/python || echo "simgrid: not installed; simulated figures will say so"
 	@touch $(STAMP)
 
 # FULL=1: the paper-scale run. Its replayed configurations are measured into the committed store

@@ -15,9 +15,13 @@ correction factors; cross-traffic off: TCP's acknowledgements, one 66-byte frame
 
 An actor executes its rank's operations in program order:
   compute       sleep_for(seconds) (consecutive computes as one sleep)
-  send / recv   an asynchronous put / get on the mailbox of (sender, receiver, group, tag): a
-                message starts once both sides have posted it (gloo's rendezvous: the receiver
-                announces its buffer), and matches in posting order
+  send / recv   a put / get on the mailbox of (sender, receiver, group, tag): a message starts
+                once both sides have posted it (gloo's rendezvous: the receiver announces its
+                buffer) and matches in posting order; the messages of one connection (sender,
+                receiver, process group: gloo keeps one per pair and group) travel one after
+                another in posting order, so concurrent messages to one peer do not share its
+                link but queue (this rule was adopted after the fair-sharing form timed the fit
+                half's overlapped-push configuration 16 % slow: sim/validation.py)
   collective    handed to its group's runner, which starts once every member has posted it and
                 runs it as the algorithm's point-to-point messages (below); gloo runs up to two
                 of a process group's collectives at once (ProcessGroupGloo's two worker threads),
@@ -91,6 +95,14 @@ def ring_sends(nbytes: int, n: int) -> list[list[int]]:
     return rounds
 
 
+class _Message:
+    __slots__ = ("id", "tag", "nbytes", "sem")
+
+    def __init__(self, sg, op):
+        self.id, self.tag, self.nbytes = op["id"], op["tag"], int(op["bytes"])
+        self.sem = sg.Semaphore(0)
+
+
 class _Collective:
     __slots__ = ("group", "members", "nbytes", "arrived", "sem", "done")
 
@@ -129,6 +141,8 @@ class Simulation:
         self.colls: dict[tuple[str, int], _Collective] = {}
         self.queue: dict[str, list[_Collective]] = {g: [] for g in self.groups}
         self.running: dict[str, int] = {g: 0 for g in self.groups}
+        self.conn_queue: dict[tuple, list] = {}
+        self.conn_busy: set[tuple] = set()
         self.link_up = [0] * self.world
         self.link_down = [0] * self.world
         self.messages = 0
@@ -179,15 +193,14 @@ class Simulation:
             return
         self._flush(st)
         if kind == "send":
-            mb = self.sg.Mailbox.by_name(f"{r}>{op['peer']}|{op['group']}|{op['tag']}")
-            st["h"][op["id"]] = ("comm", mb.put_async(None, int(op["bytes"])))
+            st["h"][op["id"]] = ("send", self._send(r, op))
             self.link_up[r] += op["bytes"]
             self.link_down[op["peer"]] += op["bytes"]
             self.messages += 1
         elif kind == "recv":
             mb = self.sg.Mailbox.by_name(f"{op['peer']}>{r}|{op['group']}|{op['tag']}")
-            comm, _data = mb.get_async()
-            st["h"][op["id"]] = ("comm", comm)
+            comm, data = mb.get_async()  # `data` kept alive until the step ends: the binding's buffer
+            st["h"][op["id"]] = ("comm", comm, data)
         elif kind == "collective":
             st["h"][op["id"]] = ("coll", self._launch(r, op))
         elif kind == "wait":
@@ -201,10 +214,10 @@ class Simulation:
     def _wait(self, i, st):
         if i in st["done"]:
             return
-        what, h = st["h"][i]
+        what, h = st["h"][i][:2]
         if what == "comm":
             h.wait()
-        else:
+        else:  # a collective, or a send on its connection
             h.sem.acquire()
         st["done"].add(i)
 
@@ -238,6 +251,27 @@ class Simulation:
         if lasts:
             for e in lasts.get(len(ops), ()):
                 self._op(e, st)
+
+    # -- sends: one connection per (sender, receiver, group), its messages one after another ------
+    def _send(self, r: int, op) -> "_Message":
+        key = (r, op["peer"], op["group"])
+        m = _Message(self.sg, op)
+        self.conn_queue.setdefault(key, []).append(m)
+        if key not in self.conn_busy:
+            self.conn_busy.add(key)
+            self.sg.Actor.create(f"conn-{r}-{op['peer']}-{op['group']}", self.hosts[r], self._connection, key)
+        return m
+
+    def _connection(self, key):
+        """gloo writes a pair's messages on one connection in posting order: each starts (once its
+        receiver has posted it) when the one before it has arrived."""
+        src, dst, group = key
+        q = self.conn_queue[key]
+        while q:
+            m = q.pop(0)
+            self.sg.Mailbox.by_name(f"{src}>{dst}|{group}|{m.tag}").put(m.id, m.nbytes)
+            m.sem.release()
+        self.conn_busy.discard(key)
 
     # -- collectives -------------------------------------------------------------------------------
     def _launch(self, r: int, op) -> _Collective:
