@@ -6,10 +6,14 @@ Measures nothing.
 
     python benchmarks/results_page.py            # print the generated tables
     python benchmarks/results_page.py --write    # rewrite them in docs/results.md
-    python benchmarks/results_page.py --check    # exit 1 if docs/results.md's tables differ
+    python benchmarks/results_page.py --check    # exit 1 if docs/results.md's tables differ, a link is broken,
+                                                  # or a notebook's markdown cites a file that is not there
+    python benchmarks/results_page.py --figure   # redraw the README's picture (docs/img/paper_scale_speedups.png)
 
 Each table sits between `<!-- results:NAME:begin -->` and `<!-- results:NAME:end -->` in the page;
-the prose around them is written by hand. Verdicts come from the claims' own bounds through
+the prose around them is written by hand. A replayed figure is labelled by the device row and
+measurement version of the stored runs it rests on (replayed_row, runs_label), a modelled one by the
+row the model computes with (modelled_how): no label is written here by hand. Verdicts come from the claims' own bounds through
 stanza_core.reproduce (spec.evaluate_claims, tally), as `make reproduce FULL=1` would print them.
 """
 from __future__ import annotations
@@ -44,22 +48,76 @@ def grid() -> list[dict]:
     return Store(RESULTS / "full").latest()
 
 
-def _older(entries, model, nodes, gbps, labels, device="v100") -> list[tuple[int, int]]:
-    """(version, timed steps) of the stored runs of the cell that a figure uses (its `labels`)
-    that are not of the current measurement version."""
-    from stanza_core.runs.store import MEASUREMENT_VERSION
+# A stored run's key names the device-table row it replayed ("v100"), not the row's version, and a
+# row that changed kept its name: which row a measurement version's runs used, by today's table names
+# (stanza_core/perf/rows.py), where it is not the row of that name. Versions 1 and 2 replayed the V100
+# row v2 (today's "v100-v2": the history of MEASUREMENT_VERSION in stanza_core/runs/store.py); from
+# version 3 on "v100" is row v3. ROWS_READ_AT is the MEASUREMENT_VERSION this was last read against:
+# tests/unit/test_results_labels.py fails once the version moves on, until this is read again.
+RENAMED_ROWS: dict[int, dict[str, str]] = {1: {"v100": "v100-v2"}, 2: {"v100": "v100-v2"}}
+ROWS_READ_AT = 4
 
-    return sorted({(e["version"], len(e["run"]["steps_s"]) - e["key"]["warmup"]) for e in entries
-                   if (e["key"]["model"], e["key"]["nodes"], e["key"]["target_gbps"], e["key"]["replay_device"])
-                   == (model, nodes, gbps, device) and e["summary"]["label"] in labels
-                   and e["version"] != MEASUREMENT_VERSION})
+
+def replayed_row(entry: dict) -> str:
+    """The device a stored run's compute was replayed from, by today's name: its key's replay_device,
+    or the row that name stood for at the run's measurement version (RENAMED_ROWS)."""
+    device = str(entry["key"]["replay_device"])
+    return RENAMED_ROWS.get(entry["version"], {}).get(device, device)
 
 
-def _versions_note(entries, model, nodes, gbps, labels, device="v100") -> str:
-    """"" when every stored run of the cell that a figure uses (its `labels`) is of the current
-    measurement version, else which older version (and how many timed steps) it rests on."""
-    old = _older(entries, model, nodes, gbps, labels, device)
-    return ("; " + ", ".join(f"measurement version {v}, {t} timed step{'s' * (t > 1)}" for v, t in old)) if old else ""
+def row_name(device: str) -> str:
+    """How the page names a compute source: a device-table row by its version (perf.rows.row_version:
+    "v100 row v3"), anything else (a measured record such as h200-measured) as a record."""
+    from stanza_core.perf.devices import DEVICE_TABLE
+    from stanza_core.perf.rows import row_version
+
+    return row_version(device).split(" (")[0] if device in DEVICE_TABLE else f"{device} record"
+
+
+def modelled_how(device: str = "v100") -> str:
+    """The label of a modelled figure: the row the model computes with."""
+    return f"modelled ({row_name(device)})"
+
+
+def _timed(e: dict) -> int:
+    return len(e["run"]["steps_s"]) - e["key"]["warmup"]
+
+
+def cell_runs(entries, model, nodes, gbps, labels, device="v100") -> list[dict]:
+    """The stored runs of one (model, N, target, device) cell whose label is in `labels`."""
+    return [e for e in entries if (e["key"]["model"], e["key"]["nodes"], e["key"]["target_gbps"],
+                                   e["key"]["replay_device"]) == (model, nodes, gbps, device)
+            and e["summary"]["label"] in labels]
+
+
+def runs_label(used: list[dict], short: bool = False) -> str:
+    """What the runs behind a replayed figure are, read from the runs themselves: each compute row
+    (replayed_row) and its measurement versions, e.g. "v100 row v2, measurement version 2 (3 timed
+    steps)"; short: "v100 row v2, version 2"."""
+    by_row: dict[str, set] = {}
+    for e in used:
+        by_row.setdefault(row_name(replayed_row(e)), set()).add((e["version"], _timed(e)))
+    parts = []
+    for row, runs in sorted(by_row.items()):
+        if short:
+            parts.append(f"{row}, version " + ", ".join(str(v) for v in sorted({v for v, _ in runs})))
+        else:
+            parts.append(f"{row}, " + ", ".join(f"measurement version {v} ({t} timed step{'s' * (t != 1)})"
+                                                for v, t in sorted(runs)))
+    return "; ".join(parts)
+
+
+def replayed_cell(entries, model, nodes, gbps, ks, over="ps") -> dict:
+    """A replayed ratio (replayed_ratio) with the runs it rests on: {value, label, mixed}; value None
+    where a run is not stored, or where its runs replayed different rows (mixed: no ratio)."""
+    v = replayed_ratio(entries, model, nodes, gbps, ks, over)
+    used = cell_runs(entries, model, nodes, gbps, {over, *(f"stanza k={k}" for k in ks)})
+    mixed = len({replayed_row(e) for e in used}) > 1
+    return {"value": None if mixed else v, "label": runs_label(used) if v is not None else "",
+            "short": runs_label(used, short=True) if v is not None else "", "mixed": v is not None and mixed}
+
+
+MIXED = "no ratio: its runs replayed different rows"
 
 
 def _throughput(entries, model, nodes, gbps, device="v100"):
@@ -88,8 +146,8 @@ def earlier_replay(model, nodes, gbps) -> float | None:
 
 def modelled(model, nodes, gbps):
     """Notebook 03's and 05's model: the best stanza over ps (sharded over all N) and ddp, the current
-    V100 row (v3; the stored replayed runs were replayed with row v2, DEVICE_TABLE["v100-v2"]), 32
-    samples per data worker, 224x224 (experiments.throughput.model_curves)."""
+    V100 row (modelled_how names it), 32 samples per data worker, 224x224
+    (experiments.throughput.model_curves)."""
     from stanza_core.perf import Cluster, best_assignment, device_profile, named_profile
 
     prof = named_profile(model)
@@ -129,10 +187,12 @@ def _value(ours: str, entries, full_params):
     if p[0] == "replayed":
         model, n, g = p[2], int(p[3]), float(p[4])
         ks = full_params["paper_fc_workers"] if n in full_params["paper_nodes"] else [full_params["fc_workers"]]
-        return replayed_ratio(entries, model, n, g, ks), "replayed (V100 row v2)", f"`{FULL}` (grid)"
+        cell = replayed_cell(entries, model, n, g, ks)
+        value = MIXED if cell["mixed"] else cell["value"]
+        return value, f"replayed ({cell['label']})" if cell["label"] else None, f"`{FULL}` (grid)"
     if p[0] in ("modelled", "paper_scale") and p[-1] in ("vs_ps", "stanza_vs_ps"):
         model, g, n = (p[2], float(p[3]), int(p[5])) if p[0] == "modelled" else (p[2], float(p[3]), 16)
-        return modelled(model, n, g)["vs_ps"], "modelled (V100 row v3)", "`make reproduce` (notebooks 03, 05)"
+        return modelled(model, n, g)["vs_ps"], modelled_how(), "`make reproduce` (notebooks 03, 05)"
     raise KeyError(ours)
 
 
@@ -141,7 +201,7 @@ def _how(c: dict, label: str | None) -> str:
     kind = c.get("kind")
     if kind is None or label is None:
         return kind or label or "-"
-    return label if label.startswith(kind) and label != kind else kind
+    return label if label.startswith(kind.split(" (")[0]) and label != kind else kind
 
 
 def _fmt_bound(c: dict) -> str:
@@ -179,7 +239,7 @@ def _figure_value(ours: str):
     """A counted paper-figure claim's value (and its sharded twin): (value, how, command)."""
     p = ours.split(".")
     if p[0] == "paper_ps":
-        return _lookup(paper_ps(), ".".join(p[1:])), "modelled (V100 row v3)", "`make reproduce` (notebook 05)"
+        return _lookup(paper_ps(), ".".join(p[1:])), modelled_how(), "`make reproduce` (notebook 05)"
     if p[0] == "paper_model" and p[2] == "ratio_vs_n":
         from stanza_core.experiments.traffic import paper_model_curves
 
@@ -205,11 +265,10 @@ def _replayed_sharded(figure_id: str) -> str:
         return ""
     full = load_spec(ROOT / "reproductions" / "throughput.yaml").params["full"]
     entries = grid()
-    v = replayed_ratio(entries, model, 16, 100.0, full["paper_fc_workers"])
-    if v is None:
+    cell = replayed_cell(entries, model, 16, 100.0, full["paper_fc_workers"])
+    if not cell["label"]:
         return ""
-    note = _versions_note(entries, model, 16, 100.0, {"ps", *(f"stanza k={k}" for k in full["paper_fc_workers"])})
-    return f"; replayed (V100 row v2{note}): {v:.2f}x"
+    return f"; replayed ({cell['label']}): " + (MIXED if cell["mixed"] else f"{cell['value']:.2f}x")
 
 
 def paper_rows() -> list[dict]:
@@ -244,6 +303,43 @@ def paper_rows() -> list[dict]:
     return out
 
 
+def stated_lines() -> list[str]:
+    """What the stated PS gives, from notebook 05's paper_ps results (modelled): the rule's pick, each
+    100 Gb/s figure's distance from the paper's and from its bound, and the 10 Gb/s range's low end
+    at the batch the YAML fixed for it and at the stated set's own batch."""
+    from stanza_core.experiments.paper_ps import PsAssumption, Speedups
+    from stanza_core.experiments.paper_ps_report import LOW_END_MODELS, LOW_END_NODES, PAPER_RANGE, RANGE_GBPS
+
+    pp = paper_ps()
+    tol = pp["tolerance"]
+    figs = []
+    for m, a in pp["at_100"].items():
+        d = a["stated"] - a["paper"]
+        figs.append(f"{m} {a['stated']:.2f}x against {a['paper']}x ({d:+.2f}, {_pct(d / a['paper'], True)}; "
+                    + (f"{abs(d) - tol:.2f} outside its bound of ± {tol:g})" if abs(d) > tol else f"inside ± {tol:g})"))
+    f = load_spec(ROOT / "reproductions" / "bandwidth_sweep.yaml").params["full"]
+    stated = PsAssumption(server_share=f["paper_ps_share"], placement=f["paper_ps_placement"],
+                          overlap=f["paper_ps_overlap"], batch_per_worker=f["paper_ps_batch"],
+                          goodput=f["paper_ps_goodput"])
+    low = pp["range_10"]["low"]
+    sp = Speedups(list(LOW_END_MODELS), LOW_END_MODELS, pp["device"])
+    own = {m: sp.of(m, stated, LOW_END_NODES, RANGE_GBPS)["speedup"] for m in LOW_END_MODELS}
+    m_own = min(own, key=own.get)
+    lo, r = PAPER_RANGE[0], pp["range_10"]["within"][0]
+    rel = next(c["rel_tolerance"] for c in load_spec(ROOT / "reproductions" / "bandwidth_sweep.yaml").claims
+               if c.get("paper_figure") == "range_10gbps" and "figure" in c)
+    side = lambda e: "inside" if e <= rel else "outside"  # noqa: E731  the claim's bound on each end
+    return [f"- Under the stated PS ({pp['rule_pick'] or 'no pick'}; some searched set holds both figures: "
+            f"{'yes' if pp['both_hold_anywhere'] else 'no'}), {pp['nodes']} workers at {pp['gbps']:g} Gb/s: "
+            + "; ".join(figs) + ".",
+            f"- The 10 Gb/s range's low end at {low['batch_per_worker']} samples per worker, the batch "
+            f"`reproductions/bandwidth_sweep.yaml` fixed for it before it was computed: {low['model']} "
+            f"{low['speedup']:.2f}x ({_pct(r)} from {lo}x, {side(r)} the claim's ± {rel:.0%}); at the stated set's "
+            f"own {stated.batch_per_worker} samples per worker: {m_own} {own[m_own]:.2f}x "
+            f"({_pct(abs(own[m_own] / lo - 1))} from {lo}x, {side(abs(own[m_own] / lo - 1))} it; reported only, the "
+            f"claim keeps its batch)."]
+
+
 def paper_table() -> list[str]:
     """One row per paper figure (paper_rows): ours under the PS it states, ours against the
     workbench's sharded PS, how, the bound, the verdict."""
@@ -270,7 +366,8 @@ def evidence_table() -> list[str]:
                 value, how, command = _value(c["ours"], entries, full_params)
             except (KeyError, IndexError, ValueError):  # a value only a notebook run holds
                 value, how, command = None, None, "`make reproduce`"
-            ours = "not in committed data" if value is None else c.get("format", "{}").format(value)
+            ours = ("not in committed data" if value is None else value if isinstance(value, str)  # MIXED
+                    else c.get("format", "{}").format(value))
             if value is None and c["ours"].startswith("replayed."):
                 q = c["ours"].split(".")
                 early = earlier_replay(q[2], int(q[3]), float(q[4]))
@@ -296,7 +393,7 @@ def _goal_value(ours: str):
             return (conv[p[1]][p[2]], "quick", "measured, CPU (the quick configuration)",
                     "`python benchmarks/convergence_spread.py`")
     if ours == "paper_scale.results.vgg16.10.best_k":
-        return modelled("vgg16", 16, 10.0)["best_k"], "full", "modelled (V100 row v3)", "`make reproduce` (notebook 04)"
+        return modelled("vgg16", 16, 10.0)["best_k"], "full", modelled_how(), "`make reproduce` (notebook 04)"
     if ours == "configs.alexnet.n4.ps.bytes_per_step":
         text = (RESULTS / "traffic_alexnet_n4_n8_vgg16_n4.txt").read_text()
         mb = float(re.search(r"^alexnet\s+N=4 ps\s+k=0:\s+([\d.]+) MB/step", text, re.M).group(1))
@@ -338,17 +435,17 @@ def range_table() -> list[str]:
     """The paper's 10 Gb/s range beside each configuration's own figure (reported only: the paper
     gives a range over its configurations, no figure for any one of them)."""
     entries = grid()
-    rows = ["| model | N | stanza over ps (colocated), replayed (V100 row v2) | over ddp, replayed | over ps on one dedicated "
-            "server, replayed | modelled over ps (V100 row v3) | stanza's k, replayed / modelled |", "|---|---|---|---|---|---|---|"]
+    rows = ["| model | N | stanza over ps (colocated), replayed (row, version) | over ddp, replayed | over ps on one "
+            f"dedicated server, replayed | {modelled_how()} over ps | stanza's k, replayed / modelled |",
+            "|---|---|---|---|---|---|---|"]
     for model in ("alexnet", "vgg16"):
         for n in (4, 8, 16):
             ks = [1, 2] if n == 16 else [1]
-            stanza = {f"stanza k={k}" for k in ks}
             cells = []
             for over in ("ps", "ddp", "ps S=1"):
-                v = replayed_ratio(entries, model, n, 10.0, ks, over=over)
-                old = sorted({ver for ver, _ in _older(entries, model, n, 10.0, stanza | {over})}) if v is not None else []
-                cells.append(_x(v) + (f" ({', '.join(f'v{ver}' for ver in old)})" if old else ""))
+                cell = replayed_cell(entries, model, n, 10.0, ks, over=over)
+                shown = MIXED if cell["mixed"] else _x(cell["value"])
+                cells.append(shown + (f" ({cell['short']})" if cell["short"] else ""))
             m = modelled(model, n, 10.0)
             rows.append(f"| {model} | {n} | {' | '.join(cells)} | {m['vs_ps']:.2f}x | "
                         f"best of {', '.join(map(str, ks))} / {m['k']} |")
@@ -377,7 +474,8 @@ def grid_numbers() -> dict:
         per_version[v] = {"n": len(e), "median": statistics.median(abs(x) for x in e), "bias": statistics.fmean(e),
                           "worst": max(e, key=abs),
                           "bytes_equal": sum(r["bytes_per_step"] == r["expected_bytes_per_step"] for r in mine),
-                          "slipped": sum(bool(r["slipped"]) for r in mine)}
+                          "slipped": sum(bool(r["slipped"]) for r in mine),
+                          "rows": sorted({row_name(replayed_row(x)) for x in entries if x["version"] == v})}
     return {"n": len(rs), "per_version": per_version,
             "by_version": {v: sum(r["version"] == v for r in rs) for v in sorted({r["version"] for r in rs})},
             "median": statistics.median(abs(x) for x in errs), "bias": statistics.fmean(errs),
@@ -405,6 +503,43 @@ def _stanza1_reference() -> str:
             f"measured, CPU | - | reported: the reference moves more than 5 % | `python benchmarks/replay_fidelity.py` |")
 
 
+GPU_H100 = "gpu/h100-2026-12-05/results.json"  # `make gpu-check` on an H100 (fit_compute_model.py reads it too)
+# The V100 row v3's goal per kernel pass, as tests/unit/test_v100_deepbench.py asserts it (GOALS)
+V100_KERNEL_GOALS = {"gemm": 0.15, "fwd": 0.20, "dgrad": 0.20, "wgrad": 0.20}
+_PASS = {"gemm": "GEMMs", "fwd": "convolution forward", "dgrad": "data gradient", "wgrad": "weight gradient"}
+
+
+def v100_kernel_rows() -> list[str]:
+    """The V100 row v3 beside its fit: DeepBench's held-out kernels per pass against the project's
+    goal (benchmarks/results/deepbench_v100_fit.json)."""
+    d = _json("deepbench_v100_fit.json")
+    held, train = d["errors"]["held_out"], d["errors"]["train"]
+    missed = [p for p, goal in V100_KERNEL_GOALS.items() if held[p]["median_abs_error"] > goal]
+    cells = ", ".join(f"{_PASS[p]} {_pct(held[p]['median_abs_error'])} (n = {held[p]['n']}; train half "
+                      f"{_pct(train[p]['median_abs_error'])})" for p in V100_KERNEL_GOALS)
+    goals = ", ".join(f"{_PASS[p]} <= {goal:.0%}" for p, goal in V100_KERNEL_GOALS.items())
+    verdict = f"goal missed** ({len(missed)} of {len(V100_KERNEL_GOALS)} passes)" if missed else "goal met**"
+    return [f"| {row_name('v100')} against the DeepBench V100 kernels it was not fitted to ({d['parameters']} "
+            f"parameters fitted to the {d['train_points']} kernel times of the train half) | held-out medians: {cells} | "
+            f"modelled against measured V100 kernels | median {goals} (project goal) | **{verdict} | `{d['command']}` |"]
+
+
+def published_row(held: list[dict]) -> str:
+    """The device table against the published training steps no fit saw (compute_model_fit.json's
+    held-out figures), each priced by the row that now stands for its device: a V100 figure by the
+    V100 row v3 (deepbench_v100_fit.json's published_steps), the others as compute_model_fit.json has them."""
+    v3 = {(p["model"], p["batch"], p["source"]): p for p in _json("deepbench_v100_fit.json")["published_steps"]["v3"]}
+    cells, errors = [], []
+    for p in held:
+        q = v3[(p["model"], p["batch"], p["source"])] if p["device"] == "v100" else p
+        errors.append(q["error"])
+        cells.append(f"{row_name(p['device'])}: {p['model']} {p['images_per_s']:.0f} img/s published, "
+                     f"{q['predicted']:.0f} modelled ({_pct(q['error'], True)})")
+    return ("| compute model against published training steps held out | " + "; ".join(cells)
+            + " | modelled | within 15 % | **" + ("met" if all(abs(e) <= 0.15 for e in errors) else "missed")
+            + "** | `python benchmarks/fit_compute_model.py --write`, `python benchmarks/fit_v100_deepbench.py --write` |")
+
+
 def validation_table() -> list[str]:
     fit = _json("compute_model_fit.json")
     lomo, lo = fit["lomo_summary"], fit["lomo"]
@@ -412,7 +547,7 @@ def validation_table() -> list[str]:
     held = [p for p in fit["published"] if p["used"] == "held out"]
     g = grid_numbers()
     ops = _json("engine_step_overhead/opcount_table.json")["rows"]
-    gpu = _json("gpu/h100-2026-12-05/results.json")
+    gpu = _json(GPU_H100)
     ratios = [r["ratio"] for r in gpu["engine_vs_plain"]]
     rvr = gpu["replay_vs_real"]["replayed_over_real"]
     per_model = "; ".join(f"{m} {_pct(v['median_abs_error'])} / {_pct(v['worst_abs_error'])}" for m, v in lo.items())
@@ -422,17 +557,15 @@ def validation_table() -> list[str]:
             f"worst <= 20 % (project goal) | **goal missed** | `python benchmarks/fit_compute_model.py --write` |",
             f"| compute model, same architecture (Hopper): fitted on H200 records only, predicting {cross['points']} "
             f"H100 steps | median {_pct(cross['median_abs_error'])}, worst {_pct(cross['worst_abs_error'])} | modelled "
-            f"against measured H100 steps (`make gpu-check`, 2026-12-05) | none: H200 to H100 is one architecture (the "
+            f"against measured H100 steps (`make gpu-check`: `benchmarks/results/{GPU_H100}`) | none: H200 to H100 is one architecture (the "
             f"rows differ in memory bandwidth only), not a cross-architecture prediction such as Habitat's | "
             f"reported only | the same |",
-            "| compute model against published figures held out | "
-            + ", ".join(f"{p['device']} {p['model']} {p['images_per_s']:.0f} img/s {_pct(p['error'], True)}" for p in held)
-            + " | modelled | within 15 % | **"
-            + ("met" if all(abs(p["error"]) <= 0.15 for p in held) else "missed") + "** | the same |",
-            *[f"| model against replay, full grid, measurement version {v} ({s['n']} configurations"
+            *v100_kernel_rows(),
+            published_row(held),
+            *[f"| model against replay, full grid, measurement version {v} ({s['n']} configuration{'s' * (s['n'] != 1)}"
               f"{', at least 3 timed steps' if v >= 2 else ', 1 timed step'}) | median {_pct(s['median'])}, bias "
               f"{_pct(s['bias'], True)}, worst {_pct(s['worst'], True)}; bytes equal the model in {s['bytes_equal']} of "
-              f"{s['n']}; links slipped in {s['slipped']} | replayed (V100 and H200 rows) against modelled | median <= 5 %, "
+              f"{s['n']}; links slipped in {s['slipped']} | replayed ({', '.join(s['rows'])}) against modelled | median <= 5 %, "
               f"worst <= 15 % (project goal) | **" + ("goal met" if s["median"] <= 0.05 and abs(s["worst"]) <= 0.15
                                                       else "goal missed")
               + f"** | `python benchmarks/full_grid_table.py` |" for v, s in g["per_version"].items()],
@@ -492,7 +625,7 @@ def spread_line() -> str:
             f"version 2 times at least 3.")
 
 
-TABLES = {"paper": paper_table, "evidence": evidence_table, "range": range_table, "goals": goals_table, "validation": validation_table, "grid": grid_status}
+TABLES = {"stated": stated_lines, "paper": paper_table, "evidence": evidence_table, "range": range_table, "goals": goals_table, "validation": validation_table, "grid": grid_status}
 
 
 def render(page: str) -> str:
@@ -525,11 +658,62 @@ def broken_links(page: str, base: Path = ROOT / "docs") -> list[str]:
     return out
 
 
+NOTEBOOKS = ROOT / "notebooks"
+# A repository path with a file suffix, as a notebook's markdown cites one (`benchmarks/results/x.json`,
+# ../reproductions/x.yaml: from the repository root, or from the notebook's folder with ../)
+CITED = re.compile(r"(?<![\w/.\-])((?:\.\./)?(?:benchmarks|stanza_core|reproductions|notebooks|tutorials|docs|lab|tests|"
+                   r"scripts)/[\w./\-]*\w\.(?:json|py|yaml|md|txt|ipynb|csv|npz))(?![\w/])")
+
+
+def markdown_cells(ipynb: Path) -> list[str]:
+    return ["".join(c["source"]) for c in json.loads(ipynb.read_text())["cells"] if c["cell_type"] == "markdown"]
+
+
+def missing_citations(text: str, base: Path = NOTEBOOKS) -> list[str]:
+    """The files `text` cites (CITED) that do not exist: from the repository root, or, written with
+    ../, from `base` (the notebook's folder)."""
+    return [p for p in CITED.findall(text) if not ((base / p) if p.startswith("../") else (ROOT / p)).exists()]
+
+
+def notebook_citations(folder: Path = NOTEBOOKS) -> list[str]:
+    """"NN_x.ipynb: path" for every file a notebook's markdown cell cites that is not there."""
+    return [f"{nb.name}: {p}" for nb in sorted(folder.glob("*.ipynb")) for text in markdown_cells(nb)
+            for p in missing_citations(text, nb.parent)]
+
+
+def headline_figure(out: Path = ROOT / "docs" / "img" / "paper_scale_speedups.png") -> Path:
+    """The README's picture: notebook 05's paper-scale figure (experiments.sweep.paper_scale, drawn by
+    viz.sweep.paper_scale_speedups) at the parameters `make reproduce` runs it with (bandwidth_sweep.yaml's
+    quick set over SweepParams' defaults), written as a PNG by kaleido (needs a Chromium)."""
+    import dataclasses
+    import types
+
+    import plotly.io as pio
+
+    from stanza_core.experiments import sweep
+    from stanza_core.experiments.throughput import PAPER
+    from stanza_core.viz.sweep import paper_scale_speedups
+
+    defaults = {f.name: f.default for f in dataclasses.fields(sweep.SweepParams)
+                if f.default is not dataclasses.MISSING}
+    p = types.SimpleNamespace(**{**defaults, **load_spec(ROOT / "reproductions" / "bandwidth_sweep.yaml").params["quick"]})
+    results = {"paper_scale": {"nodes": p.paper_nodes, "device": p.paper_device, "batch_per_worker": p.batch_per_worker,
+                               "image_size": p.paper_image_size, "results": sweep.paper_scale(p)}, "paper": PAPER}
+    fig = paper_scale_speedups(results)
+    pio.write_image(fig, out, width=1000, scale=1)  # the figure's own height (viz.sweep)
+    return out
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--write", action="store_true", help="rewrite the tables in docs/results.md")
-    ap.add_argument("--check", action="store_true", help="exit 1 if docs/results.md's tables or links are stale")
+    ap.add_argument("--check", action="store_true", help="exit 1 if docs/results.md's tables or links are stale, or "
+                                                         "a notebook's markdown cites a file that is not there")
+    ap.add_argument("--figure", action="store_true", help="redraw the README's picture, docs/img/paper_scale_speedups.png")
     args = ap.parse_args(argv)
+    if args.figure:
+        print(f"wrote {headline_figure()}")
+        return 0
     if not (args.write or args.check):
         for name, make in TABLES.items():
             print(f"\n{name}:\n" + "\n".join(make()))
@@ -539,12 +723,17 @@ def main(argv=None) -> int:
     if args.write:
         PAGE.write_text(new)
     elif args.check:
-        bad = broken_links(page)
-        if new != page or bad:
-            print("docs/results.md is stale: run python benchmarks/results_page.py --write"
-                  + (f"; broken links: {', '.join(bad)}" if bad else ""))
+        bad, cited = broken_links(page), notebook_citations()
+        if new != page or bad or cited:
+            print("docs/results.md is stale: run python benchmarks/results_page.py --write" if new != page
+                  else "docs/results.md's tables equal the committed data")
+            if bad:
+                print(f"broken links: {', '.join(bad)}")
+            if cited:
+                print(f"cited in a notebook's markdown, not in the repository: {', '.join(cited)}")
             return 1
-        print("docs/results.md: every table equals the committed data; every link resolves")
+        print("docs/results.md: every table equals the committed data; every link resolves; every file the "
+              "notebooks' markdown cites exists")
     return 0
 
 

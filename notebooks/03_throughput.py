@@ -44,8 +44,11 @@
 #   100 Gb/s (D up to 1,600; `paper_nodes`: ps colocated, with the overlapped push and with one
 #   dedicated server, ddp, stanza k = 1 and 2; a lean replayed rank holds no
 #   optimizer state, so 16 VGG-16 ranks fit in this machine's 24 GiB). Replayed compute is the
-#   V100 row of compute model v2.2 (fitted to measured H200 steps, the V100 by its vendor peaks:
-#   `docs/performance-model.md`), not a measured V100; the runs' communication is real.
+#   V100 row of the device table, row v3 (compute model v3, fitted to DeepBench's V100 kernels:
+#   `docs/performance-model.md`), not a measured V100: every run this notebook makes, or reuses
+#   from the store, is of the current measurement version, which replays row v3. Older stored runs
+#   (versions 1 and 2 replayed the V100 row v2, today's `v100-v2`) appear only in `docs/results.md`,
+#   each figure labelled by its runs' row and version. The runs' communication is real.
 # - The fidelity anchor uses a small AlexNet-shaped model (`cifar_alexnet`, 32x32) on CPU
 #   processes of one machine, with links shaped to the rate that gives this machine the target
 #   bandwidth's communication-to-compute ratio (`rate = target x t_step(V100) / t_step(here)`,

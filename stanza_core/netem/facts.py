@@ -48,7 +48,7 @@ MAX_AGGREGATE_MBIT = 1000.0
 # TCP's work per message, the bucket's burst after an idle spell), not bytes, set a message's time
 # on a shaped link: a stream of 8 messages of 256 KiB or more each moves within 2 % of bytes / rate
 # at 20, 62.5 and 250 Mbit/s (ratios 0.983-0.999), 128 KiB ones do not (0.958 at 62.5, 0.964 at 250).
-# Measured alone on the machine, 2026-12-07 00:30-00:33, MTU 9000, buckets for F = 16:
+# Measured alone on the machine, MTU 9000, buckets for F = 16 (when: lab/LOG.md):
 # `python benchmarks/message_floor.py --rates 20 62.5 250 --reps 3 --payload-scale 16
 # --out benchmarks/results/message_floor.json` (the table is in that file).
 MIN_MESSAGE_BYTES = 262144
@@ -67,8 +67,8 @@ MAX_PAYLOAD_SCALE = 32
 # receiver's download link that does not shrink with the payload: its size is set in packets
 # (the congestion control's minimum window and pacing quantum, BBR here), not bytes, so at F its
 # line time grows where the payload's does not. Three senders into one link of 252 / F Mbit/s,
-# 15 MB / F each, median backlog over 3 repetitions, measured alone on the machine 2026-12-07
-# 02:42-02:43: MTU 9000 (the grid's) 8.0 ms at F = 1, 16.6-18.3 at 2, 38.9-48.1 at 4, 108-112
+# 15 MB / F each, median backlog over 3 repetitions, measured alone on the machine (when: lab/LOG.md):
+# MTU 9000 (the grid's) 8.0 ms at F = 1, 16.6-18.3 at 2, 38.9-48.1 at 4, 108-112
 # at 8; MTU 1500 3.4-4.0 ms at F = 1, 3.6-3.7 at 2, 5.6-5.8 at 4, 8.7-10.4 at 8, 16-19 at 12,
 # with queue drops from F = 4 (`python benchmarks/incast_queue.py [--mtu 9000 --scales 1 2 4 8]`,
 # benchmarks/results/incast_queue.json, incast_queue_mtu9000.json). A message that arrives

@@ -49,7 +49,7 @@ class DilationParams:
     min_dilation: float = DilationRule.floor  # the smallest D (runs.plan decides each configuration's own)
     replay_engine: bool = DilationRule.engine  # raise D per configuration for the engine's own seconds
     RENAMED: ClassVar[dict[str, tuple[str, str]]] = {
-        # min_dilation's name until 2026-12-06 (RunConfig.dilation, not renamed, is a run's actual D)
+        # min_dilation's former name (CHANGELOG.md; RunConfig.dilation, not renamed, is a run's actual D)
         "dilation": ("min_dilation", "the smallest D; each run's own D comes from its plan")}
 
     @property

@@ -48,7 +48,7 @@ if TYPE_CHECKING:
 # replayed run measures (the engine's messages or waits, the emulator's shaping, the dilation
 # rule, the run row's meaning). Every stored entry of an older version is then measured again.
 # Changes that measure the same thing (refactors, figures, reports) leave it as it is.
-#   1: the first store (87 configurations, 2026-12-03..05; 72 of them time a single step).
+#   1: the first store (87 configurations, 72 of them time a single step; when: lab/LOG.md).
 #   2: a stored run times at least MIN_TIMED_STEPS steps. The step-to-step spread of replayed
 #      runs, measured on 11 stored configurations with 5 timed steps each (benchmarks/grid_spread.py,
 #      benchmarks/results/grid_spread.json), is over 1 % in 6 of 11 (median 1.32 %, worst 7.29 %),
