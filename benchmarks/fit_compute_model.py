@@ -500,7 +500,7 @@ def tables(res: dict) -> str:
             out.append(f"| {h} | {r['device']} | {r['batch']} | {r['measured_s'] * 1e3:.2f} | "
                        f"{r['predicted_s'] * 1e3:.2f} | {r['error'] * 100:+.1f} % |")
     x, c = res["cross_gpu"]["h200_records"], res["cross_gpu"]["committed"]
-    out += ["", f"**Across GPUs** (H100 80GB HBM3, `make gpu-check` of 2026-12-05; the measured `fwd_bwd_s`, the "
+    out += ["", f"**Across GPUs** (H100 80GB HBM3, `make gpu-check`: `benchmarks/results/gpu/h100-2026-12-05/results.json`; the measured `fwd_bwd_s`, the "
             f"plain forward+backward that `step_compute_s` models; rows h100 / h100-fp32 of the device table): fitted on "
             f"the H200 records alone from INITIAL ({x['parameters']} parameters, {x['step_points']} steps and "
             f"{x['layer_points']} Linear-layer points, no published figure), and the committed constants (which also saw "

@@ -23,10 +23,10 @@ def main(argv=None) -> int:
     r.add_argument("--delay-ms", type=float, default=0.0)
     r.add_argument("--per-message-s", type=float, default=None, help="default: the validation's fitted value")
     args = ap.parse_args(argv)
-    from .run import available
+    from .run import available  # the engine's config and torch (~1 s): not for --help
 
     if args.cmd == "grid":
-        from . import grid
+        from . import grid  # the reproductions' specs and papermill: only the grid needs them
 
         pts = grid.select(grid.grid_points(), args.points)
         if not pts:
@@ -42,10 +42,10 @@ def main(argv=None) -> int:
             print(f"simulated {got['simulated']} configurations in {got['seconds']:.0f} s")
         print(grid.listing(pts))
         return 0
-    from . import program
-    from .cluster import Platform
-    from .grid import fitted_per_message_s
-    from .run import simulate_program, summarize
+    from . import program  # noqa: the rest of `run` below: torch and the engine, not for --help
+    from .cluster import Platform  # torch and the engine's checks: not for --help
+    from .grid import fitted_per_message_s  # the reproductions' specs: not for --help
+    from .run import simulate_program, summarize  # torch and the engine: not for --help
 
     try:
         doc = program.read(args.program)

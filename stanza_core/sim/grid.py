@@ -34,8 +34,8 @@ def fitted_per_message_s() -> float:
 
 
 def grid_points():
-    from ..reproduce.grid import grid
-    from ..reproduce.spec import REPO_ROOT, load_specs
+    from ..reproduce.grid import grid  # papermill (~470 modules): only when the grid is listed or run
+    from ..reproduce.spec import REPO_ROOT, load_specs  # with reproduce.grid: jsonschema, yaml
 
     return grid(load_specs(REPO_ROOT / "reproductions"), "full")
 

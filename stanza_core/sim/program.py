@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import json
 import math
+from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
@@ -59,7 +60,7 @@ def document(*, source: str, meta: dict[str, Any], roles: list[str], groups: dic
 
 
 def write(path: str | Path, program: dict[str, Any]) -> None:
-    from .. import atomic  # the file is written whole or not at all
+    from .. import atomic  # imports nothing heavy; kept here so the format module imports nothing of the package at load
 
     atomic.write_text(Path(path), json.dumps(program) + "\n")
 
@@ -294,8 +295,6 @@ def rank_bytes(doc: dict[str, Any], step: int = -1) -> list[dict[str, dict[str, 
     """Per rank, the logical bytes one step sends and receives by category, counted as the
     engine's counters count them (comm/accounting.py): a message's bytes where it is posted, a
     ring allreduce 2(n-1)/n of its buffer each way (a Fraction)."""
-    from fractions import Fraction
-
     out = []
     groups = doc["groups"]
     for rank in doc["ranks"]:

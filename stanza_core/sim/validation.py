@@ -18,6 +18,7 @@ import statistics
 from pathlib import Path
 from typing import Any
 
+from ..runs.store import Store
 from .cluster import Platform
 from .generate import generate
 from .run import SIM_VERSION, simulate_program, summarize, train_config
@@ -46,8 +47,6 @@ def _err(a: float, b: float) -> float:
 def report(points: list, store_root: str | Path) -> dict[str, Any]:
     """Every configuration of `points` ([(store.Point, half)]) emulated (from the store) and
     simulated; the fit of per_message_s on the fit half; the held-out verdict."""
-    from ..runs.store import Store
-
     store = Store(store_root)
     rows, docs = [], []
     for pt, half in points:

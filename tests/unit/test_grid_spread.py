@@ -57,8 +57,8 @@ def test_default_set_is_varied_stored_and_within_budget(gs):
 
 def test_configs_pattern_and_a_plan_that_is_the_stored_one(gs):
     cands = gs.from_store(gs.Store(), 5)
-    got = gs.by_pattern(cands, "alexnet N=4 ddp @ 10 Gb/s*")
-    assert [c.label for c in got] == ["alexnet N=4 ddp @ 10 Gb/s (v100)"]
+    got = gs.by_pattern(cands, "alexnet N=4 ps @ 10 Gb/s*")
+    assert [c.label for c in got] == ["alexnet N=4 ps @ 10 Gb/s (v100)"]
     assert gs.by_pattern(cands, got[0].point.name[:-5]) == got  # by the store's file name
     with pytest.raises(ValueError, match="matches none"):
         gs.by_pattern(cands, "resnet*")
