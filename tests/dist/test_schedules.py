@@ -10,6 +10,9 @@ left out: torch DDP rebuilds its buckets after it.
 """
 from __future__ import annotations
 
+import importlib
+import sys
+
 import pytest
 
 import dist_launch
@@ -46,7 +49,9 @@ def recorded(request, tmp_path_factory):
     n = request.param
     mp = pytest.MonkeyPatch()
     mp.setattr(dist_launch, "rank_env", lambda: {**rank_env(), registry.PLUGINS_ENV: "toy_allreduce"})
-    import toy_allreduce  # noqa: F401 (registers allreduce_after in this process too)
+    toy = importlib.import_module("toy_allreduce")  # registers allreduce_after in this process too
+    if toy.NAME not in registry.names():  # imported by an earlier test: register its record again
+        registry.register(toy.SPEC)
     try:
         out = {}
         by_world: dict[int, dict[str, list[str]]] = {}
@@ -60,6 +65,8 @@ def recorded(request, tmp_path_factory):
         yield n, {name: (world, flags, program.read(path)) for name, (world, flags, path) in out.items()}
     finally:
         mp.undo()
+        registry.unregister(toy.NAME)  # as tests/dist/test_toy_strategy.py leaves the registry
+        sys.modules.pop("toy_allreduce", None)
 
 
 @pytest.mark.parametrize("name", list(configs(4)))
