@@ -299,6 +299,9 @@ def run_grid(specs: list[Spec], *, store: Store, cache_dir: str | os.PathLike | 
         print(f"--points {pattern!r}: {len(gps)} configurations of the grid")
     lst = listing(gps, store)
     print_listing(lst, gps, verbose=list_only)
+    from ..sim import grid as sim_grid  # the simulated grid's listing reads its own store (JSON files)
+
+    print(sim_grid.listing(gps))
     if list_only:
         return "listed"
     if not lst["missing"]:
