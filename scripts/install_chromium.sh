@@ -30,8 +30,8 @@ if [[ $(id -u) -ne 0 ]]; then
     fi
 fi
 export DEBIAN_FRONTEND=noninteractive
-$SUDO apt-get update -q
+$SUDO apt-get -o DPkg::Lock::Timeout=300 update -q
 # Debian names the package `chromium`; Ubuntu's `chromium-browser` is a snap shim, hence the fallback.
-$SUDO apt-get install -y -q --no-install-recommends chromium chromium-driver \
-    || $SUDO apt-get install -y -q --no-install-recommends chromium-browser chromium-chromedriver
+$SUDO apt-get -o DPkg::Lock::Timeout=300 install -y -q --no-install-recommends chromium chromium-driver \
+    || $SUDO apt-get -o DPkg::Lock::Timeout=300 install -y -q --no-install-recommends chromium-browser chromium-chromedriver
 echo "chromium: installed $(command -v chromium || command -v chromium-browser)"

@@ -27,8 +27,8 @@ if [[ $(id -u) -ne 0 ]]; then
     fi
 fi
 export DEBIAN_FRONTEND=noninteractive
-if ! $SUDO apt-get install -y -q python3-simgrid >/dev/null 2>&1; then
-    $SUDO apt-get update -q >/dev/null 2>&1 || true
-    $SUDO apt-get install -y -q python3-simgrid >/dev/null
+if ! $SUDO apt-get -o DPkg::Lock::Timeout=300 install -y -q python3-simgrid >/dev/null 2>&1; then
+    $SUDO apt-get -o DPkg::Lock::Timeout=300 update -q >/dev/null 2>&1 || true
+    $SUDO apt-get -o DPkg::Lock::Timeout=300 install -y -q python3-simgrid >/dev/null
 fi
 "$PY" -c "from stanza_core.sim.executor import load_simgrid; load_simgrid()" && echo "simgrid: installed python3-simgrid"
