@@ -21,7 +21,12 @@ An actor executes its rank's operations in program order:
                 receiver, process group: gloo keeps one per pair and group) travel one after
                 another in posting order, so concurrent messages to one peer do not share its
                 link but queue (this rule was adopted after the fair-sharing form timed the fit
-                half's overlapped-push configuration 16 % slow: sim/validation.py)
+                half's overlapped-push configuration 16 % slow: sim/validation.py); a
+                connection that carries at most one message a step, waited in its step (every
+                ps push and pull), has nothing to queue behind: its sender's actor puts it
+                directly, any other connection has an actor of its own that puts its messages
+                in turn (SimGrid's thread contexts: one thread an actor, so N^2 connection
+                actors would stop a ps of a few hundred ranks)
   collective    handed to its group's runner, which starts once every member has posted it and
                 runs it as the algorithm's point-to-point messages (below); gloo runs up to two
                 of a process group's collectives at once (ProcessGroupGloo's two worker threads),
@@ -112,6 +117,35 @@ class _Collective:
         self.sem = sg.Semaphore(0)
 
 
+def _walk(ops):
+    for op in ops:
+        yield op
+        if op["type"] == "as_completed":
+            for body in op["bodies"]:
+                yield from _walk(body)
+            yield from _walk([e["op"] for e in op.get("last", [])])
+
+
+def direct_connections(doc: dict[str, Any]) -> set[tuple]:
+    """The connections (sender, receiver, group) that carry at most one message in every step of
+    their sender's program, each waited by the sender within its step: nothing queues on them."""
+    seen: dict[tuple, bool] = {}
+    for r, rank in enumerate(doc["ranks"]):
+        for ops in rank["steps"]:
+            ops = list(_walk(ops))
+            waited = {i for op in ops if op["type"] == "wait" for i in op["on"]}
+            count: dict[tuple, int] = {}
+            for op in ops:
+                if op["type"] == "send":
+                    key = (r, op["peer"], op["group"])
+                    count[key] = count.get(key, 0) + 1
+                    if count[key] > 1 or op["id"] not in waited:
+                        seen[key] = False
+                    else:
+                        seen.setdefault(key, True)
+    return {k for k, ok in seen.items() if ok}
+
+
 class Simulation:
     """One program on one platform (the module docstring)."""
 
@@ -143,6 +177,7 @@ class Simulation:
         self.running: dict[str, int] = {g: 0 for g in self.groups}
         self.conn_queue: dict[tuple, list] = {}
         self.conn_busy: set[tuple] = set()
+        self.direct = direct_connections(doc)
         self.link_up = [0] * self.world
         self.link_down = [0] * self.world
         self.messages = 0
@@ -193,7 +228,7 @@ class Simulation:
             return
         self._flush(st)
         if kind == "send":
-            st["h"][op["id"]] = ("send", self._send(r, op))
+            st["h"][op["id"]] = self._send(r, op)
             self.link_up[r] += op["bytes"]
             self.link_down[op["peer"]] += op["bytes"]
             self.messages += 1
@@ -253,14 +288,17 @@ class Simulation:
                 self._op(e, st)
 
     # -- sends: one connection per (sender, receiver, group), its messages one after another ------
-    def _send(self, r: int, op) -> "_Message":
+    def _send(self, r: int, op) -> tuple:
         key = (r, op["peer"], op["group"])
+        if key in self.direct:
+            mb = self.sg.Mailbox.by_name(f"{r}>{op['peer']}|{op['group']}|{op['tag']}")
+            return ("comm", mb.put_async(op["id"], int(op["bytes"])))
         m = _Message(self.sg, op)
         self.conn_queue.setdefault(key, []).append(m)
         if key not in self.conn_busy:
             self.conn_busy.add(key)
             self.sg.Actor.create(f"conn-{r}-{op['peer']}-{op['group']}", self.hosts[r], self._connection, key)
-        return m
+        return ("send", m)
 
     def _connection(self, key):
         """gloo writes a pair's messages on one connection in posting order: each starts (once its
