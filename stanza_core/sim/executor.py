@@ -22,11 +22,10 @@ An actor executes its rank's operations in program order:
                 another in posting order, so concurrent messages to one peer do not share its
                 link but queue (this rule was adopted after the fair-sharing form timed the fit
                 half's overlapped-push configuration 16 % slow: sim/validation.py); a
-                connection that carries at most one message a step, waited in its step (every
-                ps push and pull), has nothing to queue behind: its sender's actor puts it
-                directly, any other connection has an actor of its own that puts its messages
-                in turn (SimGrid's thread contexts: one thread an actor, so N^2 connection
-                actors would stop a ps of a few hundred ranks)
+                message posted on an idle connection is put by its sender's actor directly,
+                and only a connection with a message still travelling gets an actor of its own
+                that puts the queued ones in turn (SimGrid's thread contexts: a thread an actor,
+                and an actor per connection stopped a ps of 128 ranks: 16,256 connections)
   collective    handed to its group's runner, which starts once every member has posted it and
                 runs it as the algorithm's point-to-point messages (below); gloo runs up to two
                 of a process group's collectives at once (ProcessGroupGloo's two worker threads),
@@ -117,35 +116,6 @@ class _Collective:
         self.sem = sg.Semaphore(0)
 
 
-def _walk(ops):
-    for op in ops:
-        yield op
-        if op["type"] == "as_completed":
-            for body in op["bodies"]:
-                yield from _walk(body)
-            yield from _walk([e["op"] for e in op.get("last", [])])
-
-
-def direct_connections(doc: dict[str, Any]) -> set[tuple]:
-    """The connections (sender, receiver, group) that carry at most one message in every step of
-    their sender's program, each waited by the sender within its step: nothing queues on them."""
-    seen: dict[tuple, bool] = {}
-    for r, rank in enumerate(doc["ranks"]):
-        for ops in rank["steps"]:
-            ops = list(_walk(ops))
-            waited = {i for op in ops if op["type"] == "wait" for i in op["on"]}
-            count: dict[tuple, int] = {}
-            for op in ops:
-                if op["type"] == "send":
-                    key = (r, op["peer"], op["group"])
-                    count[key] = count.get(key, 0) + 1
-                    if count[key] > 1 or op["id"] not in waited:
-                        seen[key] = False
-                    else:
-                        seen.setdefault(key, True)
-    return {k for k, ok in seen.items() if ok}
-
-
 class Simulation:
     """One program on one platform (the module docstring)."""
 
@@ -177,7 +147,7 @@ class Simulation:
         self.running: dict[str, int] = {g: 0 for g in self.groups}
         self.conn_queue: dict[tuple, list] = {}
         self.conn_busy: set[tuple] = set()
-        self.direct = direct_connections(doc)
+        self.conn_last: dict[tuple, Any] = {}  # a connection's message put directly, while it travels
         self.link_up = [0] * self.world
         self.link_down = [0] * self.world
         self.messages = 0
@@ -290,20 +260,25 @@ class Simulation:
     # -- sends: one connection per (sender, receiver, group), its messages one after another ------
     def _send(self, r: int, op) -> tuple:
         key = (r, op["peer"], op["group"])
-        if key in self.direct:
+        last = self.conn_last.get(key)
+        if key not in self.conn_busy and (last is None or last.test()):
             mb = self.sg.Mailbox.by_name(f"{r}>{op['peer']}|{op['group']}|{op['tag']}")
-            return ("comm", mb.put_async(op["id"], int(op["bytes"])))
+            self.conn_last[key] = comm = mb.put_async(op["id"], int(op["bytes"]))
+            return ("comm", comm)
         m = _Message(self.sg, op)
         self.conn_queue.setdefault(key, []).append(m)
         if key not in self.conn_busy:
             self.conn_busy.add(key)
-            self.sg.Actor.create(f"conn-{r}-{op['peer']}-{op['group']}", self.hosts[r], self._connection, key)
+            self.sg.Actor.create(f"conn-{r}-{op['peer']}-{op['group']}", self.hosts[r], self._connection, key, last)
         return ("send", m)
 
-    def _connection(self, key):
+    def _connection(self, key, travelling):
         """gloo writes a pair's messages on one connection in posting order: each starts (once its
         receiver has posted it) when the one before it has arrived."""
         src, dst, group = key
+        if travelling is not None:
+            travelling.wait()
+        self.conn_last.pop(key, None)
         q = self.conn_queue[key]
         while q:
             m = q.pop(0)
