@@ -31,8 +31,10 @@ reproduce.spec.load_spec):
                                                  #   (<device> profile) (the emulated cluster, each
                                                  #   layer's compute waited from that perf device
                                                  #   profile: "replayed (v100 profile)"), modelled
-                                                 #   (the performance model, no run) or counted
+                                                 #   (the performance model, no run), counted
                                                  #   (parameters, FLOPs, bytes counted exactly)
+                                                 #   or simulated (<device> row) (the engine's
+                                                 #   program timed on SimGrid: "simulated (v100 row)")
         paper: "96.0 %"                          # the paper's number or text, as it states it
         ours: models.alexnet.fc_param_share      # dotted key into results.json (list items: 0, 1..)
         format: "{:.1%}"                         # optional str.format template (default "{}")

@@ -32,19 +32,22 @@ NOT_MEASURED = "not measured (modelled only)"  # a measured or calibrated claim 
 #             profile: "replayed (<device> profile)", the device as perf names it (v100, h200-measured)
 #   modelled  the performance model's prediction, no run
 #   counted   counted exactly: parameters, FLOPs, bytes on the engine's counters
-KINDS = ("measured", "replayed", "modelled", "counted")
+#   simulated the engine's program timed on SimGrid (stanza_core.sim), compute from a device row:
+#             "simulated (<device> row)"
+KINDS = ("measured", "replayed", "modelled", "counted", "simulated")
 _REPLAYED = re.compile(r"replayed \((?P<device>[\w.-]+) profile\)")
+_SIMULATED = re.compile(r"simulated \((?P<device>[\w.-]+) row\)")
 
 
 def kind_problem(kind: Any) -> str | None:
     """Why `kind` is not a claim kind (one line), or None: one of KINDS, a replayed one naming
-    its compute source as "replayed (<device> profile)"."""
+    its compute source as "replayed (<device> profile)", a simulated one as "simulated (<device> row)"."""
     if kind in ("measured", "modelled", "counted"):
         return None
-    if isinstance(kind, str) and _REPLAYED.fullmatch(kind):
+    if isinstance(kind, str) and (_REPLAYED.fullmatch(kind) or _SIMULATED.fullmatch(kind)):
         return None
-    return (f"kind must be measured, modelled, counted or 'replayed (<device> profile)' (the compute "
-            f"source, e.g. 'replayed (v100 profile)'), got {kind!r}")
+    return (f"kind must be measured, modelled, counted, 'replayed (<device> profile)' or 'simulated (<device> "
+            f"row)' (the compute source, e.g. 'replayed (v100 profile)'), got {kind!r}")
 
 
 def replayed_device(kind: str) -> str | None:

@@ -87,13 +87,23 @@ def simulate(rc, target_gbps: float, *, per_message_s: float = 0.0, steps: int =
              ring: str = "auto") -> dict[str, Any]:
     """RunConfig `rc` on its cluster (its nodes and dedicated servers) at `target_gbps`: the
     summary of `summarize`, with what was simulated."""
+    return simulate_bandwidths(rc, [target_gbps], per_message_s=per_message_s, steps=steps, warmup=warmup,
+                               ring=ring)[0]
+
+
+def simulate_bandwidths(rc, gbps: list[float], *, per_message_s: float = 0.0, steps: int = 2, warmup: int = 1,
+                        ring: str = "auto") -> list[dict[str, Any]]:
+    """`simulate` at each bandwidth of `gbps`, the program generated once."""
     cfg = train_config(rc, steps=steps, warmup=warmup)
     doc = generate(cfg, rc.cluster_nodes, steps)
-    plat = Platform(hosts=rc.cluster_nodes, target_gbps=target_gbps, delay_ms=rc.delay_ms,
-                    per_message_s=per_message_s, ring=ring)
-    out = summarize(doc, simulate_program(doc, plat), warmup)
-    out.update({"figure": "simulated", "sim_version": SIM_VERSION, "device_row": doc["meta"]["device_row"],
-                "replay_device": rc.replay_device, "label": rc.variant.label, "model": rc.model, "nodes": rc.nodes,
-                "cluster_nodes": rc.cluster_nodes, "global_batch": rc.global_batch, "target_gbps": target_gbps,
-                "throughput": rc.global_batch / out["step_s"]})
-    return out
+    outs = []
+    for target_gbps in gbps:
+        plat = Platform(hosts=rc.cluster_nodes, target_gbps=target_gbps, delay_ms=rc.delay_ms,
+                        per_message_s=per_message_s, ring=ring)
+        out = summarize(doc, simulate_program(doc, plat), warmup)
+        out.update({"figure": "simulated", "sim_version": SIM_VERSION, "device_row": doc["meta"]["device_row"],
+                    "replay_device": rc.replay_device, "label": rc.variant.label, "model": rc.model,
+                    "nodes": rc.nodes, "cluster_nodes": rc.cluster_nodes, "global_batch": rc.global_batch,
+                    "target_gbps": target_gbps, "throughput": rc.global_batch / out["step_s"]})
+        outs.append(out)
+    return outs

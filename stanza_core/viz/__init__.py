@@ -42,5 +42,6 @@ from .today_gpus import choice_map, modelled_speedups, replayed_runs, today_figu
 
 __all__ += ["choice_map", "modelled_speedups", "replayed_runs", "today_figures"]
 from .paper_ps import paper_ps_figures
+from .scale import scale_figures
 
-__all__ += ["paper_ps_figures"]
+__all__ += ["paper_ps_figures", "scale_figures"]

@@ -38,9 +38,9 @@ def test_fields_by_name_defaults_kept_other_names_left_out():
         experiment_params(_Params, {"nodes": 1})
 
 
-def test_the_five_measured_notebooks_build_their_parameters_by_name():
+def test_the_notebooks_with_a_parameters_class_build_it_by_name():
     assert [p.stem for p in USERS] == ["03_throughput", "04_node_assignment", "05_bandwidth_sweep",
-                                       "07_model_validation", "09_today_gpus"]
+                                       "07_model_validation", "09_today_gpus", "10_scale"]
 
 
 @pytest.mark.parametrize("nb", USERS, ids=lambda p: p.stem)

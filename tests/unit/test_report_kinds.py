@@ -76,7 +76,8 @@ def _write_spec(tmp_path: Path, claim: dict) -> Path:
 
 @pytest.mark.parametrize("change, message", [
     ({"kind": None}, "needs claim, kind, paper and ours"),
-    ({"kind": "replayed"}, "kind must be measured, modelled, counted or 'replayed (<device> profile)'"),
+    ({"kind": "replayed"}, "kind must be measured, modelled, counted, 'replayed (<device> profile)' or 'simulated (<device> row)'"),
+    ({"kind": "simulated (v100)"}, "got 'simulated (v100)'"),
     ({"kind": "simulated"}, "got 'simulated'"),
 ])
 def test_a_claim_without_a_valid_kind_is_refused(tmp_path, change, message):
@@ -85,6 +86,7 @@ def test_a_claim_without_a_valid_kind_is_refused(tmp_path, change, message):
     with pytest.raises(SpecError, match=message.replace("(", r"\(").replace(")", r"\)")):
         load_spec(_write_spec(tmp_path, claim))
     load_spec(_write_spec(tmp_path, {"claim": "x", "kind": "replayed (v100 profile)", "paper": "-", "ours": "a"}))
+    load_spec(_write_spec(tmp_path, {"claim": "x", "kind": "simulated (h100 row)", "paper": "-", "ours": "a"}))
 
 
 def test_the_report_shows_each_claims_kind_in_its_own_column(tmp_path):
