@@ -109,15 +109,16 @@ def runs_label(used: list[dict], short: bool = False) -> str:
 
 def replayed_cell(entries, model, nodes, gbps, ks, over="ps") -> dict:
     """A replayed ratio (replayed_ratio) with the runs it rests on: {value, label, mixed}; value None
-    where a run is not stored, or where its runs replayed different rows (mixed: no ratio)."""
+    where a run is not stored, or where its runs replayed different rows or are of different
+    measurement versions (mixed: no ratio; a ratio divides runs measured alike, or it is not shown)."""
     v = replayed_ratio(entries, model, nodes, gbps, ks, over)
     used = cell_runs(entries, model, nodes, gbps, {over, *(f"stanza k={k}" for k in ks)})
-    mixed = len({replayed_row(e) for e in used}) > 1
+    mixed = len({replayed_row(e) for e in used}) > 1 or len({e["version"] for e in used}) > 1
     return {"value": None if mixed else v, "label": runs_label(used) if v is not None else "",
             "short": runs_label(used, short=True) if v is not None else "", "mixed": v is not None and mixed}
 
 
-MIXED = "no ratio: its runs replayed different rows"
+MIXED = "no ratio: its runs are of different measurement versions"
 
 
 def _throughput(entries, model, nodes, gbps, device="v100"):

@@ -39,6 +39,26 @@ def test_a_replayed_label_is_read_from_its_runs(entries):
     mixed = [dict(e, version=4) if e in used and e["summary"]["label"] == "ps" else e for e in entries]
     cell = rp.replayed_cell(mixed, *CELL, KS)
     assert cell["mixed"] and cell["value"] is None and "v100 row v2" in cell["label"] and "v100 row v3" in cell["label"]
+    # planted: ps measured at version 1, the stanza runs at version 2 (both replayed row v2): a ratio
+    # of runs of two measurement versions is not shown either
+    older = [dict(e, version=1) if e in used and e["summary"]["label"] == "ps" else e for e in entries]
+    cell = rp.replayed_cell(older, *CELL, KS)
+    assert cell["mixed"] and cell["value"] is None and "measurement version 1" in cell["label"]
+
+
+def test_no_ratio_on_the_page_divides_runs_of_two_measurement_versions():
+    """A replayed ratio the page shows rests on runs of one measurement version (its label, read
+    from the runs, names them); a figure whose runs are of two versions shows MIXED, not a number."""
+    page = rp.PAGE.read_text()
+    rows = [ln for ln in page.splitlines() if ln.startswith("|") and "replayed (" in ln]
+    assert rows
+    for ln in rows:  # the paper tables: one label per row, "measurement version N (...)"
+        if len(set(re.findall(r"measurement version (\d+) \(", ln))) > 1:
+            assert rp.MIXED in ln, ln
+    cells = [c.strip() for ln in page.splitlines() if ln.startswith("|") for c in ln.split("|")]
+    short = [c for c in cells if re.fullmatch(r"[\d.]+x \(v100 row v\d+, version [\d, ]+\)", c)]
+    assert short, "the replayed table's cells"
+    assert [c for c in short if "," in c.split("version")[1]] == []
 
 
 def test_the_row_map_names_real_rows_and_is_read_at_the_current_version():
