@@ -23,8 +23,8 @@ $(STAMP): pyproject.toml constraints.txt
 	@bash scripts/install_simgrid.sh $(BIN)/python || echo "simgrid: not installed; simulated figures will say so"
 	@touch $(STAMP)
 
-# FULL=1: the paper-scale run. Its replayed configurations are measured into the committed store
-# benchmarks/results/full first (BUDGET_MIN=60: for at most an hour, the notebooks once the grid
+# FULL=1: the paper-scale run. The grid's configurations are simulated into benchmarks/results/sim
+# (SimGrid, minutes), and its replayed ones measured into the committed store benchmarks/results/full first (BUDGET_MIN=60: for at most an hour, the notebooks once the grid
 # is complete; LIST=1: list the grid and the time to fill it, measuring nothing; POINTS="*N=16*":
 # only the configurations whose label matches, no notebooks). docs/benchmarks.md.
 reproduce: install
