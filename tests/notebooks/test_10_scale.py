@@ -8,8 +8,7 @@ import pytest
 for _pkg in ("plotly", "papermill", "nbformat", "jupytext", "ipykernel"):  # the notebook stack (not on every GPU VM)
     pytest.importorskip(_pkg, reason=f"the notebook tests need {_pkg}")
 
-from papermill.exceptions import PapermillExecutionError
-
+from stanza_core.experiments import scale
 from stanza_core.perf import Cluster, best_assignment, named_profile
 from stanza_core.runs.runconfig import UNSET_LINK_MBIT, RunConfig
 from stanza_core.sim.run import SIM_VERSION, available, simulate
@@ -55,20 +54,19 @@ def test_tiny_run_simulates_each_role_and_stores_it(spec, run_notebook, tmp_path
     for key in ("speedups", "pays"):
         assert (out / f"{key}.html").is_file()
 
-    # a second run reads the store: an entry planted with another throughput is what it reports
+    # the store is read: an entry planted with another throughput is what a second pass reports,
+    # and an entry of another simulator version is simulated again (and rewritten), not read
+    p = scale.ScaleParams(**{k: spec.params["tiny"][k] for k in ("models", "devices", "target_gbps", "nodes")})
+    modelled = scale.model_points(p)
     planted = json.loads(entries[0].read_text())
     planted["throughput"] = 12345.0
     entries[0].write_text(json.dumps(planted))
-    again, _, _ = run_notebook(spec, store=str(store))
-    seen = [c["simulated"][r] for n in ("4", "8") for c in [again["by_model"]["alexnet"]["v100"][n]["10"]]
-            for r in ("stanza", "ps", "ddp")]
-    assert seen.count(12345.0) == 1
-    # an entry of another simulator version is simulated again, not read
+    again = scale.simulate_points(p, modelled, store, say=lambda *_: None)
+    assert [e["throughput"] for e in again.values()].count(12345.0) == 1
     planted["sim_version"] = SIM_VERSION + 1
     entries[0].write_text(json.dumps(planted))
-    third, _, _ = run_notebook(spec, store=str(store))
-    assert 12345.0 not in [c["simulated"][r] for n in ("4", "8") for c in [third["by_model"]["alexnet"]["v100"][n]["10"]]
-                           for r in ("stanza", "ps", "ddp")]
+    third = scale.simulate_points(p, modelled, store, say=lambda *_: None)
+    assert 12345.0 not in [e["throughput"] for e in third.values()]
     assert json.loads(entries[0].read_text())["sim_version"] == SIM_VERSION
 
 
@@ -81,7 +79,10 @@ def test_modelled_only_says_why(spec, run_notebook):
     assert (out / "pays.html").is_file()
 
 
-def test_a_size_below_two_fails_with_one_line(spec, run_notebook):
-    with pytest.raises(PapermillExecutionError) as e:
-        run_notebook(spec, nodes=[1, 4])
-    assert "\n" not in e.value.evalue and "nodes" in e.value.evalue
+def test_bad_parameters_fail_with_one_line_before_any_work(spec):
+    tiny = {k: spec.params["tiny"][k] for k in ("models", "devices", "target_gbps", "nodes")}
+    for change, words in (({"nodes": [1, 4]}, "nodes"), ({"devices": ["v101"]}, "v101"),
+                          ({"target_gbps": [0.0]}, "target_gbps"), ({"models": ["vgg17"]}, "vgg17")):
+        with pytest.raises(ValueError) as e:
+            scale.ScaleParams(**{**tiny, **change})
+        assert "\n" not in str(e.value) and words in str(e.value), str(e.value)
