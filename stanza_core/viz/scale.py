@@ -3,6 +3,7 @@ faster baseline against cluster size, simulated beside modelled, and the map of 
 separation pays (simulated), with the model's boundary marked."""
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import plotly.graph_objects as go
@@ -45,7 +46,10 @@ def speedups(results: dict[str, Any]) -> go.Figure:
     note = (f"simulated (SimGrid, sim version {results['sim_version']}, compute from each device row) solid; "
             f"modelled (perf) dashed; the sharded PS simulated up to N = {results['ps_max_nodes']}, above it the "
             "simulated line compares with ddp only")
-    return finish(fig, f"Best stanza over the faster of ps and ddp<br><sub>{note}</sub>", 330 * rows + 120)
+    fig = finish(fig, f"Best stanza over the faster of ps and ddp<br><sub>{note}</sub>", 330 * rows + 120)
+    fig.update_layout(legend=dict(orientation="v", x=1.02, xanchor="left", y=1.0, yanchor="top"),
+                      margin=dict(t=110, r=190))
+    return fig
 
 
 def pays_map(results: dict[str, Any]) -> go.Figure:
@@ -62,12 +66,14 @@ def pays_map(results: dict[str, Any]) -> go.Figure:
         r, c = i // cols + 1, i % cols + 1
         by_n = results["by_model"][m][d]
         ns = sorted(by_n, key=int)
-        z = [[by_n[n][g]["simulated_stanza_over_best_baseline"] for n in ns] for g in gs]
+        ratio = [[by_n[n][g]["simulated_stanza_over_best_baseline"] for n in ns] for g in gs]
+        z = [[None if v is None else math.log2(v) for v in row] for row in ratio]  # log scale, 1x white
         text = [[_short(by_n[n][g]) for n in ns] for g in gs]
-        fig.add_heatmap(x=[str(n) for n in ns], y=[f"{g} Gb/s" for g in gs], z=z, text=text,
-                        texttemplate="%{text}", zmid=1.0, colorscale="RdBu", zmin=0.25, zmax=4.0,
-                        showscale=(i == 0), colorbar=dict(title="stanza /<br>baseline"),
-                        hovertemplate=f"{m}, {d}, N=%{{x}}, %{{y}}: %{{z:.2f}}x (simulated)<extra></extra>",
+        fig.add_heatmap(x=[str(n) for n in ns], y=[f"{g} Gb/s" for g in gs], z=z, text=text, customdata=ratio,
+                        texttemplate="%{text}", zmid=0.0, colorscale="RdBu", zmin=-2.0, zmax=2.0,
+                        showscale=(i == 0), colorbar=dict(title="stanza /<br>baseline", tickvals=[-2, -1, 0, 1, 2],
+                                                          ticktext=["0.25x", "0.5x", "1x", "2x", "4x"]),
+                        hovertemplate=f"{m}, {d}, N=%{{x}}, %{{y}}: %{{customdata:.2f}}x (simulated)<extra></extra>",
                         row=r, col=c)
         odd = [(n, g) for n in ns for g in gs if by_n[n][g]["simulated_pays"] is not None
                and by_n[n][g]["simulated_pays"] != by_n[n][g]["modelled_pays"]]
