@@ -41,6 +41,10 @@
 # - The sharded PS is simulated up to `ps_max_nodes` (its program has N^2 messages a step and
 #   its simulation's cost grows about as N^3); above that the simulated judgement compares
 #   stanza with ddp only, and says so.
+# - Ring allreduces are simulated merged (each ring edge's 2(N-1) chunks as one flow after their
+#   route latencies: the same bytes on every link; `ring: expanded` times every chunk). On
+#   ResNet-50 ddp and stanza k=1 at N = 16 and VGG-16 ddp at N = 32 (V100 row, 100 Gb/s) both
+#   forms gave the same step to 5 digits, the merged one 9-16x faster to simulate.
 # - Quick mode (`make reproduce`) reads the committed store of simulated points
 #   (`benchmarks/results/sim_scale/`) for a slice (VGG-16 on the V100 row, 4-64 nodes, 10 and
 #   100 Gb/s) and simulates what it lacks; full mode is the whole sweep.
@@ -52,6 +56,7 @@ target_gbps: list[float] = [10.0, 25.0, 100.0, 400.0]  # bandwidths per node and
 nodes: list[int] = [4, 8, 16, 32, 64, 128, 256, 512, 1024]  # cluster sizes
 batch_per_worker: int = 32  # samples per data worker
 ps_max_nodes: int = 128  # the sharded PS simulated up to this N (modelled beyond)
+ring: str = "merged"  # ring allreduce simulated merged (one flow per ring edge), expanded or auto (sim.cluster)
 simulate: bool = True  # False: the modelled figures only
 store: str = "auto"  # simulated points: auto (benchmarks/results/sim_scale), "" (none: simulate all, keep nothing) or a folder
 png: bool = True  # also export PNG figures (needs a Chromium)

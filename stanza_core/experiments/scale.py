@@ -14,6 +14,11 @@ nodes at 10 / 25 / 100 / 400 Gb/s per node, on the V100 and H100 device rows:
     simulated = simulate_points(p, modelled, store)   # stored entries read, the rest simulated
     results = scale_results(p, modelled, simulated)   # results.json
 
+Ring allreduces are simulated merged by default (sim/executor.py: each ring edge's 2(N-1) chunks
+as one flow after their route latencies, the same bytes on every link): the expanded form's
+2(N-1)N messages an allreduce make ResNet-50 (hundreds of small allreduces a step) cost minutes a
+configuration from N = 32 (`ring: expanded` or `auto` to have them).
+
 The sharded PS's program has N^2 messages a step (every worker to every shard and back); its
 simulation's cost grows about as N^3 (VGG-16 at 100 Gb/s: 10 s at N = 128, 79 s at N = 256 on
 the 2-core machine, benchmarks/results/sim_speed.json's command), so it is simulated up to
@@ -48,6 +53,7 @@ class ScaleParams:
     nodes: list[int]  # cluster sizes
     batch_per_worker: int = 32  # samples per data worker
     ps_max_nodes: int = 128  # the sharded PS simulated up to this N (modelled beyond)
+    ring: str = "merged"  # ring allreduce in the simulation: merged (one flow per ring edge), expanded or auto
     simulate: bool = True  # False: the modelled figures only
 
     def __post_init__(self):
@@ -60,6 +66,10 @@ class ScaleParams:
         self.nodes = checks.int_list("nodes", self.nodes, 2)
         checks.positive_int("batch_per_worker", self.batch_per_worker)
         checks.positive_int("ps_max_nodes", self.ps_max_nodes, 2)
+        from ..sim.cluster import RINGS
+
+        if self.ring not in RINGS:
+            raise ValueError(f"ring must be one of {', '.join(RINGS)}, got {self.ring!r}")
 
 
 def _row(pred) -> dict[str, Any]:
@@ -81,15 +91,15 @@ def model_points(p: ScaleParams) -> dict[str, Any]:
     return out
 
 
-def _entry_name(m: str, d: str, n: int, label: str, batch: int, g: float) -> str:
+def _entry_name(m: str, d: str, n: int, label: str, batch: int, g: float, ring: str) -> str:
     slug = label.replace(" ", "_").replace("=", "")
-    digest = hashlib.sha1(f"{m}|{d}|{n}|{label}|{batch}|{g!r}".encode()).hexdigest()[:8]
+    digest = hashlib.sha1(f"{m}|{d}|{n}|{label}|{batch}|{g!r}|{ring}".encode()).hexdigest()[:8]
     return f"{m}-{d}-n{n}-{slug}-{g:g}g-{digest}.json"
 
 
-def _key(m, d, n, row, g) -> dict[str, Any]:
+def _key(m, d, n, row, g, ring) -> dict[str, Any]:
     return {"model": m, "device": d, "nodes": n, "label": row["label"], "global_batch": row["global_batch"],
-            "target_gbps": g, "image_size": IMAGE, "num_classes": CLASSES}
+            "target_gbps": g, "image_size": IMAGE, "num_classes": CLASSES, "ring": ring}
 
 
 def read_entry(store: Path | None, key: dict[str, Any]) -> dict[str, Any] | None:
@@ -99,7 +109,7 @@ def read_entry(store: Path | None, key: dict[str, Any]) -> dict[str, Any] | None
     if store is None:
         return None
     path = store / _entry_name(key["model"], key["device"], key["nodes"], key["label"], key["global_batch"],
-                               key["target_gbps"])
+                               key["target_gbps"], key["ring"])
     if not path.is_file():
         return None
     e = json.loads(path.read_text())
@@ -126,7 +136,7 @@ def simulate_points(p: ScaleParams, modelled: dict[str, Any], store: Path | None
     for (m, d, n, g), pt in modelled.items():
         for role in simulated_roles(p, n):
             row = pt["roles"][role]
-            key = _key(m, d, n, row, g)
+            key = _key(m, d, n, row, g, p.ring)
             if (e := read_entry(store, key)) is not None:
                 out[(m, d, n, g, role)] = e
                 continue
@@ -144,18 +154,18 @@ def simulate_points(p: ScaleParams, modelled: dict[str, Any], store: Path | None
                        replay_device=d)
         gbps = sorted({g for g, _ in wants})
         t = time.monotonic()
-        sims = dict(zip(gbps, simulate_bandwidths(rc, gbps)))
+        sims = dict(zip(gbps, simulate_bandwidths(rc, gbps, ring=p.ring)))
         wall = (time.monotonic() - t) / len(gbps)
         for g, role in wants:
             s = sims[g]
-            e = {"figure": "simulated", "sim_version": SIM_VERSION, "key": _key(m, d, n, row, g),
+            e = {"figure": "simulated", "sim_version": SIM_VERSION, "key": _key(m, d, n, row, g, p.ring),
                  "device_row": s["device_row"], "step_s": s["step_s"], "throughput": s["throughput"],
                  "bytes_per_step": s["bytes_per_step"], "messages_per_step": s["messages_per_step"],
                  "ring": s["platform"]["ring"], "wall_s": wall}
             out[(m, d, n, g, role)] = e
             if store is not None:
                 store.mkdir(parents=True, exist_ok=True)
-                atomic.write_text(store / _entry_name(m, d, n, label, batch, g), json.dumps(e, indent=1) + "\n")
+                atomic.write_text(store / _entry_name(m, d, n, label, batch, g, p.ring), json.dumps(e, indent=1) + "\n")
         say(f"[{i}/{len(todo)}] {m} {d} N={n} {label} at {', '.join(f'{g:g}' for g in gbps)} Gb/s: "
             f"{wall * len(gbps):.1f} s (total {time.monotonic() - t0:.0f} s)")
     return out
@@ -219,6 +229,7 @@ def scale_results(p: ScaleParams, modelled: dict[str, Any], simulated: dict[tupl
                        "simulated": f"simulated (SimGrid, sim version {SIM_VERSION}, compute from the device rows)"},
             "sim_version": SIM_VERSION, "models": p.models, "devices": p.devices, "nodes": p.nodes,
             "target_gbps": p.target_gbps, "batch_per_worker": p.batch_per_worker, "ps_max_nodes": p.ps_max_nodes,
+            "ring": p.ring,
             "simulated_count": len(simulated), "not_simulated": not_simulated, "by_model": by,
             "summary": {"points": len(cells), "judged": len(judged), "pays_simulated": sum(c["simulated_pays"] for c in judged),
                         "model_agrees_on_pays": len(agree),
