@@ -6,6 +6,7 @@ from __future__ import annotations
 from ...anatomy import DTYPE_BYTES
 from ...perf.model import backward_units, bucketed_backward, predict
 from ...perf.traffic import clean, report, ring_share
+from ...variant import Variant
 
 
 def rank_rows(case, ranks) -> list[dict]:
@@ -42,4 +43,4 @@ def overlap(case) -> str:
 
 
 def candidates(space) -> list:
-    return [predict(space.profile, space.cluster, "ddp", **space.batch, with_ranks=False)]
+    return [predict(space.profile, space.cluster, Variant("ddp"), **space.batch, with_ranks=False)]
