@@ -38,6 +38,7 @@ from ..models import get_model
 from ..topology import make_topology
 from ..local_device import local_device
 from ..perf.optimize import share_grid
+from ..variant import Variant
 
 # stanza variants: name -> engine options (fc_conv_share "max": the largest share share_grid allows)
 VARIANTS = {
@@ -125,8 +126,7 @@ def job_of(name: str, nodes: int, fc_workers: int, global_batch: int, options: d
     strategy = "stanza" if name in VARIANTS else name
     n, k = (1, 0) if not registry.get(strategy).compared else (
         nodes, fc_workers if registry.owns(strategy, "fc_workers") else 0)
-    topo = make_topology(strategy, n, global_batch, k or 1, fc_conv_share=options.get("fc_conv_share", 0.0),
-                         micro_batches=options.get("micro_batches", 1))
+    topo = make_topology(Variant.parse(strategy, {"fc_workers": k or None, **options}), n, global_batch)
     return {"strategy": strategy, "options": options, "nodes": n, "fc_workers": k or None,
             "label": config_label(strategy, k, **options), "batch_per_worker": topo.worker_batch(global_batch),
             "fc_batch": topo.fc_batch}
@@ -137,7 +137,7 @@ def variant_options(name: str, nodes: int, fc_workers: int, global_batch: int) -
     when the batch leaves no share of whole samples for a hybrid FC worker)."""
     opts = dict(VARIANTS[name])
     if opts.get("fc_conv_share") == "max":
-        shares = [x for x in share_grid(global_batch, nodes, fc_workers) if x > 0]
+        shares = [x for x in share_grid(global_batch, nodes, Variant("stanza", fc_workers=fc_workers)) if x > 0]
         if not shares:
             raise ValueError(f"{name}: global_batch {global_batch} gives an FC worker no share of whole samples "
                              f"on {nodes} nodes with k = {fc_workers}")

@@ -18,6 +18,7 @@ import nbformat
 import pytest
 
 from tutorials import course
+from stanza_core.variant import Variant
 
 LABS = course.lab_names()
 FORMULA_LABS = [f"lab{i}" for i in range(1, 9)]  # the labs whose answers are functions of numbers
@@ -229,8 +230,8 @@ def test_the_numbers_the_model_answers_state_are_the_models():
 
     def per_sample(name, N=8, b=32):  # DDP's bytes per trained sample over Stanza k = 1's
         c = perf.ModelCounts.of(perf.named_profile(name, image_size=224))
-        ddp = perf.totals(perf.expected_bytes(c, "ddp", N, global_batch=b * N))["bytes_per_step"] / (b * N)
-        st = perf.totals(perf.expected_bytes(c, "stanza", N, 1, global_batch=b * (N - 1)))["bytes_per_step"]
+        ddp = perf.totals(perf.expected_bytes(c, Variant("ddp"), N, global_batch=b * N))["bytes_per_step"] / (b * N)
+        st = perf.totals(perf.expected_bytes(c, Variant("stanza", fc_workers=1), N, global_batch=b * (N - 1)))["bytes_per_step"]
         return ddp / (st / (b * (N - 1)))
 
     text = _why("lab1")
@@ -244,8 +245,8 @@ def test_the_numbers_the_model_answers_state_are_the_models():
     P, Pc, A = vgg.params, vgg.conv_params, vgg.boundary_values
 
     def ps_over_stanza(N, b):
-        ps = perf.totals(perf.expected_bytes(vgg, "ps", N, global_batch=b * N))["bytes_per_step"]
-        return ps / perf.totals(perf.expected_bytes(vgg, "stanza", N, 1, global_batch=b * (N - 1)))["bytes_per_step"]
+        ps = perf.totals(perf.expected_bytes(vgg, Variant("ps"), N, global_batch=b * N))["bytes_per_step"]
+        return ps / perf.totals(perf.expected_bytes(vgg, Variant("stanza", fc_workers=1), N, global_batch=b * (N - 1)))["bytes_per_step"]
 
     ratios = ", ".join(f"{ps_over_stanza(N, 32):.1f} at N = {N}" for N in (4, 8, 16))
     assert f"about {ratios}, limit {P / (Pc + 32 * (A + 1)):.2f}" in text
