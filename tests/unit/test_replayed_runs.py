@@ -205,7 +205,7 @@ def test_each_configuration_runs_at_its_own_dilation_with_engine_seconds_measure
     got = {}
     for p in plans:
         cfg, scale = p.config, p.link.payload_scale
-        step = predict(profile, Cluster(4, 10.0, device=dev), Variant(cfg.strategy, fc_workers=cfg.fc_workers or None), global_batch=cfg.global_batch).iteration_s
+        step = predict(profile, Cluster(4, 10.0, device=dev), cfg.variant, global_batch=cfg.global_batch).iteration_s
         assert p.target_step_s == pytest.approx(step, rel=1e-12)
         # the links alone ask for ceil(40 / F); the engine within 5 % of D x the model's step may ask for more
         want = max(math.ceil(40 / scale), replay_dilation(10.0, 4, max_link_mbit=max_link_mbit(9000),
@@ -315,7 +315,7 @@ def test_beyond_runs_go_through_the_plans_at_one_dilation_per_cell(tmp_path, mon
         cfg = next(c for c in ran if c.label == r["label"])
         kw = runs[r["run"]]
         assert (cfg.compute, cfg.replay_device, cfg.global_batch) == ("replay", "v100", kw["global_batch"])
-        assert cfg.fc_conv_share == kw.get("fc_conv_share", 0.0) and cfg.micro_batches == kw.get("micro_batches", 1)
+        assert cfg.variant == kw["variant"]
         assert cfg.link_mbit == pytest.approx(r["link_mbit"], rel=1e-6)
         assert r["link_mbit"] == plan.replay_link(10.0, 4).wire_mbit and r["payload_gbps"] == 10.0 / 40
         assert r["target_step_s"] == 4.0 / 40 and r["target_steps_s"] == [5.0 / 40, 4.0 / 40, 4.0 / 40]

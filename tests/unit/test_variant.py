@@ -141,7 +141,8 @@ def test_a_record_is_refused_an_option_another_strategy_or_the_configuration_own
         assert "planted" not in registry.names()
     with registry.registered(spec()):  # no options: the base options class, nothing to set
         v = Variant("planted")
-        assert v.options.values() == {} and v.label == "planted" and v.micro_batches == 1
+        assert v.options.values() == {} and v.label == "planted" and v.get("micro_batches") is None
+        assert not hasattr(v, "micro_batches")  # another strategy's option is not read through a Variant
         with pytest.raises(ValueError, match="micro_batches 2 applies to stanza only, not planted"):
             Variant("planted", micro_batches=2)
     with registry.registered(registry.dataclasses.replace(spec("pieces"))):  # a record whose class is missing
