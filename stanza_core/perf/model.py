@@ -31,21 +31,20 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import itertools
 from typing import Any
 
-from .. import checks, registry
-from ..labels import config_label
+from .. import checks
 from ..variant import HoldsVariant, Variant, unset
-from ..buckets import DEFAULT_BUCKET_MB, bucket_groups
-from ..anatomy import DTYPE_BYTES, Profile
+from ..buckets import DEFAULT_BUCKET_MB
+from ..anatomy import Profile
 from ..topology import Topology
 from .cluster import Cluster
 from .devices import DeviceProfile
 from .resolve import device_profile
+from .blocks import (DEFAULT_BATCH_PER_WORKER, backward_units, bucketed_backward, layer_shares,  # noqa: F401 (perf.model's names)
+                     layer_units)
 from .traffic import ModelCounts, data_workers, model_layout, rank_bytes, summary_bytes
 
-DEFAULT_BATCH_PER_WORKER = 32
 # The options a prediction's plain row holds whatever its strategy (as stored results have them).
 ROW_OPTIONS = ("fc_workers", "ps_servers", "ps_overlap", "fc_conv_share", "micro_batches", "boundary_dtype",
                "grad_compression")
@@ -84,60 +83,6 @@ class Prediction(HoldsVariant):
         out = {f.name: copy.deepcopy(getattr(self, f.name)) for f in dataclasses.fields(self) if f.name != "variant"}
         layout = {"strategy": self.strategy, **{o: unset(o) for o in ROW_OPTIONS}, **self.variant.options.values()}
         return {**layout, **out, "fc_workers": self.fc_workers, "ps_shards": self.ps_shards}
-
-
-def layer_shares(profile: Profile, part: str) -> list[tuple[str | None, int, float]]:
-    """(layer name, params, share of the part's time) per parameterised layer, in forward order.
-
-    A layer's share is its forward FLOPs over the part's (an even split when no FLOPs are
-    known); without layer rows the whole part is one unit (name None). The replay engine
-    (stanza_core/engine/replay.py) waits these same shares, so model and replay agree on compute."""
-    rows = [r for r in profile.layers if r.part == part and (r.params or r.flops)]
-    totals = getattr(profile, part)
-    if not rows:
-        return [(None, totals.params, 1.0)]
-    flops = sum(r.flops for r in rows)
-    return [(r.name, r.params, (r.flops / flops) if flops else 1.0 / len(rows)) for r in rows]
-
-
-def layer_units(profile: Profile, part: str) -> list[tuple[int, float]]:
-    """(params, share of the part's backward time) per parameterised layer (see layer_shares)."""
-    return [(params, share) for _, params, share in layer_shares(profile, part)]
-
-
-def bucketed_backward(units: list[tuple[int, float]], cluster: Cluster, n: int, cap_bytes: int,
-                      close_at_cap: bool) -> tuple[float, float, float, int]:
-    """Backward over `units` (params, seconds), given in the order backward visits them, with
-    gradients allreduced among n ranks in buckets; a bucket's allreduce starts once its last
-    gradient exists and the previous bucket's allreduce is done (one link, one at a time).
-
-    Bucketing rule: torch DDP closes a bucket once it holds >= cap (close_at_cap=True); the
-    engine's GradBuckets (stanza) starts a new bucket before one would exceed cap.
-    Returns (backward end, allreduce end, total allreduce time, buckets), from the backward's start."""
-    ends = list(itertools.accumulate(dt for _, dt in units))
-    t = ends[-1] if ends else 0.0
-    nbytes = [DTYPE_BYTES * params for params, _ in units]
-    # each bucket ready when its last unit's gradient exists
-    buckets = [(ends[g[-1]], sum(nbytes[i] for i in g))
-               for g in bucket_groups(nbytes, cap_bytes, close_at_cap=close_at_cap)]
-    buckets = [(ready, size) for ready, size in buckets if size]
-    if n <= 1:
-        return t, 0.0, 0.0, 0
-    link_free, busy = 0.0, 0.0
-    for ready, nbytes in buckets:
-        dur = cluster.ring_allreduce_s(nbytes, n)
-        link_free = max(ready, link_free) + dur
-        busy += dur
-    return t, link_free, busy, len(buckets)
-
-
-def backward_units(profile: Profile, dev: DeviceProfile, parts: tuple[str, ...], b: int):
-    """(params, seconds) per layer in backward order (last layer first) over `parts` (forward order)."""
-    units = []
-    for part in parts:
-        total = dev.time_s(part, "bwd", b)
-        units += [(p, share * total) for p, share in layer_units(profile, part)]
-    return units[::-1]
 
 
 def _resolve_batch(n: int, global_batch: int | None, batch_per_worker: int | None) -> int:

@@ -13,15 +13,16 @@ dedicated ps with fewer servers, no overlap before overlap, then stanza with the
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from typing import Any
 
 from .. import registry
 from ..anatomy import Profile
 from ..topology import fc_worker_choices
+from ..variant import Variant
+from .blocks import MAX_SHARES, share_grid  # noqa: F401 (perf.optimize's names)
 from .cluster import Cluster
 from .model import DEFAULT_BUCKET_MB, Prediction, predict
-from ..variant import Variant
-from .traffic import data_workers
 
 @dataclasses.dataclass
 class Assignment:
@@ -61,7 +62,6 @@ class Assignment:
 PAPER = (("fp32", "none"),)  # boundary dtype, CONV gradient compression: exact training
 COMPRESSIONS = (("fp32", "none"), ("bf16", "none"), ("fp32", "bf16"), ("bf16", "bf16"), ("bf16", "powersgd"))
 MICRO_BATCHES = (1, 2, 4, 8)
-MAX_SHARES = 9  # share values tried per k (evenly spread over the valid ones, 0 and the largest kept)
 
 
 def _key(p: Prediction):
@@ -89,24 +89,12 @@ def default_ps_servers(nodes: int) -> list[int]:
     return out
 
 
-def share_grid(global_batch: int, nodes: int, variant: Variant, limit: int = MAX_SHARES) -> list[float]:
-    """Shares of the global batch a hybrid FC worker of `variant` (stanza with its k) can take
-    (whole samples on every worker, strategies/stanza/layout.hybrid_batches), from 0 up to an even
-    split over all N nodes, at most `limit` values."""
-    nc, k = data_workers(variant, nodes), variant.options.fc_workers
-    # 0 (the paper's stanza) is always a candidate: an uneven split over the CONV workers is fine there
-    valid = [0] + [bh for bh in range(1, global_batch // nodes + 1) if (global_batch - k * bh) % nc == 0
-                   and global_batch - k * bh >= nc]
-    if len(valid) > limit:
-        idx = sorted({round(i * (len(valid) - 1) / (limit - 1)) for i in range(limit)})
-        valid = [valid[i] for i in idx]
-    return [bh / global_batch for bh in valid]
-
-
 @dataclasses.dataclass(frozen=True)
 class Space:
     """What the optimiser searches: each strategy's model module turns it into its candidates
-    (`candidates(space)`: the configurations of that strategy worth ranking)."""
+    (`candidates(space)`: the configurations of that strategy worth ranking, each predicted by
+    `space.predict`, perf.predict itself, handed over so that no strategy model imports perf's
+    front end)."""
 
     profile: Profile
     cluster: Cluster
@@ -121,6 +109,7 @@ class Space:
     shares: Any  # stanza: "auto" or the shares tried
     micro_batches: tuple[int, ...]
     compressions: tuple[tuple[str, str], ...]
+    predict: Callable[..., Prediction] = predict  # perf.predict(profile, cluster, variant, **batch)
 
 
 def best_assignment(profile: Profile, cluster: Cluster, global_batch: int | None = None, *,

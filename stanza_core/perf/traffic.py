@@ -11,95 +11,15 @@ A category with zero bytes is left out of a rank's `sent`/`recv` (nothing crosse
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
 from fractions import Fraction
 
 from .. import checks, registry
-from ..anatomy import DTYPE_BYTES, Profile
 from ..batchnorm import BN_LOCAL
 from ..errors import ConfigError
 from ..topology import Topology, layout_of, plain_topology, resolve_layout
 from ..variant import Variant
-
-
-_COUNTS_CACHE: dict[int, tuple] = {}
-
-
-@dataclasses.dataclass(frozen=True)
-class ModelCounts:
-    """The three numbers traffic depends on."""
-
-    conv_params: int  # Pc
-    fc_params: int  # Pf
-    boundary_values: int  # A, values per sample crossing the CONV|FC cut
-    conv_shapes: tuple[tuple[int, ...], ...] = ()  # CONV parameter shapes (only PowerSGD's sizes need them)
-    bn_conv_channels: int = 0  # batch-norm channels on the CONV side (global statistics: stanza_core.batchnorm)
-    bn_fc_channels: int = 0  # batch-norm channels on the FC side
-
-    def local_bn(self) -> "ModelCounts":
-        """The same model with per-worker batch-norm statistics (--bn-stats local): no BN traffic."""
-        return dataclasses.replace(self, bn_conv_channels=0, bn_fc_channels=0)
-
-    @property
-    def params(self) -> int:
-        return self.conv_params + self.fc_params
-
-    @classmethod
-    def of(cls, obj) -> "ModelCounts":
-        """From a Profile, a ModelCounts, or a mapping with the three field names."""
-        if isinstance(obj, ModelCounts):
-            return obj
-        if isinstance(obj, Profile):
-            hit = _COUNTS_CACHE.get(id(obj))  # optimiser loops ask for the same profile's counts often
-            if hit is not None and hit[0] is obj and hit[1].conv_params == obj.conv.params:
-                return hit[1]
-            shapes = tuple(tuple(int(v) for v in sh) for sh in (obj.conv_shapes or ()))
-            counts = cls(obj.conv.params, obj.fc.params, obj.boundary_values, shapes,
-                         getattr(obj, "bn_conv_channels", 0), getattr(obj, "bn_fc_channels", 0))
-            if len(_COUNTS_CACHE) > 64:
-                _COUNTS_CACHE.clear()
-            _COUNTS_CACHE[id(obj)] = (obj, counts)
-            return counts
-        if isinstance(obj, Mapping):
-            missing = [f for f in ("conv_params", "fc_params", "boundary_values") if f not in obj]
-            if missing:
-                raise ValueError(f"model counts need {', '.join(missing)}")
-            shapes = tuple(tuple(int(v) for v in sh) for sh in obj.get("conv_shapes") or ())
-            return cls(int(obj["conv_params"]), int(obj["fc_params"]), int(obj["boundary_values"]), shapes,
-                       int(obj.get("bn_conv_channels", 0)), int(obj.get("bn_fc_channels", 0)))
-        raise ValueError(f"expected a Profile, ModelCounts or mapping, got {type(obj).__name__}")
-
-
-def bn_stats_share(channels: int, n: int) -> Fraction:
-    """Global batch-norm statistics among n data workers: per layer call, 4 allreduces of C fp32
-    values (sum, centred sum of squares, and their gradients): 2(n-1)/n * 16 * C bytes."""
-    return ring_share(4 * DTYPE_BYTES * channels, n)
-
-
-def ring_share(nbytes: int, n: int) -> Fraction:
-    """Bytes one member of an n-rank ring allreduce of nbytes sends (and receives): 2(n-1)/n * S."""
-    return Fraction(2 * (n - 1) * nbytes, n) if n > 1 else Fraction(0)
-
-
-def report(x: Fraction | int) -> int:
-    """Exact byte fractions become whole bytes only when reported (Python's round: half to even)."""
-    return int(round(Fraction(x)))
-
-
-def ps_shard_sizes(params: int, shards: int) -> list[int]:
-    """Even flat split: shard s holds P//S values, plus one for the first P % S shards."""
-    return [params // shards + (1 if s < params % shards else 0) for s in range(shards)]
-
-
-def data_workers(variant: Variant, nodes: int) -> int:
-    """How many ranks of `nodes` split the global batch under `variant` (the layout's data
-    workers: N, N - k for stanza, N - S for dedicated ps servers)."""
-    return plain_topology(variant, nodes).data_workers
-
-
-def split_batch(global_batch: int, workers: int) -> list[int]:
-    """Per-worker batches (the first G % n workers take one more sample)."""
-    return [global_batch // workers + (1 if i < global_batch % workers else 0) for i in range(workers)]
+from .blocks import (ModelCounts, bn_stats_share, clean, data_workers, ps_shard_sizes, report,  # noqa: F401 (perf.traffic's names)
+                     ring_share, split_batch)
 
 
 def model_layout(variant: Variant, nodes: int, global_batch: int) -> tuple[Topology, list[int]]:
@@ -142,11 +62,6 @@ class TrafficCase:
     def bn_share(self, channels: int) -> Fraction:
         """A data worker's batch-norm statistics bytes for `channels` (among the data workers)."""
         return bn_stats_share(channels, self.topo.data_workers)
-
-
-def clean(d: dict[str, Fraction | int]) -> dict[str, int]:
-    """A rank's category -> bytes, in whole bytes, the categories with none left out."""
-    return {c: report(v) for c, v in d.items() if v}
 
 
 def rank_bytes(counts: ModelCounts, variant: Variant, topo: Topology, batches: list[int], *, ranks=None,

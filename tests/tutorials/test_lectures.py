@@ -117,7 +117,7 @@ def test_the_sharded_ps_costs_its_missing_overlap():
     the PS's extra step time over DDP nearly vanishes once its push overlaps the backward."""
     from stanza_core import perf
     vgg, cluster = perf.named_profile("vgg16"), perf.Cluster(16, 10.0, device="v100")
-    ms = {name: perf.predict(vgg, cluster, strategy, batch_per_worker=32, **kw).iteration_s * 1e3
+    ms = {name: perf.predict(vgg, cluster, Variant(strategy, **kw), batch_per_worker=32).iteration_s * 1e3
           for name, strategy, kw in (("ddp", "ddp", {}), ("ps", "ps", {}), ("ps overlapped", "ps", {"ps_overlap": True}))}
     assert ms["ps"] - ms["ddp"] > 4 * (ms["ps overlapped"] - ms["ddp"]) > 0, ms
     assert ms["ps overlapped"] / ms["ddp"] < 1.05, ms

@@ -10,8 +10,7 @@ import itertools
 
 from ...anatomy import DTYPE_BYTES
 from ...buckets import bucket_groups
-from ...perf.model import backward_units, predict
-from ...perf.traffic import clean, data_workers, ps_shard_sizes, report
+from ...perf.blocks import backward_units, clean, data_workers, ps_shard_sizes, report
 from ...variant import Variant
 
 
@@ -67,6 +66,7 @@ def candidates(space) -> list:
     """Colocated shards (space.ps_shards, default N) and dedicated servers S in space.ps_servers,
     each with and without the overlapped push (space.ps_overlaps)."""
     profile, cluster, batch = space.profile, space.cluster, space.batch
+    predict = space.predict
     out = [predict(profile, cluster, Variant("ps", ps_shards=space.ps_shards, ps_overlap=o), **batch, with_ranks=False)
            for o in space.ps_overlaps]
     for s in space.ps_servers:

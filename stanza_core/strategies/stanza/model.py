@@ -8,9 +8,8 @@ states the step-time rules; the schedule itself is timeline.py's."""
 from __future__ import annotations
 
 from ...anatomy import DTYPE_BYTES, LABEL_BYTES
-from ...perf.model import DEFAULT_BATCH_PER_WORKER, backward_units, layer_units, predict
-from ...perf.traffic import ModelCounts, clean, data_workers, report, ring_share
-from ...perf.optimize import share_grid
+from ...perf.blocks import (DEFAULT_BATCH_PER_WORKER, ModelCounts, backward_units, clean, data_workers, layer_units,
+                            report, ring_share, share_grid)
 from ...variant import Variant
 from .timeline import stanza_schedule
 from .wire import WIRE_BYTES, conv_grad_bytes
@@ -103,8 +102,8 @@ def candidates(space) -> list:
                     try:
                         v = Variant("stanza", fc_workers=k, fc_conv_share=share, micro_batches=M,
                                     boundary_dtype=dtype, grad_compression=comp)
-                        out.append(predict(profile, cluster, v, global_batch=G, bucket_mb=space.bucket_mb,
-                                           with_ranks=False))
+                        out.append(space.predict(profile, cluster, v, global_batch=G, bucket_mb=space.bucket_mb,
+                                                 with_ranks=False))
                     except ValueError:
                         continue  # a share or M this batch cannot take: not a valid configuration
     return out

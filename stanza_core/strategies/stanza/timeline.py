@@ -22,7 +22,7 @@ Compression scales the wire bytes: boundary values 2 bytes in bf16/fp16; CONV bu
 ratio of compressed to fp32 gradient bytes (wire.conv_grad_bytes); PowerSGD runs three
 allreduces per bucket (uncompressed tensors, P, Q: 3x the latency) and its matmuls are not
 modelled. With M = 1, no share and fp32 this is the paper's 3-stage pipeline (model.py). The
-CONV and FC backward units and the links are perf's building blocks (perf.model, perf.cluster).
+CONV and FC backward units and the links are perf's building blocks (perf.blocks, perf.cluster).
 """
 from __future__ import annotations
 
@@ -53,7 +53,7 @@ def stanza_schedule(case, counts, conv_units, fc_units, free: bool = False) -> t
     """(step seconds, terms) of one stanza step (`case`: perf.model.StepCase, its variant's options
     and its layout's k and hybrid share); `free`: the same step with free communication.
 
-    conv_units / fc_units: (params, seconds) per layer in backward order (perf.model.backward_units)."""
+    conv_units / fc_units: (params, seconds) per layer in backward order (perf.blocks.backward_units)."""
     profile, dev, cluster, bc, cap, opt = case.profile, case.dev, case.cluster, case.b, case.cap, case.variant.options
     N, k = cluster.nodes, case.topo.fc_workers
     nc, M, bh = N - k, opt.micro_batches, case.topo.fc_batch
