@@ -20,7 +20,7 @@ Hybrid FC workers (`fc_batch` > 0): each FC worker also computes the CONV body o
 samples of the global batch G and joins the CONV allreduce. The global batch is laid out in
 rank order: CONV worker i takes positions [i*bc, (i+1)*bc), FC worker j (rank Nc + j) takes
 [Nc*bc + j*bh, Nc*bc + (j+1)*bh), with bh = fc_batch = share * G and bc = (G - k*bh) / Nc;
-both must be whole numbers (`hybrid_batches`). Micro-batches split a worker's slice into M
+both must be whole numbers (`hybrid_batches`, in strategies/stanza/layout.py). Micro-batches split a worker's slice into M
 contiguous chunks, the first b % M one sample larger (`chunk_slices`).
 
 Each layout is its strategy's: the record names a `Layout` subclass (StrategySpec.layout, in the
@@ -32,8 +32,9 @@ The k that fit N ranks, `fc_worker_choices(N)` = 1..N//2, is the one statement o
 k <= N - k (with CONV worker i served by FC worker i % k, a larger k leaves an FC worker with no
 CONV worker); the engine, the performance model, the optimiser and every experiment ask it.
 The rules that tie a strategy, N, k, S and dedicated servers together are `resolve_layout`'s
-alone: the engine's `make_topology` and the performance model's `perf.traffic.check_config`
-both call it (the model adds only its arguments' types).
+alone, given the configuration as one variant.Variant: the engine's `make_topology` and the
+performance model's `perf.traffic.model_layout` both call it (the model words its errors for its
+arguments and allows an uneven split).
 """
 from __future__ import annotations
 

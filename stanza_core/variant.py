@@ -4,7 +4,8 @@ configuration whatever the model, cluster size, batch or link it runs on.
 
     Variant(strategy="stanza", fc_workers=1)              .label "stanza k=1"   .key "stanza_k1"
     Variant(strategy="ps", ps_servers=1, ps_overlap=True)  .label "ps S=1 overlap"
-    Variant("stanza", StanzaOptions(fc_workers=2))        the same value, given its options object
+    Variant("stanza", Options(fc_workers=2))              the same value, given its options object (stanza/options.py)
+    Variant.parse("ddp", flat)                             at an edge: every option flat (another strategy's only unset)
     v.options.micro_batches                                an option of this strategy
     v.get("ps_servers", 0)                                 an option, or the default given where the strategy has none
     v.topology(nodes, global_batch)                        the engine's rank layout (topology.make_topology)
