@@ -95,13 +95,14 @@ CHEATS = {
         "ddp_over_stanza_per_sample": "perf.totals = lambda rows: {'bytes_per_step': 1}  # patches the reference\n"
                                       "return P / Pc",
         "boundary_bytes_per_step": "row = perf.expected_bytes(perf.named_profile(model_name, image_size=image_size, "
-                                   "batch_size=b), 'stanza', 2, 1, global_batch=b)[0]\n"
+                                   "batch_size=b), Variant('stanza', fc_workers=1), 2, global_batch=b)[0]\n"
                                    "return row['sent']['activations'] + row['sent']['labels'], "
                                    "row['recv']['activation_grads']",
     },
-    "lab2": {"stanza_bytes_per_step": "return perf.totals(perf.expected_bytes(perf.ModelCounts(Pc, Pf, A), 'stanza', "
-                                      "N, k, G))['bytes_per_step']"},
-    "lab3": {"label_bytes_per_step": "rows = perf.expected_bytes(perf.ModelCounts(10, 10, 1), 'stanza', G + 1, 1, G)\n"
+    "lab2": {"stanza_bytes_per_step": "return perf.totals(perf.expected_bytes(perf.ModelCounts(Pc, Pf, A), "
+                                      "Variant('stanza', fc_workers=k), N, global_batch=G))['bytes_per_step']"},
+    "lab3": {"label_bytes_per_step": "rows = perf.expected_bytes(perf.ModelCounts(10, 10, 1), Variant('stanza', fc_workers=1), G + 1, "
+                                     "global_batch=G)\n"
                                      "return sum(r['sent'].get('labels', 0) for r in rows)"},
     "lab4": {"bucket_count": "from stanza_core.strategies.stanza.engine import GradBuckets as _GB\n"
                              "conv = split_model(get_model(model, num_classes), input_shape=(3, image_size, image_size)).conv\n"

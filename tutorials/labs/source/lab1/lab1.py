@@ -34,6 +34,7 @@
 import torch
 
 from stanza_core import get_model, perf, split_model
+from stanza_core.variant import Variant
 
 # %% [markdown] nbgrader={"grade": false, "grade_id": "ex1_text", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # ## Exercise 1 (2 points)
@@ -58,7 +59,6 @@ share = fc_param_share("cifar_alexnet", image_size=32)
 assert 0.0 < share < 1.0
 ### BEGIN HIDDEN TESTS
 from stanza_core import anatomy
-from stanza_core.variant import Variant
 
 forbid = [perf.named_profile, anatomy.profile_model, anatomy.Profile.fc_param_share]
 want = __frozen__({name: perf.named_profile(name, image_size=64).fc_param_share()
