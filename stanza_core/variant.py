@@ -32,10 +32,6 @@ from .strategy_options import StrategyOptions
 from .topology import make_topology
 
 
-def _flag(field: str) -> str:
-    return "--" + field.replace("_", "-")
-
-
 @dataclasses.dataclass(frozen=True, init=False)
 class Variant:
     """A strategy with its options: everything but the model, N, G and the link that tells one
