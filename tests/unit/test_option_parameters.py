@@ -34,7 +34,6 @@ NOT_YET = {
     ("stanza_core/perf/optimize.py", "best_assignment"), ("stanza_core/perf/sweep.py", "sweep"),  # search axes
     ("stanza_core/runs/compute_rounds.py", "config_rounds"), ("stanza_core/runs/compute_rounds.py", "device_for"),
     ("stanza_core/runs/plan.py", "payload_scale_of"), ("stanza_core/runs/plan.py", "replay_link"),
-    ("stanza_core/runs/spec.py", "global_batch_of"),
 }
 
 

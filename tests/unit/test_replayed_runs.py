@@ -60,7 +60,7 @@ def test_dilation_rule_and_specs():
     spec = s.specs[0]
     assert (spec.model, spec.image_size, spec.num_classes, spec.compute) == ("alexnet", 224, 1000, "replay")
     # 32 samples per data worker: ddp splits 128 over 4 workers, stanza k=1 96 over 3 CONV workers.
-    assert spec.global_batch_of("ddp", 0) == 128 and spec.global_batch_of("stanza", 1) == 96
+    assert spec.global_batch_of(Variant("ddp")) == 128 and spec.global_batch_of(Variant("stanza", fc_workers=1)) == 96
     assert spec.run_config(Variant(strategy="stanza", fc_workers=1), 500.0).global_batch == 96
     assert "D = 40, 80, 400, 800, per configuration" in replayed.caption(s)  # the links' floors before any run
     assert "measured: communication, for real" in replayed.caption(s)
