@@ -28,7 +28,6 @@ EDGES = {
 
 # Known places that still take flat options inside: to become Variant parameters (and leave this list).
 NOT_YET = {
-    ("stanza_core/experiments/convergence.py", "job_of"), ("stanza_core/experiments/convergence.py", "variant_options"),
     ("stanza_core/perf/cluster.py", "_links_need"), ("stanza_core/perf/cluster.py", "replay_payload_scale"),
     ("stanza_core/perf/cluster.py", "replay_dilation"),  # a count of dedicated servers for the link rule
     ("stanza_core/perf/optimize.py", "best_assignment"), ("stanza_core/perf/sweep.py", "sweep"),  # search axes
