@@ -33,22 +33,19 @@ from stanza_core.perf import Cluster, DeviceProfile, best_assignment, named_prof
 from stanza_core.perf.optimize import MICRO_BATCHES
 from stanza_core.topology import global_batch_for
 
-OPTION_KEYS = ("fc_conv_share", "micro_batches")
-
-
 def candidates(profile, n, gbps, dev, b) -> dict[str, dict]:
-    """name -> predict() keywords: ddp, the paper's stanza (k=1), the optimiser's best stanza
-    over k x share x M, and the best with micro-batches only (share 0)."""
+    """name -> predict() keywords (its variant and global batch): ddp, the paper's stanza (k=1),
+    the optimiser's best stanza over k x share x M, and the best with micro-batches only (share 0)."""
     cl = Cluster(n, gbps, device=dev)
     a = best_assignment(profile, cl, batch_per_worker=b, shares="auto", micro_batches=MICRO_BATCHES)
     stanza = [p for p in a.ranking if p.strategy == "stanza"]
     best = stanza[0]
     m_only = next(p for p in stanza if not p.fc_batch)
-    out = {"ddp": {"strategy": "ddp", "fc_workers": None, "global_batch": global_batch_for("ddp", n, 0, b)},
-           "paper stanza": {"strategy": "stanza", "fc_workers": 1, "global_batch": global_batch_for("stanza", n, 1, b)}}
+    ddp, paper = Variant("ddp"), Variant("stanza", fc_workers=1)
+    out = {"ddp": {"variant": ddp, "global_batch": global_batch_for(ddp, n, b)},
+           "paper stanza": {"variant": paper, "global_batch": global_batch_for(paper, n, b)}}
     for name, p in (("best option", best), ("best M only", m_only)):
-        out[name] = {"strategy": "stanza", "fc_workers": p.fc_workers, "global_batch": p.global_batch,
-                     "fc_conv_share": p.fc_conv_share, "micro_batches": p.micro_batches}
+        out[name] = {"variant": p.variant, "global_batch": p.global_batch}
     return out
 
 
@@ -103,8 +100,7 @@ def main(argv=None) -> int:
 
 def run_config_of(a, model: str, n: int, kw: dict) -> RunConfig:
     """The RunConfig of one candidate (predict() keywords `kw`) of a cell; its plan sets D and the links."""
-    v = Variant(strategy=kw["strategy"], fc_workers=kw["fc_workers"] or 0, **{k: kw[k] for k in OPTION_KEYS if k in kw})
-    return RunConfig.of(v, model=model, image_size=224, num_classes=1000, nodes=n, global_batch=kw["global_batch"],
+    return RunConfig.of(kw["variant"], model=model, image_size=224, num_classes=1000, nodes=n, global_batch=kw["global_batch"],
                         steps=a.steps, warmup=a.warmup, link_mbit=planner.UNSET_LINK_MBIT, mtu=a.mtu, compute="replay",
                         replay_device=a.device)
 

@@ -74,9 +74,10 @@ class Candidate:
 
     def features(self) -> dict[str, Any]:
         c = self.point.config
-        kind = c.strategy + (" servers" if c.ps_servers else "") + (" overlap" if c.ps_overlap else "")
+        v = c.variant
+        kind = c.strategy + (" servers" if v.get("ps_servers") else "") + (" overlap" if v.get("ps_overlap") else "")
         if c.strategy == "stanza":
-            kind += " k=1" if (c.fc_workers or 1) == 1 else " k>=2"
+            kind += " k=1" if v.options.fc_workers == 1 else " k>=2"
         return {"kind": kind, "model": c.model, "device": str(c.replay_device), "gbps": self.point.target_gbps,
                 "nodes": c.nodes, "model kind": f"{c.model} {kind}"}
 

@@ -121,7 +121,7 @@ def main(argv=None) -> int:
                         continue
                     v = v(n) if callable(v) else v
                     cfg = RunConfig.of(v, model=model, image_size=224, num_classes=1000, nodes=n,
-                                       global_batch=global_batch_for(v.strategy, n, v.fc_workers, a.batch_per_worker),
+                                       global_batch=global_batch_for(v, n, a.batch_per_worker),
                                        steps=a.steps, warmup=a.warmup, link_mbit=planner.UNSET_LINK_MBIT, mtu=a.mtu,
                                        compute="replay", replay_device=a.device)
                     e = planner.engine_seconds_arg(a.engine_s, engines, f"{model} N={n} {name}", cfg)

@@ -68,7 +68,7 @@ CONFIGS = [
 
 def config_of(model: str, nodes: int, variant: Variant) -> RunConfig:
     """The grid's shape of a replayed run: 224 px, 1000 classes, 32 samples per data worker, V100 row."""
-    data = nodes - (variant.fc_workers if variant.strategy == "stanza" else 0)
+    data = nodes - variant.get("fc_workers", 0)
     return RunConfig.of(variant, model=model, image_size=224, num_classes=1000, nodes=nodes, global_batch=32 * data,
                         steps=STEPS, warmup=WARMUP, link_mbit=UNSET_LINK_MBIT, compute="replay", replay_device="v100")
 

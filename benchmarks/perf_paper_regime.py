@@ -15,6 +15,7 @@ import sys
 
 from stanza_core import atomic
 from stanza_core.perf import Cluster, best_assignment, named_profile, predict
+from stanza_core.variant import Variant
 
 PAPER = {  # from the paper's abstract (PAPER.md)
     10.0: "1.34x-13.9x over PS (EC2 V100, measured, AlexNet/VGG-16 among 'common models')",
@@ -32,7 +33,7 @@ def rows(models, sizes, bandwidths, batches, latency_s):
                     cluster = Cluster(n, gbps, latency_s, "v100")
                     a = best_assignment(profile, cluster, batch_per_worker=b)
                     st = a.best_stanza()
-                    ps1 = predict(profile, cluster, "ps", batch_per_worker=b, ps_shards=1, with_ranks=False)
+                    ps1 = predict(profile, cluster, Variant("ps", ps_shards=1), batch_per_worker=b, with_ranks=False)
                     out.append({"model": model, "gbps": gbps, "b": b, "nodes": n, "k": st.fc_workers,
                                 "stanza_ms": st.iteration_s * 1e3, "ddp_ms": a.ddp.iteration_s * 1e3,
                                 "psN_ms": a.ps.iteration_s * 1e3, "ps1_ms": ps1.iteration_s * 1e3,

@@ -70,7 +70,7 @@ def run_config(name: str, a) -> dict:
 
     v = CONFIGS[name]
     cfg = RunConfig.of(v, model=a.model, image_size=a.image_size, num_classes=a.num_classes, nodes=a.nodes,
-                       global_batch=global_batch_for(v.strategy, a.nodes, v.fc_workers, a.per_worker),
+                       global_batch=global_batch_for(v, a.nodes, a.per_worker),
                        steps=1 if a.memory_only else a.steps, warmup=0 if a.memory_only else 1,
                        link_mbit=planner.UNSET_LINK_MBIT, compute="replay", replay_device=a.replay_device, dilation=1.0)
     flags = cfg.train_flags()

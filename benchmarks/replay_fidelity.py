@@ -119,7 +119,7 @@ def bucket_counts(model: str, image_size: int, num_classes: int, bucket_mb: floa
 def config_buckets(name: str, counts: dict[str, int]) -> int | None:
     """The buckets a configuration's gradients travel in (None: ps without overlap, one push)."""
     v = CONFIGS[name]
-    return counts["conv_body"] if v.strategy == "stanza" else counts["model"] if (v.strategy == "ddp" or v.ps_overlap) \
+    return counts["conv_body"] if v.strategy == "stanza" else counts["model"] if (v.strategy == "ddp" or v.get("ps_overlap", False)) \
         else None
 
 
@@ -354,7 +354,7 @@ def main(argv=None) -> int:
                   file=sys.stderr, flush=True)
             for name in wanted:
                 v = CONFIGS[name]
-                dev, rounds = profile_here(pool, v.strategy, v.fc_workers, a.nodes, a.global_batch, params, scale, lone)
+                dev, rounds = profile_here(pool, v.strategy, v.get("fc_workers", 0), a.nodes, a.global_batch, params, scale, lone)
                 dev_path = os.path.join(tmp, f"dev-{name}-{rep}.json")
                 atomic.write_text(dev_path, json.dumps(dev.to_dict()))
                 plan = ["real", "replay"]
@@ -386,7 +386,7 @@ def main(argv=None) -> int:
                               f"step {m['step_time_median_s'] * 1e3:.1f} ms (not counted)", file=sys.stderr, flush=True)
                         continue
                     runs.append({"run_id": run_id(name, compute, rep), "config": name, "strategy": v.strategy,
-                                 "fc_workers": v.fc_workers, "ps_overlap": v.ps_overlap,
+                                 "fc_workers": v.get("fc_workers", 0), "ps_overlap": v.get("ps_overlap", False),
                                  "buckets": buckets[name], "compute": compute, "repeat": rep,
                                  "step_time_median_s": m["step_time_median_s"],
                                  "step_times_s": [x["time_s"] for x in m["steps"]],

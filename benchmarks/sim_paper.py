@@ -38,7 +38,7 @@ def main(argv=None) -> int:
     n, alpha = args.nodes, fitted_per_message_s()
 
     def run(model, variant, b, gbps):
-        g = global_batch_for(variant.strategy, n, variant.options.values().get("fc_workers"), b)
+        g = global_batch_for(variant, n, b)
         rc = RunConfig(model=model, image_size=224, num_classes=1000, nodes=n, variant=variant, global_batch=g,
                        steps=3, warmup=1, link_mbit=UNSET_LINK_MBIT, compute="replay", replay_device="v100")
         t = time.monotonic()

@@ -30,7 +30,7 @@ def _sim(model, variant, nodes, b, gbps, steps):
     from stanza_core.sim.run import simulate
     from stanza_core.topology import global_batch_for
 
-    g = global_batch_for(variant.strategy, nodes, variant.options.values().get("fc_workers"), b)
+    g = global_batch_for(variant, nodes, b)
     rc = RunConfig(model=model, image_size=224, num_classes=1000, nodes=nodes, variant=variant, global_batch=g,
                    steps=steps, warmup=1, link_mbit=UNSET_LINK_MBIT, compute="replay", replay_device="v100")
     before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss

@@ -21,6 +21,7 @@ import tempfile
 from stanza_core import atomic
 from stanza_core import procgroup
 from stanza_core.topology import global_batch_for
+from stanza_core.variant import Variant
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 IMAGE = {"alexnet": 64, "vgg16": 32}
@@ -28,9 +29,10 @@ IMAGE = {"alexnet": 64, "vgg16": 32}
 
 def run(model, nodes, strategy, k, per_worker, steps, workdir):
     metrics = os.path.join(workdir, f"{model}-{strategy}{k}-{nodes}.json")
+    variant = Variant.parse(strategy, {"fc_workers": k if strategy == "stanza" else None})
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nodes}",
            "-m", "stanza_core.train", "--strategy", strategy, "--model", model, "--num-classes", "1000",
-           "--image-size", str(IMAGE[model]), "--global-batch", str(global_batch_for(strategy, nodes, k, per_worker)),
+           "--image-size", str(IMAGE[model]), "--global-batch", str(global_batch_for(variant, nodes, per_worker)),
            "--steps", str(steps), "--warmup", "1", "--boundary", "flatten", "--device", "cpu",
            "--metrics", metrics, "--quiet", "--overwrite", "--timeout-s", "600"]
     if strategy == "stanza":

@@ -123,6 +123,7 @@ import stanza_core.nbtools as nbt
 from stanza_core import viz
 from stanza_core import perf
 from stanza_core.experiments import traffic
+from stanza_core.variant import Variant
 from stanza_core.viz.assignment import assignment_diagram
 
 configs = traffic.plan(models, nodes, fc_workers, per_worker=per_worker, steps=steps, image_size=image_size,
@@ -130,7 +131,7 @@ configs = traffic.plan(models, nodes, fc_workers, per_worker=per_worker, steps=s
 
 # %%
 picture = assignment_diagram(perf.predict(perf.named_profile("tiny_cnn", image_size=32, num_classes=10),
-                                          perf.Cluster(5, 10.0), "stanza", 2, global_batch=6))
+                                          perf.Cluster(5, 10.0), Variant("stanza", fc_workers=2), global_batch=6))
 picture
 
 # %%

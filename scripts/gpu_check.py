@@ -57,6 +57,7 @@ import torch  # noqa: E402
 from stanza_core.engine.config import TrainConfig  # noqa: E402
 
 from stanza_core import procgroup  # noqa: E402
+from stanza_core.variant import Variant  # noqa: E402
 
 BUDGET_S = 8 * 60
 DEFAULT_BUCKET_MB = TrainConfig.bucket_mb  # the engine's DDP bucket size, for plain DDP too
@@ -266,7 +267,7 @@ def check_strategies(out: Path, res: dict, gpus: int):
                 res[key] = {"ok": False, "error": err}
                 continue
             ok, worst = same_params(out / f"{key}.pt", out / "local.pt", **EXACT_TOLERANCE)
-            want = expected_bytes(prof, strategy, n, 1 if strategy == "stanza" else None, 24)
+            want = expected_bytes(prof, Variant(strategy, fc_workers=1 if strategy == "stanza" else None), n, global_batch=24)
             got = [{"sent": r["sent"], "recv": r["recv"]} for r in sorted(m["ranks"], key=lambda r: r["rank"])]
             bytes_ok = got == [{"sent": w["sent"], "recv": w["recv"]} for w in want]
             res[key] = {"ok": ok and bytes_ok, "equals_local": ok, "max_abs_diff": worst, "bytes_exact": bytes_ok,

@@ -17,7 +17,7 @@ from collections.abc import Iterable
 from . import registry
 from .errors import ConfigError
 from .models import MIN_IMAGE_SIZE, MODEL_NAMES, known_model
-from .topology import fc_worker_choices, plain_topology
+from .topology import Topology, fc_worker_choices
 
 
 def _items(values) -> list:
@@ -159,7 +159,7 @@ def fc_workers_that_fit(ks, nodes: int, *, name: str = "fc_workers", needed: boo
 
 def batch_divides(global_batch: int, strategy: str, nodes: int, k: int = 0) -> None:
     """The global batch splits evenly over the configuration's data workers (topology)."""
-    workers = plain_topology(strategy, nodes, k).data_workers
+    workers = Topology(strategy, nodes, k if registry.owns(strategy, "fc_workers") else 0, 0).data_workers
     if global_batch % workers:
         label = strategy + (f" k={k}" if registry.owns(strategy, "fc_workers") else "")
         raise ConfigError(f"global_batch {global_batch} is not divisible by the {workers} data workers "

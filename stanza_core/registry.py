@@ -45,11 +45,13 @@ A performance model module provides these functions; perf reads them through the
   overlap(case: StepCase) -> str
         what the model lets overlap, in words
   candidates(space: Space) -> [Prediction]
-        the configurations of this strategy the node-assignment optimiser ranks (perf/optimize.py)
+        the configurations of this strategy the node-assignment optimiser ranks (perf/optimize.py),
+        each predicted by `space.predict`
 
 A case's `variant` is the configuration modelled (variant.Variant: the strategy and its options
-object; None where a caller passes none), so a model reads its own options as
-`case.variant.options.<name>`.
+object) and its `topo` the layout resolved on the cluster (k, S, dedicated servers, a hybrid FC
+worker's samples), so a model reads its own options as `case.variant.options.<name>`. A model
+module builds on perf/blocks.py and perf/cluster.py, never on perf's front end (which loads it).
 
 The folders, the engine class and the model module are imported when first asked for, so this
 module stays at the bottom of the import graph: the CLI, the config checks, the performance

@@ -20,7 +20,7 @@ Hybrid FC workers (`fc_batch` > 0): each FC worker also computes the CONV body o
 samples of the global batch G and joins the CONV allreduce. The global batch is laid out in
 rank order: CONV worker i takes positions [i*bc, (i+1)*bc), FC worker j (rank Nc + j) takes
 [Nc*bc + j*bh, Nc*bc + (j+1)*bh), with bh = fc_batch = share * G and bc = (G - k*bh) / Nc;
-both must be whole numbers (`hybrid_batches`). Micro-batches split a worker's slice into M
+both must be whole numbers (`hybrid_batches`, in strategies/stanza/layout.py). Micro-batches split a worker's slice into M
 contiguous chunks, the first b % M one sample larger (`chunk_slices`).
 
 Each layout is its strategy's: the record names a `Layout` subclass (StrategySpec.layout, in the
@@ -32,8 +32,9 @@ The k that fit N ranks, `fc_worker_choices(N)` = 1..N//2, is the one statement o
 k <= N - k (with CONV worker i served by FC worker i % k, a larger k leaves an FC worker with no
 CONV worker); the engine, the performance model, the optimiser and every experiment ask it.
 The rules that tie a strategy, N, k, S and dedicated servers together are `resolve_layout`'s
-alone: the engine's `make_topology` and the performance model's `perf.traffic.check_config`
-both call it (the model adds only its arguments' types).
+alone, given the configuration as one variant.Variant: the engine's `make_topology` and the
+performance model's `perf.traffic.model_layout` both call it (the model words its errors for its
+arguments and allows an uneven split).
 """
 from __future__ import annotations
 
@@ -50,17 +51,16 @@ class Layout:
     computes the whole model on an equal slice of the global batch, no process group beyond WORLD.
     A strategy's own layout overrides what differs (strategies/<name>/layout.py)."""
 
-    def resolve(self, strategy: str, world_size: int, fc_workers: int, ps_shards: int, ps_servers: int,
-                unit: str, name) -> tuple[int, int]:
-        """(k, S) as the engine lays them out, or a one-line ConfigError (see resolve_layout)."""
-        registry.check_options(strategy, {"ps_servers": ps_servers} if ps_servers else {}, spell=name)
+    def resolve(self, variant, world_size: int, unit: str, name) -> tuple[int, int]:
+        """(k, S) of `variant` (a variant.Variant: its strategy and options) on `world_size` ranks as
+        the engine lays them out, or a one-line ConfigError (see resolve_layout)."""
         return 0, 0
 
-    def fc_batch(self, global_batch: int, world_size: int, fc_workers: int, fc_conv_share: float) -> int:
+    def fc_batch(self, variant, global_batch: int, world_size: int, k: int) -> int:
         """Samples each FC worker also runs the CONV body on (hybrid FC workers), else 0."""
         return 0
 
-    def check(self, topo: "Topology", global_batch: int, micro_batches: int) -> None:
+    def check(self, topo: "Topology", global_batch: int, variant) -> None:
         """The layout's rules on a built topology beyond the batch's split (one-line ConfigError)."""
 
     def conv_ranks(self, t: "Topology") -> list[int]:
@@ -188,18 +188,17 @@ class Topology:
             raise ValueError(f"rank {rank} out of range for world size {self.world_size}")
 
 
-def plain_topology(strategy: str, nodes: int, fc_workers: int | None = 0, ps_servers: int = 0) -> Topology:
-    """The layout of a configuration without its checks (the model's, the optimiser's): k counts
-    for the strategy whose option it is, dedicated servers for the one whose option they are."""
-    options = registry.get(strategy).options
-    return Topology(strategy, nodes, (fc_workers or 0) if "fc_workers" in options else 0, 0,
-                    ps_servers=ps_servers if "ps_servers" in options else 0)
+def plain_topology(variant, nodes: int) -> Topology:
+    """The layout of `variant` (a variant.Variant) on `nodes` ranks without its checks (the model's,
+    the optimiser's): its k and its dedicated servers, as its options say (0 where it has none)."""
+    opts = variant.options.values()
+    return Topology(variant.strategy, nodes, opts.get("fc_workers", 0) or 0, 0, ps_servers=opts.get("ps_servers", 0))
 
 
-def global_batch_for(strategy: str, nodes: int, fc_workers: int | None, batch_per_worker: int) -> int:
-    """G that gives each data worker `batch_per_worker` samples (k counts for stanza only;
-    dedicated ps servers are nodes beside the `nodes` workers)."""
-    return batch_per_worker * plain_topology(strategy, nodes, fc_workers).data_workers
+def global_batch_for(variant, nodes: int, batch_per_worker: int) -> int:
+    """G that gives each data worker of `variant` (a variant.Variant) `batch_per_worker` samples
+    (k counts for stanza only; dedicated ps servers are nodes beside the `nodes` workers)."""
+    return batch_per_worker * dataclasses.replace(plain_topology(variant, nodes), ps_servers=0).data_workers
 
 
 def fc_worker_choices(nodes: int) -> range:
@@ -207,35 +206,15 @@ def fc_worker_choices(nodes: int) -> range:
     return range(1, nodes // 2 + 1)
 
 
-def hybrid_batches(global_batch: int, conv_workers: int, fc_workers: int, share: float) -> tuple[int, int]:
-    """(bc, bh): samples per CONV worker and per hybrid FC worker when each of the k FC workers
-    takes `share` of the global batch G. One-line ConfigError unless both are whole numbers,
-    bh >= 1 when share > 0, and every CONV worker keeps at least one sample."""
-    if not 0 <= share < 1:
-        raise ConfigError(f"--fc-conv-share must be in [0, 1), got {share}")
-    exact = share * global_batch
-    bh = round(exact)
-    if abs(exact - bh) > 1e-6 * max(1, global_batch) or (share > 0 and bh == 0):
-        raise ConfigError(f"--fc-conv-share {share} of --global-batch {global_batch} is {exact:g} samples; "
-                          f"expected a whole number (a multiple of 1/{global_batch})")
-    rest = global_batch - fc_workers * bh
-    if rest < conv_workers:
-        raise ConfigError(f"--fc-conv-share {share} leaves {rest} samples for {conv_workers} CONV workers; "
-                          f"expected at least one each")
-    if rest % conv_workers:
-        raise ConfigError(f"--fc-conv-share {share}: the {rest} samples left after {fc_workers} FC worker(s) take "
-                          f"{bh} each do not split evenly over {conv_workers} CONV workers")
-    return rest // conv_workers, bh
-
-
-def chunk_slices(s: slice, micro_batches: int) -> list[slice]:
-    """`s` cut into M contiguous chunks, the first len % M one sample larger."""
+def chunk_slices(s: slice, chunks: int) -> list[slice]:
+    """`s` cut into `chunks` contiguous chunks (stanza's micro-batches), the first len % chunks one
+    sample larger."""
     n = s.stop - s.start
-    if not 1 <= micro_batches <= n:
-        raise ValueError(f"cannot cut {n} samples into {micro_batches} micro-batches")
-    base, extra = divmod(n, micro_batches)
+    if not 1 <= chunks <= n:
+        raise ValueError(f"cannot cut {n} samples into {chunks} micro-batches")
+    base, extra = divmod(n, chunks)
     out, start = [], s.start
-    for j in range(micro_batches):
+    for j in range(chunks):
         stop = start + base + (1 if j < extra else 0)
         out.append(slice(start, stop))
         start = stop
@@ -246,35 +225,30 @@ def _flag(name: str) -> str:
     return "--" + name.replace("_", "-")
 
 
-def resolve_layout(strategy: str, world_size: int, fc_workers: int = 1, ps_shards: int = 0, ps_servers: int = 0,
-                 *, unit: str = "ranks", name=_flag) -> tuple[int, int]:
+def resolve_layout(variant, world_size: int, *, unit: str = "ranks", name=_flag) -> tuple[int, int]:
     """The layout rules, stated once per strategy (its Layout.resolve): one-line ConfigError for a
-    strategy, world size, k, S and dedicated-server count that do not fit together; else (k, S)
-    as the engine lays them out (k = 0 unless stanza; S = 0 unless ps, S = N when not given,
-    S = ps_servers with dedicated servers). `unit` and `name` only word the message: the engine's
-    flags and ranks (make_topology), or the performance model's arguments and nodes
-    (perf.traffic.check_config)."""
-    registry.get(strategy)
+    `variant` (a variant.Variant: strategy, k, S, dedicated servers) that does not fit `world_size`;
+    else (k, S) as the engine lays them out (k = 0 unless stanza; S = 0 unless ps, S = N when not
+    given, S = ps_servers with dedicated servers). `unit` and `name` only word the message: the
+    engine's flags and ranks (make_topology), or the performance model's arguments and nodes."""
     if world_size < 1:
         raise ConfigError(f"world size must be >= 1, got {world_size}")
-    if ps_servers < 0:
-        raise ConfigError(f"{name('ps_servers')} must be >= 0, got {ps_servers}")
-    return layout_of(strategy).resolve(strategy, world_size, fc_workers, ps_shards, ps_servers, unit, name)
+    return layout_of(variant.strategy).resolve(variant, world_size, unit, name)
 
 
-def make_topology(strategy: str, world_size: int, global_batch: int, fc_workers: int = 1,
-                  ps_shards: int = 0, fc_conv_share: float = 0.0, micro_batches: int = 1,
-                  ps_servers: int = 0) -> Topology:
-    """Validate a layout; every error is one line saying what is wrong and what is expected."""
-    fc_workers, ps_shards = resolve_layout(strategy, world_size, fc_workers, ps_shards, ps_servers)
-    layout = layout_of(strategy)
-    fc_batch = layout.fc_batch(global_batch, world_size, fc_workers, fc_conv_share)
-    topo = Topology(strategy, world_size, fc_workers, ps_shards, fc_batch, ps_servers=ps_servers)
+def make_topology(variant, world_size: int, global_batch: int) -> Topology:
+    """The engine's rank layout of `variant` (a variant.Variant) on `world_size` ranks with
+    `global_batch` samples per step; every error is one line saying what is wrong and what is expected."""
+    k, ps_shards = resolve_layout(variant, world_size)
+    layout = layout_of(variant.strategy)
+    fc_batch = layout.fc_batch(variant, global_batch, world_size, k)
+    servers = variant.options.values().get("ps_servers", 0)
+    topo = Topology(variant.strategy, world_size, k, ps_shards, fc_batch, ps_servers=servers)
     if not fc_batch and global_batch % topo.data_workers:
-        servers = f" ({topo.ps_servers} of them dedicated servers)" if topo.ps_servers else ""
+        said = f" ({topo.ps_servers} of them dedicated servers)" if topo.ps_servers else ""
         raise ConfigError(f"--global-batch {global_batch} is not divisible by the {topo.data_workers} data "
-                          f"workers of {strategy} on {world_size} ranks{servers}")
-    layout.check(topo, global_batch, micro_batches)
+                          f"workers of {variant.strategy} on {world_size} ranks{said}")
+    layout.check(topo, global_batch, variant)
     return topo
 
 

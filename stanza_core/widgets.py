@@ -34,6 +34,7 @@ from . import checks, registry
 from .perf import Cluster, best_assignment, check_device, device_names, device_profile, named_profile, predict
 from .perf.optimize import COMPRESSIONS, MICRO_BATCHES, PAPER, share_grid
 from .topology import fc_worker_choices
+from .variant import Variant
 from .viz import assignment as va
 
 DEFAULT_MODELS = ("alexnet", "vgg16", "vgg19", "resnet50")
@@ -189,12 +190,13 @@ class Explorer:
         a = best_assignment(profile, cluster, g, shares="auto" if wide else (0.0,),
                             micro_batches=MICRO_BATCHES if wide else (1,),
                             compressions=COMPRESSIONS if v["allow_compression"] else PAPER)
-        valid = share_grid(g, n, k, limit=1 << 30)  # the share the engine can run nearest to the slider
+        valid = share_grid(g, n, Variant("stanza", fc_workers=k), limit=1 << 30)  # the share the engine can run nearest to the slider
         share = min(valid, key=lambda x: abs(x - v["fc_conv_share"])) if v["fc_conv_share"] > 0 else 0.0
         dtype, comp = v["compression"].split("|")
-        stanza = predict(profile, cluster, "stanza", k, g, fc_conv_share=share, micro_batches=v["micro_batches"],
-                         boundary_dtype=dtype, grad_compression=comp)
-        preds = {s: predict(profile, cluster, s, None, g) for s in registry.compared()
+        chosen = Variant.parse("stanza", {"fc_workers": k, "fc_conv_share": share, "micro_batches": v["micro_batches"],
+                                          "boundary_dtype": dtype, "grad_compression": comp})
+        stanza = predict(profile, cluster, chosen, global_batch=g)
+        preds = {s: predict(profile, cluster, Variant(s), global_batch=g) for s in registry.compared()
                  if not registry.owns(s, "fc_workers")}
         preds["stanza"] = stanza
         return a, list(preds.values()), preds[v["strategy"]]

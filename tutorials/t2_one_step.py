@@ -55,8 +55,9 @@ from stanza_core.data import batch_indices, open_dataset
 from stanza_core.models import sample_keys
 from stanza_core.topology import make_topology
 from stanza_core.viz.assignment import assignment_diagram
+from stanza_core.variant import Variant
 
-topo = make_topology("stanza", nodes, global_batch, fc_workers)
+topo = make_topology(Variant("stanza", fc_workers=fc_workers), nodes, global_batch)
 b = global_batch // topo.data_workers  # samples per CONV worker
 for r in range(nodes):
     role = topo.role(r)
@@ -190,7 +191,7 @@ for m in ledger:
 ledger_rows = [{**r, "sent": {c: round(v) for c, v in r["sent"].items()},
                 "recv": {c: round(v) for c, v in r["recv"].items()}} for r in rows]
 profile = profile_model(model, (3, image_size, image_size), batch_size=b, name="tiny_cnn")
-expected = perf.expected_bytes(profile, "stanza", nodes, fc_workers, global_batch)
+expected = perf.expected_bytes(profile, Variant("stanza", fc_workers=fc_workers), nodes, global_batch=global_batch)
 for got, want in zip(ledger_rows, expected):
     print(f"rank {got['rank']}: ledger sent {got['sent']}\n        model  sent {want['sent']}")
 ledger_equals_model = ledger_rows == expected
@@ -226,7 +227,7 @@ assert max_grad_diff < 1e-6
 # workers; arrows: activations out and their gradients back; dotted ring: the CONV allreduce.
 
 # %%
-prediction = perf.predict(profile, perf.Cluster(nodes, 10.0), "stanza", fc_workers, global_batch=global_batch)
+prediction = perf.predict(profile, perf.Cluster(nodes, 10.0), Variant("stanza", fc_workers=fc_workers), global_batch=global_batch)
 diagram = assignment_diagram(dataclasses.replace(prediction, ranks=ledger_rows))
 diagram.update_layout(title="One Stanza step, drawn from the ledger (counted in this notebook)")
 diagram

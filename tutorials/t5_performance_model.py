@@ -48,6 +48,7 @@ import stanza_core.nbtools as nbt
 from stanza_core import perf
 from stanza_core.launch import run_job
 from stanza_core.viz.assignment import step_breakdown, throughput_vs_k
+from stanza_core.variant import Variant
 
 profile = perf.named_profile(model)
 cluster = perf.Cluster(nodes, gbps, device=device)
@@ -74,9 +75,9 @@ print(f"ring allreduce among {nodes}: by hand {by_hand_ring:.3f} s | model {clus
 # server, DDP, or Stanza with one FC worker? By roughly how much?
 
 # %%
-preds = [perf.predict(profile, cluster, "ps", batch_per_worker=batch_per_worker),
-         perf.predict(profile, cluster, "ddp", batch_per_worker=batch_per_worker),
-         perf.predict(profile, cluster, "stanza", 1, batch_per_worker=batch_per_worker)]
+preds = [perf.predict(profile, cluster, Variant("ps"), batch_per_worker=batch_per_worker),
+         perf.predict(profile, cluster, Variant("ddp"), batch_per_worker=batch_per_worker),
+         perf.predict(profile, cluster, Variant("stanza", fc_workers=1), batch_per_worker=batch_per_worker)]
 for p in preds:
     label = p.strategy + (f" k={p.fc_workers}" if p.fc_workers else "")
     print(f"{label:<10} step {p.iteration_s*1e3:8.1f} ms  {p.throughput:8.0f} samples/s  "
@@ -122,7 +123,7 @@ k_figure
 
 # %%
 small = perf.named_profile("cifar_alexnet", image_size=32, num_classes=10, batch_size=4)
-predicted = perf.expected_bytes(small, "stanza", 4, 1, global_batch=12)
+predicted = perf.expected_bytes(small, Variant("stanza", fc_workers=1), 4, global_batch=12)
 print("predicted bytes per step, cluster total:", perf.totals(predicted)["bytes_per_step"])
 measured = run_job(nodes=4, strategy="stanza", model="cifar_alexnet", num_classes=10, image_size=32,
                    fc_workers=1, global_batch=12, steps=2, device="cpu")

@@ -57,6 +57,7 @@ from stanza_core import get_model, perf
 from stanza_core.data import batch_indices, open_dataset
 from stanza_core.launch import run_job
 from stanza_core.reproduce import REPO_ROOT
+from stanza_core.variant import Variant
 
 out = Path(out_dir).resolve()
 common = dict(model="tiny_cnn", image_size=32, dataset="digits", global_batch=global_batch, steps=steps,
@@ -263,7 +264,7 @@ per_worker = [4, 8, 16, 32, 64, 128, 256]
 for b in per_worker:
     for s in per_sample:
         G_s = b * (N - 1 if s == "stanza" else N)
-        rows = perf.expected_bytes(vgg, s, N, 1 if s == "stanza" else None, global_batch=G_s)
+        rows = perf.expected_bytes(vgg, Variant(s, fc_workers=1 if s == "stanza" else None), N, global_batch=G_s)
         per_sample[s].append(perf.totals(rows)["bytes_per_step"] / G_s)
 for s, v in per_sample.items():
     print(f"{s:7s} MB per sample at b = {per_worker[0]} ... {per_worker[-1]} per worker: "

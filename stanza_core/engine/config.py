@@ -34,10 +34,9 @@ MAX_BUCKET_MB = 1e5
 class TrainConfig(HoldsVariant):
     """The run's configuration. Its strategy and that strategy's options are one value,
     `variant` (variant.Variant); `TrainConfig(strategy="ps", ps_servers=1, ...)` builds it from
-    keywords, and `cfg.strategy`, `cfg.ps_servers` read it (an option of another strategy reads
-    at its default). `to_dict()` lists every registered option flat, as the training CLI's flags."""
-
-    OPTION_DEFAULTS = True
+    keywords (the edge from the CLI's flags: Variant.parse), `cfg.strategy` reads it and
+    `cfg.variant.options` holds its options. `to_dict()` lists every registered option flat
+    (another strategy's at its default), as the training CLI's flags."""
 
     variant: Variant = dataclasses.field(default_factory=lambda: Variant("stanza"))  # the strategy and its options
     model: str = "tiny_cnn"  # a zoo name (stanza_core.MODEL_NAMES) or package.module:factory
@@ -156,7 +155,7 @@ class TrainConfig(HoldsVariant):
                                   "profile's waits); expected --compute replay --replay-device NAME")
             if self.replay_jitter:
                 raise ConfigError("--record-program records the device profile's own times; expected no --replay-jitter")
-            if self.grad_compression == "powersgd":
+            if self.variant.get("grad_compression") == "powersgd":
                 raise ConfigError("--record-program does not record --grad-compression powersgd (its hook runs "
                                   "several allreduces per bucket outside the engine's handle); expected none, fp16 or bf16")
         if isinstance(self.payload_scale, bool) or not isinstance(self.payload_scale, int) or self.payload_scale < 1:
@@ -165,7 +164,7 @@ class TrainConfig(HoldsVariant):
             if self.compute != "replay":
                 raise ConfigError(f"--payload-scale {self.payload_scale} needs --compute replay (real compute "
                                   "needs every value of every message); expected --payload-scale 1")
-            if self.grad_compression == "powersgd":
+            if self.variant.get("grad_compression") == "powersgd":
                 raise ConfigError(f"--payload-scale {self.payload_scale} does not apply to --grad-compression "
                                   "powersgd (its factors' sizes do not scale with the bucket); expected 1")
         if self.image_size < MIN_IMAGE_SIZE.get(self.model, 1):
@@ -257,7 +256,7 @@ def check_layout(cfg: TrainConfig, topo) -> list[str]:
             if given(name):
                 out.append(f"--{name.replace('_', '-')} has no effect on one process: {why}")
     bucketed = registry.get(cfg.strategy).bucketed
-    buckets = bool(getattr(cfg, bucketed)) if isinstance(bucketed, str) else bucketed
+    buckets = bool(cfg.variant.get(bucketed)) if isinstance(bucketed, str) else bucketed
     if given("bucket_mb") and not (buckets and world_size > 1):
         where = "on one process" if buckets else (
             f"with {cfg.strategy} without --{bucketed.replace('_', '-')}" if isinstance(bucketed, str)
@@ -354,7 +353,7 @@ def _init(self, *, strategy: str | None = None, variant: Variant | None = None, 
     if variant is not None and strategy in (None, variant.strategy):
         variant = variant.replace(spell=_flag, **options) if options else variant
     else:
-        variant = Variant(strategy or "stanza", spell=_flag, **options)
+        variant = Variant.parse(strategy or "stanza", options, spell=_flag)
     _dataclass_init(self, variant=variant, **kw)
 
 

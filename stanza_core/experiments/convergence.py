@@ -38,6 +38,7 @@ from ..models import get_model
 from ..topology import make_topology
 from ..local_device import local_device
 from ..perf.optimize import share_grid
+from ..variant import Variant
 
 # stanza variants: name -> engine options (fc_conv_share "max": the largest share share_grid allows)
 VARIANTS = {
@@ -107,7 +108,8 @@ def plan(*, model: str = "tiny_cnn", nodes: int = 3, fc_workers: int = 1, global
             strategy = "stanza" if s in VARIANTS else s
             checks.batch_divides(global_batch, strategy, nodes,
                                  fc_workers if registry.owns(strategy, "fc_workers") else 0)
-    options = {s: variant_options(s, nodes, fc_workers, global_batch) for s in names if s in VARIANTS}
+    paper = Variant("stanza", fc_workers=fc_workers)  # the notebook's k, once a Variant
+    options = {s: variant_options(s, nodes, paper, global_batch) for s in names if s in VARIANTS}
     if not (isinstance(lr, (int, float)) and lr > 0) or not (isinstance(momentum, (int, float)) and 0 <= momentum < 1):
         raise ValueError(f"lr must be > 0 and momentum in [0, 1), got lr={lr!r}, momentum={momentum!r}")
     every = eval_every or steps
@@ -116,31 +118,41 @@ def plan(*, model: str = "tiny_cnn", nodes: int = 3, fc_workers: int = 1, global
             "eval_steps": ends, "image_size": image_size, "num_classes": 10, "lr": float(lr),
             "momentum": float(momentum), "seed": seed, "strategies": names, "device": local_device(device),
             "dataset": DATASET, "options": options,
-            "jobs": {s: job_of(s, nodes, fc_workers, global_batch, options.get(s, {})) for s in names}}
+            "jobs": {s: job_of(s, job_variant(s, paper, options.get(s, {})), nodes, global_batch) for s in names}}
 
 
-def job_of(name: str, nodes: int, fc_workers: int, global_batch: int, options: dict[str, Any]) -> dict[str, Any]:
-    """One strategy's job, resolved once: the engine's strategy and options, its ranks (local: one
-    process) and k (stanza, else None), its label and its batches per role (topology)."""
+def job_variant(name: str, paper: Variant, options: dict[str, Any]) -> Variant:
+    """The Variant a strategy's job runs: a stanza variant's options on the paper's k, stanza's k,
+    or the strategy alone."""
     strategy = "stanza" if name in VARIANTS else name
-    n, k = (1, 0) if not registry.get(strategy).compared else (
-        nodes, fc_workers if registry.owns(strategy, "fc_workers") else 0)
-    topo = make_topology(strategy, n, global_batch, k or 1, fc_conv_share=options.get("fc_conv_share", 0.0),
-                         micro_batches=options.get("micro_batches", 1))
+    k = paper.options.fc_workers if registry.owns(strategy, "fc_workers") and registry.get(strategy).compared else None
+    return Variant.parse(strategy, {"fc_workers": k, **options})
+
+
+def job_of(name: str, variant: Variant, nodes: int, global_batch: int) -> dict[str, Any]:
+    """One strategy's job, resolved once: the engine's strategy and options (a stanza variant's,
+    VARIANTS), its ranks (local: one process) and k (stanza, else None), its label and its batches
+    per role (topology)."""
+    strategy = variant.strategy
+    options = {o: v for o, v in variant.options.values().items() if o in VARIANTS.get(name, {})}
+    n = nodes if registry.get(strategy).compared else 1
+    k = variant.get("fc_workers", 0) if n > 1 else 0
+    topo = make_topology(variant, n, global_batch)
     return {"strategy": strategy, "options": options, "nodes": n, "fc_workers": k or None,
             "label": config_label(strategy, k, **options), "batch_per_worker": topo.worker_batch(global_batch),
             "fc_batch": topo.fc_batch}
 
 
-def variant_options(name: str, nodes: int, fc_workers: int, global_batch: int) -> dict[str, Any]:
-    """The engine options of a stanza variant for this cluster and batch (one-line ValueError
-    when the batch leaves no share of whole samples for a hybrid FC worker)."""
+def variant_options(name: str, nodes: int, paper: Variant, global_batch: int) -> dict[str, Any]:
+    """The engine options of a stanza variant for this cluster and batch on the paper's stanza
+    `paper` (its k) (one-line ValueError when the batch leaves no share of whole samples for a
+    hybrid FC worker)."""
     opts = dict(VARIANTS[name])
     if opts.get("fc_conv_share") == "max":
-        shares = [x for x in share_grid(global_batch, nodes, fc_workers) if x > 0]
+        shares = [x for x in share_grid(global_batch, nodes, paper) if x > 0]
         if not shares:
             raise ValueError(f"{name}: global_batch {global_batch} gives an FC worker no share of whole samples "
-                             f"on {nodes} nodes with k = {fc_workers}")
+                             f"on {nodes} nodes with k = {paper.options.fc_workers}")
         opts["fc_conv_share"] = shares[-1]
     return opts
 

@@ -123,16 +123,16 @@ def ps_prediction(profile, a: PsAssumption, nodes: int, gbps: float, device: str
     dev, g = _device(device, profile, a.batch_per_worker), gbps * a.goodput
     s = a.servers(nodes)
     if a.placement == "dedicated":
-        return predict(profile, Cluster(nodes + s, g, device=dev), "ps", batch_per_worker=a.batch_per_worker,
-                       ps_servers=s, ps_overlap=a.overlap, with_ranks=False)
-    return predict(profile, Cluster(nodes, g, device=dev), "ps", batch_per_worker=a.batch_per_worker,
-                   ps_shards=s, ps_overlap=a.overlap, with_ranks=False)
+        return predict(profile, Cluster(nodes + s, g, device=dev), Variant("ps", ps_servers=s, ps_overlap=a.overlap),
+                       batch_per_worker=a.batch_per_worker, with_ranks=False)
+    return predict(profile, Cluster(nodes, g, device=dev), Variant("ps", ps_shards=s, ps_overlap=a.overlap),
+                   batch_per_worker=a.batch_per_worker, with_ranks=False)
 
 
 def stanza_best(profile, nodes: int, gbps: float, b: int, goodput: float = 1.0, device: str = "v100"):
     """The paper's stanza at its best k (1..N/2) with b samples per CONV worker."""
     cl = Cluster(nodes, gbps * goodput, device=_device(device, profile, b))
-    return max((predict(profile, cl, "stanza", k, batch_per_worker=b, with_ranks=False)
+    return max((predict(profile, cl, Variant("stanza", fc_workers=k), batch_per_worker=b, with_ranks=False)
                 for k in range(1, nodes // 2 + 1)), key=lambda p: p.throughput)
 
 

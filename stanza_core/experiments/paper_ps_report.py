@@ -87,7 +87,7 @@ def replay_set(a: PsAssumption, ks: dict[str, int], nodes: int = 16, gbps: float
     v = a.variant(nodes)
     return [ReplaySet(models=[m], nodes=[nodes], strategies=[v.strategy, "stanza"], fc_workers=[k],
                       target_gbps=[gbps * a.goodput], batch_per_worker=a.batch_per_worker, steps=steps, warmup=warmup,
-                      ps_servers=[v.ps_servers], ps_overlap=[v.ps_overlap]) for m, k in ks.items()]
+                      ps_servers=[v.get("ps_servers", 0)], ps_overlap=[v.get("ps_overlap", False)]) for m, k in ks.items()]
 
 
 def _stated_rows(runs: list[dict], a: PsAssumption, model: str, nodes: int, gbps: float) -> tuple[list, list]:
@@ -97,7 +97,8 @@ def _stated_rows(runs: list[dict], a: PsAssumption, model: str, nodes: int, gbps
     if not a.runnable:
         return [], []
     v = a.variant(nodes)  # the ps Variant the stated PS is (its strategy, servers, push)
-    ps = [r for r in same if (r["strategy"], r["ps_servers"], r["ps_overlap"]) == (v.strategy, v.ps_servers, v.ps_overlap)]
+    ps = [r for r in same if (r["strategy"], r["ps_servers"], r["ps_overlap"])
+          == (v.strategy, v.get("ps_servers", 0), v.get("ps_overlap", False))]
     # the paper's stanza: the strategy that owns fc_workers, at no share and no micro-batches
     stanza = [r for r in same if registry.owns(r["strategy"], "fc_workers") and not r.get("fc_batch")
               and r.get("micro_batches", 1) == 1]

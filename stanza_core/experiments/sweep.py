@@ -133,7 +133,7 @@ def emulated(p: SweepParams, bench: Measurement | None) -> dict[str, Any]:
     # The same configurations at every target rate, predicted (runs with no measurement behind
     # them), each at its plan's link rates: the measured ones' calibration, the one link rule.
     plans = p.predicted.plans(t_target=cal["t_step_target_s"], t_here=cal["t_step_here_s"])
-    ghost = [{"strategy": pl.config.strategy, "fc_workers": pl.config.fc_workers, **pl.row(), "repeat": 0,
+    ghost = [{"strategy": pl.config.strategy, "fc_workers": pl.config.layout()["fc_workers"], **pl.row(), "repeat": 0,
               "throughput": float("nan"), "step_time_median_s": float("nan"), "bytes_per_step": None}
              for pl in plans]
     predicted = validation.predict_runs(dataclasses.replace(bench, runs=ghost))

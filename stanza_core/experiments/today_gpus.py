@@ -99,9 +99,9 @@ def _profile(p: TodayParams, model: str):
 
 
 def _row(pred) -> dict[str, Any]:
-    return {"label": pred.label, "key": config_key(pred.strategy, pred.fc_workers, ps_servers=pred.ps_servers,
-                                                   ps_overlap=pred.ps_overlap),
-            "strategy": pred.strategy, "fc_workers": pred.fc_workers or 0, "ps_servers": pred.ps_servers,
+    servers, overlap = pred.variant.get("ps_servers", 0), pred.variant.get("ps_overlap", False)
+    return {"label": pred.label, "key": config_key(pred.strategy, pred.fc_workers, ps_servers=servers, ps_overlap=overlap),
+            "strategy": pred.strategy, "fc_workers": pred.fc_workers or 0, "ps_servers": servers,
             "throughput": pred.throughput, "iteration_s": pred.iteration_s}
 
 
@@ -109,7 +109,7 @@ def assess(profile, device, nodes: int, gbps: float, batch_per_worker: int) -> d
     """perf.best_assignment at one point: the optimiser's pick and each role's prediction."""
     a = best_assignment(profile, Cluster(nodes, gbps, device=device), batch_per_worker=batch_per_worker)
     by_k = {p.fc_workers: p for p in a.ranking if registry.owns(p.strategy, "fc_workers")}
-    dedicated = next((p for p in a.ranking if p.ps_servers and not p.ps_overlap), None)
+    dedicated = next((p for p in a.ranking if p.variant.get("ps_servers") and not p.variant.get("ps_overlap")), None)
     roles = {"stanza": a.best_stanza(), "stanza_k1": by_k.get(1), "ps": a.ps, "ps_dedicated": dedicated, "ddp": a.ddp}
     rows = {r: _row(pred) for r, pred in roles.items() if pred is not None}
     best_ps = a.best_ps or a.ps

@@ -31,6 +31,7 @@ from ..local_device import local_device
 from ..perf import ModelCounts, expected_bytes, totals
 from ..perf.profiles import shape_model
 from ..topology import fc_worker_choices, global_batch_for
+from ..variant import Variant
 
 DEFAULT_IMAGE = 32  # smallest input of the zoo's VGGs (five max-pools); AlexNet needs 63
 PAPER_MODEL = "vgg16"  # the paper's "up to 10x less data than PS" model
@@ -67,7 +68,8 @@ def plan(models, nodes, fc_workers, *, per_worker: int = 32, steps: int = 3, ima
             for strategy, k in [(s, None) for s in registry.baselines()] + [("stanza", k) for k in ks]:
                 out.append({"key": f"{m}.n{n}.{config_key(strategy, k)}", "model": m, "nodes": n,
                             "strategy": strategy, "fc_workers": k, "label": config_label(strategy, k),
-                            "global_batch": global_batch_for(strategy, n, k, per_worker), "per_worker": per_worker,
+                            "global_batch": global_batch_for(Variant(strategy, fc_workers=k), n, per_worker),
+                            "per_worker": per_worker,
                             "image_size": image_size_for(m, image_size), "num_classes": num_classes,
                             "boundary": boundary or None, "steps": steps, "device": device})
     return out
@@ -122,7 +124,7 @@ def measure(configs: Sequence[dict], *, timeout_s: float = 1800,
                         steps=c["steps"], warmup=1, fc_workers=c["fc_workers"], device=c["device"],
                         boundary=c["boundary"] if registry.get(c["strategy"]).split else None)
             measured = [{k: r[k] for k in ("rank", "role", "sent", "recv")} for r in m["ranks"]]
-            expected = expected_bytes(counts, c["strategy"], c["nodes"], c["fc_workers"], c["global_batch"])
+            expected = expected_bytes(counts, Variant.of_row(c), c["nodes"], global_batch=c["global_batch"])
             if m["bytes_per_step"] != totals(measured)["bytes_per_step"]:
                 raise RuntimeError(f"{c['key']}: bytes_per_step is not the sum of the ranks' bytes sent")
             rows.append({**c, "counts": {"conv_params": counts.conv_params, "fc_params": counts.fc_params,
@@ -142,9 +144,9 @@ def ratio_curve(counts: ModelCounts, nodes: Sequence[int] = RATIO_NODES, per_wor
     for n in nodes:
         if fc_workers not in fc_worker_choices(n):
             continue
-        ps = totals(expected_bytes(counts, "ps", n, global_batch=global_batch_for("ps", n, 0, per_worker)))
-        st = totals(expected_bytes(counts, "stanza", n, fc_workers,
-                                   global_batch=global_batch_for("stanza", n, fc_workers, per_worker)))
+        ps, stanza = Variant("ps"), Variant("stanza", fc_workers=fc_workers)
+        ps = totals(expected_bytes(counts, ps, n, global_batch=global_batch_for(ps, n, per_worker)))
+        st = totals(expected_bytes(counts, stanza, n, global_batch=global_batch_for(stanza, n, per_worker)))
         out["nodes"].append(n)
         out["total"].append(ps["bytes_per_step"] / st["bytes_per_step"])
         out["busiest"].append(max(ps["max_node_sent"], ps["max_node_recv"])

@@ -22,7 +22,7 @@ from ..perf import DEFAULT_LATENCY_S, Cluster, named_profile, predict
 from .. import checks, registry
 from ..runs.compute_rounds import device_for, mean_rounds, rounds_needed, timing_rounds
 from ..runs.plan import shaped_link
-from ..variant import Variant
+from ..variant import Variant, unset
 from ..runs.replayed import ReplayParams, in_grid, run_replayed
 from ..runs.measurement import Measurement
 from ..runs.run import measure_or_skip, modelled_only
@@ -65,14 +65,15 @@ def predict_runs(result: Measurement, *, latency_s: float = DEFAULT_LATENCY_S,
     for r in result.runs:  # layout options: rows written before an option existed have its default
         groups.setdefault((Variant.of_row(r), r["link_mbit"]), []).append(r)
     rows = []
-    order = lambda g: (g[0][1], g[0][0].strategy, g[0][0].fc_workers, g[0][0].ps_servers, g[0][0].ps_overlap,  # noqa: E731
-                       g[0][0].fc_conv_share, g[0][0].micro_batches)
+    layout_of = lambda v: {o: v.get(o, unset(o)) for o in ("fc_workers", "ps_servers", "ps_overlap",  # noqa: E731
+                                                           "fc_conv_share", "micro_batches")}
+    order = lambda g: (g[0][1], g[0][0].strategy, *layout_of(g[0][0]).values())  # noqa: E731
     for (v, mbit), runs in sorted(groups.items(), key=order):
-        s, k = v.strategy, v.fc_workers
+        layout = layout_of(v)
+        s, k = v.strategy, layout.pop("fc_workers")
         first = runs[0]
         payload = first.get("payload_gbps") or shaped_link(mbit, mtu).payload_gbps
         extra = (overhead_s or {}).get(s, 0.0) + ((first.get("engine_s") or 0.0) if with_engine else 0.0)
-        layout = {"ps_servers": v.ps_servers, "ps_overlap": v.ps_overlap, **v.stanza_options}
         own = [r["timing_rounds"] for r in runs if r.get("timing_rounds")]
         # later rounds win in device_for: the runs' own rounds over the bench's
         used = rounds + mean_rounds(*own) if own else rounds

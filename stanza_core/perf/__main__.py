@@ -115,7 +115,8 @@ def ps_layout(p) -> str:
     """The parameter-server deployment of a prediction, in one word ("-" for ddp and stanza)."""
     if not registry.owns(p.strategy, "ps_servers"):
         return "-"
-    return ("colocated" if not p.ps_servers else f"S={p.ps_servers}") + ("+overlap" if p.ps_overlap else "")
+    servers = p.variant.options.ps_servers
+    return ("colocated" if not servers else f"S={servers}") + ("+overlap" if p.variant.options.ps_overlap else "")
 
 
 RANKING_HEADERS = ("strategy", "k", "iter ms", "samples/s", "vs ps", "vs ddp", "MB sent", "MB recv", "MB/step",

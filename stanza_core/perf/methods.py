@@ -26,6 +26,7 @@ from ..topology import fc_worker_choices
 from .cluster import Cluster
 from .model import predict
 from .traffic import ring_share
+from ..variant import Variant
 
 # Bytes per parameter of (parameters, gradients, optimizer state). "sgd": the workbench's fp32 SGD
 # with momentum (one fp32 buffer); "adam_mixed": the ZeRO paper's case, fp16 parameters and
@@ -126,8 +127,8 @@ def stanza_over_ddp(profile, nodes: int, gbps: float, batch_per_worker: int = 32
     """The best Stanza k's throughput (k = 1..N//2) over DDP's, modelled (perf.predict)."""
     checks.positive_int("nodes", nodes, 2, what="a CONV and an FC worker")
     cluster = Cluster(nodes, gbps, device=device)
-    ddp = predict(profile, cluster, "ddp", batch_per_worker=batch_per_worker).throughput
-    return max(predict(profile, cluster, "stanza", k, batch_per_worker=batch_per_worker).throughput
+    ddp = predict(profile, cluster, Variant("ddp"), batch_per_worker=batch_per_worker).throughput
+    return max(predict(profile, cluster, Variant("stanza", fc_workers=k), batch_per_worker=batch_per_worker).throughput
                for k in fc_worker_choices(nodes)) / ddp
 
 

@@ -31,21 +31,23 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import itertools
 from typing import Any
 
-from .. import checks, registry
-from ..labels import config_label
-from ..variant import HoldsVariant, Variant, model_args
-from ..buckets import DEFAULT_BUCKET_MB, bucket_groups
-from ..anatomy import DTYPE_BYTES, Profile
+from .. import checks
+from ..variant import HoldsVariant, Variant, unset
+from ..buckets import DEFAULT_BUCKET_MB
+from ..anatomy import Profile
+from ..topology import Topology
 from .cluster import Cluster
 from .devices import DeviceProfile
 from .resolve import device_profile
-from .traffic import (ModelCounts, StanzaOptions, check_config, data_workers, rank_bytes, stanza_options,
-                      summary_bytes)
+from .blocks import (DEFAULT_BATCH_PER_WORKER, backward_units, bucketed_backward, layer_shares,  # noqa: F401 (perf.model's names)
+                     layer_units)
+from .traffic import ModelCounts, data_workers, model_layout, rank_bytes, summary_bytes
 
-DEFAULT_BATCH_PER_WORKER = 32
+# The options a prediction's plain row holds whatever its strategy (as stored results have them).
+ROW_OPTIONS = ("fc_workers", "ps_servers", "ps_overlap", "fc_conv_share", "micro_batches", "boundary_dtype",
+               "grad_compression")
 
 @dataclasses.dataclass
 class Prediction(HoldsVariant):
@@ -76,66 +78,11 @@ class Prediction(HoldsVariant):
         return self.variant.label
 
     def to_dict(self) -> dict[str, Any]:
-        """Plain data: the strategy and its layout flat (variant.FIELDS, stanza's wire options and
-        any other option the strategy has), then the figures."""
+        """Plain data: the strategy and the options of ROW_OPTIONS flat (another strategy's at how
+        it reads here: unset, k = 0), this strategy's own, then the figures, k and S as resolved."""
         out = {f.name: copy.deepcopy(getattr(self, f.name)) for f in dataclasses.fields(self) if f.name != "variant"}
-        layout = {**self.variant.fields(), "boundary_dtype": self.boundary_dtype,
-                  "grad_compression": self.grad_compression, **self.variant.options.values()}
+        layout = {"strategy": self.strategy, **{o: unset(o) for o in ROW_OPTIONS}, **self.variant.options.values()}
         return {**layout, **out, "fc_workers": self.fc_workers, "ps_shards": self.ps_shards}
-
-
-def layer_shares(profile: Profile, part: str) -> list[tuple[str | None, int, float]]:
-    """(layer name, params, share of the part's time) per parameterised layer, in forward order.
-
-    A layer's share is its forward FLOPs over the part's (an even split when no FLOPs are
-    known); without layer rows the whole part is one unit (name None). The replay engine
-    (stanza_core/engine/replay.py) waits these same shares, so model and replay agree on compute."""
-    rows = [r for r in profile.layers if r.part == part and (r.params or r.flops)]
-    totals = getattr(profile, part)
-    if not rows:
-        return [(None, totals.params, 1.0)]
-    flops = sum(r.flops for r in rows)
-    return [(r.name, r.params, (r.flops / flops) if flops else 1.0 / len(rows)) for r in rows]
-
-
-def layer_units(profile: Profile, part: str) -> list[tuple[int, float]]:
-    """(params, share of the part's backward time) per parameterised layer (see layer_shares)."""
-    return [(params, share) for _, params, share in layer_shares(profile, part)]
-
-
-def bucketed_backward(units: list[tuple[int, float]], cluster: Cluster, n: int, cap_bytes: int,
-                      close_at_cap: bool) -> tuple[float, float, float, int]:
-    """Backward over `units` (params, seconds), given in the order backward visits them, with
-    gradients allreduced among n ranks in buckets; a bucket's allreduce starts once its last
-    gradient exists and the previous bucket's allreduce is done (one link, one at a time).
-
-    Bucketing rule: torch DDP closes a bucket once it holds >= cap (close_at_cap=True); the
-    engine's GradBuckets (stanza) starts a new bucket before one would exceed cap.
-    Returns (backward end, allreduce end, total allreduce time, buckets), from the backward's start."""
-    ends = list(itertools.accumulate(dt for _, dt in units))
-    t = ends[-1] if ends else 0.0
-    nbytes = [DTYPE_BYTES * params for params, _ in units]
-    # each bucket ready when its last unit's gradient exists
-    buckets = [(ends[g[-1]], sum(nbytes[i] for i in g))
-               for g in bucket_groups(nbytes, cap_bytes, close_at_cap=close_at_cap)]
-    buckets = [(ready, size) for ready, size in buckets if size]
-    if n <= 1:
-        return t, 0.0, 0.0, 0
-    link_free, busy = 0.0, 0.0
-    for ready, nbytes in buckets:
-        dur = cluster.ring_allreduce_s(nbytes, n)
-        link_free = max(ready, link_free) + dur
-        busy += dur
-    return t, link_free, busy, len(buckets)
-
-
-def backward_units(profile: Profile, dev: DeviceProfile, parts: tuple[str, ...], b: int):
-    """(params, seconds) per layer in backward order (last layer first) over `parts` (forward order)."""
-    units = []
-    for part in parts:
-        total = dev.time_s(part, "bwd", b)
-        units += [(p, share * total) for p, share in layer_units(profile, part)]
-    return units[::-1]
 
 
 def _resolve_batch(n: int, global_batch: int | None, batch_per_worker: int | None) -> int:
@@ -155,59 +102,37 @@ class StepCase:
     profile: Profile
     dev: DeviceProfile
     cluster: Cluster
+    variant: Variant  # the configuration: its strategy and that strategy's options
+    topo: Topology  # its layout on the cluster's nodes: k, S, dedicated servers, hybrid share resolved
     b: int  # the largest per-data-worker batch
     cap: int  # gradient bucket cap, bytes
-    fc_workers: int | None
-    ps_shards: int | None
-    ps_servers: int
-    ps_overlap: bool
-    options: StanzaOptions
-    variant: Variant | None = None  # the configuration as given (a strategy's model reads its own options here)
 
 
-_LAYOUT_DEFAULTS = {"fc_conv_share": 0.0, "micro_batches": 1, "ps_servers": 0, "ps_overlap": False}
+def predict(profile: Profile, cluster: Cluster, variant: Variant, *, global_batch: int | None = None,
+            batch_per_worker: int | None = None, bucket_mb: float = DEFAULT_BUCKET_MB,
+            with_ranks: bool = True) -> Prediction:
+    """Predicted step time, throughput, traffic and breakdown of `variant` (a
+    stanza_core.variant.Variant: the strategy and all its options) on `cluster`.
 
-
-def predict(profile: Profile, cluster: Cluster, strategy: "str | Variant", fc_workers: int | None = None,
-            global_batch: int | None = None, *, batch_per_worker: int | None = None,
-            ps_shards: int | None = None, bucket_mb: float = DEFAULT_BUCKET_MB,
-            with_ranks: bool = True, fc_conv_share: float = 0.0, micro_batches: int = 1,
-            boundary_dtype: str = "fp32", grad_compression: str = "none", ps_servers: int = 0,
-            ps_overlap: bool = False, **options: Any) -> Prediction:
-    """Predicted step time, throughput, traffic and breakdown of `strategy` on `cluster`.
-
-    The batch is `global_batch` split over the data workers (N, or N - k for stanza; an uneven
-    split is modelled by its largest share) or `batch_per_worker` per data worker (default 32).
+    The batch is `global_batch` split over the data workers (N, or N - k for stanza; N - S with S
+    dedicated ps servers, world size = data workers + S, as the engine's; an uneven split is
+    modelled by its largest share) or `batch_per_worker` per data worker (default 32).
     `cluster.device` may be a DeviceProfile (e.g. measured here) or a device-table name;
     bucket_mb is the gradient bucket cap of ddp, of stanza's CONV allreduce and of the overlapped
-    ps push (--bucket-mb). ps only: ps_servers (S of the cluster's nodes are dedicated parameter
-    servers; world size = data workers + S, as the engine's), ps_overlap (the overlapped push).
-    Stanza only: fc_conv_share (each FC worker also runs the CONV body on this share of the global
-    batch, the engine's --fc-conv-share), micro_batches, boundary_dtype, grad_compression.
-    Another strategy's options as keywords (`options`: a plug-in's, by its options class's names).
-    `strategy` may be a stanza_core.variant.Variant instead of a name: it then gives all its
-    options (leave fc_workers, ps_servers, ps_overlap, fc_conv_share, micro_batches at their defaults)."""
-    strategy, fc_workers, o, make_variant = model_args(strategy, fc_workers, dict(
-        ps_shards=ps_shards, fc_conv_share=fc_conv_share, micro_batches=micro_batches, boundary_dtype=boundary_dtype,
-        grad_compression=grad_compression, ps_servers=ps_servers, ps_overlap=ps_overlap), _LAYOUT_DEFAULTS, options)
-    ps_shards, fc_conv_share, micro_batches, boundary_dtype, grad_compression, ps_servers, ps_overlap = (
-        o["ps_shards"], o["fc_conv_share"], o["micro_batches"], o["boundary_dtype"], o["grad_compression"],
-        o["ps_servers"], o["ps_overlap"])
+    ps push (--bucket-mb)."""
     if not isinstance(cluster, Cluster):
         raise ValueError(f"cluster must be a Cluster, got {type(cluster).__name__}")
-    fc_workers, ps_shards = check_config(strategy, cluster.nodes, fc_workers, ps_shards, ps_servers)
-    registry.check_options(strategy, {"ps_overlap": True} if ps_overlap else {})
-    n = data_workers(strategy, cluster.nodes, fc_workers, ps_servers)
-    G = _resolve_batch(n, global_batch, batch_per_worker)
+    if not isinstance(variant, Variant):
+        raise ValueError(f"expected a stanza_core.variant.Variant, got {type(variant).__name__}")
+    checks.positive_int("nodes", cluster.nodes)
+    G = _resolve_batch(data_workers(variant, cluster.nodes), global_batch, batch_per_worker)
+    topo, batches = model_layout(variant, cluster.nodes, G)
     checks.number("bucket_mb", bucket_mb, above=0)
     cap = int(bucket_mb * 2**20)
-    variant = make_variant(fc_workers)  # its options' own checks
-    opt, batches = stanza_options(strategy, cluster.nodes, fc_workers, G, fc_conv_share, micro_batches,
-                                  boundary_dtype, grad_compression, ps_servers)
     b = batches[0]
     dev = device_profile(cluster.device, profile).profile  # a table row, or the DeviceProfile given
-    model = registry.get(strategy).model_module()
-    case = StepCase(profile, dev, cluster, b, cap, fc_workers, ps_shards, ps_servers, bool(ps_overlap), opt, variant)
+    model = variant.spec.model_module()
+    case = StepCase(profile, dev, cluster, variant, topo, b, cap)
     total, crit, terms = model.step_time(case)
     if not total > 0:
         raise ValueError(f"predicted step time is {total} s: the device profile {dev.name!r} has no compute time")
@@ -215,17 +140,15 @@ def predict(profile: Profile, cluster: Cluster, strategy: "str | Variant", fc_wo
                  "fc_compute_s": dev.time_s("fc", "fwd", b) + dev.time_s("fc", "bwd", b),
                  "step_overhead_s": dev.step_overhead_s, **terms}
     counts = ModelCounts.of(profile)
-    summary = summary_bytes(counts, strategy, cluster.nodes, fc_workers, batches, ps_shards, opt, ps_servers,
-                            variant=variant)
+    summary = summary_bytes(counts, variant, topo, batches)
+    n = topo.data_workers
     reps = [0, n] if n < cluster.nodes else [0]  # busiest rank of each role: a data worker, the first after them
     per_role = {r["role"]: {"sent": r["sent"], "recv": r["recv"]}
-                for r in rank_bytes(counts, strategy, cluster.nodes, fc_workers, batches, ps_shards, ranks=reps,
-                                    options=opt, ps_servers=ps_servers, variant=variant)}
-    ranks = rank_bytes(counts, strategy, cluster.nodes, fc_workers, batches, ps_shards, options=opt,
-                       ps_servers=ps_servers, variant=variant) if with_ranks else None
-    return Prediction(variant=variant, nodes=cluster.nodes, fc_workers=fc_workers, ps_shards=ps_shards,
-                      global_batch=G, batch_per_worker=b, bandwidth_gbps=cluster.bandwidth_gbps,
-                      latency_s=cluster.latency_s, device=dev.name, iteration_s=total, throughput=G / total,
-                      breakdown=breakdown, exposed_comm_s=max(total - crit, 0.0),
-                      overlap=model.overlap(case),
-                      **summary, bytes_per_node=per_role, ranks=ranks, fc_batch=opt.fc_batch)
+                for r in rank_bytes(counts, variant, topo, batches, ranks=reps)}
+    ranks = rank_bytes(counts, variant, topo, batches) if with_ranks else None
+    return Prediction(variant=variant, nodes=cluster.nodes, fc_workers=topo.fc_workers or None,
+                      ps_shards=topo.ps_shards or None, global_batch=G, batch_per_worker=b,
+                      bandwidth_gbps=cluster.bandwidth_gbps, latency_s=cluster.latency_s, device=dev.name,
+                      iteration_s=total, throughput=G / total, breakdown=breakdown,
+                      exposed_comm_s=max(total - crit, 0.0), overlap=model.overlap(case),
+                      **summary, bytes_per_node=per_role, ranks=ranks, fc_batch=topo.fc_batch)

@@ -13,14 +13,16 @@ dedicated ps with fewer servers, no overlap before overlap, then stanza with the
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from typing import Any
 
 from .. import registry
 from ..anatomy import Profile
 from ..topology import fc_worker_choices
+from ..variant import Variant
+from .blocks import MAX_SHARES, share_grid  # noqa: F401 (perf.optimize's names)
 from .cluster import Cluster
 from .model import DEFAULT_BUCKET_MB, Prediction, predict
-from .traffic import data_workers
 
 @dataclasses.dataclass
 class Assignment:
@@ -48,8 +50,8 @@ class Assignment:
     def paper_stanza(self) -> Prediction | None:
         """The fastest stanza as the paper runs it (no share, M = 1, fp32, no compression)."""
         return next((p for p in self.ranking if registry.owns(p.strategy, "fc_workers") and not p.fc_batch
-                     and p.micro_batches == 1
-                     and (p.boundary_dtype, p.grad_compression) == ("fp32", "none")), None)
+                     and p.variant.get("micro_batches", 1) == 1
+                     and _wire(p) == ("fp32", "none")), None)
 
     def to_dict(self) -> dict[str, Any]:
         return {"best": self.best.to_dict(), "speedup_vs_ddp": self.speedup_vs_ddp,
@@ -60,16 +62,21 @@ class Assignment:
 PAPER = (("fp32", "none"),)  # boundary dtype, CONV gradient compression: exact training
 COMPRESSIONS = (("fp32", "none"), ("bf16", "none"), ("fp32", "bf16"), ("bf16", "bf16"), ("bf16", "powersgd"))
 MICRO_BATCHES = (1, 2, 4, 8)
-MAX_SHARES = 9  # share values tried per k (evenly spread over the valid ones, 0 and the largest kept)
 
 
 def _key(p: Prediction):
     # 12 significant digits: candidates equal up to float summation order count as a tie;
     # then the simpler one wins: fewer FC workers, no share, fewer chunks, no compression;
     # for ps: colocated, then fewer servers, no overlap before overlap
-    comp = COMPRESSIONS.index((p.boundary_dtype, p.grad_compression))  # (fp32, none) outside stanza
-    return (-float(f"{p.throughput:.12g}"), registry.get(p.strategy).simplicity, p.ps_servers, p.ps_overlap, p.fc_workers or 0,
-            p.fc_batch, p.micro_batches, comp)
+    v = p.variant
+    comp = COMPRESSIONS.index(_wire(p))  # (fp32, none) outside stanza
+    return (-float(f"{p.throughput:.12g}"), registry.get(p.strategy).simplicity, v.get("ps_servers", 0),
+            v.get("ps_overlap", False), p.fc_workers or 0, p.fc_batch, v.get("micro_batches", 1), comp)
+
+
+def _wire(p: Prediction) -> tuple[str, str]:
+    """(boundary dtype, CONV gradient compression) of a candidate: (fp32, none) outside stanza."""
+    return p.variant.get("boundary_dtype", "fp32"), p.variant.get("grad_compression", "none")
 
 
 def default_ps_servers(nodes: int) -> list[int]:
@@ -82,23 +89,12 @@ def default_ps_servers(nodes: int) -> list[int]:
     return out
 
 
-def share_grid(global_batch: int, nodes: int, fc_workers: int, limit: int = MAX_SHARES) -> list[float]:
-    """Shares of the global batch a hybrid FC worker can take (whole samples on every worker,
-    topology.hybrid_batches), from 0 up to an even split over all N nodes, at most `limit` values."""
-    nc = data_workers("stanza", nodes, fc_workers)
-    # 0 (the paper's stanza) is always a candidate: an uneven split over the CONV workers is fine there
-    valid = [0] + [bh for bh in range(1, global_batch // nodes + 1) if (global_batch - fc_workers * bh) % nc == 0
-                   and global_batch - fc_workers * bh >= nc]
-    if len(valid) > limit:
-        idx = sorted({round(i * (len(valid) - 1) / (limit - 1)) for i in range(limit)})
-        valid = [valid[i] for i in idx]
-    return [bh / global_batch for bh in valid]
-
-
 @dataclasses.dataclass(frozen=True)
 class Space:
     """What the optimiser searches: each strategy's model module turns it into its candidates
-    (`candidates(space)`: the configurations of that strategy worth ranking)."""
+    (`candidates(space)`: the configurations of that strategy worth ranking, each predicted by
+    `space.predict`, perf.predict itself, handed over so that no strategy model imports perf's
+    front end)."""
 
     profile: Profile
     cluster: Cluster
@@ -113,6 +109,7 @@ class Space:
     shares: Any  # stanza: "auto" or the shares tried
     micro_batches: tuple[int, ...]
     compressions: tuple[tuple[str, str], ...]
+    predict: Callable[..., Prediction] = predict  # perf.predict(profile, cluster, variant, **batch)
 
 
 def best_assignment(profile: Profile, cluster: Cluster, global_batch: int | None = None, *,
@@ -141,13 +138,10 @@ def best_assignment(profile: Profile, cluster: Cluster, global_batch: int | None
     cands = [p for name in registry.compared() for p in registry.get(name).model_module().candidates(space)]
     ranking = sorted(cands, key=_key)
     top = ranking[0]
-    best = predict(profile, cluster, top.strategy, top.fc_workers, global_batch=top.global_batch, bucket_mb=bucket_mb,
-                   ps_shards=top.ps_shards if not top.ps_servers else None, ps_servers=top.ps_servers,
-                   ps_overlap=top.ps_overlap, fc_conv_share=top.fc_conv_share, micro_batches=top.micro_batches,
-                   boundary_dtype=top.boundary_dtype, grad_compression=top.grad_compression)
+    best = predict(profile, cluster, top.variant, global_batch=top.global_batch, bucket_mb=bucket_mb)
     ddp = next(p for p in cands if p.strategy == "ddp")
     ps_cands = [p for p in cands if registry.owns(p.strategy, "ps_servers")]
-    ps = next((p for p in ps_cands if not p.ps_servers and not p.ps_overlap), None) or \
-        predict(profile, cluster, "ps", **batch, ps_shards=ps_shards, with_ranks=False)
+    ps = next((p for p in ps_cands if not p.variant.get("ps_servers") and not p.variant.get("ps_overlap")), None) or \
+        predict(profile, cluster, Variant("ps", ps_shards=ps_shards), **batch, with_ranks=False)
     best_ps = min(ps_cands, key=_key) if ps_cands else None
     return Assignment(best=best, ranking=ranking, ddp=ddp, ps=ps, best_ps=best_ps)

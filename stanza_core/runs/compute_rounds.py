@@ -28,6 +28,7 @@ import torch.nn.functional as F
 from .. import registry
 from ..perf import DeviceProfile
 from ..topology import plain_topology
+from ..variant import Variant
 from ..models import get_model, sample_keys
 from ..split import split_model
 from ..launch import job_env
@@ -179,7 +180,7 @@ def config_rounds(strategy: str, nodes: int, fc_workers: int, global_batch: int,
     `lone`: every piece at level 1."""
     if lone:
         return {p: (1, b) for p, (_, b) in config_rounds(strategy, nodes, fc_workers, global_batch).items()}
-    topo = plain_topology(strategy, nodes, fc_workers)
+    topo = plain_topology(Variant.parse(strategy, {"fc_workers": fc_workers or None}), nodes)
     b = topo.worker_batch(global_batch)
     if registry.get(strategy).split:  # the CONV and the FC pieces on their own ranks
         conv, fc = (len(topo.conv_ranks), b), (len(topo.fc_ranks), b)

@@ -35,8 +35,7 @@ def plan_row(plan: RunPlan, m: dict[str, Any], wall_s: float) -> dict[str, Any]:
     pred = model_prediction(cfg, plan.link.model_gbps)
     target = m["step_time_median_s"] / d
     return {"model": cfg.model, "nodes": cfg.nodes, **plan.row(), "strategy": cfg.strategy,
-            "fc_workers": cfg.fc_workers, "ps_servers": cfg.ps_servers, "ps_overlap": cfg.ps_overlap,
-            **cfg.stanza_options, "device": cfg.replay_device,
+            **cfg.layout(), "device": cfg.replay_device,
             "measured_step_s": m["step_time_median_s"], "target_step_s": target,
             "target_steps_s": [t / d for t in m.get("steps_s", [])],
             "model_step_s": plan.target_step_s, "predicted_step_s": pred.iteration_s,

@@ -64,9 +64,11 @@ def _run_once(cfg: RunConfig, timeout_s: float) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="stanza-run-") as tmp:
         m = run_training(cfg.cluster_nodes, cfg.link_mbit, cfg.train_args(os.path.join(tmp, "metrics.json")),
                          delay_ms=cfg.delay_ms, mtu=cfg.mtu, timeout_s=timeout_s, quiet=True)
-    return {"strategy": cfg.strategy, "fc_workers": cfg.fc_workers, "ps_servers": cfg.ps_servers,
-            "global_batch": cfg.global_batch, "ps_overlap": cfg.ps_overlap, **cfg.stanza_options,
-            **cfg.variant.extra_options(), "label": cfg.label, "link_mbit": cfg.link_mbit,
+    lay = cfg.layout()
+    extra = {k: v for k, v in cfg.variant.options.given().items() if k not in lay}
+    return {"strategy": cfg.strategy, "fc_workers": lay["fc_workers"], "ps_servers": lay["ps_servers"],
+            "global_batch": cfg.global_batch, "ps_overlap": lay["ps_overlap"], "fc_conv_share": lay["fc_conv_share"],
+            "micro_batches": lay["micro_batches"], **extra, "label": cfg.label, "link_mbit": cfg.link_mbit,
             "compute": {k: m["config"].get(k) for k in ("compute", "replay_device", "dilation") if k in m["config"]},
             "throughput": m["throughput"], "step_time_median_s": m["step_time_median_s"],
             "steps_s": [s["time_s"] for s in m["steps"]],
@@ -101,7 +103,7 @@ class _LazyPool:
 def _run_with_rounds(pool: compute_rounds.TimingPool, spec: MeasureSpec, cfg: RunConfig) -> dict:
     """One run with its configuration's timing rounds taken just before and just after it (their
     mean): the compute the model is given saw the load the run saw."""
-    need = sorted(set(compute_rounds.config_rounds(cfg.strategy, spec.nodes, cfg.fc_workers,
+    need = sorted(set(compute_rounds.config_rounds(cfg.strategy, spec.nodes, cfg.layout()["fc_workers"],
                                                    spec.global_batch).values()), key=lambda r: (-r[0], r[1]))
     before = pool.time(need)
     run = run_config(cfg)

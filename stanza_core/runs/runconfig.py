@@ -2,9 +2,9 @@
 validated on creation (one-line ValueError), plain data (`to_dict`, `cache_key`) so that it keys
 the cache and goes into every results JSON. Its layout is one variant.Variant (`RunConfig.of(variant,
 ...)`, `.variant`: the strategy and its options), written flat by `to_dict` and `cache_key` as
-before the Variant existed (variant.FIELDS, plus any other option set away from its default), so
+before the Variant existed (KEY_FIELDS, plus any other option set away from its default), so
 that every key made before still matches; `RunConfig(strategy=..., fc_workers=..., ...)` builds
-the Variant from flat keywords (a stored run's config reads back so). A grid of them is spec.MeasureSpec; the resolved plan of one (links, D, target step) is
+the Variant from flat keywords (a stored run's config reads back so: Variant.parse, the edge). A grid of them is spec.MeasureSpec; the resolved plan of one (links, D, target step) is
 plan.RunPlan: only the plan sets link_mbit and dilation (the actual D).
 
 Glossary: a *configuration* is a strategy with its layout (k FC workers, each FC worker's share
@@ -20,9 +20,12 @@ from typing import Any
 from .. import checks, registry
 from ..launch import cli_args
 from ..topology import Topology
-from ..variant import HoldsVariant, Variant
+from ..variant import HoldsVariant, Variant, unset
 
 COMPUTE_MODES = ("real", "replay")
+# The flat layout a run's cache key has held since before the Variant (every key made before
+# still matches): the strategy and these options, another strategy's at how they read there.
+KEY_FIELDS = ("strategy", "fc_workers", "ps_servers", "ps_overlap", "fc_conv_share", "micro_batches")
 UNSET_LINK_MBIT = 1000.0  # link_mbit of a RunConfig whose plan has not set its link yet (or that runs unshaped)
 
 
@@ -55,14 +58,14 @@ class RunConfig(HoldsVariant):
         for name in ("num_classes", "global_batch", "steps"):
             checks.positive_int(name, getattr(self, name))
         checks.positive_int("nodes", self.nodes, 2)
-        if registry.owns(self.strategy, "fc_workers"):  # k on N nodes (the Variant checks what needs no N)
-            checks.fc_workers(self.fc_workers, self.nodes)
         if not isinstance(self.variant, Variant):
             raise ValueError(f"variant must be a stanza_core.variant.Variant, got {type(self.variant).__name__}")
-        checks.strategies([self.strategy])
         variant = self.variant
-        if not self.fc_conv_share:  # a hybrid share moves samples onto the FC workers: make_topology checks it
-            checks.batch_divides(self.global_batch, self.strategy, self.nodes, self.fc_workers)
+        if registry.owns(self.strategy, "fc_workers"):  # k on N nodes (the Variant checks what needs no N)
+            checks.fc_workers(variant.options.fc_workers, self.nodes)
+        checks.strategies([self.strategy])
+        if not variant.get("fc_conv_share"):  # a hybrid share moves samples onto the FC workers: make_topology checks it
+            checks.batch_divides(self.global_batch, self.strategy, self.nodes, variant.get("fc_workers", 0))
         if registry.owns(self.strategy, "fc_workers"):  # the engine's own layout check: the share's batches, M
             variant.topology(self.nodes, self.global_batch)
         if not checks._is_int(self.warmup) or not 0 <= self.warmup < self.steps:
@@ -98,15 +101,20 @@ class RunConfig(HoldsVariant):
         """labels.config_key of the configuration ("stanza_k1")."""
         return self.variant.key
 
+    def layout(self) -> dict[str, Any]:
+        """The options of KEY_FIELDS flat, another strategy's at how they read here (unset, k = 0):
+        what a run row records beside the strategy."""
+        return {k: v for k, v in self.to_dict().items() if k in KEY_FIELDS[1:]}
+
     @property
-    def stanza_options(self) -> dict[str, Any]:
-        """Stanza's options beyond the paper as perf.predict / perf.expected_bytes take them."""
-        return self.variant.stanza_options
+    def ps_servers(self) -> int:
+        """Dedicated parameter-server nodes of the run (0 where its strategy has none)."""
+        return self.variant.get("ps_servers", 0)
 
     @property
     def cluster_nodes(self) -> int:
         """Nodes of the emulated cluster: the N workers plus any dedicated PS servers."""
-        return self.nodes + self.ps_servers
+        return self.nodes + self.variant.get("ps_servers", 0)
 
     def topology(self) -> Topology:
         """The rank layout the engine builds for this run (topology.make_topology): the one
@@ -120,7 +128,7 @@ class RunConfig(HoldsVariant):
         replay = self.compute != "real"
         options = self.variant.options.given()  # the strategy's options away from their defaults; k always
         if registry.owns(self.strategy, "fc_workers"):
-            options["fc_workers"] = self.fc_workers
+            options["fc_workers"] = self.variant.options.fc_workers
         return dict(strategy=self.strategy, model=self.model, image_size=self.image_size,
                     num_classes=self.num_classes, global_batch=self.global_batch, steps=self.steps,
                     warmup=self.warmup, boundary=self.boundary, **options,
@@ -137,10 +145,13 @@ class RunConfig(HoldsVariant):
         return cli_args(**self.train_flags(), metrics=metrics, **extra)
 
     def to_dict(self) -> dict[str, Any]:
-        """Plain data: the layout flat (variant.FIELDS, then the strategy's other options away from
+        """Plain data: the layout flat (KEY_FIELDS, then the strategy's other options away from
         their defaults), then the other fields."""
         rest = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "variant"}
-        return {**self.variant.fields(), **self.variant.extra_options(), **rest}
+        own = self.variant.options.values()
+        layout = {"strategy": self.strategy, **{k: own[k] if k in own else unset(k) for k in KEY_FIELDS[1:]}}
+        extra = {k: v for k, v in self.variant.options.given().items() if k not in KEY_FIELDS}
+        return {**layout, **extra, **rest}
 
     def cache_key(self) -> dict[str, Any]:
         """to_dict without the options at the defaults they had before they existed."""
@@ -158,7 +169,7 @@ def _init(self, *, strategy: str | None = None, variant: Variant | None = None, 
     if variant is not None and strategy in (None, variant.strategy):
         variant = variant.replace(**options) if options else variant
     elif strategy is not None:
-        variant = Variant(strategy, **options)
+        variant = Variant.parse(strategy, options)
     _dataclass_init(self, variant=variant, **kw)
 
 

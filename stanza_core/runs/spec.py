@@ -109,7 +109,7 @@ class MeasureSpec:
         if self.dilation_rule.engine and self.compute != "replay":
             raise ValueError("the engine term of D (dilation_rule.engine) needs compute='replay'")
         for s, k in self.configs():
-            checks.batch_divides(self.global_batch_of(s, k), s, self.nodes, k)
+            checks.batch_divides(self.global_batch_of(Variant.parse(s, {"fc_workers": k or None})), s, self.nodes, k)
 
     def _take_configurations(self) -> None:
         """Given configurations: Variants, distinct; the strategies and k values are theirs."""
@@ -123,12 +123,12 @@ class MeasureSpec:
                              "not both")
         self.configurations = list(vs)
         self.strategies = list(dict.fromkeys(v.strategy for v in vs))
-        self.fc_workers = sorted({v.fc_workers for v in vs if registry.owns(v.strategy, "fc_workers")}) or [1]
-        self.ps_servers = sorted({v.ps_servers for v in vs}) or [0]
+        self.fc_workers = sorted({v.options.fc_workers for v in vs if registry.owns(v.strategy, "fc_workers")}) or [1]
+        self.ps_servers = sorted({v.get("ps_servers", 0) for v in vs}) or [0]
 
     def configs(self) -> list[tuple[str, int]]:
         if self.configurations is not None:
-            return list(dict.fromkeys((v.strategy, v.fc_workers) for v in self.configurations))
+            return list(dict.fromkeys((v.strategy, v.get("fc_workers", 0)) for v in self.configurations))
         return [(s, k) for s in self.strategies for k in (self.fc_workers if registry.owns(s, "fc_workers") else [0])]
 
     def variants(self) -> list[Variant]:
@@ -160,18 +160,18 @@ class MeasureSpec:
         placeholders until a plan sets them (the planner, runs.plan)."""
         s = variant.strategy
         return RunConfig.of(variant, model=self.model, image_size=self.image_size, num_classes=self.num_classes,
-                            nodes=self.nodes, global_batch=self.global_batch_of(s, variant.fc_workers),
+                            nodes=self.nodes, global_batch=self.global_batch_of(variant),
                             steps=self.steps, warmup=self.warmup, link_mbit=round(link_mbit, 6),
                             delay_ms=self.delay_ms, mtu=self.mtu,
                             boundary=self.boundary if registry.get(s).split else None,
                             compute=self.compute,
                             replay_device=self.replay_device if self.compute == "replay" else None)
 
-    def global_batch_of(self, strategy: str, fc_workers: int) -> int:
+    def global_batch_of(self, variant: Variant) -> int:
         """G of one configuration: the spec's, or batch_per_worker x its data workers (topology)."""
         if self.global_batch:
             return self.global_batch
-        return global_batch_for(strategy, self.nodes, fc_workers, self.batch_per_worker)
+        return global_batch_for(variant, self.nodes, self.batch_per_worker)
 
     @property
     def replayed(self) -> bool:

@@ -62,8 +62,8 @@ def throughput_vs_k(a: Assignment, chosen_k: int | None = None) -> go.Figure:
     for p in everything:  # the fastest stanza at each k (with its share / M / compression)
         by_k.setdefault(p.fc_workers, p)
     stanza = sorted(by_k.values(), key=lambda p: p.fc_workers)
-    paper = {p.fc_workers: p for p in everything[::-1] if not p.fc_batch and p.micro_batches == 1
-             and (p.boundary_dtype, p.grad_compression) == ("fp32", "none")}
+    paper = {p.fc_workers: p for p in everything[::-1] if not p.fc_batch and p.variant.get("micro_batches", 1) == 1
+             and (p.variant.get("boundary_dtype", "fp32"), p.variant.get("grad_compression", "none")) == ("fp32", "none")}
     best = a.best_stanza()
     fig = go.Figure()
     ks = [p.fc_workers for p in stanza]

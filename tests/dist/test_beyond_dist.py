@@ -14,6 +14,7 @@ import pytest
 
 from stanza_core.comm import POWERSGD_START
 from stanza_core.perf import expected_bytes, named_profile
+from stanza_core.variant import Variant
 
 from dist_launch import assert_same_params, grouped_runs
 
@@ -70,9 +71,7 @@ def test_hybrid_and_micro_batches_equal_local(request, runs, oracle, n, extra):
     # the hybrid FC workers computed CONV gradients and joined the CONV allreduce
     fc_rows = [r for r in metrics["ranks"] if r["role"] == "fc_worker"]
     assert fc_rows and all(r["sent"].get("conv_grads", 0) > 0 for r in fc_rows)
-    want = expected_bytes(named_profile("tiny_cnn", 32, 10, G // (n - extra["fc_workers"])), "stanza", n,
-                          extra["fc_workers"], G, fc_conv_share=extra["fc_conv_share"],
-                          micro_batches=extra["micro_batches"])
+    want = expected_bytes(named_profile("tiny_cnn", 32, 10, G // (n - extra["fc_workers"])), Variant("stanza", fc_workers=extra["fc_workers"], fc_conv_share=extra["fc_conv_share"], micro_batches=extra["micro_batches"]), n, global_batch=G)
     got = sorted(metrics["ranks"], key=lambda r: r["rank"])
     assert [(r["sent"], r["recv"]) for r in got] == [(w["sent"], w["recv"]) for w in want]
 
@@ -82,8 +81,7 @@ def test_compressed_traffic_equals_the_model(runs, compression):
     steps = COMPRESSED_STEPS
     metrics, _ = runs(compression)
     profile = named_profile("tiny_cnn", 32, 10, G // 2)
-    per_step = [expected_bytes(profile, "stanza", 3, 1, G, fc_conv_share=0.25, boundary_dtype="bf16",
-                               grad_compression=compression, step=t) for t in range(steps)]
+    per_step = [expected_bytes(profile, Variant("stanza", fc_workers=1, fc_conv_share=0.25, boundary_dtype="bf16", grad_compression=compression), 3, global_batch=G, step=t) for t in range(steps)]
     if compression == "powersgd":  # the compressed steps really are smaller than the vanilla ones
         assert per_step[POWERSGD_START][0]["sent"]["conv_grads"] < per_step[0][0]["sent"]["conv_grads"] / 2
     for r in sorted(metrics["ranks"], key=lambda r: r["rank"]):
@@ -92,7 +90,7 @@ def test_compressed_traffic_equals_the_model(runs, compression):
                     for c in per_step[-1][r["rank"]][side]}
             assert r[side] == want, (r["rank"], side)
     # bf16 on the wire: half the fp32 activation bytes
-    a = expected_bytes(profile, "stanza", 3, 1, G, fc_conv_share=0.25)[0]["sent"]["activations"]
+    a = expected_bytes(profile, Variant("stanza", fc_workers=1, fc_conv_share=0.25), 3, global_batch=G)[0]["sent"]["activations"]
     rank0 = next(r for r in metrics["ranks"] if r["rank"] == 0)
     assert rank0["sent"]["activations"] * 2 == a
     assert all(s["loss"] == s["loss"] and s["loss"] < 10 for s in metrics["steps"])  # finite, sane

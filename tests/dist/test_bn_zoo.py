@@ -27,6 +27,7 @@ from stanza_core.anatomy import profile_model
 from stanza_core.engine.config import TrainConfig
 from stanza_core.models import MIN_IMAGE_SIZE, get_model
 from stanza_core.perf import expected_bytes
+from stanza_core.variant import Variant
 
 from dist_launch import assert_same_params, grouped_runs, train
 
@@ -82,7 +83,7 @@ def test_bn_model_equals_local(runs, oracle, model, strategy, n):
     net = get_model(model, 10)
     head = "fc.weight" if model == "resnet18" else "classifier.6.weight"
     initial_head = net.state_dict()[head].clone()
-    want = expected_bytes(profile_model(net, (3, SIZE[model], SIZE[model]), G // data_workers), strategy, n, k, G)
+    want = expected_bytes(profile_model(net, (3, SIZE[model], SIZE[model]), G // data_workers), Variant(strategy, fc_workers=k), n, global_batch=G)
     del net  # vgg16_bn: ~0.5 GB
 
     ref_metrics, ref_path = oracle(model)

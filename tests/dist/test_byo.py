@@ -10,6 +10,7 @@ import torch.nn as nn
 
 from stanza_core.anatomy import profile_model
 from stanza_core.perf import expected_bytes
+from stanza_core.variant import Variant
 
 from dist_launch import assert_same_params, grouped_runs, train
 
@@ -63,7 +64,7 @@ def test_own_bn_model_equals_local(runs, oracle, strategy, n, extra):
     for mine, ref in zip(metrics["steps"], ref_metrics["steps"]):
         assert mine["loss"] == pytest.approx(ref["loss"], rel=1e-5)
     profile = profile_model(bn_net(10), (3, 16, 16), 12 // (n - 1 if strategy == "stanza" else n))
-    want = expected_bytes(profile, strategy, n, 1 if strategy == "stanza" else None, 12)
+    want = expected_bytes(profile, Variant(strategy, fc_workers=1 if strategy == "stanza" else None), n, global_batch=12)
     got = sorted(metrics["ranks"], key=lambda r: r["rank"])
     assert [(r["sent"], r["recv"]) for r in got] == [(w["sent"], w["recv"]) for w in want]
     assert all(r["sent"].get("bn_stats", 0) > 0 for r in got if r["role"] != "fc_worker")

@@ -19,6 +19,7 @@ import pytest
 from stanza_core.anatomy import profile_model
 from stanza_core.models import get_model
 from stanza_core.perf import expected_bytes
+from stanza_core.variant import Variant
 
 from dist_launch import ROOT, rank_env
 
@@ -72,8 +73,7 @@ def test_lean_replay_moves_the_real_runs_bytes_and_buckets(runs, name):
     real, lean = runs[name, "real"], runs[name, "replay"]
     assert real["compute"] == "real" and lean["compute"] == "replay"
     b = G // (N - k - servers)
-    want = expected_bytes(profile_model(get_model("cifar_alexnet", 10), (3, 32, 32), b), strategy, N, k or None, G,
-                          ps_servers=servers)
+    want = expected_bytes(profile_model(get_model("cifar_alexnet", 10), (3, 32, 32), b), Variant(strategy, fc_workers=k or None, ps_servers=servers), N, global_batch=G)
     for run in (real, lean):
         assert [{c: v for c, v in w["sent"].items() if v} for w in want] == [r["sent"] for r in run["ranks"]]
         assert [{c: v for c, v in w["recv"].items() if v} for w in want] == [r["recv"] for r in run["ranks"]]

@@ -13,6 +13,7 @@ import pytest
 
 from stanza_core.models import get_model
 from stanza_core.perf import expected_bytes, named_profile
+from stanza_core.variant import Variant
 
 from dist_launch import assert_same_params, grouped_runs
 
@@ -60,7 +61,7 @@ def test_ps_deployment_equals_local_and_counts_expected_bytes(request, runs, ora
 
     profile = named_profile("tiny_cnn", 32, 10, G // (world - servers))
     assert profile.params == sum(p.numel() for p in get_model("tiny_cnn", 10).parameters())
-    want = expected_bytes(profile, "ps", world, global_batch=G, ps_servers=servers)
+    want = expected_bytes(profile, Variant("ps", ps_servers=servers), world, global_batch=G)
     got = sorted(metrics["ranks"], key=lambda r: r["rank"])
     assert [(r["role"], r["sent"], r["recv"]) for r in got] == [(r["role"], r["sent"], r["recv"]) for r in want]
     assert metrics["bytes_per_step"] == sum(sum(r["sent"].values()) for r in want)

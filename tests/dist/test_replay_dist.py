@@ -13,6 +13,7 @@ import pytest
 
 from stanza_core.anatomy import profile_model
 from stanza_core.perf import expected_bytes
+from stanza_core.variant import Variant
 
 from dist_launch import ROOT, grouped_runs, rank_env
 from test_byo import bn_net
@@ -49,7 +50,7 @@ def test_replay_run_moves_the_expected_bytes(scaled_runs, strategy, k):
     assert m["wire_bytes_per_step"] < m["bytes_per_step"] / 4
     assert all(w > 0 for w in m["replay"]["wait_s_per_rank"])  # every rank replayed compute
     b = g // (n - k if k else n)
-    want = expected_bytes(profile_model(bn_net(10), (3, 16, 16), b), strategy, n, k or None, g)
+    want = expected_bytes(profile_model(bn_net(10), (3, 16, 16), b), Variant(strategy, fc_workers=k or None), n, global_batch=g)
     assert all(w["sent"]["bn_stats"] > 0 for w in want if w["role"] != "fc_worker")
     got = [{"rank": r["rank"], "role": r["role"], "sent": r["sent"], "recv": r["recv"]} for r in m["ranks"]]
     assert [{c: v for c, v in w["sent"].items() if v} for w in want] == [r["sent"] for r in got]

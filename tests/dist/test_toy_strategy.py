@@ -60,7 +60,7 @@ def test_the_cli_accepts_it_and_its_option_and_refuses_the_others(toy):
     text = parser.format_help()
     assert NAME in text and "--flat-chunks FLAT_CHUNKS" in text and "pieces, one after another" in text
     cfg = train.parse_config(["--strategy", NAME, "--flat-chunks", "4"])
-    assert cfg.strategy == NAME and cfg.variant == Variant(NAME, flat_chunks=4) and cfg.flat_chunks == 4
+    assert cfg.strategy == NAME and cfg.variant == Variant(NAME, flat_chunks=4) and cfg.variant.options.flat_chunks == 4
     assert cfg.to_dict()["flat_chunks"] == 4 and train.parse_config(["--strategy", "ddp"]).to_dict()["flat_chunks"] == 1
     with pytest.raises(ConfigError, match=f"--ps-shards 2 applies to --strategy ps only, not {NAME}"):
         train.TrainConfig(strategy=NAME, ps_shards=2)
@@ -83,7 +83,7 @@ def test_the_cli_accepts_it_and_its_option_and_refuses_the_others(toy):
 
 def test_the_model_prices_it_and_the_optimiser_ranks_it(toy):
     prof, cluster = named_profile("vgg16", 224), Cluster(8, 10.0, device="v100")
-    p, ddp = predict(prof, cluster, NAME, batch_per_worker=32), predict(prof, cluster, "ddp", batch_per_worker=32)
+    p, ddp = predict(prof, cluster, Variant(NAME), batch_per_worker=32), predict(prof, cluster, Variant("ddp"), batch_per_worker=32)
     # the same bytes as ddp's ring (VGG-16 has no batch norm), but none of them hidden under the backward
     assert p.bytes_per_step == ddp.bytes_per_step and p.iteration_s > ddp.iteration_s
     assert p.overlap.startswith("none") and p.breakdown["grads_allreduce_s"] > 0
@@ -92,7 +92,8 @@ def test_the_model_prices_it_and_the_optimiser_ranks_it(toy):
     one, four = (predict(prof, slow, Variant(NAME, flat_chunks=c), batch_per_worker=32) for c in (1, 4))
     assert four.label == f"{NAME} chunks=4" and four.variant.options.flat_chunks == 4 and one.label == NAME
     assert four.bytes_per_step == one.bytes_per_step and four.iteration_s > one.iteration_s
-    assert predict(prof, slow, NAME, batch_per_worker=32, flat_chunks=4) == four  # or as a keyword
+    with pytest.raises(TypeError):  # an option rides in the Variant, never as a keyword of predict
+        predict(prof, slow, Variant(NAME), batch_per_worker=32, flat_chunks=4)
     assert four.to_dict()["flat_chunks"] == 4
     a = best_assignment(prof, cluster, batch_per_worker=32)
     mine = [q for q in a.ranking if q.strategy == NAME]
@@ -104,8 +105,7 @@ def test_the_model_prices_it_and_the_optimiser_ranks_it(toy):
 def test_the_explorer_draws_its_exchange_and_its_option(toy):
     from stanza_core.viz.assignment import assignment_diagram
 
-    p = predict(named_profile("alexnet", 224), Cluster(4, 10.0, device="v100"), Variant(NAME, flat_chunks=2),
-                batch_per_worker=32)
+    p = predict(named_profile("alexnet", 224), Cluster(4, 10.0, device="v100"), Variant(NAME, flat_chunks=2), batch_per_worker=32)
     fig = assignment_diagram(p)
     names = [t.name for t in fig.data]
     assert any("allreduce (ring" in n for n in names)  # drawn as its record's exchange, a ring
@@ -120,7 +120,7 @@ def test_the_figures_colour_it(toy):
     rows = []
     for s in (NAME, "ddp"):
         for n in (4, 8):
-            q = predict(prof, Cluster(n, 10.0, device="v100"), s, batch_per_worker=32)
+            q = predict(prof, Cluster(n, 10.0, device="v100"), Variant(s), batch_per_worker=32)
             rows.append({"model": "alexnet", "bandwidth_gbps": 10.0, "strategy": s, "nodes": n, "fc_workers": None,
                          "throughput": q.throughput, "speedup_vs_ps": 1.0, "speedup_vs_ddp": 1.0})
     fig = modelled_throughput({"modelled": {"rows": rows, "models": ["alexnet"], "image_size": 224,

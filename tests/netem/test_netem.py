@@ -25,6 +25,7 @@ from stanza_core.netem import (EmulatedCluster, NetemUnavailable, NodeFailure, c
 from stanza_core.netem.__main__ import main as netem_main
 from stanza_core.netem.check import flows_for
 from stanza_core.netem.host import namespace_pids
+from stanza_core.variant import Variant
 
 ROOT = Path(__file__).resolve().parents[2]
 FRAME_OVER_PAYLOAD = 1514 / 1448
@@ -427,7 +428,7 @@ def test_dedicated_ps_server_on_its_own_node_matches_local_and_expected_bytes(tm
     save = tmp_path / "ps.pt"
     res = run_training(3, 200, ["--strategy", "ps", "--ps-servers", "1", "--ps-overlap", "--bucket-mb", "0.005",
                                 *TRAIN, "--save", str(save)], timeout_s=240, env=RANK_ENV)
-    want = expected_bytes(named_profile("tiny_cnn", 32, 10, 6), "ps", 3, global_batch=12, ps_servers=1)
+    want = expected_bytes(named_profile("tiny_cnn", 32, 10, 6), Variant("ps", ps_servers=1), 3, global_batch=12)
     assert [(r["role"], r["sent"], r["recv"]) for r in res["ranks"]] == \
         [(w["role"], w["sent"], w["recv"]) for w in want]
     assert res["ranks"][2]["role"] == "ps_server"

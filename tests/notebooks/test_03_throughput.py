@@ -18,6 +18,7 @@ from stanza_core.netem.facts import payload_per_wire_byte
 from stanza_core.perf import Cluster, best_assignment, named_profile, predict
 from stanza_core.reproduce import evaluate_claims
 from stanza_core.reproduce.spec import NOT_MEASURED
+from stanza_core.variant import Variant
 
 pytestmark = pytest.mark.slow
 
@@ -53,7 +54,7 @@ def test_tiny_run_measures_three_strategies_and_models_the_paper_scale(spec, run
     prof = named_profile("cifar_alexnet", 32, 10)
     for run in bench["runs"]:  # the engine's byte counters equal the model's formulas, exactly
         k = run["fc_workers"] or None
-        pred = predict(prof, Cluster(3, 1.0), run["strategy"], k, global_batch=tiny["global_batch"])
+        pred = predict(prof, Cluster(3, 1.0), Variant(run["strategy"], fc_workers=k), global_batch=tiny["global_batch"])
         assert run["bytes_per_step"] == pred.bytes_per_step, run["strategy"]
     # Modelled curves: the notebook's rows are perf.best_assignment's numbers.
     alex = named_profile("alexnet", 224, 1000)

@@ -10,6 +10,7 @@ from papermill.exceptions import PapermillExecutionError
 
 from stanza_core.netem import missing_requirements
 from stanza_core.perf import Cluster, best_assignment, named_profile, predict
+from stanza_core.variant import Variant
 
 pytestmark = pytest.mark.slow
 
@@ -45,8 +46,7 @@ def test_tiny_run_measures_every_k_and_marks_the_optimiser(spec, run_notebook, b
     for row in m["validation"]:  # engine counters = the model's bytes, to the byte
         assert row["measured_bytes_per_step"] == row["predicted_bytes_per_step"]
     prof = named_profile("cifar_alexnet", 32, 10)
-    assert m["validation"][0]["predicted_bytes_per_step"] == predict(
-        prof, Cluster(4, 1.0), "stanza", 1, global_batch=6).bytes_per_step
+    assert m["validation"][0]["predicted_bytes_per_step"] == predict(prof, Cluster(4, 1.0), Variant("stanza", fc_workers=1), global_batch=6).bytes_per_step
     # Paper scale: the notebook's ranking is best_assignment's (AlexNet, 16 V100s, 10 Gb/s).
     a = best_assignment(named_profile("alexnet", 224), Cluster(16, 10.0, device="v100"), batch_per_worker=32)
     d = results["paper_scale"]["results"]["alexnet"]["10"]

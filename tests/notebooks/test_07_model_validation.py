@@ -16,6 +16,7 @@ from stanza_core.experiments.validation import replay_profile
 from stanza_core.netem.facts import MAX_AGGREGATE_MBIT, max_link_mbit, payload_gbps
 from stanza_core.netem import missing_requirements
 from stanza_core.perf import Cluster, named_profile, predict, replay_dilation
+from stanza_core.variant import Variant
 
 pytestmark = pytest.mark.slow
 
@@ -47,7 +48,7 @@ def test_tiny_run_predicts_every_measured_configuration(spec, run_notebook, benc
         assert r["dilation"] == D and r["payload_gbps"] == pytest.approx(10.0 / D, rel=1e-12)
         assert payload_gbps(r["link_mbit"], 9000) == pytest.approx(r["payload_gbps"], rel=1e-6)
         c = Cluster(3, r["payload_gbps"], 50e-6, replay_profile(small, "v100", D))
-        p = predict(small, c, r["strategy"], r["fc_workers"] or None, global_batch=G)
+        p = predict(small, c, Variant(r["strategy"], fc_workers=r["fc_workers"] or None), global_batch=G)
         assert r["predicted_throughput"] == pytest.approx(p.throughput, rel=1e-12)
     rows = [r for r in everything if r["compute"] != "replay"]  # the real-compute anchor
     assert results["unavailable"] is None and sorted(r["label"] for r in rows) == ["ddp", "ps", "stanza k=1"]
@@ -67,7 +68,7 @@ def test_tiny_run_predicts_every_measured_configuration(spec, run_notebook, benc
         dev = device_for(r["strategy"], 3, r["fc_workers"], 6, r["timing_rounds"], prof.params)
         c = Cluster(3, r["payload_gbps"], 50e-6, dev)
         assert payload_gbps(r["link_mbit"], 9000) == pytest.approx(r["payload_gbps"], rel=1e-6)
-        p = predict(prof, c, r["strategy"], r["fc_workers"] or None, global_batch=6)
+        p = predict(prof, c, Variant(r["strategy"], fc_workers=r["fc_workers"] or None), global_batch=6)
         assert r["predicted_throughput"] == pytest.approx(p.throughput, rel=1e-12)
         assert r["error"] == pytest.approx(p.throughput / r["measured_throughput"] - 1, rel=1e-9)
         # Throughput is samples per second of the timed steps: G over about one step time.

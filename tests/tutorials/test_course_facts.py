@@ -18,6 +18,7 @@ from stanza_core.experiments.traffic import ratio_curve
 from stanza_core.opcount import OpCounter
 from stanza_core.perf.records import RECORDS_DIR
 from stanza_core.reproduce import REPO_ROOT
+from stanza_core.variant import Variant
 
 # (P, P_conv, A) at 224 x 224 (the table of labs 1 and 5)
 COUNTS = {"vgg16": (138_357_544, 14_714_688, 25_088), "resnet50": (25_557_032, 23_508_032, 2_048),
@@ -25,7 +26,7 @@ COUNTS = {"vgg16": (138_357_544, 14_714_688, 25_088), "resnet50": (25_557_032, 2
 
 
 def _bytes(counts, strategy, N, k, G):
-    return perf.totals(perf.expected_bytes(counts, strategy, N, k, global_batch=G))["bytes_per_step"]
+    return perf.totals(perf.expected_bytes(counts, Variant(strategy, fc_workers=k), N, global_batch=G))["bytes_per_step"]
 
 
 @pytest.mark.parametrize("b", [1, 32])
@@ -45,7 +46,7 @@ def test_b_cut_cost_is_the_conv_workers_sent_plus_received_bytes(model, size, b)
     prof = perf.named_profile(model, image_size=size, batch_size=b)
     A, Pc = prof.boundary_values, prof.conv.params
     for nc in (2, 5, 64):
-        row = perf.expected_bytes(prof, "stanza", nc + 1, 1, global_batch=b * nc)[0]
+        row = perf.expected_bytes(prof, Variant("stanza", fc_workers=1), nc + 1, global_batch=b * nc)[0]
         moved = sum(row["sent"].values()) + sum(row["recv"].values())
         ring = 2 * round(2 * (nc - 1) * 4 * Pc / nc)  # sent and received
         assert moved == 2 * 4 * b * A + 8 * b + ring
@@ -133,7 +134,7 @@ def test_f_the_counted_allreduce_is_the_ring_volume(n):
     S, what in-network reduction moves per GPU at any n; at large n about twice it."""
     P, Pc, A = COUNTS["alexnet"]
     S = 4 * P
-    row = perf.expected_bytes(perf.ModelCounts(Pc, P - Pc, A), "ddp", n, None, global_batch=32 * n)[0]
+    row = perf.expected_bytes(perf.ModelCounts(Pc, P - Pc, A), Variant("ddp"), n, global_batch=32 * n)[0]
     assert row["sent"]["grads"] == row["recv"]["grads"] == pytest.approx(2 * (n - 1) / n * S, abs=1)
     assert (row["sent"]["grads"] / S == pytest.approx(1.0, abs=1e-8)) == (n == 2)
     if n == 64:
@@ -162,8 +163,8 @@ def test_h_notebook_01_saving_per_conv_worker_and_on_the_fc_worker():
     assert round(4 * Pf / 1e6) == 235 and round(4 * b * A / 1e6, 1) == 1.2 and round(Pf / (b * A), -1) == 200
 
     def saving(n):
-        head_ring = perf.expected_bytes(perf.ModelCounts(0, Pf, A), "ddp", n, None, global_batch=b * n)[0]["sent"]["grads"]
-        rows = perf.expected_bytes(perf.ModelCounts(Pc, Pf, A), "stanza", n, 1, global_batch=b * (n - 1))
+        head_ring = perf.expected_bytes(perf.ModelCounts(0, Pf, A), Variant("ddp"), n, global_batch=b * n)[0]["sent"]["grads"]
+        rows = perf.expected_bytes(perf.ModelCounts(Pc, Pf, A), Variant("stanza", fc_workers=1), n, global_batch=b * (n - 1))
         conv = next(r for r in rows if r["role"] == "conv_worker")["sent"]
         fc = next(r for r in rows if r["role"] == "fc_worker")["sent"]
         assert set(fc) == {"activation_grads"} and fc["activation_grads"] == (n - 1) * 4 * b * A

@@ -18,6 +18,7 @@ import nbformat
 import pytest
 
 from tutorials import course
+from stanza_core.variant import Variant
 
 LABS = course.lab_names()
 FORMULA_LABS = [f"lab{i}" for i in range(1, 9)]  # the labs whose answers are functions of numbers
@@ -94,13 +95,14 @@ CHEATS = {
         "ddp_over_stanza_per_sample": "perf.totals = lambda rows: {'bytes_per_step': 1}  # patches the reference\n"
                                       "return P / Pc",
         "boundary_bytes_per_step": "row = perf.expected_bytes(perf.named_profile(model_name, image_size=image_size, "
-                                   "batch_size=b), 'stanza', 2, 1, global_batch=b)[0]\n"
+                                   "batch_size=b), Variant('stanza', fc_workers=1), 2, global_batch=b)[0]\n"
                                    "return row['sent']['activations'] + row['sent']['labels'], "
                                    "row['recv']['activation_grads']",
     },
-    "lab2": {"stanza_bytes_per_step": "return perf.totals(perf.expected_bytes(perf.ModelCounts(Pc, Pf, A), 'stanza', "
-                                      "N, k, G))['bytes_per_step']"},
-    "lab3": {"label_bytes_per_step": "rows = perf.expected_bytes(perf.ModelCounts(10, 10, 1), 'stanza', G + 1, 1, G)\n"
+    "lab2": {"stanza_bytes_per_step": "return perf.totals(perf.expected_bytes(perf.ModelCounts(Pc, Pf, A), "
+                                      "Variant('stanza', fc_workers=k), N, global_batch=G))['bytes_per_step']"},
+    "lab3": {"label_bytes_per_step": "rows = perf.expected_bytes(perf.ModelCounts(10, 10, 1), Variant('stanza', fc_workers=1), G + 1, "
+                                     "global_batch=G)\n"
                                      "return sum(r['sent'].get('labels', 0) for r in rows)"},
     "lab4": {"bucket_count": "from stanza_core.strategies.stanza.engine import GradBuckets as _GB\n"
                              "conv = split_model(get_model(model, num_classes), input_shape=(3, image_size, image_size)).conv\n"
@@ -229,8 +231,8 @@ def test_the_numbers_the_model_answers_state_are_the_models():
 
     def per_sample(name, N=8, b=32):  # DDP's bytes per trained sample over Stanza k = 1's
         c = perf.ModelCounts.of(perf.named_profile(name, image_size=224))
-        ddp = perf.totals(perf.expected_bytes(c, "ddp", N, global_batch=b * N))["bytes_per_step"] / (b * N)
-        st = perf.totals(perf.expected_bytes(c, "stanza", N, 1, global_batch=b * (N - 1)))["bytes_per_step"]
+        ddp = perf.totals(perf.expected_bytes(c, Variant("ddp"), N, global_batch=b * N))["bytes_per_step"] / (b * N)
+        st = perf.totals(perf.expected_bytes(c, Variant("stanza", fc_workers=1), N, global_batch=b * (N - 1)))["bytes_per_step"]
         return ddp / (st / (b * (N - 1)))
 
     text = _why("lab1")
@@ -244,8 +246,8 @@ def test_the_numbers_the_model_answers_state_are_the_models():
     P, Pc, A = vgg.params, vgg.conv_params, vgg.boundary_values
 
     def ps_over_stanza(N, b):
-        ps = perf.totals(perf.expected_bytes(vgg, "ps", N, global_batch=b * N))["bytes_per_step"]
-        return ps / perf.totals(perf.expected_bytes(vgg, "stanza", N, 1, global_batch=b * (N - 1)))["bytes_per_step"]
+        ps = perf.totals(perf.expected_bytes(vgg, Variant("ps"), N, global_batch=b * N))["bytes_per_step"]
+        return ps / perf.totals(perf.expected_bytes(vgg, Variant("stanza", fc_workers=1), N, global_batch=b * (N - 1)))["bytes_per_step"]
 
     ratios = ", ".join(f"{ps_over_stanza(N, 32):.1f} at N = {N}" for N in (4, 8, 16))
     assert f"about {ratios}, limit {P / (Pc + 32 * (A + 1)):.2f}" in text

@@ -17,6 +17,7 @@ import torch
 from stanza_core import perf
 from stanza_core.reproduce import execute
 from stanza_core.reproduce.gallery import _export_slides, lecture_notebooks, write_gallery
+from stanza_core.variant import Variant
 
 LECTURES = lecture_notebooks()
 
@@ -95,7 +96,7 @@ def test_the_methods_lecture_5_states():
 
     counts = perf.ModelCounts(1000, 9000, 7)
     for n in (2, 3, 16):
-        ddp = perf.expected_bytes(counts, "ddp", n, None, global_batch=n)[0]["sent"]["grads"]
+        ddp = perf.expected_bytes(counts, Variant("ddp"), n, global_batch=n)[0]["sent"]["grads"]
         zero = [methods.zero_sent_bytes(counts.params, s, n) for s in methods.ZERO_STAGES]
         assert abs(zero[0] - ddp) <= 1 and zero[1] == zero[2] == zero[0] and zero[3] == Fraction(3, 2) * zero[0]
         for opt in methods.OPTIMIZERS:
@@ -116,7 +117,7 @@ def test_the_sharded_ps_costs_its_missing_overlap():
     the PS's extra step time over DDP nearly vanishes once its push overlaps the backward."""
     from stanza_core import perf
     vgg, cluster = perf.named_profile("vgg16"), perf.Cluster(16, 10.0, device="v100")
-    ms = {name: perf.predict(vgg, cluster, strategy, batch_per_worker=32, **kw).iteration_s * 1e3
+    ms = {name: perf.predict(vgg, cluster, Variant(strategy, **kw), batch_per_worker=32).iteration_s * 1e3
           for name, strategy, kw in (("ddp", "ddp", {}), ("ps", "ps", {}), ("ps overlapped", "ps", {"ps_overlap": True}))}
     assert ms["ps"] - ms["ddp"] > 4 * (ms["ps overlapped"] - ms["ddp"]) > 0, ms
     assert ms["ps overlapped"] / ms["ddp"] < 1.05, ms
@@ -129,19 +130,19 @@ def test_the_formulas_the_slides_state_are_the_engines():
     counts = perf.ModelCounts(1000, 9000, 7)
     P, Pc, A, b = counts.params, counts.conv_params, counts.boundary_values, 3
     for N in (3, 4, 8, 33):
-        st = perf.expected_bytes(counts, "stanza", N, 1, global_batch=b * (N - 1))
+        st = perf.expected_bytes(counts, Variant("stanza", fc_workers=1), N, global_batch=b * (N - 1))
         conv = st[0]
         boundary = conv["sent"]["activations"] + conv["sent"]["labels"] + conv["recv"]["activation_grads"]
         assert boundary == 8 * (A + 1) * b
         # PS: 2 (N - 1) 4P; Stanza: 8 (A + 1) per sample and 2 (N - 2) 4P_c (each rank's share rounded
         # to whole bytes: at most a byte a rank); their ratio is the slide's, above its large-N floor
-        ps = perf.totals(perf.expected_bytes(counts, "ps", N, None, global_batch=b * N))["bytes_per_step"]
+        ps = perf.totals(perf.expected_bytes(counts, Variant("ps"), N, global_batch=b * N))["bytes_per_step"]
         stanza = perf.totals(st)["bytes_per_step"]
         assert ps == 2 * (N - 1) * 4 * P and abs(stanza - (8 * (A + 1) * b * (N - 1) + 2 * (N - 2) * 4 * Pc)) <= N
         closed = Fraction(P) / (b * (A + 1) + Fraction(N - 2, N - 1) * Pc)
         assert closed == Fraction(2 * (N - 1) * 4 * P, 8 * (A + 1) * b * (N - 1) + 2 * (N - 2) * 4 * Pc)
         assert closed > Fraction(P, Pc + b * (A + 1))
-        ring = perf.expected_bytes(counts, "ddp", N, None, global_batch=N)[0]["sent"]["grads"]
+        ring = perf.expected_bytes(counts, Variant("ddp"), N, global_batch=N)[0]["sent"]["grads"]
         assert ring == round(Fraction(2 * (N - 1), N) * 4 * P)
     assert Fraction(1) / (1 - Fraction(9, 10)) == 5 * (Fraction(1) / (1 - Fraction(1, 2)))
 

@@ -10,6 +10,7 @@ import torch.nn as nn
 from stanza_core.batchnorm import bn_channels, use_global_batch_stats
 from stanza_core.perf import expected_bytes
 from stanza_core.perf.traffic import ModelCounts
+from stanza_core.variant import Variant
 
 
 def test_one_worker_equals_torch_batchnorm_forward_backward_running_stats():
@@ -40,11 +41,11 @@ def test_one_worker_equals_torch_batchnorm_forward_backward_running_stats():
 
 def test_expected_bytes_count_bn_statistics():
     counts = ModelCounts(conv_params=100, fc_params=1000, boundary_values=8, bn_conv_channels=24, bn_fc_channels=0)
-    ddp = expected_bytes(counts, "ddp", 3, global_batch=6)
+    ddp = expected_bytes(counts, Variant("ddp"), 3, global_batch=6)
     assert ddp[0]["sent"]["bn_stats"] == round(2 * 2 * 16 * 24 / 3)
-    stanza = expected_bytes(counts, "stanza", 3, fc_workers=1, global_batch=6)
+    stanza = expected_bytes(counts, Variant("stanza", fc_workers=1), 3, global_batch=6)
     assert stanza[0]["sent"]["bn_stats"] == round(2 * 1 * 16 * 24 / 2) and "bn_stats" not in stanza[2]["sent"]
-    assert "bn_stats" not in expected_bytes(counts, "ps", 3, global_batch=6, bn_stats="local")[0]["sent"]
+    assert "bn_stats" not in expected_bytes(counts, Variant("ps"), 3, global_batch=6, bn_stats="local")[0]["sent"]
 
 
 @pytest.mark.parametrize("name,channels", [("vgg16_bn", 4224), ("resnet18", 4800)])

@@ -133,7 +133,7 @@ def test_a_run_goes_through_its_runconfig_with_the_arguments_it_was_built_with_b
             got = bench.fidelity_args(cfg, "m.json", bucket_mb, True, **extra)
             flags = {"compute": "replay", "replay_device": "dev.json", "dilation": 1.0} if cfg is replay else {}
             want = cli_args(strategy=v.strategy, model="cifar_alexnet", image_size=32, num_classes=10, global_batch=48,
-                            steps=6, warmup=1, fc_workers=v.fc_workers or None, ps_overlap=v.ps_overlap, device="cpu",
+                            steps=6, warmup=1, fc_workers=v.get("fc_workers"), ps_overlap=v.get("ps_overlap", False), device="cpu",
                             quiet=True, metrics="m.json", bucket_mb=bucket_mb if bucket_mb != bench.DEFAULT_BUCKET_MB
                             else None, overwrite=True, timeout_s=600, timeline=True, **flags, **extra)
             pairs = lambda args: sorted(" ".join(args).replace(" --", "\n--").split("\n"))  # noqa: E731

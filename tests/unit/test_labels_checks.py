@@ -81,14 +81,14 @@ def test_run_config_carries_stanza_options_to_the_cli_label_and_cache_key():
     args = c.train_args("m.json")
     assert args[args.index("--fc-conv-share") + 1] == "0.25" and args[args.index("--micro-batches") + 1] == "2"
     assert c.label == "stanza k=1 share=0.25 M=2"
-    assert c.stanza_options == {"fc_conv_share": 0.25, "micro_batches": 2}
+    assert {k: c.layout()[k] for k in ("fc_conv_share", "micro_batches")} == {"fc_conv_share": 0.25, "micro_batches": 2}
     assert c.cache_key()["fc_conv_share"] == 0.25 and c.cache_key()["micro_batches"] == 2
     plain = RunConfig(**BASE, strategy="stanza", fc_workers=1, fc_conv_share=0)
     a = plain.train_args("m.json")
     assert "--fc-conv-share" not in a and "--micro-batches" not in a  # defaults stay off the command line
     # the cache key of a configuration at the defaults is the key it had before these fields existed
     assert "fc_conv_share" not in plain.cache_key() and "micro_batches" not in plain.cache_key()
-    assert plain.to_dict()["fc_conv_share"] == 0.0 and isinstance(plain.fc_conv_share, float)
+    assert plain.to_dict()["fc_conv_share"] == 0.0 and isinstance(plain.variant.options.fc_conv_share, float)
     # a hybrid share moves samples onto the FC worker: G = 100 on 3 CONV workers is fine with share 0.25
     hybrid = RunConfig(**{**BASE, "global_batch": 100}, strategy="stanza", fc_workers=1, fc_conv_share=0.25)
     assert hybrid.global_batch == 100

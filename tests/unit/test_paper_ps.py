@@ -11,6 +11,7 @@ import yaml
 from stanza_core.experiments import paper_ps
 from stanza_core.experiments.paper_ps import SHARDED, PsAssumption, Speedups, choose
 from stanza_core.perf import Cluster, device_profile, named_profile, predict
+from stanza_core.variant import Variant
 
 SWEEP_YAML = Path(__file__).resolve().parents[2] / "reproductions" / "bandwidth_sweep.yaml"
 
@@ -45,7 +46,7 @@ def test_the_ps_it_predicts():
     dev = device_profile("v100", prof, 16).profile
     a = PsAssumption(server_share=0.5, placement="dedicated", batch_per_worker=16, goodput=0.5)
     got = paper_ps.ps_prediction(prof, a, 16, 100.0)
-    want = predict(prof, Cluster(24, 50.0, device=dev), "ps", batch_per_worker=16, ps_servers=8, with_ranks=False)
+    want = predict(prof, Cluster(24, 50.0, device=dev), Variant("ps", ps_servers=8), batch_per_worker=16, with_ranks=False)
     assert got.iteration_s == want.iteration_s and got.global_batch == 256
     col = paper_ps.ps_prediction(prof, PsAssumption(server_share=0.25, placement="colocated", batch_per_worker=16), 16,
                                  100.0)

@@ -53,17 +53,17 @@ def test_ties_go_to_the_simpler_candidate():
 def test_single_node_has_only_the_baselines():
     a = best_assignment(MODELS["fc_heavy"], Cluster(1, 10.0))
     assert [p.strategy for p in a.ranking] == ["ddp", "ps", "ps"] and a.best_stanza() is None
-    assert sorted(p.ps_overlap for p in a.ranking if p.strategy == "ps") == [False, True]
+    assert sorted(p.variant.options.ps_overlap for p in a.ranking if p.strategy == "ps") == [False, True]
 
 
 def test_every_ps_deployment_is_a_candidate_and_the_baseline_is_the_fastest():
     a = best_assignment(MODELS["fc_heavy"], Cluster(8, 10.0))
-    ps = {(p.ps_servers, p.ps_overlap) for p in a.ranking if p.strategy == "ps"}
+    ps = {(p.variant.options.ps_servers, p.variant.options.ps_overlap) for p in a.ranking if p.strategy == "ps"}
     assert ps == {(s, o) for s in (0, 1, 2, 4) for o in (False, True)}
     assert a.best_ps.throughput == max(p.throughput for p in a.ranking if p.strategy == "ps")
     assert a.speedup_vs_best_ps <= a.speedup_vs_ps
     only = best_assignment(MODELS["fc_heavy"], Cluster(8, 10.0), ps_servers=[3], ps_overlap=True)
-    assert {(p.ps_servers, p.ps_overlap) for p in only.ranking if p.strategy == "ps"} == {(0, True), (3, True)}
+    assert {(p.variant.options.ps_servers, p.variant.options.ps_overlap) for p in only.ranking if p.strategy == "ps"} == {(0, True), (3, True)}
 
 
 def test_global_batch_skips_splits_with_fewer_samples_than_conv_workers():

@@ -60,7 +60,7 @@ def test_dilation_rule_and_specs():
     spec = s.specs[0]
     assert (spec.model, spec.image_size, spec.num_classes, spec.compute) == ("alexnet", 224, 1000, "replay")
     # 32 samples per data worker: ddp splits 128 over 4 workers, stanza k=1 96 over 3 CONV workers.
-    assert spec.global_batch_of("ddp", 0) == 128 and spec.global_batch_of("stanza", 1) == 96
+    assert spec.global_batch_of(Variant("ddp")) == 128 and spec.global_batch_of(Variant("stanza", fc_workers=1)) == 96
     assert spec.run_config(Variant(strategy="stanza", fc_workers=1), 500.0).global_batch == 96
     assert "D = 40, 80, 400, 800, per configuration" in replayed.caption(s)  # the links' floors before any run
     assert "measured: communication, for real" in replayed.caption(s)
@@ -96,7 +96,7 @@ def test_a_replayed_run_is_predicted_with_the_dilated_device_profile():
     dev = validation.replay_profile(prof, "v100", 20.0)
     assert dev.conv_fwd_s == pytest.approx(20 * table.conv_fwd_s, rel=1e-12)
     assert dev.update_s_per_param == pytest.approx(20 * table.update_s_per_param, rel=1e-12)
-    p = predict(prof, Cluster(4, payload_gbps(500.0, 9000), 50e-6, dev), "stanza", 1, global_batch=96)
+    p = predict(prof, Cluster(4, payload_gbps(500.0, 9000), 50e-6, dev), Variant("stanza", fc_workers=1), global_batch=96)
     assert row["predicted_throughput"] == pytest.approx(p.throughput, rel=1e-12)
     assert row["predicted_bytes_per_step"] == p.bytes_per_step
     assert row["error"] == pytest.approx(p.throughput / 10.0 - 1, rel=1e-12)
@@ -104,8 +104,7 @@ def test_a_replayed_run_is_predicted_with_the_dilated_device_profile():
     # dilated step plus those seconds; the error without them is kept beside
     out = validation.validate([Measurement(spec=cfg, config=cfg, runs=[{**run, "engine_s": 0.3}])])
     (r,) = out["rows"]
-    q = predict(prof, Cluster(4, payload_gbps(500.0, 9000), 50e-6, validation.replay_profile(prof, "v100", 20.0, 0.3)),
-                "stanza", 1, global_batch=96)
+    q = predict(prof, Cluster(4, payload_gbps(500.0, 9000), 50e-6, validation.replay_profile(prof, "v100", 20.0, 0.3)), Variant("stanza", fc_workers=1), global_batch=96)
     assert q.iteration_s > p.iteration_s and r["engine_s"] == 0.3
     assert r["predicted_throughput"] == pytest.approx(q.throughput, rel=1e-12)
     assert r["error_without_engine"] == pytest.approx(row["error"], rel=1e-12)
@@ -115,8 +114,7 @@ def test_a_replayed_run_is_predicted_with_the_dilated_device_profile():
     # a run with stanza's options (run_config's rows carry them) is its own row, predicted with them
     hybrid = {**run, "fc_conv_share": 0.25, "micro_batches": 2}
     plain, opt = validation.predict_runs(Measurement(spec=cfg, config=cfg, runs=[run, hybrid]))
-    q = predict(prof, Cluster(4, payload_gbps(500.0, 9000), 50e-6, dev), "stanza", 1, global_batch=96,
-                fc_conv_share=0.25, micro_batches=2)
+    q = predict(prof, Cluster(4, payload_gbps(500.0, 9000), 50e-6, dev), Variant("stanza", fc_workers=1, fc_conv_share=0.25, micro_batches=2), global_batch=96)
     assert plain["label"] == "stanza k=1" and plain["predicted_throughput"] == row["predicted_throughput"]
     assert opt["label"] == "stanza k=1 share=0.25 M=2" and (opt["fc_conv_share"], opt["micro_batches"]) == (0.25, 2)
     assert opt["predicted_throughput"] == pytest.approx(q.throughput, rel=1e-12) != plain["predicted_throughput"]
@@ -124,7 +122,7 @@ def test_a_replayed_run_is_predicted_with_the_dilated_device_profile():
     ps = {**run, "strategy": "ps", "fc_workers": 0, "global_batch": 128}
     colocated, dedicated = validation.predict_runs(Measurement(spec=cfg, config=cfg,
                                                                runs=[ps, {**ps, "ps_servers": 1}]))
-    q = predict(prof, Cluster(5, payload_gbps(500.0, 9000), 50e-6, dev), "ps", global_batch=128, ps_servers=1)
+    q = predict(prof, Cluster(5, payload_gbps(500.0, 9000), 50e-6, dev), Variant("ps", ps_servers=1), global_batch=128)
     assert (colocated["label"], dedicated["label"]) == ("ps", "ps S=1")
     assert dedicated["predicted_throughput"] == pytest.approx(q.throughput, rel=1e-12)
 
@@ -207,8 +205,7 @@ def test_each_configuration_runs_at_its_own_dilation_with_engine_seconds_measure
     got = {}
     for p in plans:
         cfg, scale = p.config, p.link.payload_scale
-        step = predict(profile, Cluster(4, 10.0, device=dev), cfg.strategy, cfg.fc_workers or None,
-                       cfg.global_batch).iteration_s
+        step = predict(profile, Cluster(4, 10.0, device=dev), cfg.variant, global_batch=cfg.global_batch).iteration_s
         assert p.target_step_s == pytest.approx(step, rel=1e-12)
         # the links alone ask for ceil(40 / F); the engine within 5 % of D x the model's step may ask for more
         want = max(math.ceil(40 / scale), replay_dilation(10.0, 4, max_link_mbit=max_link_mbit(9000),
@@ -318,7 +315,7 @@ def test_beyond_runs_go_through_the_plans_at_one_dilation_per_cell(tmp_path, mon
         cfg = next(c for c in ran if c.label == r["label"])
         kw = runs[r["run"]]
         assert (cfg.compute, cfg.replay_device, cfg.global_batch) == ("replay", "v100", kw["global_batch"])
-        assert cfg.fc_conv_share == kw.get("fc_conv_share", 0.0) and cfg.micro_batches == kw.get("micro_batches", 1)
+        assert cfg.variant == kw["variant"]
         assert cfg.link_mbit == pytest.approx(r["link_mbit"], rel=1e-6)
         assert r["link_mbit"] == plan.replay_link(10.0, 4).wire_mbit and r["payload_gbps"] == 10.0 / 40
         assert r["target_step_s"] == 4.0 / 40 and r["target_steps_s"] == [5.0 / 40, 4.0 / 40, 4.0 / 40]

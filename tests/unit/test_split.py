@@ -6,6 +6,7 @@ import torch.nn as nn
 
 from stanza_core import MODEL_NAMES, SplitError, get_model, split_model
 from stanza_core.models import MIN_IMAGE_SIZE, sample_keys
+from stanza_core.variant import Variant
 
 BATCH = 3
 # VGG variants share torchvision's VGG class with vgg16 (and vgg11_bn covers batch norm); each
@@ -233,7 +234,7 @@ def test_release_frees_one_part_and_leaves_the_other_untouched():
     traced = split_model(head, input_shape=(3, 8, 8), batch_size=2)
     traced.release("fc")
     assert head.w.is_meta and not head.conv.weight.is_meta  # the model's own module sees it too
-    paper = make_topology("stanza", 4, 12, fc_workers=1)
+    paper = make_topology(Variant("stanza", fc_workers=1), 4, 12)
     assert [unused_part(paper, r) for r in range(4)] == ["fc", "fc", "fc", "conv"]
-    hybrid = make_topology("stanza", 4, 12, fc_workers=1, fc_conv_share=0.25)
+    hybrid = make_topology(Variant("stanza", fc_workers=1, fc_conv_share=0.25), 4, 12)
     assert [unused_part(hybrid, r) for r in range(4)] == ["fc", "fc", "fc", None]  # it trains both

@@ -29,7 +29,7 @@ def _fake_run(pt: Point, throughput: float = 2.0) -> tuple[dict, dict, dict]:
     plan_row = {"label": c.label, "target_gbps": pt.target_gbps, "link_mbit": 250.0, "payload_gbps": 0.25,
                 "dilation": 40.0, "target_step_s": 0.3, "engine_s": 0.5, "global_batch": c.global_batch,
                 "batch_per_worker": 32, "fc_batch": 0}
-    row = {"strategy": c.strategy, "fc_workers": c.fc_workers, "ps_servers": 0, "ps_overlap": False,
+    row = {"strategy": c.strategy, "fc_workers": c.layout()["fc_workers"], "ps_servers": 0, "ps_overlap": False,
            "throughput": throughput, "step_time_median_s": 12.0, "bytes_per_step": 1000, "wall_s": 60.0,
            **plan_row, "repeat": pt.repeat}
     return plan_row, dataclasses.replace(c, link_mbit=250.0, dilation=40.0).to_dict(), row

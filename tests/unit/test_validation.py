@@ -16,6 +16,7 @@ from stanza_core.runs.spec import MeasureSpec
 from stanza_core.netem.facts import payload_gbps, payload_per_wire_byte
 from stanza_core.experiments.validation import calibrated, engine_apart, error_summary, predict_runs, term_fit
 from stanza_core.perf import Cluster, DeviceProfile, named_profile, predict
+from stanza_core.variant import Variant
 
 PARTS = ("conv_fwd", "conv_bwd", "fc_fwd", "fc_bwd", "update", "step")
 
@@ -82,8 +83,7 @@ def test_predictions_are_perf_predict_on_the_configuration_profile():
     prof = named_profile("tiny_cnn", 16, 10)
     for r in rows:
         dev = device_for(r["strategy"], 3, r["fc_workers"], 6, bench.timing_rounds, prof.params)
-        p = predict(prof, Cluster(3, payload_gbps(r["link_mbit"], 9000), 50e-6, dev),
-                    r["strategy"], r["fc_workers"] or None, global_batch=6)
+        p = predict(prof, Cluster(3, payload_gbps(r["link_mbit"], 9000), 50e-6, dev), Variant(r["strategy"], fc_workers=r["fc_workers"] or None), global_batch=6)
         assert r["predicted_throughput"] == pytest.approx(p.throughput, rel=1e-12)
         assert r["error"] == pytest.approx(p.throughput / r["measured_throughput"] - 1, rel=1e-12)
         assert r["predicted_bytes_per_step"] == p.bytes_per_step

@@ -4,10 +4,10 @@ every cached run and stored grid result was written under (literal dicts, captur
 Variant existed)."""
 import pytest
 
-from stanza_core.runs.runconfig import RunConfig
+from stanza_core.runs.runconfig import KEY_FIELDS, RunConfig
 from stanza_core.runs.spec import MeasureSpec
 from stanza_core.variant import Variant
-from stanza_core.perf import Cluster, expected_bytes, named_profile, predict
+from stanza_core.perf import Cluster, expected_bytes, named_profile, predict, totals
 
 _COMMON = {"model": "alexnet", "image_size": 224, "num_classes": 1000, "nodes": 4, "fc_workers": 0,
            "global_batch": 96, "steps": 3, "warmup": 1, "link_mbit": 250.0, "delay_ms": 0.0, "mtu": 9000,
@@ -37,7 +37,7 @@ def test_run_config_of_a_variant_keys_as_before(variant, rest, key):
     cfg = RunConfig.of(variant, **_REST, **rest)
     assert cfg.cache_key() == key
     assert cfg.variant == variant and cfg.label == variant.label and cfg.key == variant.key
-    flat = RunConfig(**_REST, **rest, **variant.fields())
+    flat = RunConfig(**_REST, **rest, **{k: cfg.to_dict()[k] for k in KEY_FIELDS})  # a stored row's flat layout
     assert flat == cfg and flat.cache_key() == key
 
 
@@ -86,22 +86,22 @@ def test_label_key_and_topology():
 
 @pytest.mark.parametrize("variant", [Variant(strategy="ddp"), Variant(strategy="ps", ps_servers=1, ps_overlap=True),
                                      Variant(strategy="stanza", fc_workers=1, fc_conv_share=0.25, micro_batches=2)])
-def test_predict_and_expected_bytes_take_a_variant_or_keywords(variant):
+def test_predict_and_expected_bytes_take_a_variant_and_nothing_else(variant):
     profile = named_profile("tiny_cnn", 32, 10)
-    kw = variant.model_options()
-    k = kw.pop("fc_workers")
     nodes = 5
     cluster = Cluster(nodes, 10.0, device="v100")
-    p = predict(profile, cluster, variant, global_batch=80, with_ranks=False)
-    q = predict(profile, cluster, variant.strategy, k, 80, with_ranks=False, **kw)
-    assert p == q and p.label == variant.label
-    kw.pop("ps_overlap")
-    assert expected_bytes(profile, variant, nodes, global_batch=80) == \
-        expected_bytes(profile, variant.strategy, nodes, k, 80, **kw)
-    with pytest.raises(ValueError, match="given beside a Variant"):
-        predict(profile, cluster, Variant(strategy="stanza", fc_workers=1), 2, 80)
-    with pytest.raises(ValueError, match="given beside a Variant"):
-        expected_bytes(profile, Variant(strategy="stanza", fc_workers=1), nodes, global_batch=80, micro_batches=2)
+    p = predict(profile, cluster, variant, global_batch=80)
+    assert p.variant == variant and p.label == variant.label
+    rows = expected_bytes(profile, variant, nodes, global_batch=80)
+    assert rows == p.ranks and totals(rows)["bytes_per_step"] == p.bytes_per_step
+    with pytest.raises(ValueError, match="expected a stanza_core.variant.Variant"):
+        predict(profile, cluster, variant.strategy, global_batch=80)
+    with pytest.raises(ValueError, match="expected a stanza_core.variant.Variant"):
+        expected_bytes(profile, variant.strategy, nodes, global_batch=80)
+    with pytest.raises(TypeError):  # the old positional k (or G) is refused, never read as another argument
+        predict(profile, cluster, variant, 80)
+    with pytest.raises(TypeError):
+        expected_bytes(profile, variant, nodes, 1, 80)
 
 
 def test_a_spec_of_given_configurations_runs_exactly_those():
@@ -141,7 +141,8 @@ def test_a_record_is_refused_an_option_another_strategy_or_the_configuration_own
         assert "planted" not in registry.names()
     with registry.registered(spec()):  # no options: the base options class, nothing to set
         v = Variant("planted")
-        assert v.options.values() == {} and v.label == "planted" and v.micro_batches == 1
+        assert v.options.values() == {} and v.label == "planted" and v.get("micro_batches") is None
+        assert not hasattr(v, "micro_batches")  # another strategy's option is not read through a Variant
         with pytest.raises(ValueError, match="micro_batches 2 applies to stanza only, not planted"):
             Variant("planted", micro_batches=2)
     with registry.registered(registry.dataclasses.replace(spec("pieces"))):  # a record whose class is missing

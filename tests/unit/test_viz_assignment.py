@@ -5,6 +5,7 @@ pytest.importorskip("plotly", reason="figures and notebook helpers need plotly (
 
 from stanza_core.perf import Cluster, best_assignment, named_profile, predict
 from stanza_core.viz import assignment as va
+from stanza_core.variant import Variant
 
 
 @pytest.fixture(scope="module")
@@ -19,9 +20,9 @@ def test_throughput_vs_k(setup):
     fig = va.throughput_vs_k(a, chosen_k=2)
     bars, ddp, ps = fig.data
     assert list(bars.x) == [1, 2, 3]
-    assert list(bars.y) == [predict(p, c, "stanza", k, 120).throughput for k in (1, 2, 3)]
-    assert [row[0] for row in bars.customdata] == [predict(p, c, "stanza", k, 120).iteration_s for k in (1, 2, 3)]
-    assert ddp.y[0] == predict(p, c, "ddp", None, 120).throughput and ps.y[0] == a.ps.throughput
+    assert list(bars.y) == [predict(p, c, Variant("stanza", fc_workers=k), global_batch=120).throughput for k in (1, 2, 3)]
+    assert [row[0] for row in bars.customdata] == [predict(p, c, Variant("stanza", fc_workers=k), global_batch=120).iteration_s for k in (1, 2, 3)]
+    assert ddp.y[0] == predict(p, c, Variant("ddp"), global_batch=120).throughput and ps.y[0] == a.ps.throughput
     best = a.best_stanza().fc_workers
     assert [col == "black" for col in bars.marker.line.color] == [k == best for k in (1, 2, 3)]
     assert list(bars.marker.pattern.shape) == ["", "/", ""]
@@ -29,7 +30,7 @@ def test_throughput_vs_k(setup):
 
 def test_breakdown_and_bytes(setup):
     p, c, a = setup
-    preds = [predict(p, c, s, k, 120) for s, k in (("ps", None), ("ddp", None), ("stanza", 2))]
+    preds = [predict(p, c, Variant(s, fc_workers=k), global_batch=120) for s, k in (("ps", None), ("ddp", None), ("stanza", 2))]
     fig = va.step_breakdown(preds)
     for trace, pred in zip(fig.data, preds):
         got = dict(zip(trace.y, trace.x))
@@ -48,7 +49,7 @@ def test_breakdown_and_bytes(setup):
 
 def test_diagram_edges_and_nodes_carry_the_ranks_bytes(setup):
     p, c, _ = setup
-    pred = predict(p, c, "stanza", 2, 120)
+    pred = predict(p, c, Variant("stanza", fc_workers=2), global_batch=120)
     fig = va.assignment_diagram(pred)
     names = [t.name for t in fig.data]
     assert names[:2] == ["CONV gradient allreduce (ring)", "FC gradient allreduce (ring)"]
@@ -61,18 +62,18 @@ def test_diagram_edges_and_nodes_carry_the_ranks_bytes(setup):
     nodes = fig.data[-1]
     assert [row[2:] for row in nodes.customdata] == [[sum(r["sent"].values()), sum(r["recv"].values())]
                                                      for r in pred.ranks]
-    ddp = va.assignment_diagram(predict(p, c, "ddp", None, 120))
-    assert ddp.data[0].customdata[0] == predict(p, c, "ddp", None, 120).ranks[0]["sent"]["grads"]
-    ps = va.assignment_diagram(predict(p, c, "ps", None, 120))
+    ddp = va.assignment_diagram(predict(p, c, Variant("ddp"), global_batch=120))
+    assert ddp.data[0].customdata[0] == predict(p, c, Variant("ddp"), global_batch=120).ranks[0]["sent"]["grads"]
+    ps = va.assignment_diagram(predict(p, c, Variant("ps"), global_batch=120))
     assert list(ps.data[-1].text) == [f"W{i}" for i in range(6)]
     assert sum(x is None for x in ps.data[0].x) == 6 * 5 // 2  # one push/pull line per pair of ranks
     with pytest.raises(ValueError, match="with_ranks=True"):
-        va.assignment_diagram(predict(p, c, "ddp", None, 120, with_ranks=False))
+        va.assignment_diagram(predict(p, c, Variant("ddp"), global_batch=120, with_ranks=False))
 
 
 def test_recommendation_names_the_best_and_the_choice(setup):
     p, c, a = setup
-    text = va.recommendation_html(a, predict(p, c, "stanza", 3, 120))
+    text = va.recommendation_html(a, predict(p, c, Variant("stanza", fc_workers=3), global_batch=120))
     assert f"Recommended: {va.describe(a.best)}" in text and f"{a.speedup_vs_ps:.2f}x" in text
     assert "Your choice, stanza k=3" in text
 
@@ -88,7 +89,7 @@ def test_diagram_draws_a_new_strategy_by_its_records_exchange(setup, exchange):
     p, c, _ = setup
     spec = dataclasses.replace(registry.get("ddp"), name="flat_probe", color="#17becf", exchange=exchange, order=50)
     with registry.registered(spec):
-        pred = predict(p, c, "flat_probe", None, 120)
+        pred = predict(p, c, Variant("flat_probe"), global_batch=120)
         fig = va.assignment_diagram(pred)
     names = [t.name for t in fig.data]
     assert not any("push" in n for n in names)

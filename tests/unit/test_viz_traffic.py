@@ -9,6 +9,7 @@ pytest.importorskip("plotly", reason="figures and notebook helpers need plotly (
 from stanza_core import viz
 from stanza_core.experiments import traffic as T
 from stanza_core.perf import ModelCounts, expected_bytes
+from stanza_core.variant import Variant
 
 COUNTS = ModelCounts(conv_params=1000, fc_params=50_000, boundary_values=64)
 
@@ -17,7 +18,7 @@ def _run(strategy, k, n=4, b=2):
     """A results row whose "measured" side is the model's (what a perfect engine counts)."""
     c = T.plan(["tiny_cnn"], [n], [k or 1], per_worker=b, steps=2, num_classes=10)
     cfg = next(x for x in c if x["strategy"] == strategy and x["fc_workers"] == k)
-    rows = expected_bytes(COUNTS, strategy, n, k, cfg["global_batch"])
+    rows = expected_bytes(COUNTS, Variant(strategy, fc_workers=k), n, global_batch=cfg["global_batch"])
     return {**cfg, "counts": {}, "measured": {**T._node_summary(rows), "ranks": rows},
             "model_bytes": {**T._node_summary(rows), "ranks": rows}, "max_abs_diff_bytes": T.compare(rows, rows),
             "step_time_median_s": 0.1, "device": "cpu"}
@@ -36,10 +37,10 @@ def test_bytes_figure_stacks_each_category_of_the_busiest_node(results):
     bars = {t.legendgroup: t for t in fig.data if t.type == "bar"}
     assert list(bars["grads"].x[0]) == ["ps", "ddp", "stanza k=1", "stanza k=1", "stanza k=2", "stanza k=2"]
     assert list(bars["grads"].x[1]) == ["worker", "worker", "CONV worker", "FC worker", "CONV worker", "FC worker"]
-    ps0 = expected_bytes(COUNTS, "ps", 4, None, 8)[0]  # rank 0 holds the largest shard: the busiest
+    ps0 = expected_bytes(COUNTS, Variant("ps"), 4, global_batch=8)[0]  # rank 0 holds the largest shard: the busiest
     assert bars["grads"].y[0] == ps0["sent"]["grads"] + ps0["recv"]["grads"]
     assert bars["params"].y[0] == ps0["sent"]["params"] + ps0["recv"]["params"]
-    st = expected_bytes(COUNTS, "stanza", 4, 1, 6)
+    st = expected_bytes(COUNTS, Variant("stanza", fc_workers=1), 4, global_batch=6)
     assert bars["activations"].y[2:4] == (st[0]["sent"]["activations"], st[3]["recv"]["activations"])
     assert bars["conv_grads"].y[2] == 2 * st[0]["sent"]["conv_grads"]
     model = next(t for t in fig.data if t.type == "scatter")
@@ -69,7 +70,7 @@ def test_ratio_curve_matches_the_formulas():
 
 
 def test_compare_finds_any_byte_of_difference():
-    a = expected_bytes(COUNTS, "stanza", 4, 1, 6)
+    a = expected_bytes(COUNTS, Variant("stanza", fc_workers=1), 4, global_batch=6)
     b = [dict(r, sent=dict(r["sent"]), recv=dict(r["recv"])) for r in a]
     assert T.compare(a, b) == 0
     b[3]["recv"]["labels"] += 1

@@ -7,6 +7,7 @@ pytest.importorskip("ipywidgets", reason="the explorer is an ipywidgets app (som
 
 from stanza_core.perf import Cluster, best_assignment, named_profile, predict
 from stanza_core.widgets import Explorer
+from stanza_core.variant import Variant
 
 
 @pytest.fixture
@@ -27,9 +28,9 @@ def test_starts_at_the_optimisers_k_and_draws_perf_numbers(explorer):
     assert (explorer.assignment.best.strategy, explorer.assignment.best.fc_workers) == (a.best.strategy, a.best.fc_workers)
     fig = explorer.figures["throughput"]
     assert list(fig.data[0].x) == [1, 2, 3, 4]
-    assert _bars_y(fig) == [predict(p, c, "stanza", k, 256).throughput for k in (1, 2, 3, 4)]
-    assert fig.data[1].y[0] == predict(p, c, "ddp", None, 256).throughput
-    assert fig.data[2].y[0] == predict(p, c, "ps", None, 256).throughput
+    assert _bars_y(fig) == [predict(p, c, Variant("stanza", fc_workers=k), global_batch=256).throughput for k in (1, 2, 3, 4)]
+    assert fig.data[1].y[0] == predict(p, c, Variant("ddp"), global_batch=256).throughput
+    assert fig.data[2].y[0] == predict(p, c, Variant("ps"), global_batch=256).throughput
     assert f"{a.best.throughput:,.0f} samples/s" in explorer.status.value
 
 
@@ -44,11 +45,11 @@ def test_moving_a_control_redraws_with_the_new_cluster(explorer):
     assert explorer.controls["fc_workers"].max == 6
     c = Cluster(12, 10.0, 50e-6, "v100")
     p = named_profile("alexnet", 224, 1000)
-    assert _bars_y(fig) == [predict(p, c, "stanza", k, 256).throughput for k in range(1, 7)]
+    assert _bars_y(fig) == [predict(p, c, Variant("stanza", fc_workers=k), global_batch=256).throughput for k in range(1, 7)]
     # bandwidth: every prediction changes; the diagram's bytes do not
     explorer.controls["bandwidth_gbps"].value = 100.0
     c = Cluster(12, 100.0, 50e-6, "v100")
-    assert explorer.figures["throughput"].data[1].y[0] == predict(p, c, "ddp", None, 256).throughput
+    assert explorer.figures["throughput"].data[1].y[0] == predict(p, c, Variant("ddp"), global_batch=256).throughput
 
 
 def test_moving_k_stops_following_the_optimiser_and_shows_that_k(explorer):
@@ -67,7 +68,7 @@ def test_diagram_follows_the_strategy_and_carries_the_ranks_bytes(explorer):
     explorer.controls["fc_workers"].value = 2
     nodes = explorer.figures["diagram"].data[-1]
     p = named_profile("alexnet", 224, 1000)
-    pred = predict(p, Cluster(8, 10.0, 50e-6, "v100"), "stanza", 2, 256)
+    pred = predict(p, Cluster(8, 10.0, 50e-6, "v100"), Variant("stanza", fc_workers=2), global_batch=256)
     assert list(nodes.text) == ["C0", "C1", "C2", "C3", "C4", "C5", "F6", "F7"]
     assert [row[2] for row in nodes.customdata] == [sum(r["sent"].values()) for r in pred.ranks]
     explorer.controls["strategy"].value = "ps"

@@ -37,6 +37,7 @@ import stanza_core.nbtools as nbt
 from stanza_core import get_model, perf, split_model
 from stanza_core.anatomy import LABEL_BYTES
 from stanza_core.viz import part_shares
+from stanza_core.variant import Variant
 
 
 def show(text: str) -> None:
@@ -242,7 +243,7 @@ show(f"b = {batch_per_worker}: " + "; ".join(f"**{m}** A = {p.boundary_values:,}
 moved = {}
 for m, p in profiles.items():
     counts = perf.ModelCounts(p.conv.params, p.fc.params, p.boundary_values)
-    moved[m] = {s: perf.totals(perf.expected_bytes(counts, s, nodes, k,
+    moved[m] = {s: perf.totals(perf.expected_bytes(counts, Variant(s, fc_workers=k), nodes,
                                                    global_batch=batch_per_worker * (nodes - (k or 0))))["bytes_per_step"]
                 for s, k in (("ddp", None), ("stanza", 1))}
 show(f"N = {nodes}, b = {batch_per_worker}:  \n" + "  \n".join(

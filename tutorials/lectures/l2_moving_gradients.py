@@ -39,6 +39,7 @@ import stanza_core.nbtools as nbt
 from stanza_core import perf
 from stanza_core.launch import run_job
 from stanza_core.viz import step_timeline
+from stanza_core.variant import Variant
 
 
 def show(text: str) -> None:
@@ -138,7 +139,7 @@ for s in range(n - 1):  # all-gather: rank r forwards the summed chunk it receiv
         moves.append((n - 1 + s, "all-gather", src, dst, c))
 ring_exact = all(torch.allclose(b, want) for b in buf)
 S = grads[0].numel() * 4
-model_sent = [r["sent"]["grads"] for r in perf.expected_bytes(perf.ModelCounts(grads[0].numel(), 0, 1), "ddp", n,
+model_sent = [r["sent"]["grads"] for r in perf.expected_bytes(perf.ModelCounts(grads[0].numel(), 0, 1), Variant("ddp"), n,
                                                              global_batch=n)]
 assert ring_exact and scattered and sent == model_sent and len({m[0] for m in moves}) == 2 * (n - 1)
 show(f"n = {n}, S = {S} bytes: every rank holds the sum: **{ring_exact}**; bytes sent per rank {sent}; "
@@ -215,8 +216,8 @@ assert ring_ms[256] < 1.6 * ring_ms[4] and small_ms[256] > 50 * small_ms[2]
 # the few bytes by which uneven shards differ).
 
 # %% slideshow={"slide_type": "fragment"}
-rows = {s: perf.expected_bytes(counts, s, nodes, None, global_batch=32 * nodes)[0] for s in ("ddp", "ps")}
-central = perf.expected_bytes(counts, "ps", nodes, None, global_batch=32 * (nodes - 1), ps_servers=1)[-1]
+rows = {s: perf.expected_bytes(counts, Variant(s), nodes, global_batch=32 * nodes)[0] for s in ("ddp", "ps")}
+central = perf.expected_bytes(counts, Variant("ps", ps_servers=1), nodes, global_batch=32 * (nodes - 1))[-1]
 assert central["role"] == "ps_server" and central["recv"]["grads"] == central["sent"]["params"] == (nodes - 1) * S_vgg
 per_node = {s: (sum(r["sent"].values()), sum(r["recv"].values())) for s, r in rows.items()}
 # equal up to the shards' rounding (P is not a multiple of N: shards differ by one value)
@@ -246,9 +247,9 @@ show(f"One central server for {nodes - 1} workers: receives {central['recv']['gr
 # (lecture 3). Stanza k = 1 is on the right for comparison.
 
 # %% slideshow={"slide_type": "fragment"}
-preds = {s: perf.predict(vgg, cluster, s, batch_per_worker=32) for s in ("ddp", "ps")}
-preds["ps overlapped"] = perf.predict(vgg, cluster, "ps", batch_per_worker=32, ps_overlap=True)
-preds["stanza k=1"] = perf.predict(vgg, cluster, "stanza", 1, batch_per_worker=32)
+preds = {s: perf.predict(vgg, cluster, Variant(s), batch_per_worker=32) for s in ("ddp", "ps")}
+preds["ps overlapped"] = perf.predict(vgg, cluster, Variant("ps", ps_overlap=True), batch_per_worker=32)
+preds["stanza k=1"] = perf.predict(vgg, cluster, Variant("stanza", fc_workers=1), batch_per_worker=32)
 step_ms = {s: p.iteration_s * 1e3 for s, p in preds.items()}
 fig_ps = make_subplots(rows=1, cols=2, subplot_titles=("bytes per node per step (perf.expected_bytes)",
                                                        f"step time on {nodes} V100s at {gbps:g} Gb/s (modelled)"))
@@ -283,7 +284,7 @@ assert step_ms["ps overlapped"] - step_ms["ddp"] < 0.25 * (step_ms["ps"] - step_
 # boundary. Per rank for VGG-16 on the modelled cluster, 32 samples per CONV worker:
 
 # %% slideshow={"slide_type": "fragment"}
-st_rows = perf.expected_bytes(counts, "stanza", nodes, 1, global_batch=32 * (nodes - 1))
+st_rows = perf.expected_bytes(counts, Variant("stanza", fc_workers=1), nodes, global_batch=32 * (nodes - 1))
 conv_row, fc_row = st_rows[0], st_rows[-1]
 show(f"CONV worker sends: " + ", ".join(f"{c} {v / 1e6:,.1f} MB" for c, v in conv_row["sent"].items())
      + f"  \nFC worker receives: " + ", ".join(f"{c} {v / 1e6:,.1f} MB" for c, v in fc_row["recv"].items())
@@ -318,7 +319,7 @@ fig_step
 
 # %% slideshow={"slide_type": "fragment"}
 tiny = perf.named_profile("tiny_cnn", image_size=16, num_classes=10)
-want_rows = perf.expected_bytes(tiny, "stanza", 3, 1, global_batch=8)
+want_rows = perf.expected_bytes(tiny, Variant("stanza", fc_workers=1), 3, global_batch=8)
 got = [(r["sent"], r["recv"]) for r in sorted(metrics["ranks"], key=lambda r: r["rank"])]
 counters_equal = got == [(r["sent"], r["recv"]) for r in want_rows]
 assert counters_equal

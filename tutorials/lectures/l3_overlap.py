@@ -43,6 +43,7 @@ from stanza_core.launch import run_job
 from stanza_core.perf import device_profile
 from stanza_core.perf.model import bucketed_backward, layer_shares
 from stanza_core.viz import step_timeline, timeline_intervals
+from stanza_core.variant import Variant
 
 
 def show(text: str) -> None:
@@ -289,7 +290,7 @@ show(f"VGG-16's first convolution alone: {first_layer_bytes / 1e3:.0f} KB, its a
 # What the model assumes for each strategy on the modelled cluster, and Stanza's exchange:
 
 # %% slideshow={"slide_type": "fragment"}
-st = perf.predict(vgg, cl10, "stanza", 1, batch_per_worker=MODEL_B)
+st = perf.predict(vgg, cl10, Variant("stanza", fc_workers=1), batch_per_worker=MODEL_B)
 bd = st.breakdown
 show(f"stanza k=1: {st.overlap}.  \nFC worker compute **{bd['fc_worker_compute_s'] * 1e3:.0f} ms** for "
      f"{MODEL_NODES - 1} CONV workers' samples, activations in {bd['activation_ingress_s'] * 1e3:.0f} ms, "

@@ -41,6 +41,7 @@ from stanza_core import perf
 from stanza_core.labels import config_label
 from stanza_core.perf import device_profile
 from stanza_core.viz.assignment import step_breakdown, throughput_vs_k
+from stanza_core.variant import Variant
 
 
 def show(text: str) -> None:
@@ -143,9 +144,9 @@ show(f"{device}, b = {b}: " + ", ".join(f"{part} {d} **{v:.1f} ms**" for (part, 
 # bars need not add up to the step).
 
 # %% slideshow={"slide_type": "fragment"}
-preds = [perf.predict(profile, cluster, "ps", batch_per_worker=b),
-         perf.predict(profile, cluster, "ddp", batch_per_worker=b),
-         perf.predict(profile, cluster, "stanza", 1, batch_per_worker=b)]
+preds = [perf.predict(profile, cluster, Variant("ps"), batch_per_worker=b),
+         perf.predict(profile, cluster, Variant("ddp"), batch_per_worker=b),
+         perf.predict(profile, cluster, Variant("stanza", fc_workers=1), batch_per_worker=b)]
 step_ms = {config_label(p.strategy, p.fc_workers): p.iteration_s * 1e3 for p in preds}
 fig_breakdown = step_breakdown(preds)
 fig_breakdown.update_layout(title=f"Modelled step of {model} on {nodes} {device}-class nodes at {gbps:g} Gb/s")
@@ -167,7 +168,7 @@ show("Modelled step: " + ", ".join(f"{k} **{v:,.0f} ms**" for k, v in step_ms.it
 # with k. Paper-style Stanza (fp32, no extras) for each k on this cluster (modelled):
 
 # %% slideshow={"slide_type": "fragment"}
-per_k = {k: perf.predict(profile, cluster, "stanza", k, batch_per_worker=b) for k in range(1, nodes // 2 + 1)}
+per_k = {k: perf.predict(profile, cluster, Variant("stanza", fc_workers=k), batch_per_worker=b) for k in range(1, nodes // 2 + 1)}
 show(", ".join(f"k = {k}: {p.throughput:,.0f}" for k, p in per_k.items()) + " samples/s")
 
 # %% [markdown] slideshow={"slide_type": "slide"}
@@ -224,8 +225,8 @@ show("  \n".join(f"{g:g} Gb/s: best **{v['best']}** ({v['vs_ddp']:.2f}x DDP); pa
 
 # %% slideshow={"slide_type": "fragment"}
 ns = [4, 8, 16, 64, 4096]
-counted = {N: perf.totals(perf.expected_bytes(counts, "ps", N, None, global_batch=b * N))["bytes_per_step"]
-           / perf.totals(perf.expected_bytes(counts, "stanza", N, 1, global_batch=b * (N - 1)))["bytes_per_step"]
+counted = {N: perf.totals(perf.expected_bytes(counts, Variant("ps"), N, global_batch=b * N))["bytes_per_step"]
+           / perf.totals(perf.expected_bytes(counts, Variant("stanza", fc_workers=1), N, global_batch=b * (N - 1)))["bytes_per_step"]
            for N in ns}
 closed = {N: P / (b * (A + 1) + (N - 2) / (N - 1) * Pc) for N in ns}
 floor = P / (Pc + b * (A + 1))
@@ -250,8 +251,8 @@ show(f"{model}, b = {b}, counted with `perf.expected_bytes`: "
 # %% slideshow={"slide_type": "skip"}
 N_big = 4096
 bs = [1, 4, 16, 32, 64, 128, 256]
-ratio = [perf.totals(perf.expected_bytes(counts, "ps", N_big, None, global_batch=x * N_big))["bytes_per_step"]
-         / perf.totals(perf.expected_bytes(counts, "stanza", N_big, 1, global_batch=x * (N_big - 1)))["bytes_per_step"]
+ratio = [perf.totals(perf.expected_bytes(counts, Variant("ps"), N_big, global_batch=x * N_big))["bytes_per_step"]
+         / perf.totals(perf.expected_bytes(counts, Variant("stanza", fc_workers=1), N_big, global_batch=x * (N_big - 1)))["bytes_per_step"]
          for x in bs]
 limit = [P / (Pc + x * (A + 1)) for x in bs]
 assert all(r >= lim and r / lim - 1 < 2e-3 for r, lim in zip(ratio, limit))

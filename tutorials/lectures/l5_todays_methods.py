@@ -50,6 +50,7 @@ import stanza_core.nbtools as nbt
 from stanza_core import perf
 from stanza_core.perf import methods
 from stanza_core.reproduce.tally import figure_lines
+from stanza_core.variant import Variant
 
 
 def show(text: str) -> None:
@@ -124,8 +125,8 @@ assert all(memory[m][o][3] * N == memory[m][o][0] for m in MODELS for o in metho
 # %% slideshow={"slide_type": "fragment"}
 sent = {}
 for m in MODELS:
-    ddp_row = perf.expected_bytes(profiles[m], "ddp", N, None, global_batch=b * N)[0]
-    stanza_rows = perf.expected_bytes(profiles[m], "stanza", N, 1, global_batch=b * (N - 1))
+    ddp_row = perf.expected_bytes(profiles[m], Variant("ddp"), N, global_batch=b * N)[0]
+    stanza_rows = perf.expected_bytes(profiles[m], Variant("stanza", fc_workers=1), N, global_batch=b * (N - 1))
     zero = [methods.zero_sent_bytes(P[m], s, N) for s in methods.ZERO_STAGES]
     assert abs(zero[0] - ddp_row["sent"]["grads"]) <= 1  # stage 0 is the engine's DDP gradient ring, to the byte
     sent[m] = {"DDP": ddp_row["sent"]["grads"], "ZeRO-1/2": float(zero[1]), "ZeRO-3 / FSDP": float(zero[3]),
@@ -185,7 +186,7 @@ pair_params = fc6.params + fc7.params
 tp = {}
 for k in [k for k in (2, 4, 8) if k <= N // 2]:
     G = b * (N - k)  # the global batch of Stanza with k FC workers
-    st_fc = next(r for r in perf.expected_bytes(profiles["vgg16"], "stanza", N, k, global_batch=G)
+    st_fc = next(r for r in perf.expected_bytes(profiles["vgg16"], Variant("stanza", fc_workers=k), N, global_batch=G)
                  if r["role"] == "fc_worker")
     tp[k] = {"head": st_fc["sent"]["fc_grads"], "replicated": float(perf.traffic.ring_share(4 * pair_params, k)),
              "tensor parallel": float(methods.tensor_parallel_sent(fc6_in, fc7.out_values, G, k)), "samples": G}
@@ -279,8 +280,8 @@ assert all(abs(v["gpipe"] - v["formula"]) < 1e-12 and abs(v["1f1b"] - v["formula
 cluster = perf.Cluster(N, gbps, device=device)
 by_model = {}
 for m, prof in profiles.items():
-    ddp = perf.predict(prof, cluster, "ddp", batch_per_worker=b)
-    best = max((perf.predict(prof, cluster, "stanza", k, batch_per_worker=b) for k in range(1, N // 2 + 1)),
+    ddp = perf.predict(prof, cluster, Variant("ddp"), batch_per_worker=b)
+    best = max((perf.predict(prof, cluster, Variant("stanza", fc_workers=k), batch_per_worker=b) for k in range(1, N // 2 + 1)),
                key=lambda p: p.throughput)
     by_model[m] = {"fc_share": prof.fc.params / P[m], "k": best.fc_workers, "vs_ddp": best.throughput / ddp.throughput,
                    "ddp_ms": ddp.iteration_s * 1e3, "stanza_ms": best.iteration_s * 1e3}

@@ -4,8 +4,8 @@ bucket. Bytes: 2(N-1)/N x 4P each way per rank, plus the batch-norm statistics."
 from __future__ import annotations
 
 from ...anatomy import DTYPE_BYTES
-from ...perf.model import backward_units, bucketed_backward, predict
-from ...perf.traffic import clean, report, ring_share
+from ...perf.blocks import backward_units, bucketed_backward, clean, report, ring_share
+from ...variant import Variant
 
 
 def rank_rows(case, ranks) -> list[dict]:
@@ -42,4 +42,4 @@ def overlap(case) -> str:
 
 
 def candidates(space) -> list:
-    return [predict(space.profile, space.cluster, "ddp", **space.batch, with_ranks=False)]
+    return [space.predict(space.profile, space.cluster, Variant("ddp"), **space.batch, with_ranks=False)]

@@ -7,7 +7,8 @@ from ...topology import PS_SERVER, WORKER, Layout
 
 
 class PSLayout(Layout):
-    def resolve(self, strategy, world_size, fc_workers, ps_shards, ps_servers, unit, name):
+    def resolve(self, variant, world_size, unit, name):
+        ps_shards, ps_servers = variant.options.ps_shards, variant.options.ps_servers
         servers, shards = name("ps_servers"), name("ps_shards")
         if ps_servers:
             if ps_servers >= world_size:

@@ -10,14 +10,14 @@ import itertools
 
 from ...anatomy import DTYPE_BYTES
 from ...buckets import bucket_groups
-from ...perf.model import backward_units, predict
-from ...perf.traffic import clean, data_workers, ps_shard_sizes, report
+from ...perf.blocks import backward_units, clean, data_workers, ps_shard_sizes, report
+from ...variant import Variant
 
 
 def rank_rows(case, ranks) -> list[dict]:
     c, N, servers = case.counts, case.nodes, case.topo.ps_servers
     P = c.params
-    sizes = [DTYPE_BYTES * s for s in ps_shard_sizes(P, case.ps_shards)]
+    sizes = [DTYPE_BYTES * s for s in ps_shard_sizes(P, case.topo.ps_shards)]
     nw = case.topo.data_workers  # data workers; with dedicated servers, server s is rank nw + s
     bn = case.bn_share(c.bn_conv_channels + c.bn_fc_channels)  # among the data workers
 
@@ -28,7 +28,7 @@ def rank_rows(case, ranks) -> list[dict]:
         if servers:  # pushes every shard's slice, pulls every shard back
             return {"rank": r, "role": "worker", "sent": clean({"grads": DTYPE_BYTES * P, "bn_stats": bn}),
                     "recv": clean({"params": DTYPE_BYTES * P, "bn_stats": bn})}
-        own = sizes[r] if r < case.ps_shards else 0
+        own = sizes[r] if r < case.topo.ps_shards else 0
         others = DTYPE_BYTES * P - own  # pushed to / pulled from the other ranks' shards
         served = (N - 1) * own  # what this rank's shard takes in (grads) and gives out (params)
         return {"rank": r, "role": "worker", "sent": clean({"grads": others, "params": served, "bn_stats": bn}),
@@ -51,13 +51,13 @@ def summary(case) -> dict[str, int]:
                 "max_node_recv": busiest}
     # rank r < S moves 4P - own + (N-1) own each way; rank 0 holds the largest shard
     bn = report(case.bn_share(bn_all))
-    busiest = DTYPE_BYTES * P + (N - 2) * DTYPE_BYTES * ps_shard_sizes(P, case.ps_shards)[0] + bn
+    busiest = DTYPE_BYTES * P + (N - 2) * DTYPE_BYTES * ps_shard_sizes(P, case.topo.ps_shards)[0] + bn
     return {"bytes_per_step": 2 * (N - 1) * DTYPE_BYTES * P + N * bn, "max_node_sent": busiest,
             "max_node_recv": busiest}
 
 
 def overlap(case) -> str:
-    if case.ps_overlap:
+    if case.variant.options.ps_overlap:
         return "gradient buckets pushed as the backward produces them; pieces updated and pulled as they arrive"
     return "none: compute, push, shard update, pull run one after another"
 
@@ -66,12 +66,14 @@ def candidates(space) -> list:
     """Colocated shards (space.ps_shards, default N) and dedicated servers S in space.ps_servers,
     each with and without the overlapped push (space.ps_overlaps)."""
     profile, cluster, batch = space.profile, space.cluster, space.batch
-    out = [predict(profile, cluster, "ps", **batch, ps_shards=space.ps_shards, ps_overlap=o, with_ranks=False)
+    predict = space.predict
+    out = [predict(profile, cluster, Variant("ps", ps_shards=space.ps_shards, ps_overlap=o), **batch, with_ranks=False)
            for o in space.ps_overlaps]
     for s in space.ps_servers:
-        if space.global_batch is not None and space.global_batch < data_workers("ps", cluster.nodes, None, s):
+        if space.global_batch is not None and space.global_batch < data_workers(Variant("ps", ps_servers=s),
+                                                                                cluster.nodes):
             continue
-        out += [predict(profile, cluster, "ps", **batch, ps_servers=s, ps_overlap=o, with_ranks=False)
+        out += [predict(profile, cluster, Variant("ps", ps_servers=s, ps_overlap=o), **batch, with_ranks=False)
                 for o in space.ps_overlaps]
     return out
 
@@ -119,7 +121,7 @@ def step_time(case):
     and pulls alike.
     Pushes and pulls are laid on the links in the order they become ready."""
     profile, dev, cluster, b, cap = case.profile, case.dev, case.cluster, case.b, case.cap
-    shards, servers, overlap = case.ps_shards, case.ps_servers, bool(case.ps_overlap)
+    shards, servers, overlap = case.topo.ps_shards, case.topo.ps_servers, case.variant.options.ps_overlap
     N = cluster.nodes
     nw = N - servers
     fwd = dev.step_overhead_s + dev.time_s("conv", "fwd", b) + dev.time_s("fc", "fwd", b)

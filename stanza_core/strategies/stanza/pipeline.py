@@ -1,7 +1,7 @@
 """Stanza beyond the paper: hybrid FC workers, pipelined micro-batches, compressed traffic.
 
   hybrid FC worker   an FC worker also runs the CONV body on its own slice of the global batch
-                     (topology.hybrid_batches); its activations reach its FC head without the
+                     (layout.hybrid_batches); its activations reach its FC head without the
                      network and its CONV gradients join the CONV allreduce, so no node idles.
   micro-batches M    a CONV worker cuts its batch into M chunks (topology.chunk_slices): chunk
                      j's activations are on the wire while chunk j+1 is computed, and each

@@ -4,8 +4,7 @@ bytes; each piece pays the ring's latency)."""
 from __future__ import annotations
 
 from stanza_core.anatomy import DTYPE_BYTES
-from stanza_core.perf.model import predict
-from stanza_core.perf.traffic import clean, ps_shard_sizes, report, ring_share
+from stanza_core.perf.blocks import clean, ps_shard_sizes, report, ring_share
 from stanza_core.variant import Variant
 
 CANDIDATE_CHUNKS = (1, 4)  # what the optimiser ranks
@@ -44,5 +43,5 @@ def overlap(case) -> str:
 
 
 def candidates(space) -> list:
-    return [predict(space.profile, space.cluster, Variant("allreduce_after", flat_chunks=c), **space.batch,
-                    with_ranks=False) for c in CANDIDATE_CHUNKS]
+    return [space.predict(space.profile, space.cluster, Variant("allreduce_after", flat_chunks=c), **space.batch,
+                          with_ranks=False) for c in CANDIDATE_CHUNKS]

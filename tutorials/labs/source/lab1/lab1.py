@@ -34,6 +34,7 @@
 import torch
 
 from stanza_core import get_model, perf, split_model
+from stanza_core.variant import Variant
 
 # %% [markdown] nbgrader={"grade": false, "grade_id": "ex1_text", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # ## Exercise 1 (2 points)
@@ -104,9 +105,9 @@ cases = [(P, Pc, A, N, b) for (P, Pc, A) in ((138_357_544, 14_714_688, 25_088), 
                                              (61_100_840, 2_469_696, 9_216))
          for N, b in sizes]
 want = __frozen__([
-    (perf.totals(perf.expected_bytes(perf.ModelCounts(Pc, P - Pc, A), "ddp", N, global_batch=b * N))["bytes_per_step"]
+    (perf.totals(perf.expected_bytes(perf.ModelCounts(Pc, P - Pc, A), Variant("ddp"), N, global_batch=b * N))["bytes_per_step"]
      / (b * N))
-    / (perf.totals(perf.expected_bytes(perf.ModelCounts(Pc, P - Pc, A), "stanza", N, 1,
+    / (perf.totals(perf.expected_bytes(perf.ModelCounts(Pc, P - Pc, A), Variant("stanza", fc_workers=1), N,
                                        global_batch=b * (N - 1)))["bytes_per_step"] / (b * (N - 1)))
     for (P, Pc, A) in ((138_357_544, 14_714_688, 25_088), (25_557_032, 23_508_032, 2_048), (61_100_840, 2_469_696, 9_216))
     for N, b in sizes])
@@ -162,7 +163,7 @@ cases = __frozen__([(name, size, __term__.randint(1, 9))  # this term's batch si
                     for name, size in (("alexnet", 64), ("cifar_alexnet", 32), ("tiny_cnn", 16))])
 want = __frozen__([
     (row["sent"]["activations"] + row["sent"]["labels"], row["recv"]["activation_grads"])
-    for row in (perf.expected_bytes(perf.named_profile(name, image_size=size, batch_size=b), "stanza", 2, 1,
+    for row in (perf.expected_bytes(perf.named_profile(name, image_size=size, batch_size=b), Variant("stanza", fc_workers=1), 2,
                                     global_batch=b)[0]
                 for name, size, b in cases)])
 for case, pair in zip(cases, want, strict=True):

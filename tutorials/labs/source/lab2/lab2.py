@@ -31,6 +31,7 @@ import torch.nn.functional as F
 
 from stanza_core import get_model, perf, profile_model
 from stanza_core.topology import make_topology
+from stanza_core.variant import Variant
 
 # %% [markdown] nbgrader={"grade": false, "grade_id": "ex1_text", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # ## Exercise 1 (3 points)
@@ -58,7 +59,7 @@ assert stanza_bytes_per_step(100, 50, 8, 3, 1, 6) > stanza_bytes_per_step(100, 5
 ### BEGIN HIDDEN TESTS
 forbid = [perf.expected_bytes, perf.totals, perf.traffic.rank_bytes, perf.traffic.summary_bytes]
 cases = __frozen__([(c.conv_params, c.fc_params, c.boundary_values, N, k, G,
-                     perf.totals(perf.expected_bytes(c, "stanza", N, k, G))["bytes_per_step"])
+                     perf.totals(perf.expected_bytes(c, Variant("stanza", fc_workers=k), N, global_batch=G))["bytes_per_step"])
                     for c in (perf.ModelCounts.of(profile_model(get_model("tiny_cnn", 10), (3, 16, 16), batch_size=2)),
                               perf.ModelCounts(1_000_003, 77_777, 37))
                     for N, k, G in [(3, 1, 6), (4, 2, 8)] + __term__.sample(
@@ -71,14 +72,14 @@ for *args, want in cases:
 # ## Exercise 2 (2 points)
 #
 # Write `samples_per_fc_worker(N, k, G)`: for each FC rank, how many samples' activations it
-# receives per step, as a dict `{fc_rank: samples}`. Use `make_topology("stanza", N, G, k)`
+# receives per step, as a dict `{fc_rank: samples}`. Use `make_topology(Variant("stanza", fc_workers=k), N, G)`
 # (its `fc_ranks`, `served_by(j)` and `data_workers`). Rerun tutorial T2 with
 # `nodes=4, fc_workers=2, global_batch=8` to see one case.
 
 # %% nbgrader={"grade": false, "grade_id": "samples_per_fc_worker", "locked": false, "schema_version": 3, "solution": true, "task": false}
 def samples_per_fc_worker(N: int, k: int, G: int) -> dict[int, int]:
     ### BEGIN SOLUTION
-    topo = make_topology("stanza", N, G, k)
+    topo = make_topology(Variant("stanza", fc_workers=k), N, G)
     b = G // topo.data_workers
     return {j: b * len(topo.served_by(j)) for j in topo.fc_ranks}
     ### END SOLUTION
@@ -89,7 +90,7 @@ assert sum(samples_per_fc_worker(4, 2, 8).values()) == 8
 ### BEGIN HIDDEN TESTS
 forbid = [perf.expected_bytes, perf.traffic.rank_bytes]
 cases = __frozen__([((N, k, G), {r["rank"]: r["recv"]["activations"] // 4  # A = 1: bytes / 4 = samples
-                                 for r in perf.expected_bytes(perf.ModelCounts(10, 10, 1), "stanza", N, k, G)
+                                 for r in perf.expected_bytes(perf.ModelCounts(10, 10, 1), Variant("stanza", fc_workers=k), N, global_batch=G)
                                  if r["role"] == "fc_worker"})
                     for N, k, G in [(4, 2, 8), (3, 1, 6), (5, 2, 6)] + __term__.sample(  # (5, 2): served 2 and 1
                         [(N, k, (N - k) * m) for N in range(3, 13) for k in range(1, N // 2 + 1) for m in (1, 2, 4)], 4)])

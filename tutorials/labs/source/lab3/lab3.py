@@ -26,6 +26,7 @@
 # %% nbgrader={"grade": false, "grade_id": "setup", "locked": true, "schema_version": 3, "solution": false, "task": false}
 from stanza_core import perf
 from stanza_core.topology import make_topology
+from stanza_core.variant import Variant
 
 # %% [markdown] nbgrader={"grade": false, "grade_id": "ex1_text", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # ## Exercise 1 (3 points)
@@ -57,7 +58,7 @@ cases = __frozen__([((N, k), {**{i: (2, 1) for i in t.conv_ranks},
                               **{j: (len(t.served_by(j)), 2 * len(t.served_by(j))) for j in t.fc_ranks}})
                     for N, k in [(3, 1), (4, 2), (9, 4)] + __term__.sample(  # and this term's
                         [(N, k) for N in range(3, 16) for k in range(1, N // 2 + 1)], 4)
-                    for t in (make_topology("stanza", N, 6 * (N - k), k),)])
+                    for t in (make_topology(Variant("stanza", fc_workers=k), N, 6 * (N - k)),)])
 for args, want in cases:
     assert {r: tuple(v) for r, v in messages_per_step(*args).items()} == want, args
 ### END HIDDEN TESTS
@@ -81,7 +82,7 @@ assert label_bytes_per_step(6) > 0
 ### BEGIN HIDDEN TESTS
 forbid = [perf.expected_bytes, perf.traffic.rank_bytes, perf.totals]
 cases = __frozen__([(G, sum(r["sent"].get("labels", 0) for r in perf.expected_bytes(
-                     perf.ModelCounts(10, 10, 256), "stanza", N, k, G)))
+                     perf.ModelCounts(10, 10, 256), Variant("stanza", fc_workers=k), N, global_batch=G)))
                     for N, k, G in [(3, 1, 6), (9, 2, 7)] + [(N, k, (N - k) * __term__.randint(1, 10)) for N, k in
                                                              __term__.sample([(N, k) for N in range(3, 16)
                                                                               for k in range(1, N // 2 + 1)], 3)]])
@@ -112,7 +113,7 @@ cases = __frozen__([(A, sum(r["sent"].get("labels", 0) for r in rows)
                      / sum(r["sent"].get(c, 0) for r in rows for c in ("activations", "activation_grads", "labels")))
                     for A, (N, k, G) in [(256, (3, 1, 6)), (1, (4, 1, 3))] + [  # and this term's A
                         (__term__.randint(2, 60_000), NkG) for NkG in ((5, 2, 9), (9, 3, 12))]
-                    for rows in (perf.expected_bytes(perf.ModelCounts(10, 10, A), "stanza", N, k, G),)])
+                    for rows in (perf.expected_bytes(perf.ModelCounts(10, 10, A), Variant("stanza", fc_workers=k), N, global_batch=G),)])
 for A, want in cases:
     assert abs(__graded__(label_share_of_boundary, forbid, A) - want) < 1e-12, A
 ### END HIDDEN TESTS

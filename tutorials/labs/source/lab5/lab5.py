@@ -28,6 +28,7 @@
 
 # %% nbgrader={"grade": false, "grade_id": "setup", "locked": true, "schema_version": 3, "solution": false, "task": false}
 from stanza_core import perf
+from stanza_core.variant import Variant
 
 # %% [markdown] nbgrader={"grade": false, "grade_id": "ex1_text", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # ## Exercise 1 (3 points)
@@ -65,7 +66,7 @@ for args, gbps in cases:
 #
 # Write `best_stanza_k(profile, cluster, batch_per_worker)`: the number of FC workers k of the
 # fastest Stanza configuration, looping over
-# `perf.predict(profile, cluster, "stanza", k, batch_per_worker=..., with_ranks=False)` for
+# `perf.predict(profile, cluster, Variant("stanza", fc_workers=k), batch_per_worker=..., with_ranks=False)` for
 # k = 1 .. N // 2 (on a tie, the smaller k). Which k is best for VGG-16 on 16 nodes at 10 Gb/s,
 # and at 100 Gb/s?
 
@@ -74,7 +75,7 @@ def best_stanza_k(profile, cluster, batch_per_worker: int = 32) -> int:
     ### BEGIN SOLUTION
     best = None
     for k in range(1, cluster.nodes // 2 + 1):
-        p = perf.predict(profile, cluster, "stanza", k, batch_per_worker=batch_per_worker, with_ranks=False)
+        p = perf.predict(profile, cluster, Variant("stanza", fc_workers=k), batch_per_worker=batch_per_worker, with_ranks=False)
         if best is None or p.throughput > best.throughput * (1 + 1e-12):
             best = p
     return best.fc_workers
@@ -118,9 +119,9 @@ assert ps_over_stanza_limit(138_357_544, 14_714_688, 25_088, 1) > 1
 ### BEGIN HIDDEN TESTS
 forbid = [perf.expected_bytes, perf.totals, perf.traffic.rank_bytes]
 N = 1024  # the model's ratio is within 1 / (N - 1) of the limit
-cases = __frozen__([((P, Pc, A, b), perf.totals(perf.expected_bytes(perf.ModelCounts(Pc, P - Pc, A), "ps", 1024,
+cases = __frozen__([((P, Pc, A, b), perf.totals(perf.expected_bytes(perf.ModelCounts(Pc, P - Pc, A), Variant("ps"), 1024,
                                                                      global_batch=b * 1024))["bytes_per_step"]
-                     / perf.totals(perf.expected_bytes(perf.ModelCounts(Pc, P - Pc, A), "stanza", 1024, 1,
+                     / perf.totals(perf.expected_bytes(perf.ModelCounts(Pc, P - Pc, A), Variant("stanza", fc_workers=1), 1024,
                                                        global_batch=b * 1023))["bytes_per_step"])
                     for P, Pc, A in ((138_357_544, 14_714_688, 25_088), (25_557_032, 23_508_032, 2_048),
                                      (61_100_840, 2_469_696, 9_216))

@@ -147,10 +147,12 @@ def reference(case: dict) -> tuple[dict, dict]:
 
 def expected(case: dict) -> list[dict]:
     from stanza_core.perf import expected_bytes
+    from stanza_core.variant import Variant
     conv, fc = build(case["seed"])
     counts = {"conv_params": sum(p.numel() for p in conv.parameters()),
               "fc_params": sum(p.numel() for p in fc.parameters()), "boundary_values": 32}
-    return expected_bytes(counts, "stanza", case["world_size"], case.get("fc_workers", 1), global_batch=case["global_batch"])
+    return expected_bytes(counts, Variant("stanza", fc_workers=case.get("fc_workers", 1)), case["world_size"],
+                          global_batch=case["global_batch"])
 
 
 def _params_check(results, case) -> str:

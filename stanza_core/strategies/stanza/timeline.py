@@ -19,16 +19,17 @@ by chunk; every CONV worker it serves runs the same schedule (identical batches)
   FC allreduce     among k, after the last activation gradient has left FC worker 0.
 
 Compression scales the wire bytes: boundary values 2 bytes in bf16/fp16; CONV buckets by the
-ratio of compressed to fp32 gradient bytes (traffic.conv_grad_bytes); PowerSGD runs three
+ratio of compressed to fp32 gradient bytes (wire.conv_grad_bytes); PowerSGD runs three
 allreduces per bucket (uncompressed tensors, P, Q: 3x the latency) and its matmuls are not
-modelled. With M = 1, no share and fp32 this is the paper's 3-stage pipeline (model.py).
+modelled. With M = 1, no share and fp32 this is the paper's 3-stage pipeline (model.py). The
+CONV and FC backward units and the links are perf's building blocks (perf.blocks, perf.cluster).
 """
 from __future__ import annotations
 
 import math
 
-from ..anatomy import DTYPE_BYTES, LABEL_BYTES
-from .traffic import WIRE_BYTES, StanzaOptions, conv_grad_bytes
+from ...anatomy import DTYPE_BYTES, LABEL_BYTES
+from .wire import WIRE_BYTES, conv_grad_bytes
 
 
 def _buckets(units: list[tuple[int, float]], cap: int) -> list[tuple[float, int]]:
@@ -48,13 +49,14 @@ def _buckets(units: list[tuple[int, float]], cap: int) -> list[tuple[float, int]
     return out
 
 
-def stanza_schedule(profile, counts, dev, cluster, bc: int, k: int, cap: int, opt: StanzaOptions,
-                    conv_units, fc_units, free: bool = False) -> tuple[float, dict]:
-    """(step seconds, terms) of one stanza step; `free`: the same step with free communication.
+def stanza_schedule(case, counts, conv_units, fc_units, free: bool = False) -> tuple[float, dict]:
+    """(step seconds, terms) of one stanza step (`case`: perf.model.StepCase, its variant's options
+    and its layout's k and hybrid share); `free`: the same step with free communication.
 
-    conv_units / fc_units: (params, seconds) per layer in backward order (model._backward_units)."""
-    N = cluster.nodes
-    nc, M, bh = N - k, opt.micro_batches, opt.fc_batch
+    conv_units / fc_units: (params, seconds) per layer in backward order (perf.blocks.backward_units)."""
+    profile, dev, cluster, bc, cap, opt = case.profile, case.dev, case.cluster, case.b, case.cap, case.variant.options
+    N, k = cluster.nodes, case.topo.fc_workers
+    nc, M, bh = N - k, opt.micro_batches, case.topo.fc_batch
     m = math.ceil(nc / k)
     A, w = profile.boundary_values, WIRE_BYTES[opt.boundary_dtype]
     lat = 0.0 if free else cluster.latency_s
