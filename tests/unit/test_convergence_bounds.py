@@ -85,15 +85,20 @@ def test_the_float_order_window_still_holds_for_this_engine(measured):
 
     The bits of each float-order spread depend on the processor too (MKL's and oneDNN's blocking of
     a sum: on a processor with AVX-512 and AMX the chunked runs differ from the measurement by ulps,
-    while the unchunked float32 run and the first flip agree). So: the flip's step everywhere; the
-    spreads bit for bit on the machine the file records (float_order_drift.machine()); elsewhere
-    each float32 spread in the window stays inside the exactness bound the claims use, the property
-    they rest on. (Seen on 2026-12-07, Xeon with AVX-512 and AMX: the largest, 6x4 at step 0, is
+    while the unchunked float32 run and the first flip agree; on an AMD EPYC with AVX2 no float32
+    pair flips a pool choice within 8 steps at all). So: on the machine the file records
+    (float_order_drift.machine()) the flip's step and the spreads bit for bit; elsewhere no flip
+    inside the window and each float32 spread in the window inside the exactness bound the claims
+    use, the property they rest on (there, a flip moved later is not caught). (Seen on 2026-12-07, Xeon with AVX-512 and AMX: the largest, 6x4 at step 0, is
     3.28e-7 against the file's 2.98e-7, so the bound's margin over float order is 9x there, not 10x.)"""
     mod = load_benchmark("convergence_spread")
     now = mod.float_order(8)
-    assert now["first_pool_switch"] == measured["float_order"]["first_pool_switch"] == convergence.EXACT_WINDOW - 1
+    assert measured["float_order"]["first_pool_switch"] == convergence.EXACT_WINDOW - 1
     same_machine = measured.get("machine") == mod.drift.machine()
+    if same_machine:
+        assert now["first_pool_switch"] == measured["float_order"]["first_pool_switch"]
+    else:  # the flip's step is the processor's too: it must not come inside the window
+        assert now["first_pool_switch"] is None or now["first_pool_switch"] >= convergence.EXACT_WINDOW - 1
     for name, run in now["runs"].items():
         if name.startswith("fp32 "):
             if same_machine:
