@@ -36,6 +36,9 @@ from typing import Any
 
 from .. import atomic, checks
 from ..perf import Cluster, best_assignment, check_device, named_profile
+from ..runs.runconfig import UNSET_LINK_MBIT, RunConfig
+from ..sim.cluster import RINGS
+from ..sim.run import SIM_VERSION, available, simulate_bandwidths
 
 ROLES = ("stanza", "ps", "ddp")
 IMAGE, CLASSES = 224, 1000
@@ -66,8 +69,6 @@ class ScaleParams:
         self.nodes = checks.int_list("nodes", self.nodes, 2)
         checks.positive_int("batch_per_worker", self.batch_per_worker)
         checks.positive_int("ps_max_nodes", self.ps_max_nodes, 2)
-        from ..sim.cluster import RINGS
-
         if self.ring not in RINGS:
             raise ValueError(f"ring must be one of {', '.join(RINGS)}, got {self.ring!r}")
 
@@ -104,8 +105,6 @@ def _key(m, d, n, row, g, ring) -> dict[str, Any]:
 
 def read_entry(store: Path | None, key: dict[str, Any]) -> dict[str, Any] | None:
     """The stored simulated entry of `key` at the current simulator version, else None."""
-    from ..sim.run import SIM_VERSION
-
     if store is None:
         return None
     path = store / _entry_name(key["model"], key["device"], key["nodes"], key["label"], key["global_batch"],
@@ -125,9 +124,6 @@ def simulate_points(p: ScaleParams, modelled: dict[str, Any], store: Path | None
     """Every point's roles simulated (stored entries of this simulator version read, the rest
     simulated and stored; only_stored: read only): {(model, device, n, gbps, role): entry}. A
     configuration's program is generated once for all the bandwidths that share it."""
-    from ..runs.runconfig import UNSET_LINK_MBIT, RunConfig
-    from ..sim.run import SIM_VERSION, simulate_bandwidths
-
     out: dict[tuple, dict[str, Any]] = {}
     if not p.simulate:
         return out
@@ -181,8 +177,6 @@ def store_dir(store: str) -> Path | None:
 def simulate_or_say(p: ScaleParams, modelled: dict[str, Any], store: Path | None) -> tuple[dict, str | None]:
     """simulate_points, or ({}, why not) where SimGrid is missing or simulate=False (the entries
     already stored at this simulator version are still read)."""
-    from ..sim.run import available
-
     if not p.simulate:
         return {}, "simulate=False"
     if reason := available():
@@ -200,8 +194,6 @@ def scale_results(p: ScaleParams, modelled: dict[str, Any], simulated: dict[tupl
                   not_simulated: str | None = None) -> dict[str, Any]:
     """results.json: per model, device, N and bandwidth, each role's modelled and simulated
     samples/s, stanza's k, the fastest of each kind, and whether layer separation pays."""
-    from ..sim.run import SIM_VERSION
-
     by: dict[str, Any] = {}
     for (m, d, n, g), pt in modelled.items():
         mod = {r: pt["roles"][r]["throughput"] for r in ROLES}

@@ -288,8 +288,8 @@ def select(gps: list[GridPoint], pattern: str | None) -> list[GridPoint]:
 def simulate_grid(gps) -> None:
     """The grid's points not simulated at the current simulator version, simulated into the
     committed store benchmarks/results/sim (minutes for all 125); without SimGrid one line says so."""
-    from ..sim import grid as sim_grid
-    from ..sim.run import available
+    from ..sim import grid as sim_grid  # the simulator (engine config, torch): only when the grid is filled
+    from ..sim.run import available  # with sim.grid
 
     if reason := available():
         print(f"full grid not simulated: {reason}")
