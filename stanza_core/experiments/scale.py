@@ -34,13 +34,15 @@ import time
 from pathlib import Path
 from typing import Any
 
-from .. import atomic, checks
+from .. import atomic, checks, registry
 from ..perf import Cluster, best_assignment, check_device, named_profile
 from ..runs.runconfig import UNSET_LINK_MBIT, RunConfig
 from ..sim.cluster import RINGS
 from ..sim.run import SIM_VERSION, available, simulate_bandwidths
 
-ROLES = ("stanza", "ps", "ddp")
+BASELINES = registry.baselines()  # the configurations stanza is judged against
+ROLES = ("stanza", *BASELINES)
+CAPPED = {"ps"}  # simulated up to ps_max_nodes: its program has N^2 messages a step
 IMAGE, CLASSES = 224, 1000
 ROOT = Path(__file__).resolve().parents[2]
 STORE = ROOT / "benchmarks" / "results" / "sim_scale"
@@ -116,7 +118,7 @@ def read_entry(store: Path | None, key: dict[str, Any]) -> dict[str, Any] | None
 
 
 def simulated_roles(p: ScaleParams, n: int) -> tuple[str, ...]:
-    return ROLES if n <= p.ps_max_nodes else tuple(r for r in ROLES if r != "ps")
+    return tuple(r for r in ROLES if n <= p.ps_max_nodes or r not in CAPPED)
 
 
 def simulate_points(p: ScaleParams, modelled: dict[str, Any], store: Path | None, *, say=print,
@@ -198,16 +200,16 @@ def scale_results(p: ScaleParams, modelled: dict[str, Any], simulated: dict[tupl
     for (m, d, n, g), pt in modelled.items():
         mod = {r: pt["roles"][r]["throughput"] for r in ROLES}
         sim = {r: (simulated[(m, d, n, g, r)]["throughput"] if (m, d, n, g, r) in simulated else None) for r in ROLES}
-        base_sim = [sim[r] for r in ROLES if r != "stanza" and sim[r] is not None]
+        base_sim = [sim[r] for r in BASELINES if sim[r] is not None]
         cell = {"k": pt["roles"]["stanza"]["variant"].options.values().get("fc_workers"),
                 "labels": {r: pt["roles"][r]["label"] for r in ROLES},
                 "global_batch": {r: pt["roles"][r]["global_batch"] for r in ROLES},
                 "modelled": mod, "simulated": sim, "modelled_pick": pt["pick"],
                 "modelled_fastest": _fastest(mod), "simulated_fastest": _fastest(sim) if sim["stanza"] else None,
-                "modelled_stanza_over_best_baseline": mod["stanza"] / max(mod["ps"], mod["ddp"]),
+                "modelled_stanza_over_best_baseline": mod["stanza"] / max(mod[r] for r in BASELINES),
                 "simulated_stanza_over_best_baseline": (sim["stanza"] / max(base_sim)
                                                         if sim["stanza"] and base_sim else None),
-                "simulated_baselines": [r for r in ROLES if r != "stanza" and sim[r] is not None],
+                "simulated_baselines": [r for r in BASELINES if sim[r] is not None],
                 "simulated_over_modelled": {r: (sim[r] / mod[r] if sim[r] else None) for r in ROLES}}
         cell["modelled_pays"] = cell["modelled_stanza_over_best_baseline"] > 1
         s = cell["simulated_stanza_over_best_baseline"]

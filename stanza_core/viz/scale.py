@@ -92,7 +92,7 @@ def _short(cell: dict[str, Any]) -> str:
     f = cell["simulated_fastest"]
     if f is None:
         return ""
-    return f"k={cell['k']}" if f == "stanza" else f
+    return f if f in cell["simulated_baselines"] else f"k={cell['k']}"
 
 
 def scale_figures(results: dict[str, Any]) -> dict[str, go.Figure]:
