@@ -1,7 +1,8 @@
 """PID 1 of a grading jail (tutorials.sandbox): build its root, drop every capability, exec the program.
 
 Runs as the namespace's root, with `python -I -S` (no site, no environment): the standard library only.
-argv[1] is the JSON spec: binds (host paths shown read-only), devices, argv, env, cwd.
+argv[1] is the JSON spec: binds (host paths shown read-only at their own path, or [host path, path in
+the jail]), devices, argv, env, cwd.
 """
 import ctypes
 import errno
@@ -65,7 +66,9 @@ def main():
         root = spec.get("root") or tempfile.mkdtemp(prefix="jail-", dir="/tmp" if os.path.isdir("/tmp") else "/")
         mount("tmpfs", root, "tmpfs", MS_NOSUID | MS_NODEV, "mode=755,size=512m")
         for src in spec["binds"]:
-            if os.path.exists(src):
+            if isinstance(src, list):  # a host folder shown at another path
+                bind_ro(src[0], root + src[1])
+            elif os.path.exists(src):
                 bind_ro(src, root + os.path.realpath(src))
                 if os.path.islink(src) and not os.path.lexists(root + src):
                     os.symlink(os.readlink(src), root + src)

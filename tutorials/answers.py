@@ -155,6 +155,11 @@ def _ranks(req: dict, ns: dict):
             return {"failure": f"{missing[0]} is not defined"}
         student = gradekit.StudentCode.of(**{k: ns[fn] for k, fn in req["functions"].items()})
         case = decode(req["case"])
+        # the ranks fork from this process (it holds torch already, set to one thread): no launcher
+        # interpreter per run. A rank can do no more here than the student's cells could already.
+        import torch
+        torch.set_num_threads(1)
+        gradekit._FRESH = True
         results = gradekit.run_ranks(mod.program, case["world_size"], case, student, budget_s=case["budget_s"])
         return {"results": encode([{"rank": r.rank, "value": r.value, "calls": r.calls, "output": r.output[-2000:]}
                                    for r in results])}
@@ -162,15 +167,175 @@ def _ranks(req: dict, ns: dict):
         return {"failure": str(e) if type(e).__name__ == "RankFailure" else one_line(e)}
 
 
-def main() -> None:
-    replies = os.fdopen(os.dup(1), "w", buffering=1)
-    requests = os.fdopen(os.dup(0), "r")
+def _quiet() -> None:
     null = os.open(os.devnull, os.O_RDWR)
     for fd in (0, 1, 2):  # what the student's code prints goes nowhere
         os.dup2(null, fd)
     sys.stdout = sys.stderr = io.TextIOWrapper(open(os.devnull, "wb"), write_through=True)
+
+
+def main() -> None:
+    replies = os.fdopen(os.dup(1), "w", buffering=1)
+    requests = os.fdopen(os.dup(0), "r")
+    _quiet()
+    serve(requests, replies, {"__name__": "__main__"})
+
+
+class _Lines:
+    """Whole lines read from a file descriptor as it becomes readable (None at its end)."""
+
+    def __init__(self, fd: int):
+        self.fd, self.buf = fd, b""
+
+    def read(self):
+        try:
+            data = os.read(self.fd, 1 << 16)
+        except OSError:
+            data = b""
+        if not data:
+            return None
+        self.buf += data
+        *lines, self.buf = self.buf.split(b"\n")
+        if len(self.buf) > MAX_LINE:  # never a line: what was read so far goes on as one
+            lines.append(self.buf)
+            self.buf = b""
+        return lines
+
+
+def zygote() -> None:
+    """PID 1 of a shared grading jail (tutorials.autograde.Zygote). Runs the lab's leading locked
+    setup cells once (the instructor's code: imports, helpers), then, for each submission, forks
+    a child that runs that submission's cells and answers its calls (serve); a fork is a copy of a
+    process that never ran a student's code, so no submission sees another's. It relays each
+    child's replies to the grader, tagged with the child's id, and runs no student code itself.
+
+    Requests (one JSON a line): {"setup": cells} first; {"fork": id}; {"to": id, "req": request};
+    {"kill": id}. Replies: {"setup": errors}; {"child": id, "line": text}; {"child": id, "gone": status}.
+    One child at a time: a fork or a kill ends every other process of the jail first, and empties
+    its /tmp and home, so a submission leaves nothing behind for the next."""
+    import ctypes
+    import selectors
+    import shutil
+    import signal
+    ctypes.CDLL(None).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE 0: a child cannot trace or read this process
+    out_fd, in_fd = os.dup(1), os.dup(0)
+    _quiet()
     ns: dict = {"__name__": "__main__"}
 
+    def send(obj):
+        data = (json.dumps(obj) + "\n").encode()
+        while data:
+            data = data[os.write(out_fd, data):]
+
+    requests = _Lines(in_fd)
+    child = None  # [id, pid, to the child, its replies]
+
+    def end_all():
+        nonlocal child
+        for p in os.listdir("/proc"):
+            if p.isdigit() and int(p) != os.getpid():
+                try:
+                    os.kill(int(p), signal.SIGKILL)
+                except OSError:
+                    pass
+        reap()
+        if child:
+            for fd in (child[2], child[3].fd):
+                try:
+                    sel.unregister(fd) if fd == child[3].fd else None
+                except (KeyError, ValueError):
+                    pass
+                try:
+                    os.close(fd)
+                except OSError:
+                    pass
+            child = None
+        for d in ("/tmp", "/home/student"):
+            for p in os.listdir(d) if os.path.isdir(d) else ():
+                path = os.path.join(d, p)
+                shutil.rmtree(path, ignore_errors=True) if os.path.isdir(path) and not os.path.islink(path) else \
+                    os.unlink(path) if os.path.lexists(path) else None
+
+    def reap():
+        while True:
+            try:
+                pid, _ = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if not pid:
+                return
+
+    sel = selectors.DefaultSelector()
+    sel.register(in_fd, selectors.EVENT_READ)
+    while True:
+        for key, _ in sel.select(timeout=1.0):
+            if key.fd == in_fd:
+                lines = requests.read()
+                if lines is None:
+                    end_all()
+                    os._exit(0)
+                for line in lines:
+                    req = json.loads(line)
+                    if "setup" in req:
+                        errors = []
+                        for name, code in req["setup"]:
+                            try:
+                                exec(compile(code, f"<cell {name}>", "exec"), ns)
+                            except BaseException as e:  # noqa: BLE001 - reported, as Jupyter would show it
+                                errors.append(f"{name}: {one_line(e)}")
+                        send({"setup": errors})
+                    elif "fork" in req:
+                        end_all()
+                        to_r, to_w = os.pipe()
+                        from_r, from_w = os.pipe()
+                        pid = os.fork()
+                        if pid == 0:  # the child: the submission's own process
+                            try:
+                                os.setsid()
+                                for fd in (in_fd, out_fd, to_w, from_r):
+                                    os.close(fd)
+                                sel.close()
+                                serve(os.fdopen(to_r, "r"), os.fdopen(from_w, "w", buffering=1), ns)
+                            finally:
+                                os._exit(0)
+                        os.close(to_r)
+                        os.close(from_w)
+                        child = [req["fork"], pid, to_w, _Lines(from_r)]
+                        sel.register(from_r, selectors.EVENT_READ)
+                    elif "to" in req:
+                        if child and child[0] == req["to"]:
+                            try:
+                                data = (json.dumps(req["req"]) + "\n").encode()
+                                while data:
+                                    data = data[os.write(child[2], data):]
+                            except OSError:
+                                pass  # gone: its replies' end says so
+                        else:
+                            send({"child": req["to"], "gone": "no such process"})
+                    elif "kill" in req:
+                        if child and child[0] == req["kill"]:
+                            end_all()
+            elif child and key.fd == child[3].fd:
+                lines = child[3].read()
+                if lines is None:
+                    cid, pid = child[0], child[1]
+                    status = "exit status 0"
+                    try:
+                        _, st = os.waitpid(pid, 0)
+                        code = os.waitstatus_to_exitcode(st)
+                        status = f"killed by signal {-code}" if code < 0 else f"exit status {code}"
+                    except ChildProcessError:
+                        pass
+                    end_all()
+                    send({"child": cid, "gone": status})
+                    continue
+                for line in lines:
+                    send({"child": child[0], "line": line.decode(errors="replace")})
+        reap()
+
+
+def serve(requests, replies, ns: dict) -> None:
+    """Answer the grader's requests (read from `requests`, one JSON a line) in namespace `ns`."""
     def reply(obj):
         try:
             line = json.dumps(obj, allow_nan=False)

@@ -7,6 +7,7 @@
     python -m tutorials.course feedback  --course DIR [--labs ...] [--students a,b]
     python -m tutorials.course export    --course DIR
     python -m tutorials.course bundle    --course DIR --to students.zip
+    python -m tutorials.course student-repo --course DIR --to FOLDER   # the repository students clone
 
 The instructor's notebooks are `tutorials/labs/source/<lab>/<lab>.ipynb` (nbgrader's layout):
 solution regions between `### BEGIN SOLUTION` / `### END SOLUTION`, hidden tests between
@@ -228,13 +229,14 @@ def self_check_submissions(out: Path, labs: list[str]) -> Path:
 
 
 
-def grade_one(course: Path, lab: str, student: str) -> dict:
+def grade_one(course: Path, lab: str, student: str, run_unanswered: bool = False) -> dict:
     """Grade one collected submission (tutorials.grade_notebook: the student's code runs jailed);
     {cell: [score, max, needs a hand grade]}. A submission that breaks gets 0 with its reason; a
-    failure of the grader itself is printed and the next submission is still graded."""
+    failure of the grader itself is printed and the next submission is still graded. An answer
+    left as released is not run (0) unless `run_unanswered`."""
     from tutorials import grade_notebook
     try:
-        cells, reasons = grade_notebook.grade_submission(course, lab, student)
+        cells, reasons = grade_notebook.grade_submission(course, lab, student, run_unanswered)
     except Exception as e:  # noqa: BLE001 - one line, and the other students are graded
         print(f"{student:<12} {lab:<8} not graded: the grader failed ({type(e).__name__}: {e})", file=sys.stderr)
         return {}
@@ -252,9 +254,11 @@ def _need_jail(course: Path) -> None:
     sandbox.check_hidden(course, REPO_ROOT, autograde.EXPOSE)
 
 
-def autograde(api, out: Path, submissions: Path, labs: list[str]) -> dict:
+def autograde(api, out: Path, submissions: Path, labs: list[str], run_unanswered=("release",)) -> dict:
     """Autograde every <student>/<lab>/ of `submissions` (copied into `out`, replacing earlier
-    copies: the self-check's way); {student: {lab: {cell: [score, max, needs a hand grade]}}}."""
+    copies: the self-check's way); {student: {lab: {cell: [score, max, needs a hand grade]}}}.
+    The students of `run_unanswered` (the self-check's unmodified release) have every cell run,
+    their unanswered ones too: each test must fail on the release's stub."""
     _need_jail(out)
     grades: dict = {}
     for student_dir in sorted(p for p in submissions.iterdir() if p.is_dir()):
@@ -266,7 +270,7 @@ def autograde(api, out: Path, submissions: Path, labs: list[str]) -> dict:
             if dest.exists():
                 shutil.rmtree(dest)
             shutil.copytree(student_dir / lab, dest)
-            grades.setdefault(student, {})[lab] = grade_one(out, lab, student)
+            grades.setdefault(student, {})[lab] = grade_one(out, lab, student, student in run_unanswered)
     return grades
 
 
@@ -384,10 +388,79 @@ def collect(course: Path, submissions: Path, labs: list[str]) -> list[tuple[str,
         if kept := _keep(course, dest.parent, stamp):
             print(f"{student} {lab}: resubmitted; the previous submission is kept in {kept}")
         dest.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy(nb, dest)  # its time is the collection's: newer than any earlier grading
-        (dest.parent / "timestamp.txt").write_text(time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()))
+        handed_in = submission_time(nb)  # read before the copy: the student's time, not the collection's
+        shutil.copy(nb, dest)  # the file's time is the collection's: newer than any earlier grading
+        (dest.parent / "timestamp.txt").write_text(handed_in)
         changed.append((student, lab))
     return changed
+
+
+def submission_time(nb: Path) -> str:
+    """When the student handed `nb` in, in nbgrader's form ("2026-10-05 23:59:00.000000 UTC"): the
+    `timestamp.txt` beside it (nbgrader's exchange writes one) if there is one, else the file's time."""
+    import datetime
+    stamp = nb.parent / "timestamp.txt"
+    if stamp.is_file() and nb.parent.name == nb.stem:  # <student>/<lab>/: the folder is this lab's
+        from nbgrader.utils import parse_utc
+        try:
+            when = parse_utc(stamp.read_text().strip())
+        except (ValueError, TypeError, OverflowError):
+            when = None
+        if when is not None:
+            return when.strftime("%Y-%m-%d %H:%M:%S.%f UTC")
+    when = datetime.datetime.fromtimestamp(nb.stat().st_mtime, datetime.timezone.utc)
+    return when.strftime("%Y-%m-%d %H:%M:%S.%f UTC")
+
+
+# ---- late work -------------------------------------------------------------------------------
+
+TERM_CONFIG = "term.json"  # in the course folder: {"due": {lab: time}, "late_penalty_per_day", "late_penalty_max"}
+LATE_DEFAULTS = {"late_penalty_per_day": 0.1, "late_penalty_max": 1.0}
+
+
+def term_config(course: Path) -> dict:
+    """The term's config (<course>/term.json): each lab's due date ("2026-10-05 23:59 UTC") and the
+    late rule: per started day late, `late_penalty_per_day` of the raw score is taken off, at most
+    `late_penalty_max` of it (defaults 10 % a day, up to all of it)."""
+    path = course / TERM_CONFIG
+    cfg = json.loads(path.read_text()) if path.is_file() else {}
+    if not isinstance(cfg, dict) or not isinstance(cfg.get("due", {}), dict):
+        raise ValueError(f"{path}: expected {{\"due\": {{lab: \"YYYY-MM-DD HH:MM UTC\"}}, ...}}")
+    return {**LATE_DEFAULTS, "due": {}, **cfg}
+
+
+def due_date(course: Path, lab: str):
+    """The lab's due date (a naive UTC datetime, as nbgrader's gradebook keeps it), or None."""
+    from nbgrader.utils import parse_utc
+    when = term_config(course)["due"].get(lab)
+    return parse_utc(when) if when else None
+
+
+def late_penalty(raw_score: float, seconds_late: float, cfg: dict) -> float:
+    """Points taken off a submission `seconds_late` after its due date (the term's rule)."""
+    import math
+    if not seconds_late or seconds_late <= 0:
+        return 0.0
+    days = math.ceil(seconds_late / 86400)
+    return round(max(0.0, raw_score) * min(cfg["late_penalty_max"], cfg["late_penalty_per_day"] * days), 6)
+
+
+def apply_late_rule(course: Path) -> None:
+    """Every lab's due date from the term's config into the gradebook, and each submission's late
+    penalty by the term's rule, on its score as it stands (hand grades included): export's first step."""
+    from nbgrader.api import Gradebook
+    cfg = term_config(course)
+    with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gb:
+        for a in gb.assignments:
+            a.duedate = due_date(course, a.name)
+        gb.db.commit()
+        for a in gb.assignments:
+            for sub in a.submissions:
+                raw = sum(nb.score for nb in sub.notebooks)
+                penalty = late_penalty(raw, sub.total_seconds_late, cfg)
+                for i, nb in enumerate(sub.notebooks):
+                    nb.late_submission_penalty = penalty if i == 0 else 0.0
+        gb.db.commit()
 
 
 def _pairs(course: Path, part: str, labs: list[str], students: list[str] | None):
@@ -432,10 +505,12 @@ def feedback(course: Path, labs: list[str], students: list[str] | None = None) -
 
 
 def export(course: Path) -> tuple[Path, Path]:
-    """grades.csv (nbgrader's, hand grades included) and grades.json; a previous export that
-    differs is kept under backup/."""
+    """grades.csv (nbgrader's, hand grades included: each lab's due date from the term's config,
+    each submission's own timestamp, its late penalty by the term's rule, its score after it) and
+    grades.json; a previous export that differs is kept under backup/."""
     from nbgrader.api import Gradebook
     stamp = _stamp()
+    apply_late_rule(course)
     new_csv = export_csv(course, course / "grades.csv.new")
     grades: dict = {}
     with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gb:
@@ -454,6 +529,84 @@ def export(course: Path) -> tuple[Path, Path]:
     return course / "grades.csv", course / "grades.json"
 
 
+STUDENT_REPO_README = """\
+# Stanza course: the students' repository
+
+The workbench (`stanza_core`), the tutorials T1-T8 and the lectures, and the labs as released:
+`tutorials/labs/<lab>/<lab>.ipynb`. Install it once, in a fresh environment, and start Jupyter
+from it:
+
+    pip install -e .            # the workbench, as the labs import it
+    jupyter lab tutorials/      # the tutorials, the lectures, labs/<lab>/<lab>.ipynb
+
+Fill in every cell marked `YOUR CODE HERE` (delete the `raise NotImplementedError()`) or
+`YOUR ANSWER HERE`, and run the test cell below each answer: it is a first check; more tests run
+when the lab is graded, and the "why" answers are graded by hand. Do not change the test cells.
+The coding labs run your ranks with `tutorials/gradekit.py` and the lab's rank program
+(`tutorials/labs/ranks/<lab>.py`).
+
+Hand in each notebook as `<your id>/<lab>/<lab>.ipynb`.
+
+Labs: {labs}
+"""
+# What the students' repository holds of this one (beside the releases): the workbench, its
+# install files, the tutorials and lectures, the rank runner. Never the kit (tutorials/labs/source)
+# or the grader (course, autograde, grade_notebook, answers, sandbox, rank_grading, ...).
+STUDENT_REPO_FILES = ("stanza_core", "pyproject.toml", "constraints.txt", "environment.yml", "LICENSE",
+                      "tutorials/__init__.py", "tutorials/gradekit.py", "tutorials/lectures")
+GRADER_ONLY = ("course.py", "autograde.py", "grade_notebook.py", "answers.py", "sandbox.py", "_jail_init.py",
+               "rank_grading.py", "jail_library.py", "feedback_lines.py")
+
+
+def student_repo(course: Path, to: Path) -> Path:
+    """Write the repository students clone (a new folder `to`, made a git repository when git is at
+    hand): the workbench and the tutorials (tutorials/t*), the release of every released lab under
+    tutorials/labs/<lab>/, the coding labs' rank programs without any reference side or check, and
+    a README. Refuses if any file holds a solution region, a hidden test or a grader's part."""
+    import subprocess
+    rel = course / "release"
+    labs = lab_names(rel) if rel.is_dir() else []
+    if not labs:
+        raise ValueError(f"{course}: no lab released yet (run `release` first)")
+    if to.exists():
+        raise ValueError(f"--to {to}: exists; choose a new name")
+    files: dict[str, bytes] = {}
+    for name in STUDENT_REPO_FILES:
+        src = REPO_ROOT / name
+        for p in ([src] if src.is_file() else sorted(src.rglob("*")) if src.is_dir() else []):
+            if p.is_file() and "__pycache__" not in p.parts and p.suffix != ".pyc":
+                files[str(p.relative_to(REPO_ROOT))] = p.read_bytes()
+    for p in sorted(HERE.glob("t*_*")):  # the tutorials and their helper modules
+        if p.is_file() and p.suffix in (".py", ".ipynb"):
+            files[f"tutorials/{p.name}"] = p.read_bytes()
+    for lab in labs:
+        for p in sorted((rel / lab).rglob("*")):
+            if p.is_file() and "__pycache__" not in p.parts:
+                files[f"tutorials/labs/{p.relative_to(rel)}"] = p.read_bytes()
+    from tutorials import rank_grading
+    for lab in labs:
+        if (SOURCE / lab / "grader.py").is_file():
+            grader = __import__(f"tutorials.labs.source.{lab}.grader", fromlist=["PARTS"])
+            files[f"tutorials/labs/ranks/{lab}.py"] = (
+                f'"""The rank program of {lab}, as students get it: no reference side, no checks (its one-process '
+                'reference serves gradekit.one_process, for the visible cases)."""\n'
+                + rank_grading.jail_source(lab, tuple(grader.PARTS), keep=("reference",))).encode()
+    files["README.md"] = STUDENT_REPO_README.format(labs=", ".join(labs)).encode()
+    for name, data in files.items():
+        if name.startswith("tutorials/labs/source/") or Path(name).name in GRADER_ONLY and name.startswith("tutorials/"):
+            raise RuntimeError(f"{name}: the kit or the grader, not for students")
+        if leak := [w for w in LEAKS if w.encode() in data]:
+            raise RuntimeError(f"{name} holds {leak[0]!r}: not written")
+    for name, data in files.items():
+        (to / name).parent.mkdir(parents=True, exist_ok=True)
+        (to / name).write_bytes(data)
+    if shutil.which("git"):
+        git = ["git", "-C", str(to), "-c", "user.name=stanza course", "-c", "user.email=course@localhost"]
+        for cmd in (["init", "-q"], ["add", "-A"], ["commit", "-q", "-m", f"The course's labs as released: {', '.join(labs)}"]):
+            subprocess.run(git + cmd, check=True, capture_output=True)
+    return to
+
+
 STUDENT_README = """\
 # Stanza course: the labs
 
@@ -462,11 +615,11 @@ marked `YOUR CODE HERE` (delete the `raise NotImplementedError()`) or `YOUR ANSW
 run the test cell below each answer: it is a first check; more tests run when the lab is graded,
 and the "why" answers are graded by hand. Do not change the test cells.
 
-The notebooks import `stanza_core`: install the wheel your lecturer gives you
-(`pip install stanza_core-*.whl`, built from the course's repository with `pip wheel --no-deps .`)
-and start Jupyter from that environment, in this folder. The coding labs run your ranks with
-`tutorials/gradekit.py`, beside the lab folders. The tutorials T1-T8 that the
-labs go with are in the repository's `tutorials/` folder.
+The notebooks import `stanza_core`: install the students' repository your lecturer gives you
+(`git clone` it, then `pip install -e .` in it; the lecturer writes it with
+`python -m tutorials.course student-repo`: the workbench, the tutorials T1-T8 the labs go with
+and these labs, without any solution) and start Jupyter from that environment, in this folder.
+The coding labs run your ranks with `tutorials/gradekit.py`, beside the lab folders.
 
 Hand in each notebook as `<your id>/<lab>/<lab>.ipynb`.
 
@@ -494,8 +647,9 @@ def bundle(course: Path, to: Path) -> Path:
         for lab in coding:
             grader = __import__(f"tutorials.labs.source.{lab}.grader", fromlist=["PARTS"])
             files[f"stanza-labs/tutorials/labs/source/{lab}/grader.py"] = (
-                '"""The rank program of this lab, as students get it: no reference side, no checks."""\n'
-                + rank_grading.jail_source(lab, tuple(grader.PARTS))).encode()
+                '"""The rank program of this lab, as students get it: no reference side, no checks (its one-process '
+                'reference serves gradekit.one_process, for the visible cases)."""\n'
+                + rank_grading.jail_source(lab, tuple(grader.PARTS), keep=("reference",))).encode()
     for name, data in files.items():
         if leak := [w for w in LEAKS if w.encode() in data]:
             raise RuntimeError(f"{name} holds {leak[0]!r}: not bundled")
@@ -512,7 +666,7 @@ def bundle(course: Path, to: Path) -> Path:
 
 # ---- the command ---------------------------------------------------------------------------
 
-COMMANDS = ("self-check", "release", "collect", "autograde", "feedback", "export", "bundle")
+COMMANDS = ("self-check", "release", "collect", "autograde", "feedback", "export", "bundle", "student-repo")
 
 
 def _print_line(student: str, lab: str, cells: dict) -> None:
@@ -541,6 +695,8 @@ def _parser() -> argparse.ArgumentParser:
             p.add_argument("--force", action="store_true", help="regenerate / grade again (old copies kept)")
         if name == "bundle":
             p.add_argument("--to", type=Path, required=True, help="a new .zip file or folder")
+        if name == "student-repo":
+            p.add_argument("--to", type=Path, required=True, help="a new folder: the repository students clone")
     return ap
 
 
@@ -614,6 +770,8 @@ def main(argv: list[str] | None = None) -> int:
             print("grades: " + ", ".join(str(p) for p in export(course)))
         elif args.command == "bundle":
             print(f"student bundle: {bundle(course, args.to.resolve())}")
+        elif args.command == "student-repo":
+            print(f"students' repository: {student_repo(course, args.to.resolve())}")
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -36,6 +36,24 @@ def _trusted_namespace(source_path: str, mtime: float) -> dict:
     return ns
 
 
+def cell_forbids(cell_source: str, ns: dict) -> tuple[str, ...]:
+    """The dotted names of every `forbid = [...]` list of a graded cell (the references its hidden
+    values came from), evaluated as the cell would: with the lab's setup and the cell's own imports."""
+    import ast
+    tree = ast.parse(cell_source)
+    lists = [n.value for n in ast.walk(tree) if isinstance(n, ast.Assign)
+             and [getattr(t, "id", None) for t in n.targets] == ["forbid"]]
+    if not lists:
+        return ()
+    ns = dict(ns)
+    for node in tree.body:
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            exec(compile(ast.Module([node], []), "<imports>", "exec"), ns)
+    names = {autograde.dotted(f) for value in lists
+             for f in eval(compile(ast.Expression(value), "<forbid>", "eval"), ns)}
+    return tuple(sorted(names))
+
+
 def student_answers(path: Path, source) -> tuple[dict[str, str], str | None]:
     """{solution grade_id: the student's source} of a submitted notebook, or ({}, why it is unreadable)."""
     import nbformat
@@ -52,9 +70,11 @@ def student_answers(path: Path, source) -> tuple[dict[str, str], str | None]:
     return got, None
 
 
-def grade_cells(source, release, answers: dict[str, str], broken: str | None):
+def grade_cells(source, release, answers: dict[str, str], broken: str | None, run_unanswered: bool = False):
     """Grade the code cells of `source` (frozen) against `answers`; returns the autograded notebook
-    (the release with the answers and the verdicts) and {grade_id: reason or None}."""
+    (the release with the answers and the verdicts) and {grade_id: reason or None}. A test cell whose
+    answer is as released gets 0 without being run, unless `run_unanswered` (the self-check's
+    unmodified release: every test must fail on the release's stub)."""
     reasons: dict = {}
     out = copy.deepcopy(release)
     functions = [_meta(c)["grade_id"] for c in source.cells if c.cell_type == "code" and _meta(c).get("solution")]
@@ -66,7 +86,13 @@ def grade_cells(source, release, answers: dict[str, str], broken: str | None):
             cells.append((gid, c.source))
         elif c.cell_type == "code" and _meta(c).get("solution") and gid not in screened:
             cells.append((gid, answers.get(gid, "")))
-    session = autograde.Session(cells, screened)
+    # an answer left as released (`raise NotImplementedError()`) is not run: its test cell gets 0, as
+    # the release does (the self-check shows it), without starting a jail or a rank for it
+    released = {_meta(c)["grade_id"]: c.source for c in release.cells if _meta(c).get("solution")}
+    unanswered = set() if run_unanswered else {f for f in functions if answers.get(f, released.get(f)) == released.get(f)}
+    setup = next((i for i, c in enumerate(source.cells) if c.cell_type == "code" and not _setup(c)), 0)
+    setup = sum(1 for c in source.cells[:setup] if _setup(c))  # the leading locked cells: the shared jail's
+    session = autograde.Session(cells, screened, setup)
     secret = (source.path.parents[2] / "term-secret").read_text().strip()
     try:
         ns_base = _trusted_namespace(str(source.path), source.mtime)
@@ -77,13 +103,17 @@ def grade_cells(source, release, answers: dict[str, str], broken: str | None):
             if broken:
                 reasons[m["grade_id"]] = broken
                 continue
+            if m["grade_id"].removeprefix("test_") in unanswered:
+                reasons[m["grade_id"]] = "no answer: the cell is as released (not run)"
+                continue
             ns = dict(ns_base)
-            ns.update({f: autograde.Proxy(session, f) for f in functions})
+            without = cell_forbids(c.source, ns_base)  # this cell's calls: a jail without them
+            ns.update({f: autograde.Proxy(session, f, without) for f in functions})
             if (Path(__file__).parent / "labs" / "source" / source.path.parent.name / "grader.py").is_file():
                 from tutorials import rank_grading
                 ns["gradekit"] = rank_grading.Shim(session, secret)
             ns["__graded__"] = lambda fn, forbid, *a, **k: session.call(
-                fn.name, a, k, [autograde.dotted(f) for f in forbid])
+                fn.name, a, k, [autograde.dotted(f) for f in forbid], fn.without)
             reasons[m["grade_id"]] = autograde._verdict(c.source, ns)
     finally:
         session.close()
@@ -119,9 +149,13 @@ def save(course: Path, lab: str, student: str, nb, submitted: Path) -> dict:
     cells = {}
     import warnings
     warnings.filterwarnings("ignore", message=".*not in session.*")  # nbgrader 0.9's gradebook under SQLAlchemy 2
+    from tutorials import course as _course
+    handed_in = utils.parse_utc(stamp.read_text().strip()) if stamp.is_file() else None
     with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gb:
         gb.update_or_create_student(student)
-        gb.update_or_create_submission(lab, student)
+        if (due := _course.due_date(course, lab)) is not None:
+            gb.update_or_create_assignment(lab, duedate=due)
+        gb.update_or_create_submission(lab, student, **({"timestamp": handed_in} if handed_in else {}))
         for c in nbformat.from_dict(nb).cells:
             if utils.is_grade(c):
                 g = gb.find_grade(c.metadata.nbgrader.grade_id, lab, lab, student)
@@ -147,12 +181,12 @@ class _Frozen:
         self.cells = nbformat.read(str(path), as_version=4).cells
 
 
-def grade_submission(course: Path, lab: str, student: str) -> tuple[dict, dict]:
+def grade_submission(course: Path, lab: str, student: str, run_unanswered: bool = False) -> tuple[dict, dict]:
     """Grade <course>/submitted/<student>/<lab>/<lab>.ipynb: ({cell: [score, max, pending]}, {cell: reason})."""
     import nbformat
     source = _Frozen(course / "source" / lab / f"{lab}.ipynb")
     release = nbformat.read(str(course / "release" / lab / f"{lab}.ipynb"), as_version=4)
     submitted = course / "submitted" / student / lab / f"{lab}.ipynb"
     answers, broken = student_answers(submitted, source)
-    nb, reasons = grade_cells(source, release, answers, broken)
+    nb, reasons = grade_cells(source, release, answers, broken, run_unanswered)
     return save(course, lab, student, nb, submitted), reasons

@@ -3,6 +3,7 @@ runner of the coding labs (tutorials/labs/source/lab9-11) and of their graders.
 
     results = run_ranks(program, 3, arg, budget_s=10)   # program(rank, world_size, arg) on 3 ranks
     results = run_lab("lab9", "try_conv", conv_worker=f)            # a lab's visible case
+    conv, fc = one_process("lab9", "try_conv")                      # its parameters, one process
     verdict = grade("lab9", "conv_worker", conv_worker=f)           # {check: "ok" or why not}
 
 `results` is one RankResult per rank: what the program returned, and a log of every
@@ -110,6 +111,12 @@ def params_off(got: dict, want: dict, tol: float) -> str | None:
     if shapes:
         return f"{shapes[0]} has shape {tuple(got[shapes[0]].shape)}, expected {tuple(want[shapes[0]].shape)}"
     return f"{worst[1]} is off by up to {worst[0]:.2g} (tolerance {tol:g})" if not worst[0] <= tol else None
+
+
+def compare(got: dict, want: dict, tol: float = 1e-6) -> str | None:
+    """None if every parameter of `got` equals `want`'s within `tol`, else which one is off and by
+    how much: a visible test's check of the ranks against gradekit.one_process."""
+    return params_off(got, want, tol)
 
 
 # ------------------------------------------------------------------ inside a rank
@@ -443,7 +450,14 @@ def run_checks(program, cases: dict, checks: dict[str, str], student: StudentCod
 
 
 def _grader(lab: str):
-    return importlib.import_module(f"tutorials.labs.source.{lab}.grader")
+    """The lab's grader (the instructor's kit), or, in the students' repository, its rank program
+    (tutorials/labs/ranks/<lab>.py: no reference side, no checks; course.student_repo writes it)."""
+    try:
+        return importlib.import_module(f"tutorials.labs.source.{lab}.grader")
+    except ModuleNotFoundError as e:
+        if not (e.name or "").startswith("tutorials.labs"):
+            raise
+        return importlib.import_module(f"tutorials.labs.ranks.{lab}")
 
 
 def run_lab(lab: str, case: str = "try", **functions) -> list[RankResult]:
@@ -455,6 +469,16 @@ def run_lab(lab: str, case: str = "try", **functions) -> list[RankResult]:
         if r.output.strip():
             print("\n".join(f"[rank {r.rank}] {ln}" for ln in r.output.rstrip().splitlines()))
     return results
+
+
+def one_process(lab: str, case: str = "try"):
+    """The parameters after the same steps of the same model on the whole global batches in one
+    process, for one of a lab's visible cases (named try*): what every rank's parameters of that
+    case must equal (the lab grader's `reference`). A visible test compares the ranks with it, so
+    a wrong loss scale fails before the lab is handed in."""
+    if not case.startswith("try"):
+        raise ValueError(f"{case}: only a visible case (try*) has its one-process run here")
+    return _grader(lab).reference(_grader(lab).CASES[case])
 
 
 def grade(lab: str, part: str, **functions) -> dict[str, str]:

@@ -16,17 +16,19 @@ import importlib
 import random
 from pathlib import Path
 
-from tutorials import autograde
-from tutorials.gradekit import RankFailure, RankResult
+from tutorials import autograde, feedback_lines
+from tutorials.gradekit import RankFailure, RankResult, compare
 
 TRUSTED_ONLY = ("reference", "expected", "grade", "_judge")
 
 
-def jail_source(lab: str, mine: tuple[str, ...]) -> str:
-    """The grader module's source as the jail gets it: no reference side of `mine`, no references."""
+def jail_source(lab: str, mine: tuple[str, ...], keep: tuple[str, ...] = ()) -> str:
+    """The grader module's source as the jail gets it: no reference side of `mine`, no references
+    (but those of `keep`: the student bundle keeps `reference`, the one-process oracle of the
+    visible cases)."""
     module = importlib.import_module(f"tutorials.labs.source.{lab}.grader")
     tree = ast.parse(Path(module.__file__).read_text())
-    drop = {getattr(module, "SIDES", {}).get(m) for m in mine} | set(TRUSTED_ONLY)
+    drop = {getattr(module, "SIDES", {}).get(m) for m in mine} | (set(TRUSTED_ONLY) - set(keep))
     tree.body = [n for n in tree.body if not (isinstance(n, ast.FunctionDef) and n.name in drop)]
     return ast.unparse(tree)
 
@@ -38,6 +40,7 @@ class Shim:
 
     def __init__(self, session: autograde.Session, secret: str):
         self.session, self.secret = session, secret
+        self.failed: list[tuple[str, str]] = []  # (check, its kind) of each check `grade` found failing
 
     def _case(self, lab: str, name: str) -> dict:
         grader = importlib.import_module(f"tutorials.labs.source.{lab}.grader")
@@ -56,8 +59,8 @@ class Shim:
         out = self.session.ask_ranks(req)
         if not isinstance(out, dict) or ("failure" in out) == ("results" in out):
             raise autograde.AnswerError("the ranks' results were not in the expected form")
-        if "failure" in out:
-            raise RankFailure(str(out["failure"])[:400])
+        if "failure" in out:  # the jail's words: only what the grader can check (tutorials.feedback_lines)
+            raise RankFailure(feedback_lines.rank_failure(str(out["failure"]), set(names.values())))
         try:
             return [RankResult(int(r["rank"]), r["value"], list(r["calls"]), str(r["output"])) for r in out["results"]]
         except (KeyError, TypeError, ValueError):
@@ -65,6 +68,13 @@ class Shim:
 
     def run_lab(self, lab: str, case: str = "try", **functions) -> list[RankResult]:
         return self._run(lab, self._case(lab, case), functions)
+
+    def one_process(self, lab: str, case: str = "try"):
+        """gradekit.one_process, computed here (the grading process), never in the jail."""
+        from tutorials import gradekit
+        return gradekit.one_process(lab, case)
+
+    compare = staticmethod(compare)
 
     def grade(self, lab: str, part: str, **functions) -> dict[str, str]:
         """{check: "ok" or why not}, judged here on the jailed ranks' results (gradekit.run_checks' rule:
@@ -89,4 +99,6 @@ class Shim:
                     verdict[c] = grader._judge(c, results, case)
                 except Exception as e:  # noqa: BLE001 - results of the wrong type or shape
                     verdict[c] = f"the results could not be checked ({type(e).__name__})"
+        self.failed += [(c, feedback_lines.check_kind(c, v, grader.CASES[checks[c]].get("steps")))
+                        for c, v in verdict.items() if v != "ok"]
         return verdict

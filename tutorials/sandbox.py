@@ -5,7 +5,9 @@
 
 What the jailed program sees: a fresh root file system (a tmpfs) holding, read-only, the system
 (/usr, /bin, /lib*, /etc), the Python environment it runs in (its prefix and every sys.path
-folder outside the repository), and only the repository paths passed in `expose`; a private,
+folder outside the repository), and only the repository paths passed in `expose` (an entry
+`(host_path, jail_path)` shows a host folder at another path: the grader shows a copy of the
+workbench without an exercise's references where the package is); a private,
 writable /tmp and home; /dev with null, zero, random, urandom only; /proc of its own process
 namespace. It does not see the course folder (gradebook, instructor's notebooks, submissions),
 the instructor's kit (tutorials/labs/source), the user's home or any other submission's jail.
@@ -51,21 +53,28 @@ def _python_paths(repo: Path) -> list[str]:
     return out
 
 
-def shown(repo: Path, expose: list[Path]) -> list[str]:
-    """Every host path the jail shows (read-only)."""
-    return [p for p in SYSTEM if os.path.exists(p)] + _python_paths(repo) + [str(Path(e).resolve()) for e in expose]
+def _bind(e) -> "str | list[str]":
+    if isinstance(e, (tuple, list)):
+        return [str(Path(e[0]).resolve()), str(Path(e[1]).resolve())]
+    return str(Path(e).resolve())
+
+
+def shown(repo: Path, expose: list) -> list:
+    """Every host path the jail shows (read-only): a path, or [host path, path in the jail]."""
+    return [p for p in SYSTEM if os.path.exists(p)] + _python_paths(repo) + [_bind(e) for e in expose]
 
 
 def check_hidden(path: Path, repo: Path, expose: list[Path]) -> None:
     """Raise ValueError if `path` (a course folder, the instructor's kit) would be visible in the jail."""
     path = path.resolve()
     for p in shown(repo, expose):
+        p = p[0] if isinstance(p, list) else p
         if path.is_relative_to(p):
             raise ValueError(f"{path} is inside {p}, which the grading jail shows the student's code: "
                              "keep the course folder and the repository's kit outside the Python environment")
 
 
-def command(argv: list[str], repo: Path, expose: list[Path], env: dict | None = None,
+def command(argv: list[str], repo: Path, expose: list, env: dict | None = None,
             root: str | None = None) -> list[str]:
     """The command line that runs `argv` jailed (see the module's docstring). `root`: an empty
     folder the caller made and removes afterwards, where the jail's root is mounted (the mount is

@@ -18,8 +18,8 @@
 # Next: T7 (failure modes).*
 #
 # **Learning goals.** After this part a student can:
-# 1. show, with the engine's own runs, that ddp, ps and stanza compute local SGD on the same
-#    global batch: the same parameters after every step, to float rounding;
+# 1. show, with the engine's own runs, that ddp, ps and stanza compute single-process SGD on the same
+#    global batch (not "local SGD", which names periodic averaging of workers that step apart): the same parameters after every step, to float rounding;
 # 2. explain why two fp32 runs that agree step by step can still part after tens of steps (float
 #    summation order crossing a max-pool near-tie), and show that it is not a bug: in fp64 they
 #    do not part, and from the same parameters one step's gradient agrees to about 1e-6
@@ -64,7 +64,7 @@ common = dict(model="tiny_cnn", image_size=32, dataset="digits", global_batch=gl
               lr=0.05, momentum=0.5, seed=0, device="cpu", save_every=1)
 
 # %% [markdown]
-# ## 1. Every strategy is local SGD on the same global batch
+# ## 1. Every strategy is single-process SGD on the same global batch
 #
 # The loss of a step is the mean over the *global* batch, wherever its samples were computed:
 # each data worker (or FC worker) divides its summed loss by G, the allreduce adds the parts.
@@ -213,7 +213,7 @@ fig_drift
 # %% [markdown]
 # ## 3. What changes with the global batch
 #
-# Every strategy computes local SGD at global batch G, so G is an *algorithm* choice the systems
+# Every strategy computes single-process SGD at global batch G, so G is an *algorithm* choice the systems
 # choice inherits. Two things change with it.
 #
 # **The gradient's noise.** A mini-batch gradient is an average of G per-sample gradients, so its
@@ -283,7 +283,7 @@ fig_batch
 # Batch norm normalises each channel by its batch mean and variance: a sample's output depends
 # on the *other* samples of its batch. Split the batch over CONV workers and compute the
 # statistics per worker (`--bn-stats local`, what plain DDP does without SyncBatchNorm) and
-# every worker normalises by a different mean: not local SGD on the global batch any more.
+# every worker normalises by a different mean: not single-process SGD on the global batch any more.
 # `--bn-stats global` (the default) allreduces each BN layer's sums, so every worker normalises
 # by the global batch's statistics: 4 allreduces of C values per layer and step, counted under
 # `bn_stats`. A small BN model, `tutorials/t6_models.py`:

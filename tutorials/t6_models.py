@@ -2,7 +2,8 @@
 
 Two conv + BatchNorm2d blocks (one call per BN layer and step), an FC head. Batch norm makes each
 sample's output depend on the other samples of its batch: with `--bn-stats local` every CONV
-worker normalises over its own slice only, and training is no longer local SGD on the global batch.
+worker normalises over its own slice only, and training is no longer single-process SGD on the
+global batch.
 """
 import torch.nn as nn
 

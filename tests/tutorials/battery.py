@@ -4,13 +4,32 @@ test_grading_battery.py the coding labs'). Each cheating student submits the ref
 with the answers it cheats on replaced; TARGETS names the cells it targets (it must earn 0 there
 and full marks on its honest cells).
 
-{student: {lab: {solution grade_id: new body of the function}}}
+{student: {lab: {solution grade_id: new body of the function}}}; a body that starts with CELL is
+the whole new cell (code that runs when the cell runs, before any graded call).
 """
 from pathlib import Path
 
 import nbformat
 
 CALL_S = 30.0  # per call in the battery: the hanging student costs this (building VGG-16 on a loaded machine takes ~10 s)
+
+CELL = "### CELL\n"
+
+# Saves the code of the workbench's references when its cell runs (before the grader poisons
+# them for a call) and puts it back with setattr inside the answer: the static screen sees names,
+# not strings. With `perf.expected_bytes` restored, the answer is the reference's.
+_UNPOISON = ("_co = '__co' + 'de__'\n"
+             "_fn = lambda f: getattr(f, '__wra' + 'pped__', f)\n"
+             "_saved = [(_fn(f), getattr(_fn(f), _co)) for f in (perf.expected_bytes, perf.named_profile, perf.totals,\n"
+             "                                                    perf.traffic.rank_bytes, perf.traffic.summary_bytes)]\n\n\n"
+             "def _unpoison():\n"
+             "    for f, code in _saved:\n"
+             "        setattr(f, _co, code)\n\n\n")
+# Drops every stanza_core module (vars() of sys, not the blocked name) and imports the package
+# afresh: new function objects, never poisoned.
+_REIMPORT = ("import sys as _s\n_m = vars(_s)['modu' + 'les']\n"
+             "for _n in [n for n in _m if n.startswith('stanza_core')]:\n    del _m[_n]\n"
+             "from stanza_core import perf as _fresh\n")
 
 # The reference values a test cell's visible part names (lab 1: `ratio` in the old cells, `share`).
 _READ_CELL = ("import __main__\n"
@@ -68,6 +87,37 @@ def formula_students(course: Path) -> dict:
         "garbage": {"lab7": {"bsp_waits": "import os\nfor fd in range(1, 64):\n    try:\n"
                                           "        os.write(fd, b'{\"id\": 1, \"value\": [0.0]}\\nnot json\\n')\n"
                                           "    except OSError:\n        pass\nreturn [0.0 for c in compute_s]"}},
+        # restores the poisoned references' code, or imports the package afresh, and calls them
+        "unpoisons": {
+            "lab1": {"boundary_bytes_per_step": CELL + _UNPOISON +
+                     "def boundary_bytes_per_step(model_name: str, image_size: int, b: int) -> tuple[int, int]:\n"
+                     "    _unpoison()\n"
+                     "    row = perf.expected_bytes(perf.named_profile(model_name, image_size=image_size, batch_size=b),"
+                     " 'stanza', 2, 1, global_batch=b)[0]\n"
+                     "    return row['sent']['activations'] + row['sent']['labels'], row['recv']['activation_grads']\n"},
+            "lab2": {"stanza_bytes_per_step": CELL + _UNPOISON +
+                     "def stanza_bytes_per_step(Pc: int, Pf: int, A: int, N: int, k: int, G: int) -> int:\n"
+                     "    _unpoison()\n"
+                     "    return perf.totals(perf.expected_bytes(perf.ModelCounts(Pc, Pf, A), 'stanza', N, k, G))"
+                     "['bytes_per_step']\n",
+                     "samples_per_fc_worker": _REIMPORT +
+                     "rows = _fresh.expected_bytes(_fresh.ModelCounts(10, 10, 1), 'stanza', N, k, G)\n"
+                     "return {r['rank']: r['recv']['activations'] // 4 for r in rows if r['role'] == 'fc_worker'}"}},
+        # logs the arguments of every call (the hidden tests' inputs) and raises them in a later call
+        # and a later cell: its feedback must show none of them (test_labs' feedback test greps for them)
+        "logs_inputs": {"lab1": {
+            "fc_param_share": CELL + "_seen = []\n\n\n"
+                              "def fc_param_share(model_name: str, image_size: int = 224) -> float:\n"
+                              "    _seen.append((model_name, image_size))\n"
+                              "    split = split_model(get_model(model_name, 1000), input_shape=(3, image_size, image_size))\n"
+                              "    fc = sum(p.numel() for p in split.fc.parameters())\n"
+                              "    return fc / (fc + sum(p.numel() for p in split.conv.parameters()))\n",
+            "boundary_bytes_per_step": CELL + "_calls = []\n\n\n"
+                                       "def boundary_bytes_per_step(model_name: str, image_size: int, b: int) -> tuple[int, int]:\n"
+                                       "    _calls.append((model_name, image_size, b))\n"
+                                       "    if len(_calls) > 1:  # the visible call, then the first hidden one\n"
+                                       "        raise RuntimeError(f'LEAK seen={_calls + _seen!r}')\n"
+                                       "    return 12 * b, 4 * b  # what the visible test accepts\n"}},
         # honest alternatives: a pairwise (Chan et al.) batch-norm merge; a deadlock check by simulation
         "honest": {"lab6": {
             "merge_bn_stats": "n, mean, m2 = 0, None, None\n"
@@ -87,6 +137,7 @@ def targets(students: dict) -> dict:
     out = {s: {lab: {f"test_{g}" for g in bodies} for lab, bodies in labs.items()} for s, labs in students.items()}
     out["honest"] = {lab: set() for lab in students["honest"]}
     out["gradebook"] = {"lab7": set()}  # its answer is right: the cheat is on the gradebook, checked apart
+    out["logs_inputs"] = {"lab1": {"test_boundary_bytes_per_step"}}  # its logging answer is right; the leak is graded apart
     return out
 
 
@@ -99,3 +150,29 @@ def broken_notebooks(course: Path, subs: Path) -> None:
     cell.metadata["nbgrader"].update(grade=True, points=100)
     (subs / "regraded" / "lab7").mkdir(parents=True)
     nbformat.write(nb, subs / "regraded" / "lab7" / "lab7.ipynb")
+
+
+def solution_lines_in(files: dict, course: Path, labs) -> list:
+    """(file, line) for every solution region or hidden test of the course's frozen notebooks that
+    one of `files` ({name: bytes}) holds whole, and for every line of one (over 32 characters:
+    shorter ones such as `for p in model.parameters():` are any program's; not in the release,
+    whose text may name a call; frozen values included) that a file outside the workbench holds (the workbench may share a line of library
+    code with an answer)."""
+    import json
+    import re
+    blob = {name: data for name, data in files.items() if not name.startswith("stanza_core/")}
+    found = []
+    release = b"\n".join((course / "release" / lab / f"{lab}.ipynb").read_bytes() for lab in labs)  # seen anyway
+    for lab in labs:
+        for c in nbformat.read(course / "source" / lab / f"{lab}.ipynb", as_version=4).cells:
+            for region in re.findall(r"BEGIN (?:SOLUTION|HIDDEN TESTS)\n(.*?)### END", c.source, flags=re.S):
+                body = "\n".join(ln.strip() for ln in region.strip().splitlines()).encode()
+                found += [(name, body[:60]) for name, data in files.items()
+                          if body in b"\n".join(ln.strip() for ln in data.splitlines())]
+                for line in region.splitlines():
+                    line = line.strip().lstrip("# ").strip()
+                    public = json.dumps(line, ensure_ascii=False)[1:-1].encode() in release  # the exercise names it
+                    if len(line) > 32 and not public:
+                        for form in {line.encode(), json.dumps(line, ensure_ascii=False)[1:-1].encode()}:
+                            found += [(name, line) for name, data in blob.items() if form in data]
+    return found

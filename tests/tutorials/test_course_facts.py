@@ -263,3 +263,65 @@ def test_j_t6_one_step_from_the_same_parameters_differs_by_about_1e_minus_6():
     finally:
         torch.set_num_threads(threads)
     assert all(3e-7 < d < 5e-6 for d in diffs), diffs
+
+
+def _lab_text(lab):
+    return " ".join((REPO_ROOT / "tutorials" / "labs" / "source" / lab / f"{lab}.py").read_text().replace("#", " ").split())
+
+
+def test_ddp_gives_the_first_bucket_the_explicit_cap_and_1_mib_only_by_default():
+    """Lab 10's statement: with an explicit bucket_cap_mb the installed torch's DDP gives the first
+    bucket that cap too; only its default cap gives the first bucket dist._DEFAULT_FIRST_BUCKET_BYTES."""
+    import os
+    import socket
+
+    import torch.distributed as dist
+    from torch import nn
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group("gloo", rank=0, world_size=1)
+    try:
+        model = nn.Linear(8, 4)
+        explicit = nn.parallel.DistributedDataParallel(model, bucket_cap_mb=3.0)._bucket_config
+        default = nn.parallel.DistributedDataParallel(model)._bucket_config
+    finally:
+        dist.destroy_process_group()
+    assert explicit.first_bucket_bytes_cap == explicit.bucket_bytes_cap == 3 * 2**20
+    assert default.first_bucket_bytes_cap == dist._DEFAULT_FIRST_BUCKET_BYTES == 2**20 < default.bucket_bytes_cap
+    text = _lab_text("lab10")
+    assert "caps its first bucket at 1 MiB" not in text
+    assert "with an explicit cap, as here, the first bucket has that cap too" in text
+    assert "with an explicit cap, as here, DDP's first bucket has that cap too" in text
+
+
+def test_lab10_attributes_each_bucket_rule_as_lecture_3_does():
+    """Lecture 3 gives DDP's "at least" rule and names "before it would exceed" as the engine's variant."""
+    l3 = " ".join((REPO_ROOT / "tutorials" / "lectures" / "l3_overlap.py").read_text().replace("#", " ").split())
+    assert "*at least* `bucket_cap_mb`" in l3 and "*before* it would exceed the cap" in l3
+    text = _lab_text("lab10")
+    assert "lecture 3's \"closes before it would exceed\"" not in text
+    assert "which lecture 3 names as the engine's variant of DDP's \"at least\" rule" in text
+
+
+def test_t6_calls_single_process_sgd_by_its_name():
+    """"Local SGD" names periodic averaging of workers that step apart; T6's strategies all compute
+    one process's SGD on the global batch."""
+    for name in ("t6_convergence.py", "t6_convergence.ipynb", "t6_models.py"):
+        text = (REPO_ROOT / "tutorials" / name).read_text().replace('"local SGD"', "").replace('\\"local SGD\\"', "")
+        assert "local SGD" not in text, name
+    assert "single-process SGD on the same" in (REPO_ROOT / "tutorials" / "t6_convergence.py").read_text()
+
+
+def test_the_syllabus_names_the_tutorials_each_coding_lab_goes_with():
+    import re
+    syllabus = (REPO_ROOT / "docs" / "course.md").read_text()
+    for lab in ("lab9", "lab10", "lab11"):
+        header = (REPO_ROOT / "tutorials" / "labs" / "source" / lab / f"{lab}.py").read_text()
+        said = re.search(r"goes with tutorials? ([^)]*)\)", header)
+        if not said:
+            continue
+        tutorials = re.findall(r"T\d", said.group(1))
+        line = re.search(rf"- Lab {lab[3:]} \(\d+ points, after ([^)]*)\)", syllabus)
+        assert line and re.findall(r"T\d", line.group(1)) == tutorials, (lab, said.group(1), line and line.group(1))

@@ -98,3 +98,38 @@ def test_grading_kernels_talk_over_unix_sockets(tmp_path):
     pytest.importorskip("nbgrader")
     km = course._api(tmp_path).config.AsyncKernelManager
     assert km.transport == "ipc" and os.path.isabs(km.ip) and len(km.ip) + len("-65535") < 100
+
+
+def test_collect_records_each_submissions_own_time(tmp_path):
+    import os
+    term = _term(tmp_path)
+    inbox = tmp_path / "inbox"
+    (inbox / "ana" / "lab7").mkdir(parents=True)
+    (inbox / "ana" / "lab7" / "lab7.ipynb").write_text("ana's")
+    (inbox / "ana" / "lab7" / "timestamp.txt").write_text("2026-10-05 21:15:00.250000 UTC")  # nbgrader's exchange
+    (inbox / "ben").mkdir()
+    (inbox / "ben" / "lab7.ipynb").write_text("ben's")
+    os.utime(inbox / "ben" / "lab7.ipynb", (1_790_000_000, 1_790_000_000))  # 2026-09-21 14:13:20 UTC
+    course.collect(term, inbox, ["lab7"])
+    stamp = lambda s: (term / "submitted" / s / "lab7" / "timestamp.txt").read_text()  # noqa: E731
+    assert stamp("ana") == "2026-10-05 21:15:00.250000 UTC"
+    assert stamp("ben") == "2026-09-21 14:13:20.000000 UTC"
+    # the copy's own time is the collection's: newer than any earlier grading of this student
+    assert (term / "submitted" / "ben" / "lab7" / "lab7.ipynb").stat().st_mtime > 1_790_000_000
+
+
+def test_the_late_rule_takes_a_share_per_started_day(tmp_path):
+    term = _term(tmp_path)
+    cfg = course.term_config(term)
+    assert cfg["due"] == {} and course.due_date(term, "lab7") is None
+    (term / course.TERM_CONFIG).write_text('{"due": {"lab7": "2026-10-05 23:59 UTC"}, "late_penalty_per_day": 0.25}')
+    cfg = course.term_config(term)
+    assert str(course.due_date(term, "lab7")) == "2026-10-05 23:59:00" and course.due_date(term, "lab1") is None
+    day = 86400
+    assert [course.late_penalty(20.0, s, cfg) for s in (0, -5, 1, day, day + 1, 3 * day, 10 * day)] == \
+        [0.0, 0.0, 5.0, 5.0, 10.0, 15.0, 20.0]  # at most all of it (late_penalty_max 1.0)
+    assert course.late_penalty(20.0, 10 * day, {**cfg, "late_penalty_max": 0.5}) == 10.0
+    (term / course.TERM_CONFIG).write_text('{"due": ["lab7"]}')
+    import pytest
+    with pytest.raises(ValueError, match="due"):
+        course.term_config(term)

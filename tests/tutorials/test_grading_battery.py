@@ -3,17 +3,19 @@
 the reference answers only the cells named (its other cells fail at once: cheap). The reference
 gets full marks; honest alternatives full marks on their cells (an FC worker that batches its
 slices, one flattened allreduce, k = 2 FC workers served in rank order, a blocking even/odd ring, batch_isend_irecv, a DDP that
-broadcasts one flattened tensor, ZeRO-1 over an allreduce, 1F1B, GPipe with blocking sends, a parameter server whose owner
+broadcasts one flattened tensor, 1F1B, GPipe with blocking sends, a parameter server whose owner
 receives blocking); the
 cheating or wrong students 0 on the cells they target (running the kit's reference sides,
 replacing gradekit's grade and run_lab, an overlap faked in the timeline, a DDP that synchronises
 its first step only, k = 2 FC workers without their FC allreduce, a DDP that keeps its
 buckets' state across steps, ZeRO-1 with the whole
-momentum on every rank, a pipeline that skips a micro-batch's backward, a parameter server that
+momentum on every rank, ZeRO-1 over a full allreduce, a ZeRO-1 that keeps the whole momentum on the model
+and a one-element decoy in its state, a pipeline that skips a micro-batch's backward, a parameter server that
 pushes after the backward). All in one grading run.
 (The formula labs' battery is test_labs.py's.)"""
 import re
 import sys
+from pathlib import Path
 
 import nbformat
 import pytest
@@ -34,8 +36,9 @@ def _reference(lab, grade_id, *replace):
 
 
 # lab 10's DDP class: one broadcast of the flattened parameters (honest); no state reset between
-# steps (full marks when lab 10 trained one step). ZeRO-1: an allreduce, then each rank its shard
-# (honest: more bytes, the same sharded state); every rank the whole momentum (not sharded).
+# steps (full marks when lab 10 trained one step). ZeRO-1: an allreduce, then each rank its shard (the
+# same sharded state, but data parallelism's traffic: graded on its collectives, it fails); every rank the
+# whole momentum (not sharded).
 FLAT_BROADCAST = _reference("lab10", "DDP", (
     "            for p in model.parameters():  # every rank starts from rank 0's parameters\n"
     "                dist.broadcast(p, 0)\n",
@@ -53,6 +56,15 @@ ZERO_ALLREDUCE = ("rank, world = dist.get_rank(), dist.get_world_size()\nparams 
                   "out = [torch.empty(shard) for _ in range(world)]\ndist.all_gather(out, new)\n"
                   "full = torch.cat(out)[:n]\noff = 0\nwith torch.no_grad():\n    for p in params:\n"
                   "        p.copy_(full[off:off + p.numel()].view_as(p))\n        off += p.numel()")
+# Shards nothing and says it does: a full allreduce, the whole momentum on an attribute of the
+# model, a one-element decoy in `state` (exact parameters).
+ZERO_DECOY = ("with torch.no_grad():\n    if not hasattr(model, '_momentum'):\n"
+              "        model._momentum = [torch.zeros_like(p) for p in model.parameters()]\n"
+              "    for p, buf in zip(model.parameters(), model._momentum):\n"
+              "        dist.all_reduce(p.grad)\n        g = p.grad / dist.get_world_size()\n"
+              "        buf.copy_(g if 'decoy' not in state else buf * momentum + g)\n"
+              "        p -= lr * buf\n"
+              "    state['decoy'] = torch.zeros(1)")
 ZERO_FULL_STATE = ("with torch.no_grad():\n    for i, p in enumerate(model.parameters()):\n"
                    "        dist.all_reduce(p.grad)\n        g = p.grad / dist.get_world_size()\n"
                    "        state[str(i)] = g.clone() if str(i) not in state else state[str(i)].mul_(momentum).add_(g)\n"
@@ -129,7 +141,7 @@ HONEST = {
                 "        for h in handles + pushed:\n            h.wait()",
                 "        for (j, r), t in got.items():\n            dist.recv(t, r, tag=j)\n"
                 "        for h in pushed:\n            h.wait()"))}},
-    "honest_trainer": {"lab10": {"DDP": FLAT_BROADCAST, "zero1_step": ZERO_ALLREDUCE}},
+    "honest_trainer": {"lab10": {"DDP": FLAT_BROADCAST}},
 }
 CHEATS = {
     "first_step_only": {"lab10": {  # a DDP that synchronises its first step only (full marks when lab 10 ran one step)
@@ -152,6 +164,8 @@ CHEATS = {
         "        for p in params:\n            hook(p)\n        mine = [j for j in range(len(params)) if j % world == rank]"))}},
     "ddp_no_reset": {"lab10": {"DDP": NO_RESET}},  # step 2 waits on step 1's handles and copies its sums
     "zero_full_state": {"lab10": {"zero1_step": ZERO_FULL_STATE}},  # exact, but no optimizer state sharded
+    "zero_allreduce": {"lab10": {"zero1_step": ZERO_ALLREDUCE}},  # a shard's state, a full allreduce's traffic
+    "zero_decoy": {"lab10": {"zero1_step": ZERO_DECOY}},  # full allreduce, full momentum on the model, decoy state
     "runs_kit_sides": {"lab9": {
         "conv_worker": "from tutorials.labs.source.lab9.grader import _conv_side\nreturn _conv_side(conv, x, y, plan)"}},
     "replaces_gradekit": {"lab11": {
@@ -182,6 +196,8 @@ def graded(tmp_path_factory):
     from tutorials import sandbox
     if why := sandbox.available():  # Linux without the jail is a machine the course cannot grade on
         (pytest.skip if sys.platform != "linux" else pytest.fail)(why)
+    import os
+    os.environ["PATH"] = os.pathsep.join((str(Path(sys.executable).parent), os.environ.get("PATH", "")))  # alembic
     out = tmp_path_factory.mktemp("coding") / "course"
     course.build_release(out, LABS)
     subs = out / "inbox"
@@ -223,14 +239,15 @@ def test_reference_and_honest_alternatives_full_marks_cheats_none(graded):
             assert all(score == 0 for c, (score, _) in cells.items() if c.removeprefix("test_") not in bodies), cells
     nb = nbformat.read(out / "autograded" / "runs_kit_sides" / "lab9" / "lab9.ipynb", as_version=4)
     why = next(c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id") == "test_conv_worker").outputs
-    assert "No module named 'tutorials.labs'" in why[0].evalue, why
+    assert "raised ModuleNotFoundError" in why[0].evalue and "tutorials.labs" not in why[0].evalue, why
 
 
 @pytest.mark.slow
 @pytest.mark.timeout(1200)
 def test_the_bundle_runs_the_ranks_without_any_reference(graded, tmp_path):
     """The student bundle of the coding labs ships the rank runner and each lab's rank program,
-    without the reference sides, the one-process references and the checks."""
+    without the reference sides and the checks (with the one-process reference of the visible
+    cases, gradekit.one_process)."""
     import zipfile
     out, _ = graded
     with zipfile.ZipFile(course.bundle(out, tmp_path / "students.zip")) as z:
@@ -239,7 +256,25 @@ def test_the_bundle_runs_the_ranks_without_any_reference(graded, tmp_path):
     for lab in LABS:
         program = files[f"stanza-labs/tutorials/labs/source/{lab}/grader.py"]
         assert "def program(" in program
-        for internal in ("def _conv_side", "def _fc_side", "def _allreduce_side", "def reference(", "def _judge(",
-                         "def expected("):
+        for internal in ("def _conv_side", "def _fc_side", "def _allreduce_side", "def _judge(", "def expected("):
             assert internal not in program, (lab, internal)
+        assert "def reference(" in program  # the one-process oracle of the visible cases (gradekit.one_process)
     assert not [w for w in course.LEAKS for text in files.values() if w in text]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1200)
+def test_the_students_repository_runs_the_ranks_without_any_reference(graded, tmp_path):
+    """The repository students clone holds the coding labs' rank programs (tutorials/labs/ranks)
+    without the reference sides and the checks, and none of the reference bodies."""
+    import battery
+    out, _ = graded
+    repo = course.student_repo(out, tmp_path / "students")
+    files = {str(p.relative_to(repo)): p.read_bytes() for p in repo.rglob("*") if p.is_file() and ".git" not in p.parts}
+    for lab in LABS:
+        program = files[f"tutorials/labs/ranks/{lab}.py"].decode()
+        assert "def program(" in program and "def reference(" in program
+        for internal in ("def _conv_side", "def _fc_side", "def _allreduce_side", "def _judge(", "def expected("):
+            assert internal not in program, (lab, internal)
+    assert not [n for n in files if n.startswith("tutorials/labs/source")]
+    assert battery.solution_lines_in(files, out, LABS) == []

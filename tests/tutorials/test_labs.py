@@ -331,6 +331,9 @@ def _raises(f, *args):
 
 def _plant(nb, grade_id, body):
     cell = next(c for c in nb.cells if _grade_id(c) == grade_id)
+    if body.startswith("### CELL\n"):  # the whole cell (battery.CELL)
+        cell.source = body.removeprefix("### CELL\n")
+        return
     indented = "\n".join("    " + ln for ln in body.split("\n"))
     new, n = re.subn(r"### BEGIN SOLUTION\n.*?### END SOLUTION", lambda m: "### BEGIN SOLUTION\n" + indented
                      + "\n    ### END SOLUTION", cell.source, flags=re.S)
@@ -441,7 +444,7 @@ def test_an_answer_that_calls_or_patches_its_reference_gets_no_points(graded):
             assert len(outputs) == 1 and outputs[0].output_type == "error", (lab, name, outputs)
             called = "patches the reference" not in body
             assert ("a reference this answer is graded against" in outputs[0].evalue) == called, outputs[0].evalue
-            assert called or outputs[0].evalue == "a hidden test failed"
+            assert called or outputs[0].evalue == "a hidden test failed: a wrong value", outputs[0].evalue
 
 
 @pytest.mark.slow
@@ -477,12 +480,21 @@ def test_the_cheating_battery_earns_none_of_its_targets_and_honest_answers_full_
 @pytest.mark.timeout(SLOW_TIMEOUT_S)
 def test_feedback_holds_no_hidden_test_and_no_frozen_value(graded):
     out, _, _ = graded
-    students = ["reference", "cheat", "planted", "reads_notebook"]
+    students = ["reference", "cheat", "planted", "reads_notebook", "logs_inputs", "unpoisons", "hangs", "garbage"]
     html = {p: p.read_text() for p in course.feedback(out, FORMULA_LABS, students)}
     assert len(html) == len(course._pairs(out, "autograded", FORMULA_LABS, students)) > 2 * len(FORMULA_LABS)
+    logged = out / "autograded" / "logs_inputs" / "lab1" / "lab1.ipynb"  # it did raise what it logged
+    why = next(c for c in nbformat.read(logged, as_version=4).cells if _grade_id(c) == "test_boundary_bytes_per_step")
+    assert why.outputs[0].evalue.startswith("RuntimeError raised in your code (cell boundary_bytes_per_step, line ")
     for path, text in html.items():
         lab = path.parent.name
         release = (out / "release" / lab / f"{lab}.ipynb").read_text()
+        assert "LEAK seen=[" not in text, path  # what it raised (its own source, shown, holds "LEAK seen={")
+        for literal in json.loads((out / "frozen" / f"{lab}.json").read_text()):  # every hidden call's inputs
+            value = ast.literal_eval(literal)
+            for case in value if isinstance(value, (list, tuple)) else ():
+                for shown in {repr(case), repr(case)[1:-1]} if isinstance(case, tuple) else ():
+                    assert len(shown) < 8 or shown in release or shown not in text, (path, shown)
         # (solution markers may be the student's own: these students submitted the instructor's cells)
         assert not [w for w in ("HIDDEN TESTS", "__frozen__", "__graded__", "forbid") if w in text], path
         literals = json.loads((out / "frozen" / f"{lab}.json").read_text())
@@ -520,10 +532,38 @@ def test_the_student_bundle_holds_no_solution(graded, tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.timeout(SLOW_TIMEOUT_S)
+def test_the_students_repository_holds_the_workbench_and_no_solution(graded, tmp_path):
+    """The repository students clone: the workbench, the tutorials, the releases; not the kit
+    (tutorials/labs/source), not the grader, no line of a solution or a hidden test."""
+    import subprocess
+
+    import battery
+    out, _, _ = graded
+    repo = course.student_repo(out, tmp_path / "students")
+    files = {str(p.relative_to(repo)): p.read_bytes() for p in repo.rglob("*") if p.is_file() and ".git" not in p.parts}
+    assert {f"tutorials/labs/{lab}/{lab}.ipynb" for lab in FORMULA_LABS} | {
+        "README.md", "pyproject.toml", "stanza_core/__init__.py", "tutorials/gradekit.py", "tutorials/t1_anatomy.ipynb"} <= set(files)
+    assert not [n for n in files if n.startswith("tutorials/labs/source") or n.startswith("tests/")]
+    assert not [n for n in files if n.startswith("tutorials/") and n.count("/") == 1
+                and n.split("/")[1] in course.GRADER_ONLY]
+    assert not [w for w in course.LEAKS for data in files.values() if w.encode() in data]
+    assert battery.solution_lines_in(files, out, FORMULA_LABS) == []
+    assert "pip install -e ." in files["README.md"].decode() and "tutorials/labs/<lab>" in files["README.md"].decode()
+    if (repo / ".git").is_dir():  # a repository to clone, its one commit holding every file
+        listed = subprocess.run(["git", "-C", str(repo), "ls-files"], capture_output=True, text=True, check=True)
+        assert set(listed.stdout.split()) == set(files)
+    with pytest.raises(ValueError, match="exists"):
+        course.student_repo(out, repo)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(SLOW_TIMEOUT_S)
 @pytest.mark.filterwarnings("ignore:.*not in session")  # nbgrader 0.9's gradebook under SQLAlchemy 2
 def test_a_term_keeps_its_gradebook_hand_grades_and_every_submission(graded, tmp_path):
     """release, collect, autograde, feedback, export on lab 7 (the quickest to grade), in a term
     folder made from the module's release: nothing a user saved is lost or overwritten."""
+    import os
+
     from nbgrader.api import Gradebook
     out, _, _ = graded
     term = course.open_course(tmp_path / "term", create=True)
@@ -531,6 +571,8 @@ def test_a_term_keeps_its_gradebook_hand_grades_and_every_submission(graded, tmp
         shutil.copytree(out / part / "lab7", term / part / "lab7")
     shutil.copy(out / course.SECRET, term / course.SECRET)
     shutil.copy(out / "gradebook.db", term / "gradebook.db")
+    (term / course.TERM_CONFIG).write_text('{"due": {"lab7": "2026-10-05 23:59 UTC"}}')  # 10 % a started day late
+    due = 1_791_244_740  # 2026-10-05 23:59:00 UTC
     assert course.release(term, ["lab7"]) == []  # released already: kept as it is
     inbox = tmp_path / "inbox"
     (inbox / "alice" / "lab7").mkdir(parents=True)
@@ -538,6 +580,8 @@ def test_a_term_keeps_its_gradebook_hand_grades_and_every_submission(graded, tmp
     reference = nbformat.read(out / "source" / "lab7" / "lab7.ipynb", as_version=4)
     nbformat.write(reference, inbox / "alice" / "lab7" / "lab7.ipynb")
     shutil.copy(out / "release" / "lab7" / "lab7.ipynb", inbox / "bob" / "lab7.ipynb")
+    for nb in (inbox / "alice" / "lab7" / "lab7.ipynb", inbox / "bob" / "lab7.ipynb"):
+        os.utime(nb, (due - 3600, due - 3600))  # handed in an hour early
     assert course.collect(term, inbox, ["lab7"]) == [("alice", "lab7"), ("bob", "lab7")]
     assert course.collect(term, inbox, ["lab7"]) == []  # unchanged
     first = course.term_autograde(term, ["lab7"])
@@ -547,6 +591,7 @@ def test_a_term_keeps_its_gradebook_hand_grades_and_every_submission(graded, tmp
         gb.db.commit()
     _plant(reference, "bsp_waits", PLANTED["lab7"]["bsp_waits"])  # alice resubmits, worse
     nbformat.write(reference, inbox / "alice" / "lab7" / "lab7.ipynb")
+    os.utime(inbox / "alice" / "lab7" / "lab7.ipynb", (due + 36 * 3600, due + 36 * 3600))  # a day and a half late
     assert course.collect(term, inbox, ["lab7"]) == [("alice", "lab7")]
     kept = list((term / "backup").glob("*/submitted/alice/lab7/lab7.ipynb"))
     assert len(kept) == 1
@@ -561,9 +606,15 @@ def test_a_term_keeps_its_gradebook_hand_grades_and_every_submission(graded, tmp
     csv_path, json_path = course.export(term)
     rows = {r["student_id"]: r for r in csv.DictReader(csv_path.open()) if r["assignment"] == "lab7"}
     alice = json.loads(json_path.read_text())["alice"]["lab7"]
-    assert float(rows["alice"]["score"]) == sum(s for s, _, _ in alice.values()) == sum(
+    raw = sum(s for s, _, _ in alice.values())
+    assert float(rows["alice"]["raw_score"]) == raw == sum(
         m for c, (_, m, _) in alice.items() if c.startswith("test_") and c != "test_bsp_waits") + 1.5
-    assert float(rows["bob"]["score"]) == 0
+    # late work: the due date from the term's config, the student's own time, two started days late: 20 %
+    assert rows["alice"]["duedate"] == rows["bob"]["duedate"] == "2026-10-05 23:59:00"
+    assert rows["alice"]["timestamp"] == "2026-10-07 11:59:00" and rows["bob"]["timestamp"] == "2026-10-05 22:59:00"
+    assert float(rows["alice"]["late_submission_penalty"]) == pytest.approx(0.2 * raw)
+    assert float(rows["alice"]["score"]) == pytest.approx(0.8 * raw)
+    assert float(rows["bob"]["score"]) == 0 == float(rows["bob"]["late_submission_penalty"])
     with pytest.raises(RuntimeError, match="term"):
         course.build_release(term, ["lab7"])  # the self-check never replaces a term folder
     with pytest.raises(ValueError, match="make clean"):

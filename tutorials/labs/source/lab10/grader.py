@@ -25,8 +25,14 @@ ddp    the student's class `DDP(model, bucket_cap_bytes, timeline)` with `finish
 zero1  the student's `zero1_step(model, state, lr, momentum)` after each backward: SGD with
        momentum, its momentum sharded over the ranks (ZeRO stage 1); DDP_STEPS steps. Checks:
        parameters equal torch.optim.SGD(momentum=MOMENTUM) in one process on the whole batches;
-       every rank's `state` holds at most its share of the momentum (the model's numel / N, plus
-       one element per parameter of rounding), every step.
+       the collectives each rank ran, as the counters logged them, are ZeRO's: every step a
+       reduce-scatter that leaves the rank its shard of the gradients and an all-gather of the
+       whole flattened parameters, nothing else that moves bytes (a full allreduce fails); every
+       tensor the rank keeps alive between steps beside the parameters and their gradients (in
+       `state`, anywhere in the model's modules, hooks and parameters' attributes, in the
+       student's function's globals, closure, defaults and attributes; each storage counted once,
+       whole) holds at most its share of the momentum (the model's numel / N, plus one element
+       per parameter of rounding), every step.
 """
 from __future__ import annotations
 
@@ -72,7 +78,7 @@ PARTS = {
     "DDP": {"2 ranks: equal to one process": "ddp2", "3 ranks: equal to one process": "ddp3",
             "3 ranks: broadcast": "ddp3", "3 ranks: bucket sizes": "ddp3", "3 ranks: overlap": "ddp3"},
     "zero1_step": {"2 ranks: equal to one process": "zero2", "3 ranks: equal to one process": "zero3",
-                   "3 ranks: optimizer state sharded": "zero3"},
+                   "3 ranks: reduce-scatter and all-gather": "zero3", "3 ranks: optimizer state sharded": "zero3"},
 }
 CHECKS = [c for part in PARTS.values() for c in part]
 TIME_LIMIT_S = 240
@@ -136,7 +142,7 @@ def program(rank: int, world_size: int, case: dict, student: gradekit.StudentCod
         if ex == "zero1":
             fn(model, state, LR, MOMENTUM)  # the student's optimizer step
             params = {n: p.detach().clone() for n, p in model.named_parameters()}
-            held.append(_numel(state))
+            held.append(kept_elements(model, state, fn))
         else:
             fn(model) if ex == "plain" else finish()
             params = sgd(model)
@@ -146,13 +152,50 @@ def program(rank: int, world_size: int, case: dict, student: gradekit.StudentCod
             "marks": marks, "backward": backward, "held": held}
 
 
-def _numel(value) -> int:
-    """Elements of the tensors in `value` (dicts, lists and tuples of them)."""
-    if isinstance(value, torch.Tensor):
-        return value.numel()
-    if isinstance(value, dict):
-        return sum(_numel(v) for v in value.values())
-    return sum(_numel(v) for v in value) if isinstance(value, (list, tuple)) else 0
+def kept_elements(model: nn.Module, state, fn) -> int:
+    """Elements of every tensor storage the rank keeps alive between steps beside the parameters
+    and their gradients, wherever the student's code can keep one: `state`, the model (every
+    module's attributes and hooks, every parameter's own attributes) and the student's function
+    (its globals, closure, defaults and attributes). A view counts its whole storage, once."""
+    import types
+    own = {t.untyped_storage().data_ptr() for p in model.parameters() for t in (p, p.grad) if t is not None}
+    seen, storages, total = set(), set(), 0
+    todo = [state, model, fn]
+    while todo:
+        v = todo.pop()
+        if id(v) in seen or isinstance(v, (types.ModuleType, type, str, bytes, int, float, bool, type(None))):
+            continue
+        seen.add(id(v))
+        if isinstance(v, torch.Tensor):
+            ptr = v.untyped_storage().data_ptr()
+            if ptr not in own and ptr not in storages:
+                storages.add(ptr)
+                total += v.untyped_storage().nbytes() // max(v.element_size(), 1)
+            todo += list(vars(v).values()) if hasattr(v, "__dict__") else []
+        elif isinstance(v, dict):
+            todo += list(v.keys()) + list(v.values())
+        elif isinstance(v, (list, tuple, set, frozenset)):
+            todo += list(v)
+        elif isinstance(v, types.FunctionType):
+            todo += [v.__globals__, v.__defaults__ or (), v.__kwdefaults__ or {}, vars(v)]
+            todo += [c.cell_contents for c in v.__closure__ or () if _filled(c)]
+        elif isinstance(v, types.MethodType):
+            todo += [v.__func__, v.__self__]
+        elif hasattr(v, "__dict__"):
+            todo.append(vars(v))
+    return total
+
+
+def _filled(cell) -> bool:
+    try:
+        cell.cell_contents
+    except ValueError:
+        return False
+    return True
+
+
+REDUCE_SCATTER = ("reduce_scatter", "reduce_scatter_tensor", "reduce_scatter_single")
+ALL_GATHER = ("all_gather", "all_gather_into_tensor", "all_gather_single")
 
 
 def reference(case: dict) -> dict:
@@ -250,12 +293,38 @@ def _sharded(results, case) -> str:
     for r in results:
         held = r.value["held"]
         if not held or max(held) > share or min(held) == 0:
-            return (f"rank {r.rank}'s state held {held} elements after each step; its share of the momentum of {n} "
+            return (f"rank {r.rank} kept {held} elements alive between steps beside the parameters and their "
+                    f"gradients (state, model, its own namespace); its share of the momentum of {n} "
                     f"parameters over {case['world_size']} ranks is at most {share}")
     return "ok"
 
 
+def _zero_collectives(results, case) -> str:
+    """Every step: reduce-scatters that leave the rank at least its shard of the gradients (at
+    most one element per parameter of padding more), all-gathers of the whole flattened
+    parameters (as much padding), and no other call that moves bytes."""
+    params = list(build_case(case).parameters())
+    n, world, steps = sum(p.numel() for p in params), case["world_size"], case["steps"]
+    share, pad = -(-n // world), len(params)
+    for r in results:
+        other = [c for c in r.calls if c["op"] not in REDUCE_SCATTER + ALL_GATHER and c["bytes"] > 0]
+        if other:
+            return (f"rank {r.rank} called {other[0]['op']} on {other[0]['bytes']} bytes: ZeRO-1 moves the gradients "
+                    "by reduce-scatter and the parameters by all-gather only")
+        got = {what: sum(c["bytes"] for c in r.calls if c["op"] in ops) // 4
+               for what, ops in (("reduce-scatter", REDUCE_SCATTER), ("all-gather", ALL_GATHER))}
+        want = {"reduce-scatter": (n / world, share + pad), "all-gather": (n, world * (share + pad))}
+        for what, (lo, hi) in want.items():
+            if not lo * steps <= got[what] <= hi * steps:
+                return (f"rank {r.rank}'s {what}s received {got[what]} elements in {steps} steps; ZeRO-1 needs "
+                        f"{'its shard' if what == 'reduce-scatter' else 'all'} of the {n} gradients' elements "
+                        f"({lo:g} to {hi:g}) every step")
+    return "ok"
+
+
 def _judge(check: str, results, case) -> str:
+    if check.endswith("reduce-scatter and all-gather"):
+        return _zero_collectives(results, case)
     if check.endswith("broadcast"):
         return _broadcast(results, case)
     if check.endswith("sharded"):

@@ -44,7 +44,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-import stanza_core  # the course's repository, installed with `pip install -e .`: its tutorials/ runs your ranks
+import stanza_core  # the students' repository (your lecturer's clone), installed with `pip install -e .`: its tutorials/ runs your ranks
 sys.path.append(str(Path(stanza_core.__file__).resolve().parents[1]))
 sys.path.append(str(Path.cwd().parent))  # or the student bundle's tutorials/, beside the lab folders
 from tutorials import gradekit  # noqa: E402
@@ -92,6 +92,9 @@ def allreduce_gradients(model):
 # %% nbgrader={"grade": true, "grade_id": "test_allreduce_gradients", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
 # your allreduce_gradients(model) after the backward on 2 ranks
 ranks = gradekit.run_lab("lab10", "try_plain", allreduce_gradients=allreduce_gradients)
+want = gradekit.one_process("lab10", "try_plain")  # the same steps on the whole batches, one process
+print("parameters against one process:", gradekit.compare(ranks[0].value["params"], want, 1e-6) or "equal")
+assert all(gradekit.compare(r.value["params"], want, 1e-6) is None for r in ranks)
 assert all(torch.equal(ranks[0].value["params"][n], ranks[1].value["params"][n]) for n in ranks[0].value["params"])
 assert len([c for c in ranks[0].calls if c["op"] == "all_reduce"]) == 8 * 3  # eight gradients, three steps
 ### BEGIN HIDDEN TESTS
@@ -147,6 +150,9 @@ def attach_overlapped_allreduce(model, timeline):
 # %% nbgrader={"grade": true, "grade_id": "test_attach_overlapped_allreduce", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
 # your attach_overlapped_allreduce(model, timeline) before the forward, on 2 ranks
 ranks = gradekit.run_lab("lab10", "try_overlap", attach_overlapped_allreduce=attach_overlapped_allreduce)
+want = gradekit.one_process("lab10", "try_overlap")  # the same steps on the whole batches, one process
+print("parameters against one process:", gradekit.compare(ranks[0].value["params"], want, 1e-6) or "equal")
+assert all(gradekit.compare(r.value["params"], want, 1e-6) is None for r in ranks)
 t0, t1 = ranks[0].value["backward"][0]  # the first of the three steps
 print("rank 0: backward", f"{1e3 * (t1 - t0):.2f} ms;",
       ", ".join(f"{e} {i} at {1e3 * (t - t0):+.2f} ms" for e, i, t in ranks[0].value["timeline"]))
@@ -170,9 +176,10 @@ for check, outcome in verdict.items():
 # 1. **Buckets.** Walk the parameters in reverse order, as in exercise 2, and put them into
 #    buckets in that order: a bucket takes parameters until its gradients hold at least
 #    `bucket_cap_bytes` bytes, then the next bucket starts; the last bucket holds what is left.
-#    This is PyTorch DDP's rule (`bucket_cap_mb`; DDP also caps its first bucket at 1 MiB). The
-#    engine's `--bucket-mb` (lab 4) is a variant: it starts a new bucket *before* one would exceed
-#    the cap.
+#    This is PyTorch DDP's rule (`bucket_cap_mb`; only with its default cap does DDP give the
+#    first bucket a smaller one, 1 MiB: with an explicit cap, as here, the first bucket has that
+#    cap too). The engine's `--bucket-mb` (lab 4) is a variant: it starts a new bucket *before*
+#    one would exceed the cap.
 #    Number the buckets 0, 1, ... in that order.
 # 2. **Hooks.** When the last gradient of a bucket has arrived (they arrive in any order),
 #    flatten the bucket's gradients into one tensor (`torch.cat` of `g.reshape(-1)`), launch its
@@ -231,6 +238,9 @@ def attach_bucketed_allreduce(model, bucket_cap_bytes, timeline):
 # %% nbgrader={"grade": true, "grade_id": "test_attach_bucketed_allreduce", "locked": true, "points": 3, "schema_version": 3, "solution": false, "task": false}
 # your attach_bucketed_allreduce(model, 8192, timeline) before the forward, on 2 ranks
 ranks = gradekit.run_lab("lab10", "try_buckets", attach_bucketed_allreduce=attach_bucketed_allreduce)
+want = gradekit.one_process("lab10", "try_buckets")  # the same steps on the whole batches, one process
+print("parameters against one process:", gradekit.compare(ranks[0].value["params"], want, 1e-6) or "equal")
+assert all(gradekit.compare(r.value["params"], want, 1e-6) is None for r in ranks)
 for r in ranks:
     t0, t1 = r.value["backward"][0]
     print(f"rank {r.rank}: backward {1e3 * (t1 - t0):.2f} ms;",
@@ -262,10 +272,11 @@ for check, outcome in verdict.items():
 # * **Initial parameters.** Every rank built its model from a seed of its own: the constructor
 #   broadcasts rank 0's parameters (`dist.broadcast(tensor, 0)`, in place) before anything else.
 # * **Buckets.** DDP's one rule, exercise 3's: parameters in reverse order, a bucket closes once
-#   it holds at least `bucket_cap_bytes` bytes (DDP also caps its first bucket at 1 MiB, which
-#   these small models never reach, and after the first step re-orders the parameters in the
-#   order their gradients arrived; the engine's `--bucket-mb` and lecture 3's "closes before it
-#   would exceed" are other rules, not DDP's). Launch a bucket's allreduce from the hooks, as in
+#   it holds at least `bucket_cap_bytes` bytes (with an explicit cap, as here, DDP's first bucket
+#   has that cap too; DDP re-orders the parameters after the first step in the order their
+#   gradients arrived; the engine's `--bucket-mb`, which lecture 3 names as the engine's variant
+#   of DDP's "at least" rule, closes a bucket before it would exceed the cap: another rule, not
+#   DDP's). Launch a bucket's allreduce from the hooks, as in
 #   exercise 3, logging ("start", bucket, time) and ("end", bucket, time).
 # * **An unused parameter.** The model has a layer, `model.unused`, that no forward uses: its
 #   hook never fires, so its bucket never completes on its own (DDP's `find_unused_parameters`).
@@ -335,6 +346,9 @@ class DDP:
 # %% nbgrader={"grade": true, "grade_id": "test_DDP", "locked": true, "points": 5, "schema_version": 3, "solution": false, "task": false}
 # your DDP(model, 8192, timeline) on 2 ranks, five steps
 ranks = gradekit.run_lab("lab10", "try_ddp", DDP=DDP)
+want = gradekit.one_process("lab10", "try_ddp")  # the same steps on the whole batches, one process
+print("parameters against one process:", gradekit.compare(ranks[0].value["params"], want, 1e-6) or "equal")
+assert all(gradekit.compare(r.value["params"], want, 1e-6) is None for r in ranks)
 print("rank 0's first operations:", [f"{c['op']}({c['bytes']} B)" for c in ranks[0].calls][:12])
 assert all(torch.equal(ranks[0].value["params"][n], ranks[1].value["params"][n]) for n in ranks[0].value["params"])
 assert ranks[0].calls[0]["op"] == "broadcast"
@@ -365,8 +379,12 @@ for check, outcome in verdict.items():
 #    into the parameters.
 #
 # The graded tests compare the parameters after five steps with `torch.optim.SGD(lr, momentum)`
-# in one process on the whole batches, and count the elements your `state` holds after every
-# step: at most the model's numel / N (plus one per parameter, for rounding).
+# in one process on the whole batches; they check the collectives your rank ran, as the
+# counters logged them (every step a reduce-scatter of your shard and an all-gather of the whole
+# parameters; an allreduce of the gradients is data parallelism, not ZeRO, and fails); and they
+# count every tensor your rank keeps alive between steps beside the parameters and their
+# gradients, wherever it is kept (`state`, attributes of the model, its modules or parameters,
+# globals of your code): at most the model's numel / N (plus one per parameter, for rounding).
 
 # %% nbgrader={"grade": false, "grade_id": "zero1_step", "locked": false, "schema_version": 3, "solution": true, "task": false}
 def zero1_step(model, state, lr, momentum):
@@ -400,12 +418,15 @@ def zero1_step(model, state, lr, momentum):
 # %% nbgrader={"grade": true, "grade_id": "test_zero1_step", "locked": true, "points": 5, "schema_version": 3, "solution": false, "task": false}
 # your zero1_step on 2 ranks, five steps
 ranks = gradekit.run_lab("lab10", "try_zero1", zero1_step=zero1_step)
+want = gradekit.one_process("lab10", "try_zero1")  # the same steps on the whole batches, one process
+print("parameters against one process:", gradekit.compare(ranks[0].value["params"], want, 1e-6) or "equal")
+assert all(gradekit.compare(r.value["params"], want, 1e-6) is None for r in ranks)
 print("elements each rank's state held after each step:", [r.value["held"] for r in ranks])
 assert all(torch.equal(ranks[0].value["params"][n], ranks[1].value["params"][n]) for n in ranks[0].value["params"])
 assert all(0 < h <= 9882 // 2 + 8 for r in ranks for h in r.value["held"])  # 9882 parameters, 8 tensors
 ### BEGIN HIDDEN TESTS
 verdict = gradekit.grade("lab10", "zero1_step", zero1_step=zero1_step)
-assert len(verdict) == 3
+assert len(verdict) == 4
 for check, outcome in verdict.items():
     assert outcome == "ok", f"{check}: {outcome}"
 ### END HIDDEN TESTS

@@ -45,7 +45,7 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
-import stanza_core  # the course's repository, installed with `pip install -e .`: its tutorials/ runs your ranks
+import stanza_core  # the students' repository (your lecturer's clone), installed with `pip install -e .`: its tutorials/ runs your ranks
 sys.path.append(str(Path(stanza_core.__file__).resolve().parents[1]))
 sys.path.append(str(Path.cwd().parent))  # or the student bundle's tutorials/, beside the lab folders
 from tutorials import gradekit  # noqa: E402
@@ -268,6 +268,9 @@ def gpipe_step(stage, rank, world_size, plan):
 # %% nbgrader={"grade": true, "grade_id": "test_gpipe_step", "locked": true, "points": 6, "schema_version": 3, "solution": false, "task": false}
 # your gpipe_step on 2 stages, 3 micro-batches of 2 samples, three steps
 ranks = gradekit.run_lab("lab11", "try_gpipe", gpipe_step=gpipe_step)
+want = gradekit.one_process("lab11", "try_gpipe")  # the same steps on the whole batches, one process
+print("parameters against one process:", gradekit.compare(ranks[0].value["params"], want[0], 1e-6) or "equal")
+assert all(gradekit.compare(r.value["params"], want[r.rank], 1e-6) is None for r in ranks)
 t_start = min(e[2] for r in ranks for e in r.value["timeline"])
 for r in ranks:  # the last step: ["F" or "B", micro-batch, start, end]
     print(f"stage {r.rank}:", " ".join(f"{k}{m} {1e3 * (t0 - t_start):.0f}-{1e3 * (t1 - t_start):.0f} ms"
@@ -352,6 +355,9 @@ def attach_sharded_ps(model, lr):
 # %% nbgrader={"grade": true, "grade_id": "test_attach_sharded_ps", "locked": true, "points": 5, "schema_version": 3, "solution": false, "task": false}
 # your attach_sharded_ps(model, lr) on 2 ranks, three steps
 ranks = gradekit.run_lab("lab11", "try_ps", attach_sharded_ps=attach_sharded_ps)
+want = gradekit.one_process("lab11", "try_ps")  # the same steps on the whole batches, one process
+print("parameters against one process:", gradekit.compare(ranks[0].value["params"], want[0], 1e-6) or "equal")
+assert all(gradekit.compare(r.value["params"], want[0], 1e-6) is None for r in ranks)
 for r in ranks:
     t0, t1 = r.value["backward"][0]
     print(f"rank {r.rank}: backward {1e3 * (t1 - t0):.2f} ms;",

@@ -38,7 +38,7 @@ IMAGE = (3, 8, 8)
 # ranks once started (a correct step takes well under one).
 CASES = {
     "try_conv": dict(world_size=2, global_batch=4, seed=0, mine=("conv_worker",), budget_s=20.0),
-    "try_fc": dict(world_size=2, global_batch=4, seed=1, mine=("fc_worker",), budget_s=20.0),
+    "try_fc": dict(world_size=3, global_batch=4, seed=1, mine=("fc_worker",), budget_s=20.0),  # two slices to scale
     "try_allreduce": dict(world_size=3, global_batch=4, seed=2, mine=("allreduce_conv_grads",), budget_s=20.0),
     "conv2": dict(world_size=2, global_batch=5, seed=21, mine=("conv_worker",), budget_s=20.0),
     "conv4": dict(world_size=4, global_batch=9, seed=22, mine=("conv_worker",), budget_s=20.0),

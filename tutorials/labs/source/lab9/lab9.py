@@ -40,7 +40,7 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
-import stanza_core  # the course's repository, installed with `pip install -e .`: its tutorials/ runs your ranks
+import stanza_core  # the students' repository (your lecturer's clone), installed with `pip install -e .`: its tutorials/ runs your ranks
 sys.path.append(str(Path(stanza_core.__file__).resolve().parents[1]))
 sys.path.append(str(Path.cwd().parent))  # or the student bundle's tutorials/, beside the lab folders
 from tutorials import gradekit  # noqa: E402
@@ -90,11 +90,14 @@ def conv_worker(conv, x, y, plan):
 
 
 # %% nbgrader={"grade": true, "grade_id": "test_conv_worker", "locked": true, "points": 3, "schema_version": 3, "solution": false, "task": false}
-# your conv_worker(conv, x, y, plan) on the CONV worker, a correct FC worker (yours, on your machine): 2 ranks
-conv_rank, fc_rank = gradekit.run_lab("lab9", "try_conv", conv_worker=conv_worker, fc_worker=fc_worker,
-                                      allreduce_conv_grads=allreduce_conv_grads)
+# your conv_worker(conv, x, y, plan) on the CONV worker, a correct FC worker (the kit's; in the student
+# bundle yours, once written: the functions defined so far are passed): 2 ranks
+conv_rank, fc_rank = gradekit.run_lab("lab9", "try_conv", **{n: f for n, f in globals().items() if n in ("conv_worker", "fc_worker", "allreduce_conv_grads")})
 print(f"CONV worker sent {conv_rank.bytes('send', 'isend')} bytes, FC worker sent {fc_rank.bytes('send', 'isend')}")
 assert conv_rank.bytes("send", "isend") == fc_rank.bytes("recv", "irecv") > 0  # what one sends the other receives
+want_conv, want_fc = gradekit.one_process("lab9", "try_conv")  # one SGD step on the whole batch, one process
+print("CONV parameters against one process:", gradekit.compare(conv_rank.value, want_conv, 1e-6) or "equal")
+assert gradekit.compare(conv_rank.value, want_conv, 1e-6) is None
 ### BEGIN HIDDEN TESTS
 verdict = gradekit.grade("lab9", "conv_worker", conv_worker=conv_worker)
 assert len(verdict) == 4
@@ -126,11 +129,14 @@ def fc_worker(fc, plan):
 
 
 # %% nbgrader={"grade": true, "grade_id": "test_fc_worker", "locked": true, "points": 3, "schema_version": 3, "solution": false, "task": false}
-# your fc_worker(fc, plan) on the FC worker, a correct CONV worker (yours, on your machine): 2 ranks
-conv_rank, fc_rank = gradekit.run_lab("lab9", "try_fc", conv_worker=conv_worker, fc_worker=fc_worker,
-                                      allreduce_conv_grads=allreduce_conv_grads)
+# your fc_worker(fc, plan) on the FC worker, correct CONV workers (the kit's; in the bundle yours): 3 ranks
+*conv_ranks, fc_rank = gradekit.run_lab("lab9", "try_fc", **{n: f for n, f in globals().items() if n in ("conv_worker", "fc_worker", "allreduce_conv_grads")})
 print(f"FC worker sent {fc_rank.bytes('send', 'isend')} bytes, received {fc_rank.bytes('recv', 'irecv')}")
-assert fc_rank.bytes("send", "isend") == conv_rank.bytes("recv", "irecv") > 0
+assert fc_rank.bytes("send", "isend") == sum(r.bytes("recv", "irecv") for r in conv_ranks) > 0
+want_conv, want_fc = gradekit.one_process("lab9", "try_fc")  # one SGD step on the whole batch, one process
+print("FC parameters against one process:", gradekit.compare(fc_rank.value, want_fc, 1e-6) or "equal")
+assert gradekit.compare(fc_rank.value, want_fc, 1e-6) is None  # a loss scaled by the wrong batch fails here
+assert all(gradekit.compare(r.value, want_conv, 1e-6) is None for r in conv_ranks)
 ### BEGIN HIDDEN TESTS
 verdict = gradekit.grade("lab9", "fc_worker", fc_worker=fc_worker)
 assert len(verdict) == 4
@@ -157,9 +163,11 @@ def allreduce_conv_grads(conv, plan):
 
 # %% nbgrader={"grade": true, "grade_id": "test_allreduce_conv_grads", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
 # your allreduce_conv_grads(conv, plan) on 2 CONV workers, the rest correct: 3 ranks
-ranks = gradekit.run_lab("lab9", "try_allreduce", conv_worker=conv_worker, fc_worker=fc_worker,
-                         allreduce_conv_grads=allreduce_conv_grads)
+ranks = gradekit.run_lab("lab9", "try_allreduce", **{n: f for n, f in globals().items() if n in ("conv_worker", "fc_worker", "allreduce_conv_grads")})
 assert all(torch.equal(ranks[0].value[n], ranks[1].value[n]) for n in ranks[0].value)  # the CONV workers agree
+want_conv, want_fc = gradekit.one_process("lab9", "try_allreduce")
+print("CONV parameters against one process:", gradekit.compare(ranks[0].value, want_conv, 1e-6) or "equal")
+assert gradekit.compare(ranks[0].value, want_conv, 1e-6) is None  # summed, not averaged, fails here
 ### BEGIN HIDDEN TESTS
 verdict = gradekit.grade("lab9", "allreduce_conv_grads", allreduce_conv_grads=allreduce_conv_grads)
 assert len(verdict) == 4
@@ -210,6 +218,9 @@ ranks = gradekit.run_lab("lab9", "try_fc_k", fc_worker_k=fc_worker_k)
 for r in ranks[2:]:
     print(f"FC worker {r.rank}: (operation, peer, bytes)", [(c["op"], c["peer"], c["bytes"]) for c in r.calls])
 assert all(torch.equal(ranks[2].value[n], ranks[3].value[n]) for n in ranks[2].value)  # the FC workers agree
+want_conv, want_fc = gradekit.one_process("lab9", "try_fc_k")
+print("FC parameters against one process:", gradekit.compare(ranks[2].value, want_fc, 1e-6) or "equal")
+assert gradekit.compare(ranks[2].value, want_fc, 1e-6) is None
 ### BEGIN HIDDEN TESTS
 verdict = gradekit.grade("lab9", "fc_worker_k", fc_worker_k=fc_worker_k)
 assert len(verdict) == 4
