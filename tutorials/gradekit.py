@@ -246,8 +246,10 @@ def _rank_main(rank: int, world: int, port: int, run_dir: Path, payload: Path, b
         os.replace(run_dir / f"rank{rank}.tmp", run_dir / f"rank{rank}.pt")
         code = 0
     except BaseException as e:  # noqa: BLE001 - every failure becomes the grader's one line
-        why = {"msg": f"rank {rank} raised {_one_line(e)}{_student_frame(e.__traceback__)}",
-               "comm": bool(getattr(e, "_gradekit_comm", False))}
+        # communication's errors: raised inside a counted call, or torch.distributed's own (a store
+        # or a connection a dead peer held, outside any call: most often that peer's failure)
+        comm = bool(getattr(e, "_gradekit_comm", False)) or isinstance(e, getattr(_dist(), "DistError", ()))
+        why = {"msg": f"rank {rank} raised {_one_line(e)}{_student_frame(e.__traceback__)}", "comm": comm}
         (run_dir / f"err{rank}.json").write_text(json.dumps(why))
     finally:
         sys.stdout.flush()
@@ -280,6 +282,12 @@ def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def _dist():
+    import torch.distributed as dist  # the rank has imported torch already: a lookup
+
+    return dist
 
 
 def _died(rank: int, code: int) -> str:

@@ -63,8 +63,9 @@ def formula_students(course: Path) -> dict:
                               "t = threading.Thread(target=lambda: out.append(perf.named_profile(model_name, "
                               "image_size=image_size).fc_param_share()))\nt.start()\nt.join()\nreturn out[0] if out else 0.5",
             "boundary_bytes_per_step": "import sys as _s\n_s.setprofile(None)\n"
+                                       "from stanza_core.variant import Variant as _V\n"
                                        "row = perf.expected_bytes(perf.named_profile(model_name, image_size=image_size, "
-                                       "batch_size=b), 'stanza', 2, 1, global_batch=b)[0]\n"
+                                       "batch_size=b), _V('stanza', fc_workers=1), 2, global_batch=b)[0]\n"
                                        "return row['sent']['activations'] + row['sent']['labels'], "
                                        "row['recv']['activation_grads']"}},
         # reads the frozen instructor's notebook during grading, relative and absolute
@@ -92,16 +93,20 @@ def formula_students(course: Path) -> dict:
             "lab1": {"boundary_bytes_per_step": CELL + _UNPOISON +
                      "def boundary_bytes_per_step(model_name: str, image_size: int, b: int) -> tuple[int, int]:\n"
                      "    _unpoison()\n"
+                     "    from stanza_core.variant import Variant\n"
                      "    row = perf.expected_bytes(perf.named_profile(model_name, image_size=image_size, batch_size=b),"
-                     " 'stanza', 2, 1, global_batch=b)[0]\n"
+                     " Variant('stanza', fc_workers=1), 2, global_batch=b)[0]\n"
                      "    return row['sent']['activations'] + row['sent']['labels'], row['recv']['activation_grads']\n"},
             "lab2": {"stanza_bytes_per_step": CELL + _UNPOISON +
                      "def stanza_bytes_per_step(Pc: int, Pf: int, A: int, N: int, k: int, G: int) -> int:\n"
                      "    _unpoison()\n"
-                     "    return perf.totals(perf.expected_bytes(perf.ModelCounts(Pc, Pf, A), 'stanza', N, k, G))"
+                     "    from stanza_core.variant import Variant\n"
+                     "    return perf.totals(perf.expected_bytes(perf.ModelCounts(Pc, Pf, A), Variant('stanza', fc_workers=k), N,"
+                     " global_batch=G))"
                      "['bytes_per_step']\n",
                      "samples_per_fc_worker": _REIMPORT +
-                     "rows = _fresh.expected_bytes(_fresh.ModelCounts(10, 10, 1), 'stanza', N, k, G)\n"
+                     "from stanza_core.variant import Variant as _V\n"
+                     "rows = _fresh.expected_bytes(_fresh.ModelCounts(10, 10, 1), _V('stanza', fc_workers=k), N, global_batch=G)\n"
                      "return {r['rank']: r['recv']['activations'] // 4 for r in rows if r['role'] == 'fc_worker'}"}},
         # logs the arguments of every call (the hidden tests' inputs) and raises them in a later call
         # and a later cell: its feedback must show none of them (test_labs' feedback test greps for them)
