@@ -159,16 +159,21 @@ class Jail:
         return self._ask(req, RANKS_S)
 
     def close(self):
-        if self.proc.poll() is None:
-            try:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-        self.proc.wait()
+        _end_jail(self.proc, self.root)
+
+
+def _end_jail(proc, root) -> None:
+    """Kill a jail's whole process group and remove its (emptied) root folder."""
+    if proc.poll() is None:
         try:
-            os.rmdir(self.root)
-        except OSError:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
             pass
+    proc.wait()
+    try:
+        os.rmdir(root)
+    except OSError:
+        pass
 
 
 class Zygote:
@@ -240,16 +245,7 @@ class Zygote:
         return cid, q
 
     def close(self):
-        if self.proc.poll() is None:
-            try:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-        self.proc.wait()
-        try:
-            os.rmdir(self.root)
-        except OSError:
-            pass
+        _end_jail(self.proc, self.root)
 
 
 _ZYGOTES: dict = {}
