@@ -99,6 +99,18 @@ def one_line(e: BaseException) -> str:
     return (f"{type(e).__name__}: {text[:200]}" if text else type(e).__name__) + where
 
 
+def run_cells(cells, ns: dict) -> list[str]:
+    """Run (name, code) cells in `ns` in order; each failure as "name: its one line", as Jupyter
+    would show it, and the next cell runs."""
+    errors = []
+    for name, code in cells:
+        try:
+            exec(compile(code, f"<cell {name}>", "exec"), ns)
+        except BaseException as e:  # noqa: BLE001 - reported, as Jupyter would show it
+            errors.append(f"{name}: {one_line(e)}")
+    return errors
+
+
 def _resolve(dotted: str):
     parts = dotted.split(".")
     for i in range(len(parts), 0, -1):
@@ -277,13 +289,7 @@ def zygote() -> None:
                 for line in lines:
                     req = json.loads(line)
                     if "setup" in req:
-                        errors = []
-                        for name, code in req["setup"]:
-                            try:
-                                exec(compile(code, f"<cell {name}>", "exec"), ns)
-                            except BaseException as e:  # noqa: BLE001 - reported, as Jupyter would show it
-                                errors.append(f"{name}: {one_line(e)}")
-                        send({"setup": errors})
+                        send({"setup": run_cells(req["setup"], ns)})
                     elif "fork" in req:
                         end_all()
                         to_r, to_w = os.pipe()
@@ -348,13 +354,7 @@ def serve(requests, replies, ns: dict) -> None:
     for line in requests:
         req = json.loads(line)
         if "cells" in req:
-            errors = []
-            for name, code in req["cells"]:
-                try:
-                    exec(compile(code, f"<cell {name}>", "exec"), ns)
-                except BaseException as e:  # noqa: BLE001 - reported, as Jupyter would show it
-                    errors.append(f"{name}: {one_line(e)}")
-            reply({"id": req.get("id"), "value": errors})
+            reply({"id": req.get("id"), "value": run_cells(req["cells"], ns)})
             continue
         if "ranks" in req:
             reply({"id": req["id"], "value": _ranks(req, ns)})
