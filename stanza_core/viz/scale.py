@@ -43,7 +43,8 @@ def speedups(results: dict[str, Any]) -> go.Figure:
         fig.add_hline(y=1.0, line=dict(color="grey", width=1), row=r, col=c)
         fig.update_xaxes(type="log", dtick=0.30103, title_text="nodes N" if r == rows else None, row=r, col=c)
         fig.update_yaxes(type="log", title_text="stanza / faster baseline" if c == 1 else None, row=r, col=c)
-    note = (f"simulated (SimGrid, sim version {results['sim_version']}, compute from each device row) solid; "
+    note = (f"simulated (each strategy's generated program on SimGrid, sim version {results['sim_version']}, compute "
+            "from the panel's device row) solid; "
             f"modelled (perf) dashed; the sharded PS simulated up to N = {results['ps_max_nodes']}, above it the "
             "simulated line compares with ddp only")
     fig = finish(fig, f"Best stanza over the faster of ps and ddp<br><sub>{note}</sub>", 330 * rows + 120)
@@ -82,7 +83,8 @@ def pays_map(results: dict[str, Any]) -> go.Figure:
                             marker=dict(symbol="circle-open", size=26, color="black", line=dict(width=2)),
                             name="model's verdict differs", showlegend=(i == 0), hoverinfo="skip", row=r, col=c)
         fig.update_xaxes(type="category", title_text="nodes N" if r == rows else None, row=r, col=c)
-    note = ("simulated: the best stanza's samples/s over the faster simulated baseline (ps up to N = "
+    note = (f"simulated (generated programs on SimGrid, sim version {results['sim_version']}, compute from the "
+            "panel's device row): the best stanza's samples/s over the faster simulated baseline (ps up to N = "
             f"{results['ps_max_nodes']}, ddp); text: the simulated fastest (k = stanza's FC workers); ring: the "
             "analytic model says the opposite")
     return finish(fig, f"Where layer separation pays, simulated<br><sub>{note}</sub>", 300 * rows + 140)
